@@ -1,0 +1,3 @@
+"""slurm-colo: compatibility-aware GPU co-location for Slurm."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,219 @@
+"""Site configuration: one root-owned TOML file, ``/etc/slurm-colo/config.toml``.
+
+Every field has a default so an empty file is valid; unknown keys and bad values are
+errors that name the key. ``SLURM_COLO_CONFIG`` overrides the path (tests, the lab).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .gres_layout import NodeGpus, parse_index_list
+
+DEFAULT_PATH = Path("/etc/slurm-colo/config.toml")
+ENV_VAR = "SLURM_COLO_CONFIG"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    socket: str = "/run/slurm-colo/agent.sock"
+    #: hard timeout of one placement round trip from the Lua hook, milliseconds
+    request_timeout_ms: int = 150
+    #: after a failed round trip the Lua hook skips the agent for this long (circuit breaker)
+    retry_after_s: int = 10
+    #: how often the agent re-reads Slurm state
+    refresh_interval_s: float = 5.0
+    #: a placement not yet seen in Slurm is dropped after this long
+    pending_ttl_s: float = 120.0
+    #: Prometheus text endpoint, "host:port"; empty disables it
+    metrics_listen: str = ""
+    log_level: str = "info"
+    #: Slurm state backend: "auto" (pyslurm if it matches the installed Slurm, else json), "json", "pyslurm"
+    slurm_backend: str = "auto"
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    #: what the Lua hook does when the agent is down/slow/garbled: "exclusive" keeps the job's
+    #: own GPU request; "shard" turns it into untargeted gres:shard sharing
+    fallback: str = "exclusive"
+    #: jobs of different users on one GPU: "shard" (plain time-sliced sharing, no MPS) or "never"
+    cross_user: str = "never"
+    #: the predicted speedup (delta) a shared GPU must keep, auto mode
+    min_delta: float = 1.05
+    #: the same for --colocate=aggressive
+    aggressive_min_delta: float = 1.0
+    #: a job may not be predicted to run slower than this factor of its solo speed (auto mode)
+    max_slowdown: float = 1.5
+    #: fraction of GPU memory kept free on a shared GPU
+    memory_headroom: float = 0.05
+    #: memory assumed for a class with no profile, GiB
+    default_memory_gib: float = 8.0
+    #: how much uncertainty (std. dev. of delta) is subtracted before comparing with min_delta
+    risk_aversion: float = 1.0
+    #: share of placements that may try a pair with no data (exploration), 0 disables
+    explore_rate: float = 0.1
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    url: str = "sqlite:////var/lib/slurm-colo/history.db"
+    busy_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class ScoresConfig:
+    #: the live score set the agent reads (written atomically by `slurm-colo retrain`)
+    path: str = "/var/lib/slurm-colo/scores/live.json"
+    #: a score set older than this is reported stale by `doctor`/`status`, hours
+    max_age_h: float = 48.0
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    #: "real" (nvidia-cuda-mps-control) or "emulator" (explicit opt-in, tests and the lab only)
+    mps_backend: str = "real"
+    mps_control: str = "nvidia-cuda-mps-control"
+    mps_timeout_s: float = 5.0
+    #: "real" (NVML via nvidia-ml-py) or "scenario" (explicit opt-in, tests and the lab only)
+    nvml_backend: str = "real"
+    nvml_scenario: str = ""
+    run_dir: str = "/run/slurm-colo"
+    spool_dir: str = "/var/spool/slurm-colo"
+    sampler_interval_s: float = 1.0
+    sampler_max_samples: int = 3600
+
+
+@dataclass(frozen=True)
+class Config:
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    scores: ScoresConfig = field(default_factory=ScoresConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
+    #: GPU layout per node set (the [[gpus]] tables)
+    gpus: tuple[NodeGpus, ...] = ()
+    source: str = "<defaults>"
+
+    def layout_for(self, node: str) -> NodeGpus | None:
+        for ng in self.gpus:
+            if ng.matches(node):
+                return ng
+        return None
+
+
+_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("agent", "slurm_backend"): ("auto", "json", "pyslurm"),
+    ("agent", "log_level"): ("debug", "info", "warning", "error"),
+    ("placement", "fallback"): ("exclusive", "shard"),
+    ("placement", "cross_user"): ("shard", "never"),
+    ("node", "mps_backend"): ("real", "emulator"),
+    ("node", "nvml_backend"): ("real", "scenario"),
+}
+
+_SECTIONS: dict[str, type] = {
+    "agent": AgentConfig,
+    "placement": PlacementConfig,
+    "store": StoreConfig,
+    "scores": ScoresConfig,
+    "node": NodeConfig,
+}
+
+
+def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{src}: [{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise ConfigError(
+                f"{src}: unknown key {name}.{key}; known keys: {', '.join(sorted(known))}"
+            )
+        default = known[key].default
+        if isinstance(default, bool) or not isinstance(value, type(default)):
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            else:
+                raise ConfigError(
+                    f"{src}: {name}.{key} must be a {type(default).__name__}, got {value!r}"
+                )
+        choices = _CHOICES.get((name, key))
+        if choices and value not in choices:
+            raise ConfigError(f"{src}: {name}.{key} = {value!r}; accepted: {', '.join(choices)}")
+        if isinstance(value, (int, float)) and value < 0:
+            raise ConfigError(f"{src}: {name}.{key} must not be negative, got {value!r}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _build_gpus(raw: Any, src: str) -> tuple[NodeGpus, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{src}: [[gpus]] must be an array of tables")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{src}: gpus[{i}] must be a table")
+        allowed = {"nodes", "count", "model", "memory_gib", "shared", "shards_per_gpu", "device_template"}
+        extra = set(item) - allowed
+        if extra:
+            raise ConfigError(f"{src}: gpus[{i}]: unknown key(s) {', '.join(sorted(extra))}")
+        try:
+            count = int(item["count"])
+            out.append(
+                NodeGpus(
+                    nodes=str(item["nodes"]),
+                    count=count,
+                    model=str(item.get("model", "")),
+                    memory_gib=float(item.get("memory_gib", 16.0)),
+                    shared=parse_index_list(str(item.get("shared", f"0-{count - 1}")), count),
+                    shards_per_gpu=int(item.get("shards_per_gpu", 4)),
+                    device_template=str(item.get("device_template", "/dev/nvidia{index}")),
+                )
+            )
+        except KeyError as e:
+            raise ConfigError(f"{src}: gpus[{i}] lacks required key {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{src}: gpus[{i}]: {e}") from None
+    return tuple(out)
+
+
+def parse_config(text: str, source: str = "<string>") -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    kwargs: dict[str, Any] = {"source": source}
+    for key, value in raw.items():
+        if key in _SECTIONS:
+            kwargs[key] = _build_section(key, _SECTIONS[key], value, source)
+        elif key == "gpus":
+            kwargs["gpus"] = _build_gpus(value, source)
+        else:
+            raise ConfigError(
+                f"{source}: unknown section [{key}]; known: {', '.join([*_SECTIONS, 'gpus'])}"
+            )
+    return Config(**kwargs)
+
+
+def config_path() -> Path:
+    return Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
+
+
+def load_config(path: str | Path | None = None, *, missing_ok: bool = True) -> Config:
+    """Load the site config. A missing file gives the defaults unless ``missing_ok`` is False."""
+    p = Path(path) if path else config_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if missing_ok:
+            return Config(source=f"{p} (missing: defaults)")
+        raise ConfigError(f"config file {p} not found", hint=f"slurm-colo install --write {p.parent}")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    return parse_config(text, str(p))

@@ -1,0 +1,167 @@
+"""The GRES layout: which GPUs are shared and how Slurm sees them.
+
+Design (Slurm 22.05 facts in docs/admin/gres-layout.md):
+
+* Every GPU gets a GRES *type*, so a job can be aimed at exactly one GPU and so Slurm never
+  starts an exclusive ``gpu`` job on a GPU whose shards are in use (untyped shared GRES
+  allows that in 22.05).
+* GPUs in the shared pool get the type ``<model>_s<index>`` (``s<index>`` without a model),
+  e.g. ``v100_s1``; each carries ``shards_per_gpu`` shards, which inherit that type. The
+  agent targets GPU 1 of node n with ``--gres=shard:v100_s1:1`` plus ``ReqNodeList=n``.
+* GPUs outside the pool keep the plain model type (``v100``; ``excl`` without a model), so
+  existing ``--gres=gpu:v100:N`` requests keep working and never land on a shared GPU.
+  Untyped ``--gres=gpu:N`` may take an *idle* shared GPU; Slurm then keeps shards off it
+  until it is released.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_MODEL_RE = re.compile(r"^[a-z0-9][a-z0-9.]{0,31}$")
+
+
+def parse_index_list(text: str, count: int) -> tuple[int, ...]:
+    """Parse ``"0-1,3"`` (or ``""`` for none) into sorted GPU indices below ``count``."""
+    out: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        m = _RANGE_RE.match(part)
+        if not m:
+            raise ValueError(f"bad GPU index list {text!r} (use e.g. '0-1,3')")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if hi < lo or hi >= count:
+            raise ValueError(f"GPU indices {part!r} outside 0-{count - 1}")
+        out.update(range(lo, hi + 1))
+    return tuple(sorted(out))
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Expand a Slurm hostlist such as ``gpu[01-03,07],login1`` into names."""
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expr):
+        item = item.strip()
+        m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", item)
+        if not m:
+            if item:
+                names.append(item)
+            continue
+        prefix, body, rest = m.groups()
+        for rng in body.split(","):
+            a, _, b = rng.partition("-")
+            width = len(a)
+            for i in range(int(a), int(b or a) + 1):
+                names.extend(f"{prefix}{i:0{width}d}{tail}" for tail in expand_hostlist(rest) or [""])
+    return names
+
+
+def compress_indices(idx: tuple[int, ...] | list[int]) -> str:
+    """``[0,1,2,5]`` -> ``"0-2,5"``."""
+    out: list[str] = []
+    s = sorted(idx)
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """The GPUs of one set of identical nodes."""
+
+    nodes: str
+    count: int
+    model: str = ""
+    memory_gib: float = 16.0
+    shared: tuple[int, ...] = ()
+    shards_per_gpu: int = 4
+    device_template: str = "/dev/nvidia{index}"
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError("count must be at least 1")
+        if self.model and not _MODEL_RE.match(self.model):
+            raise ValueError(f"model {self.model!r}: lower-case letters, digits and '.' only")
+        if not 1 <= self.shards_per_gpu <= 64:
+            raise ValueError("shards_per_gpu must be within 1-64")
+        if self.memory_gib <= 0:
+            raise ValueError("memory_gib must be positive")
+        if "{index}" not in self.device_template:
+            raise ValueError("device_template must contain {index}")
+
+    @property
+    def node_names(self) -> list[str]:
+        return expand_hostlist(self.nodes)
+
+    def matches(self, node: str) -> bool:
+        return node in self.node_names
+
+    def is_shared(self, index: int) -> bool:
+        return index in self.shared
+
+    def gres_type(self, index: int) -> str:
+        if index in self.shared:
+            return f"{self.model}_s{index}" if self.model else f"s{index}"
+        return self.model or "excl"
+
+    def shard_request(self, index: int) -> str:
+        """The ``tres_per_node`` string that targets shared GPU ``index``."""
+        return f"gres:shard:{self.gres_type(index)}:1"
+
+    def index_for_type(self, gres_type: str) -> int | None:
+        for i in self.shared:
+            if self.gres_type(i) == gres_type:
+                return i
+        return None
+
+    # ---- generated configuration -------------------------------------------------------
+    def gres_conf_lines(self) -> list[str]:
+        lines = [f"# slurm-colo: {self.nodes}: {self.count} x {self.model or 'GPU'}, "
+                 f"shared pool {compress_indices(self.shared) or 'none'}, "
+                 f"{self.shards_per_gpu} shards per shared GPU"]
+        for i in self.shared:
+            dev = self.device_template.format(index=i)
+            lines.append(f"NodeName={self.nodes} Name=gpu Type={self.gres_type(i)} File={dev}")
+        excl = [i for i in range(self.count) if i not in self.shared]
+        for i in excl:
+            dev = self.device_template.format(index=i)
+            lines.append(f"NodeName={self.nodes} Name=gpu Type={self.gres_type(i)} File={dev}")
+        for i in self.shared:
+            dev = self.device_template.format(index=i)
+            lines.append(f"NodeName={self.nodes} Name=shard Count={self.shards_per_gpu} File={dev}")
+        return lines
+
+    def node_gres(self) -> str:
+        """The ``Gres=`` value of the slurm.conf NodeName line."""
+        parts = [f"gpu:{self.gres_type(i)}:1" for i in self.shared]
+        excl = self.count - len(self.shared)
+        if excl:
+            parts.append(f"gpu:{self.gres_type(next(i for i in range(self.count) if i not in self.shared))}:{excl}")
+        if self.shared:
+            parts.append(f"shard:{self.shards_per_gpu * len(self.shared)}")
+        return ",".join(parts)
+
+
+def gres_conf(layouts: tuple[NodeGpus, ...] | list[NodeGpus]) -> str:
+    lines = ["# gres.conf lines generated by `slurm-colo install` - review before use", "AutoDetect=off"]
+    for ng in layouts:
+        lines.extend(ng.gres_conf_lines())
+    return "\n".join(lines) + "\n"
+
+
+def slurm_conf_snippet(layouts: tuple[NodeGpus, ...] | list[NodeGpus]) -> str:
+    lines = [
+        "# slurm.conf lines generated by `slurm-colo install` - merge into your NodeName lines",
+        "GresTypes=gpu,shard",
+    ]
+    for ng in layouts:
+        lines.append(f"# NodeName={ng.nodes} ... Gres={ng.node_gres()}")
+    return "\n".join(lines) + "\n"

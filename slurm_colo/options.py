@@ -1,0 +1,71 @@
+"""User-facing option values: ``--colocate[=MODE]`` and ``--colocate-class=NAME``.
+
+The same rules are enforced in three places (C SPANK plugin at submit time, the Lua hook,
+and here for the agent and the CLI); :data:`MODES` and :data:`CLASS_PATTERN` are the
+reference, and tests check the C and Lua copies against them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import OptionError
+
+#: Accepted ``--colocate`` modes.
+#: ``auto``        share when a compatible partner or a free shared GPU exists (default).
+#: ``aggressive``  also accept pairs with a smaller predicted gain and untried pairs.
+#: ``off``         never share; the job is left exactly as submitted.
+MODES: tuple[str, ...] = ("auto", "aggressive", "off")
+DEFAULT_MODE = "auto"
+
+#: A class name: 1-64 chars, starts alphanumeric, then alphanumerics and ``. _ + -``.
+CLASS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}"
+_CLASS_RE = re.compile(rf"^{CLASS_PATTERN}$")
+_NOT_CLASS_CHAR = re.compile(r"[^a-z0-9._+-]+")
+
+#: Job names that say nothing about the job (Slurm defaults): they map to DEFAULT_CLASS.
+GENERIC_JOB_NAMES = frozenset({"", "wrap", "sbatch", "srun", "salloc", "bash", "sh", "interactive",
+                               "python", "python3", "job", "script.sh", "run.sh", "job.sh"})
+DEFAULT_CLASS = "default"
+
+
+def parse_mode(value: str | None) -> str:
+    """Normalise a ``--colocate`` value. ``None``, empty and the literal ``(null)`` mean auto."""
+    if value is None:
+        return DEFAULT_MODE
+    v = value.strip().lower()
+    if v in ("", "(null)"):
+        return DEFAULT_MODE
+    if v not in MODES:
+        raise OptionError(
+            f"invalid --colocate mode {value!r}: accepted values are {', '.join(MODES)}"
+        )
+    return v
+
+
+def validate_class(value: str) -> str:
+    """Return a valid class name unchanged, or raise :class:`OptionError`."""
+    if not _CLASS_RE.match(value):
+        raise OptionError(
+            f"invalid --colocate-class {value!r}: use 1-64 characters, letters, digits and "
+            "'._+-', starting with a letter or digit (e.g. resnet50-bs64)"
+        )
+    return value
+
+
+def derive_class(job_name: str | None, explicit: str | None = None) -> str:
+    """The job's class: the explicit hint if given, else derived from the job name.
+
+    Derivation: lower-case the job name, drop a trailing script suffix (``.sh``, ``.py``,
+    ``.sbatch``), replace runs of other characters by ``-``, cut to 64 characters. Slurm's
+    default names (``wrap``, the bare script names in :data:`GENERIC_JOB_NAMES`) say nothing
+    about the job and give :data:`DEFAULT_CLASS`, which placement treats conservatively.
+    """
+    if explicit not in (None, "", "(null)"):
+        return validate_class(explicit)  # type: ignore[arg-type]
+    name = (job_name or "").strip().lower()
+    if name in GENERIC_JOB_NAMES:
+        return DEFAULT_CLASS
+    name = re.sub(r"\.(sh|py|sbatch|slurm|bash)$", "", name)
+    name = _NOT_CLASS_CHAR.sub("-", name).strip("-._+")[:64]
+    return name if name and _CLASS_RE.match(name) else DEFAULT_CLASS

@@ -1,0 +1,69 @@
+"""The per-job record the Epilog writes and the history store ingests.
+
+One JSON object per job, written to the node-local spool and ingested idempotently:
+``record_id`` (cluster, job id, node, start time) is the key, so a record ingested twice is
+stored once. This module is the contract between the node side and the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RECORD_VERSION = 1
+
+
+@dataclass
+class CoRunner:
+    """Another job on the same GPU during [start, end] (epoch seconds)."""
+
+    job_id: int
+    cls: str
+    user: str
+    start: float
+    end: float
+
+
+@dataclass
+class JobRecord:
+    job_id: int
+    node: str
+    user: str
+    uid: int
+    cls: str
+    start: float
+    end: float
+    cluster: str = "default"
+    mode: str = "auto"
+    gpus: list[int] = field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
+    shared: bool = False
+    mechanism: str | None = None  # "mps", "shard" or None (own GPU)
+    thread_pct: int | None = None
+    mem_limit_gib: float | None = None
+    co_runners: list[CoRunner] = field(default_factory=list)
+    #: sampler summary: sm_util_mean, sm_util_p95, mem_used_mean_gib, mem_peak_gib,
+    #: mem_bw_util_mean, power_w_mean, samples, solo_s (seconds with no co-runner), ...
+    profile: dict[str, Any] = field(default_factory=dict)
+    #: job-reported progress: {"iterations": int, "rate": float, "solo_rate": float|None}
+    progress: dict[str, Any] | None = None
+    exit_code: int = 0
+    state: str = "COMPLETED"
+    mps_fault: bool = False
+    version: int = RECORD_VERSION
+
+    @property
+    def record_id(self) -> str:
+        return f"{self.cluster}:{self.job_id}:{self.node}:{int(self.start)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["record_id"] = self.record_id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
+        d = dict(d)
+        d.pop("record_id", None)
+        d["co_runners"] = [CoRunner(**c) for c in d.get("co_runners", [])]
+        return cls(**d)

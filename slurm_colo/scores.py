@@ -1,0 +1,240 @@
+"""Compatibility scores: the file format `slurm-colo retrain` publishes and placement reads.
+
+Format ``slurm-colo-scores/1`` (JSON)::
+
+    {"format": "slurm-colo-scores/1", "id": "...", "created": "2026-11-22T03:00:00+00:00",
+     "gpu_model": "v100",
+     "prior": {"n": 0.6, "sd": 0.25},
+     "classes": {"resnet18-bs64": {"memory_gib": 3.0, "sm_util": 0.55, "solo_rate": 12.0}},
+     "pairs": [{"a": "x", "b": "y", "n_a": 0.81, "n_b": 0.74, "sd": 0.05,
+                "observed": true, "never": false}],
+     "training": {...}, "metrics": {...}}
+
+``n_a`` is the normalised throughput of ``a`` while sharing a GPU with ``b`` (rate together /
+rate alone); ``never`` marks pairs that must not share (out of memory, fatal MPS faults).
+Sets of three or more are predicted multiplicatively from the pairs (documented in
+docs/model.md). Everything here is pure: no I/O except :func:`load_scores` and
+:func:`publish_scores`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ScoresError
+
+FORMAT = "slurm-colo-scores/1"
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    memory_gib: float | None = None
+    sm_util: float | None = None
+    solo_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class PairScore:
+    n_a: float
+    n_b: float
+    sd: float
+    observed: bool = False
+    never: bool = False
+    known: bool = True  # False when both or one class is unknown and the prior was used
+
+    @property
+    def combined(self) -> float:
+        return self.n_a + self.n_b
+
+    @property
+    def delta(self) -> float:
+        """Tabrizian's delta for two jobs of equal solo length: ``2 * min(n_a, n_b)``."""
+        return 2.0 * min(self.n_a, self.n_b)
+
+
+@dataclass
+class ScoreTable:
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], PairScore] = field(default_factory=dict)
+    prior_n: float = 0.6
+    prior_sd: float = 0.25
+    id: str = "empty"
+    created: str = ""
+    gpu_model: str = ""
+    training: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    # ---- lookups --------------------------------------------------------------------
+    def pair(self, a: str, b: str) -> PairScore:
+        p = self.pairs.get((a, b))
+        if p is not None:
+            return p
+        q = self.pairs.get((b, a))
+        if q is not None:
+            return PairScore(q.n_b, q.n_a, q.sd, q.observed, q.never, q.known)
+        return PairScore(self.prior_n, self.prior_n, self.prior_sd, False, False, False)
+
+    def memory_gib(self, cls: str, default: float) -> float:
+        info = self.classes.get(cls)
+        return info.memory_gib if info and info.memory_gib is not None else default
+
+    def set_throughputs(self, members: list[str]) -> tuple[list[float], float, bool, bool]:
+        """Predicted normalised throughput of each member of a co-located set.
+
+        Multiplicative composition: member i runs at ``prod_{j != i} n(i | j)``. Returns
+        (throughputs, combined std. dev., any pair marked never, all pairs known).
+        """
+        k = len(members)
+        n = [1.0] * k
+        var = 0.0
+        never = False
+        known = True
+        for i in range(k):
+            for j in range(i + 1, k):
+                p = self.pair(members[i], members[j])
+                n[i] *= p.n_a
+                n[j] *= p.n_b
+                var += p.sd * p.sd
+                never = never or p.never
+                known = known and p.known
+        return n, math.sqrt(var), never, known
+
+    def delta(self, members: list[str]) -> tuple[float, float]:
+        """(delta, sd) of a set of equal-length jobs: ``k * min(n_i)``."""
+        if len(members) < 2:
+            return 1.0, 0.0
+        n, sd, never, _ = self.set_throughputs(members)
+        if never:
+            return 0.0, 0.0
+        return len(members) * min(n), len(members) * sd
+
+    # ---- (de)serialisation -----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "id": self.id,
+            "created": self.created,
+            "gpu_model": self.gpu_model,
+            "prior": {"n": self.prior_n, "sd": self.prior_sd},
+            "classes": {
+                c: {k: v for k, v in vars(i).items() if v is not None}
+                for c, i in sorted(self.classes.items())
+            },
+            "pairs": [
+                {"a": a, "b": b, "n_a": round(p.n_a, 6), "n_b": round(p.n_b, 6),
+                 "sd": round(p.sd, 6), "observed": p.observed, "never": p.never}
+                for (a, b), p in sorted(self.pairs.items())
+            ],
+            "training": self.training,
+            "metrics": self.metrics,
+        }
+
+
+def _num(v: Any, what: str, lo: float = 0.0, hi: float = math.inf) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ScoresError(f"{what}: expected a finite number, got {v!r}")
+    if not lo <= v <= hi:
+        raise ScoresError(f"{what}: {v} outside [{lo}, {hi}]")
+    return float(v)
+
+
+def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
+    """Validate and build a table; any defect raises :class:`ScoresError` naming it."""
+    if not isinstance(d, dict):
+        raise ScoresError(f"{source}: not a score set (top level is not an object)")
+    if d.get("format") != FORMAT:
+        raise ScoresError(f"{source}: unknown format {d.get('format')!r}, expected {FORMAT!r}")
+    try:
+        prior = d.get("prior", {})
+        classes: dict[str, ClassInfo] = {}
+        for name, info in (d.get("classes") or {}).items():
+            if not isinstance(info, dict):
+                raise ScoresError(f"{source}: class {name!r} is not an object")
+            classes[str(name)] = ClassInfo(
+                memory_gib=_num(info["memory_gib"], f"{name}.memory_gib") if "memory_gib" in info else None,
+                sm_util=_num(info["sm_util"], f"{name}.sm_util", 0, 1) if "sm_util" in info else None,
+                solo_rate=_num(info["solo_rate"], f"{name}.solo_rate") if "solo_rate" in info else None,
+            )
+        pairs: dict[tuple[str, str], PairScore] = {}
+        for k, p in enumerate(d.get("pairs") or []):
+            a, b = str(p["a"]), str(p["b"])
+            pairs[(a, b)] = PairScore(
+                n_a=_num(p["n_a"], f"pairs[{k}].n_a", 0, 10),
+                n_b=_num(p["n_b"], f"pairs[{k}].n_b", 0, 10),
+                sd=_num(p.get("sd", 0.0), f"pairs[{k}].sd", 0, 10),
+                observed=bool(p.get("observed", False)),
+                never=bool(p.get("never", False)),
+            )
+        return ScoreTable(
+            classes=classes,
+            pairs=pairs,
+            prior_n=_num(prior.get("n", 0.6), "prior.n", 0, 10),
+            prior_sd=_num(prior.get("sd", 0.25), "prior.sd", 0, 10),
+            id=str(d.get("id", "unnamed")),
+            created=str(d.get("created", "")),
+            gpu_model=str(d.get("gpu_model", "")),
+            training=dict(d.get("training") or {}),
+            metrics=dict(d.get("metrics") or {}),
+        )
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ScoresError(f"{source}: malformed score set ({type(e).__name__}: {e})") from None
+
+
+def load_scores(path: str | Path) -> ScoreTable:
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScoresError(f"score file {p} not found",
+                          hint="slurm-colo retrain, or slurm-colo scores load FILE") from None
+    except OSError as e:
+        raise ScoresError(f"cannot read score file {p}: {e.strerror}") from None
+    try:
+        d = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ScoresError(f"score file {p} is corrupt (not JSON: {e.msg} at line {e.lineno})") from None
+    return scores_from_dict(d, str(p))
+
+
+def publish_scores(table: ScoreTable, path: str | Path) -> Path:
+    """Write ``table`` to ``path`` atomically: readers see the old or the new file, never a
+    half-written one (temp file in the same directory, fsync, rename, fsync the directory)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(table.to_dict(), indent=1, sort_keys=False).encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dfd = os.open(p.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return p
+
+
+def table_from_pairs(
+    rows: Iterable[tuple[str, str, float, float]],
+    classes: dict[str, ClassInfo] | None = None,
+    sd: float = 0.02,
+    **kw: Any,
+) -> ScoreTable:
+    """Small helper for tests and hand-written tables: (a, b, n_a, n_b) rows."""
+    t = ScoreTable(classes=dict(classes or {}), **kw)
+    for a, b, na, nb in rows:
+        t.pairs[(a, b)] = PairScore(na, nb, sd, observed=True, never=(na == 0 and nb == 0))
+    return t
