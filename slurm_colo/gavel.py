@@ -99,3 +99,8 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
     except json.JSONDecodeError as e:
         raise ScoresError(f"gavel data file {p} is not JSON: {e.msg}") from None
     return parse_gavel(raw, gpu)
+
+
+def bundled_path(name: str = "throughputs_v100_k80.json") -> Path:
+    """Path of a file of the bundled Gavel data (``slurm_colo/data/gavel``)."""
+    return Path(__file__).parent / "data" / "gavel" / name
