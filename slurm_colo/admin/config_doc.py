@@ -1,0 +1,210 @@
+"""The reference text of every site-config key, and the example config built from it.
+
+:data:`HELP` is the single source for the config man page (section 5), the commented
+example ``contrib/examples/config.toml`` and docs; a unit test fails when a field of
+:mod:`slurm_colo.config` has no entry here, or an entry names no field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, fields
+from typing import Any, Iterator, NamedTuple
+
+from .. import config as _config
+
+#: ``section.key`` -> one paragraph of help. Keep sentences short; they become man-page text.
+HELP: dict[str, str] = {
+    # [agent]
+    "agent.socket": "Unix socket the placement agent listens on; the Lua hook and the CLI "
+    "connect to it.",
+    "agent.request_timeout_ms": "Hard time limit, in milliseconds, of one placement round trip "
+    "from the Lua hook. A slower answer is ignored and the job gets the fallback.",
+    "agent.retry_after_s": "After a failed round trip the Lua hook does not ask the agent again "
+    "for this many seconds (circuit breaker), so a dead agent never slows submission.",
+    "agent.refresh_interval_s": "How often, in seconds, the agent re-reads job and node state "
+    "from Slurm.",
+    "agent.pending_ttl_s": "A placement the agent handed out but has not yet seen in Slurm "
+    "(the job was rejected or cancelled at submit) is forgotten after this many seconds.",
+    "agent.metrics_listen": "Address (\"host:port\") of the Prometheus text endpoint served by "
+    "the agent. Empty disables it.",
+    "agent.log_level": "Agent log level: debug, info, warning or error.",
+    "agent.slurm_backend": "How the agent reads Slurm state: \"auto\" (PySlurm when it matches "
+    "the installed Slurm, else the JSON output of the Slurm commands), \"json\" or \"pyslurm\".",
+    # [placement]
+    "placement.fallback": "What the Lua hook does when the agent is down, slow or answers "
+    "garbage: \"exclusive\" keeps the job's own GPU request unchanged; \"shard\" turns it into "
+    "untargeted gres:shard sharing.",
+    "placement.cross_user": "Jobs of different users on one GPU: \"never\", or \"shard\" "
+    "(plain time-sliced sharing without MPS, which gives no memory isolation).",
+    "placement.min_delta": "The predicted combined speedup (delta) a shared GPU must keep for "
+    "--colocate=auto. 1.0 means no gain over running the jobs one after the other.",
+    "placement.aggressive_min_delta": "The same threshold for --colocate=aggressive.",
+    "placement.max_slowdown": "In auto mode a job may not be predicted to run slower than this "
+    "factor of its solo speed.",
+    "placement.memory_headroom": "Fraction of GPU memory kept free on a shared GPU.",
+    "placement.default_memory_gib": "GPU memory, in GiB, assumed for a job class with no "
+    "measured profile.",
+    "placement.risk_aversion": "How many standard deviations of the predicted delta are "
+    "subtracted before it is compared with min_delta. 0 trusts the mean.",
+    "placement.explore_rate": "Share of placements that may try a pair of classes with no "
+    "data yet (exploration). 0 disables exploration.",
+    # [store]
+    "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
+    "postgresql+psycopg://...).",
+    "store.busy_timeout_s": "How long, in seconds, a writer waits for a locked SQLite "
+    "database before giving up.",
+    # [scores]
+    "scores.path": "The live compatibility score set the agent reads. `slurm-colo retrain` "
+    "replaces it atomically.",
+    "scores.max_age_h": "A score set older than this many hours is reported stale by "
+    "`slurm-colo doctor`.",
+    # [node]
+    "node.mps_backend": "\"real\" (nvidia-cuda-mps-control) or \"emulator\" (explicit opt-in "
+    "for tests and the lab; never on a production node).",
+    "node.mps_control": "The MPS control binary, a name looked up on PATH or an absolute path.",
+    "node.mps_timeout_s": "Time limit, in seconds, of one MPS control command.",
+    "node.nvml_backend": "\"real\" (NVML through nvidia-ml-py) or \"scenario\" (explicit "
+    "opt-in for tests and the lab).",
+    "node.nvml_scenario": "Scenario file used when nvml_backend is \"scenario\".",
+    "node.run_dir": "Runtime directory on the node (MPS pipes and logs, per-job state).",
+    "node.spool_dir": "Spool directory on the node for job records not yet sent to the "
+    "history database.",
+    "node.sampler_interval_s": "Seconds between two GPU utilisation samples of a running job.",
+    "node.sampler_max_samples": "Most samples kept per job; older ones are thinned out.",
+    # [[gpus]]
+    "gpus.nodes": "Slurm hostlist of a set of identical GPU nodes, e.g. \"gpu[01-16]\". "
+    "Required.",
+    "gpus.count": "Number of GPUs per node. Required.",
+    "gpus.model": "GPU model used in GRES type names (lower-case letters, digits and '.'), "
+    "e.g. \"v100\". Empty gives types such as \"s1\" and \"excl\".",
+    "gpus.memory_gib": "GPU memory per GPU, in GiB.",
+    "gpus.shared": "GPU indices in the shared pool, e.g. \"0-1,3\". The default is every GPU; "
+    "\"\" shares none.",
+    "gpus.shards_per_gpu": "gres/shard count per shared GPU, which bounds how many jobs can "
+    "share it (1-64).",
+    "gpus.device_template": "Device file of a GPU; {index} is replaced by its index.",
+}
+
+SECTION_HELP: dict[str, str] = {
+    "agent": "The placement agent on the controller host.",
+    "placement": "The placement policy.",
+    "store": "The job history database.",
+    "scores": "The compatibility score set.",
+    "node": "The GPU node side: prolog/epilog hooks, MPS, NVML sampling.",
+    "gpus": "GPU layout of one set of identical nodes; repeat the table for each set. "
+    "It determines the generated gres.conf and slurm.conf lines.",
+}
+
+#: [[gpus]] keys in their documented order with their defaults (None: required;
+#: ``shared`` defaults to every GPU of the node, shown as a description).
+GPU_KEYS: dict[str, Any] = {
+    "nodes": None,
+    "count": None,
+    "model": "",
+    "memory_gib": 16.0,
+    "shared": "every GPU",
+    "shards_per_gpu": 4,
+    "device_template": "/dev/nvidia{index}",
+}
+
+#: the [[gpus]] example written into the example config
+EXAMPLE_GPUS: dict[str, Any] = {
+    "nodes": "gpu[01-04]",
+    "count": 4,
+    "model": "v100",
+    "memory_gib": 16.0,
+    "shared": "0-1",
+    "shards_per_gpu": 4,
+    "device_template": "/dev/nvidia{index}",
+}
+
+
+class ConfigKey(NamedTuple):
+    section: str
+    key: str
+    default: Any  # None when required
+    help: str
+
+
+def sections() -> dict[str, type]:
+    return dict(_config._SECTIONS)
+
+
+def choices(section: str, key: str) -> tuple[str, ...]:
+    return _config._CHOICES.get((section, key), ())
+
+
+def iter_keys() -> Iterator[ConfigKey]:
+    """Every config key in file order, with its default and help text."""
+    for name, cls in sections().items():
+        for f in fields(cls):
+            default = f.default if f.default is not MISSING else None
+            yield ConfigKey(name, f.name, default, HELP.get(f"{name}.{f.name}", ""))
+    for key, default in GPU_KEYS.items():
+        yield ConfigKey("gpus", key, default, HELP.get(f"gpus.{key}", ""))
+
+
+def missing_help() -> list[str]:
+    """Config keys without help text, and help entries that name no key."""
+    known = {f"{k.section}.{k.key}" for k in iter_keys()}
+    lacking = sorted(k for k in known if not HELP.get(k))
+    stale = sorted(f"{k} (no such key)" for k in HELP if k not in known)
+    return lacking + stale
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def _wrap(text: str, prefix: str = "# ", width: int = 88) -> list[str]:
+    out: list[str] = []
+    line = ""
+    for word in text.split():
+        if line and len(prefix) + len(line) + 1 + len(word) > width:
+            out.append(prefix + line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        out.append(prefix + line)
+    return out
+
+
+def render_example_config() -> str:
+    """The commented example site config: every key, set to its default, with its help."""
+    lines = [
+        "# slurm-colo site configuration: /etc/slurm-colo/config.toml",
+        "#",
+        "# Every section and key is optional and shown with its default value (an empty file",
+        "# is valid); only nodes and count are required inside a [[gpus]] table. Unknown",
+        "# keys and bad values are errors that name the key.",
+        "# `slurm-colo doctor` checks this file; `man 5 slurm-colo-config` describes it.",
+        "# Generated from slurm_colo/admin/config_doc.py (do not edit by hand: run",
+        "# `python -m slurm_colo.admin.config_doc > contrib/examples/config.toml`).",
+    ]
+    for name, cls in sections().items():
+        lines += ["", f"[{name}]"]
+        lines += _wrap(SECTION_HELP[name])
+        for f in fields(cls):
+            lines.append("")
+            lines += _wrap(HELP[f"{name}.{f.name}"])
+            ch = choices(name, f.name)
+            if ch:
+                lines.append(f"# Accepted: {', '.join(ch)}.")
+            lines.append(f"{f.name} = {toml_value(f.default)}")
+    lines += ["", "[[gpus]]"]
+    lines += _wrap(SECTION_HELP["gpus"])
+    for key, value in EXAMPLE_GPUS.items():
+        lines.append("")
+        lines += _wrap(HELP[f"gpus.{key}"])
+        lines.append(f"{key} = {toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_example_config(), end="")

@@ -1,0 +1,144 @@
+"""Prometheus text exposition (format 0.0.4) of an agent status snapshot. Pure: no I/O.
+
+The agent builds the snapshot; :func:`render` turns it into the text its metrics endpoint
+serves. Snapshot shape::
+
+    {"gpus": [{"node": "gpu01", "index": 1, "gres_type": "v100_s1",
+               "occupants": [{"job_id": 42, "cls": "resnet50", "user": "ana",
+                              "pending": False, "thread_pct": 50}],
+               "predicted_delta": 1.3, "observed_slowdown": 1.1}],
+     "decisions": {"share:compatible": 12},   # "<action>:<reason_code>" -> count
+     "fallbacks": {"agent_timeout": 1},       # reason -> count
+     "scores": {"id": "2026-11-22T03", "age_s": 3600.0},
+     "requests_total": 40,
+     "request_seconds": {"sum": 0.8, "count": 40}}
+
+Missing keys are treated as empty; ``None`` values produce no sample.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREFIX = "slurm_colo_"
+
+Labels = Mapping[str, object]
+
+
+def escape_label(value: object) -> str:
+    """Escape a label value: backslash, double quote and newline."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(v: float | int | bool) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    f = float(v)
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "+Inf" if f > 0 else "-Inf"
+    return repr(f)
+
+
+def _labels(labels: Labels) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items()) + "}"
+
+
+class _Family:
+    def __init__(self, name: str, kind: str, help_text: str) -> None:
+        self.name = PREFIX + name
+        self.kind = kind
+        self.help = help_text
+        self.samples: list[str] = []
+
+    def add(self, value: float | int | bool | None, labels: Labels | None = None,
+            suffix: str = "") -> None:
+        if value is None:
+            return
+        self.samples.append(f"{self.name}{suffix}{_labels(labels or {})} {format_value(value)}")
+
+    def lines(self) -> Iterable[str]:
+        yield f"# HELP {self.name} {escape_help(self.help)}"
+        yield f"# TYPE {self.name} {self.kind}"
+        yield from self.samples
+
+
+def _num(v: Any) -> float | int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    return None
+
+
+def render(snapshot: Mapping[str, Any]) -> str:
+    """Render ``snapshot`` as Prometheus text exposition; ends with a newline."""
+    occupants = _Family("gpu_occupants", "gauge",
+                        "Jobs running on a shared GPU (placed, not pending).")
+    pending = _Family("gpu_pending_occupants", "gauge",
+                      "Jobs placed on a shared GPU by the agent but not yet started.")
+    occ_info = _Family("gpu_occupant_thread_percent", "gauge",
+                       "MPS active thread percentage of each job on a shared GPU.")
+    delta = _Family("gpu_predicted_delta", "gauge",
+                    "Predicted combined speedup of the jobs sharing the GPU (1 = no gain).")
+    slowdown = _Family("gpu_observed_slowdown", "gauge",
+                       "Observed slowdown of the jobs sharing the GPU versus running alone.")
+    for gpu in snapshot.get("gpus") or ():
+        gl = {"node": gpu.get("node", ""), "gpu": gpu.get("index", ""),
+              "gres_type": gpu.get("gres_type", "")}
+        occ = list(gpu.get("occupants") or ())
+        n_pending = sum(1 for o in occ if o.get("pending"))
+        occupants.add(len(occ) - n_pending, gl)
+        pending.add(n_pending, gl)
+        for o in occ:
+            job = o.get("job_id")
+            occ_info.add(_num(o.get("thread_pct")), {
+                **gl, "job_id": "" if job is None else job, "class": o.get("cls", ""),
+                "user": o.get("user", ""), "pending": "true" if o.get("pending") else "false"})
+        delta.add(_num(gpu.get("predicted_delta")), gl)
+        slowdown.add(_num(gpu.get("observed_slowdown")), gl)
+
+    decisions = _Family("decisions_total", "counter",
+                        "Placement decisions by action and reason code.")
+    for key, count in sorted((snapshot.get("decisions") or {}).items()):
+        action, _, reason = str(key).partition(":")
+        decisions.add(_num(count), {"action": action, "reason": reason})
+
+    fallbacks = _Family("fallbacks_total", "counter",
+                        "Jobs that got the fallback placement, by reason.")
+    for reason, count in sorted((snapshot.get("fallbacks") or {}).items()):
+        fallbacks.add(_num(count), {"reason": reason})
+
+    scores = snapshot.get("scores") or {}
+    score_info = _Family("scores_info", "gauge", "The live compatibility score set (value 1).")
+    score_age = _Family("scores_age_seconds", "gauge", "Age of the live score set in seconds.")
+    if scores.get("id") is not None:
+        score_info.add(1, {"id": scores["id"]})
+    score_age.add(_num(scores.get("age_s")))
+
+    requests = _Family("requests_total", "counter", "Placement requests answered by the agent.")
+    requests.add(_num(snapshot.get("requests_total")))
+
+    rs = snapshot.get("request_seconds") or {}
+    duration = _Family("request_duration_seconds", "summary",
+                       "Time the agent spent answering placement requests.")
+    duration.add(_num(rs.get("sum")), suffix="_sum")
+    duration.add(_num(rs.get("count")), suffix="_count")
+
+    families = [occupants, pending, occ_info, delta, slowdown, decisions, fallbacks,
+                score_info, score_age, requests, duration]
+    out: list[str] = []
+    for fam in families:
+        out.extend(fam.lines())
+    return "\n".join(out) + "\n"

@@ -1,0 +1,133 @@
+"""The Prometheus text rendering, parsed back line by line."""
+
+from __future__ import annotations
+
+import re
+
+from slurm_colo.metrics import escape_label, format_value, render
+
+SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
+
+
+def _unescape(v: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), v)
+
+
+def parse(text: str) -> tuple[dict[str, tuple[str, str]], list[tuple[str, dict[str, str], str]]]:
+    """A strict reader of the exposition format: families (help, type) and samples."""
+    assert text.endswith("\n")
+    families: dict[str, dict[str, str]] = {}
+    samples: list[tuple[str, dict[str, str], str]] = []
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[7:].partition(" ")
+            families.setdefault(name, {})["help"] = help_text
+        elif line.startswith("# TYPE "):
+            name, _, kind = line[7:].partition(" ")
+            assert kind in ("counter", "gauge", "summary", "histogram", "untyped")
+            assert "help" in families.get(name, {}), f"TYPE before HELP for {name}"
+            families[name]["type"] = kind
+        else:
+            m = SAMPLE_RE.match(line)
+            assert m, f"not a sample line: {line!r}"
+            name, _, body, value = m.groups()
+            labels: dict[str, str] = {}
+            if body:
+                pos = 0
+                while pos < len(body):
+                    lm = LABEL_RE.match(body, pos)
+                    assert lm, f"bad labels in {line!r}"
+                    labels[lm.group(1)] = _unescape(lm.group(2))
+                    pos = lm.end()
+            float(value)  # must parse (NaN/+Inf included)
+            family = next((f for f in families if name == f or name in (f + "_sum", f + "_count")), None)
+            assert family, f"sample {name} without HELP/TYPE"
+            samples.append((name, labels, value))
+    return {k: (v["help"], v["type"]) for k, v in families.items()}, samples
+
+
+SNAPSHOT = {
+    "gpus": [
+        {"node": "gpu01", "index": 1, "gres_type": "v100_s1",
+         "occupants": [
+             {"job_id": 42, "cls": "resnet50", "user": "ana", "pending": False, "thread_pct": 50},
+             {"job_id": None, "cls": 'we"ird\\cls\nx', "user": "bo", "pending": True, "thread_pct": 50},
+         ],
+         "predicted_delta": 1.31, "observed_slowdown": None},
+        {"node": "gpu02", "index": 0, "gres_type": "v100_s0", "occupants": [],
+         "predicted_delta": None, "observed_slowdown": 1.12},
+    ],
+    "decisions": {"share:compatible": 7, "exclusive:no_partner": 2},
+    "fallbacks": {"agent_timeout": 3},
+    "scores": {"id": "2026-11-22T03:00", "age_s": 5400.0},
+    "requests_total": 12,
+    "request_seconds": {"sum": 0.25, "count": 12},
+}
+
+
+def _values(samples, name):
+    return [(labels, value) for n, labels, value in samples if n == name]
+
+
+def test_every_family_has_help_and_type_and_counters_end_in_total():
+    families, _ = parse(render(SNAPSHOT))
+    assert families, "no metric families"
+    for name, (help_text, kind) in families.items():
+        assert name.startswith("slurm_colo_")
+        assert help_text
+        if kind == "counter":
+            assert name.endswith("_total")
+
+
+def test_gpu_occupants_split_running_and_pending():
+    _, samples = parse(render(SNAPSHOT))
+    running = {(l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_occupants")}
+    pending = {(l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_pending_occupants")}
+    assert running == {("gpu01", "1"): "1", ("gpu02", "0"): "0"}
+    assert pending == {("gpu01", "1"): "1", ("gpu02", "0"): "0"}
+
+
+def test_label_values_are_escaped_and_round_trip():
+    text = render(SNAPSHOT)
+    assert 'class="we\\"ird\\\\cls\\nx"' in text
+    _, samples = parse(text)
+    occ = _values(samples, "slurm_colo_gpu_occupant_thread_percent")
+    classes = {l["class"]: (l["job_id"], l["pending"], v) for l, v in occ}
+    assert classes == {"resnet50": ("42", "false", "50"), 'we"ird\\cls\nx': ("", "true", "50")}
+
+
+def test_none_values_give_no_sample():
+    _, samples = parse(render(SNAPSHOT))
+    delta = {l["node"]: v for l, v in _values(samples, "slurm_colo_gpu_predicted_delta")}
+    slow = {l["node"]: v for l, v in _values(samples, "slurm_colo_gpu_observed_slowdown")}
+    assert delta == {"gpu01": "1.31"}
+    assert slow == {"gpu02": "1.12"}
+
+
+def test_decisions_fallbacks_scores_and_requests():
+    _, samples = parse(render(SNAPSHOT))
+    dec = {(l["action"], l["reason"]): v for l, v in _values(samples, "slurm_colo_decisions_total")}
+    assert dec == {("share", "compatible"): "7", ("exclusive", "no_partner"): "2"}
+    fb = {l["reason"]: v for l, v in _values(samples, "slurm_colo_fallbacks_total")}
+    assert fb == {"agent_timeout": "3"}
+    assert _values(samples, "slurm_colo_scores_info") == [({"id": "2026-11-22T03:00"}, "1")]
+    assert _values(samples, "slurm_colo_scores_age_seconds") == [({}, "5400.0")]
+    assert _values(samples, "slurm_colo_requests_total") == [({}, "12")]
+    assert _values(samples, "slurm_colo_request_duration_seconds_sum") == [({}, "0.25")]
+    assert _values(samples, "slurm_colo_request_duration_seconds_count") == [({}, "12")]
+
+
+def test_empty_snapshot_still_valid_text():
+    families, samples = parse(render({}))
+    assert "slurm_colo_requests_total" in families
+    assert samples == []
+
+
+def test_value_and_escape_helpers():
+    assert format_value(float("nan")) == "NaN"
+    assert format_value(float("inf")) == "+Inf"
+    assert format_value(float("-inf")) == "-Inf"
+    assert format_value(True) == "1"
+    assert format_value(3) == "3"
+    assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
