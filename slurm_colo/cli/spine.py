@@ -1,10 +1,65 @@
-"""Spine commands: version (more arrive with the agent)."""
+"""Spine commands: version, agent, explain, status."""
 
 from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
 from .. import __version__
+from ..config import load_config
+from ..errors import AgentError
+from ..tags import parse_tag
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
+
+
+def _fmt_explain(ex: dict[str, Any]) -> str:
+    job = ex.get("job_id")
+    if not ex.get("known"):
+        return f"job {job}: {ex.get('reason')}"
+    lines = [f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"]
+    if ex.get("action") == "share":
+        partners = ex.get("partners") or []
+        where = f"GPU {ex.get('gpu')} of node {ex.get('node')}"
+        lines.append(f"  placed on {where} " + (f"with job(s) {', '.join(map(str, partners))}" if partners
+                                                 else "(opened it for sharing; no partner then)"))
+        if ex.get("predicted_delta") is not None:
+            lines.append(f"  predicted speedup delta {ex['predicted_delta']:.2f}"
+                         + (f" ± {ex['predicted_sd']:.2f}" if ex.get("predicted_sd") else ""))
+        if ex.get("mechanism") == "mps":
+            lines.append(f"  MPS limits: {ex.get('thread_pct')}% of SMs, {ex.get('mem_limit_gib')} GiB pinned memory")
+        elif ex.get("mechanism"):
+            lines.append(f"  sharing: {ex.get('mechanism')} (time-sliced, no MPS)")
+        if ex.get("now_with") is not None:
+            lines.append(f"  sharing now with: {', '.join(map(str, ex['now_with'])) or 'nobody'}")
+    else:
+        lines.append(f"  own GPU: {ex.get('reason')}")
+    if ex.get("scores"):
+        lines.append(f"  score set: {ex['scores']}")
+    return "\n".join(lines)
+
+
+def _explain_from_slurm(job_id: int) -> dict[str, Any]:
+    from ..slurm.json_backend import JsonBackend
+    j = JsonBackend().job(job_id)
+    if j is None:
+        return {"job_id": job_id, "known": False, "reason": "job not found in Slurm and agent unreachable"}
+    tag = parse_tag(j.admin_comment) or parse_tag(j.comment)
+    if not tag:
+        return {"job_id": job_id, "known": False,
+                "reason": f"not a --colocate job (comment: {j.comment or '-'})"}
+    ex: dict[str, Any] = {"job_id": job_id, "known": True, "name": j.name, "user": j.user,
+                          "cls": tag["cls"], "mode": tag["mode"], "gpu": tag["gpu"], "node": tag["node"],
+                          "mechanism": tag["mechanism"], "thread_pct": tag["thread_pct"],
+                          "mem_limit_gib": tag["mem_limit_gib"], "predicted_delta": tag["delta"],
+                          "partners": [], "action": "share" if tag["shared"] else "exclusive",
+                          "reason": j.comment}
+    return ex
 
 
 def register(app: typer.Typer) -> None:
@@ -12,3 +67,61 @@ def register(app: typer.Typer) -> None:
     def version() -> None:
         """Print the slurm-colo version."""
         typer.echo(__version__)
+
+    @app.command()
+    def agent(config: Optional[Path] = ConfigOpt) -> None:
+        """Run the placement agent (a long-running daemon; systemd unit in contrib/)."""
+        from ..agent.server import Agent
+        cfg = load_config(config)
+        logging.basicConfig(level=cfg.agent.log_level.upper(),
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.getLogger("slurm_colo").info("config: %s", cfg.source)
+        Agent(cfg).serve()
+
+    @app.command()
+    def explain(job_id: int = typer.Argument(..., help="Slurm job id"),
+                json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+                config: Optional[Path] = ConfigOpt) -> None:
+        """Say where a --colocate job was placed and why (or why it got a GPU of its own)."""
+        from ..agent import client
+        cfg = load_config(config)
+        try:
+            ex = client.explain(cfg, job_id)
+        except AgentError as e:
+            ex = _explain_from_slurm(job_id)
+            ex["note"] = f"agent unreachable ({e.message}); read from the job's Slurm record"
+        if json_out:
+            typer.echo(json.dumps(ex, indent=1, default=str))
+            return
+        typer.echo(_fmt_explain(ex))
+        if ex.get("note"):
+            typer.echo(f"  ({ex['note']})")
+
+    @app.command()
+    def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+               config: Optional[Path] = ConfigOpt) -> None:
+        """Every shared GPU with its occupants, limits, time together and predicted delta."""
+        from ..agent import client
+        cfg = load_config(config)
+        st = client.status(cfg)
+        if json_out:
+            typer.echo(json.dumps(st, indent=1, default=str))
+            return
+        now = time.time()
+        sc = st.get("scores", {})
+        typer.echo(f"score set: {sc.get('id')} (created {sc.get('created') or '?'})"
+                   + (f"  ERROR: {sc['error']}" if sc.get("error") else ""))
+        typer.echo(f"pending placements: {st.get('pending_placements', 0)}")
+        for g in st.get("gpus", []):
+            occ = g.get("occupants", [])
+            head = f"{g['node']}:{g['index']} [{g['gres_type']}]"
+            if g.get("exclusive_job"):
+                typer.echo(f"{head}  exclusive job {g['exclusive_job']}")
+                continue
+            delta = f"  delta {g['predicted_delta']:.2f}" if g.get("predicted_delta") else ""
+            typer.echo(f"{head}  {len(occ)}/{g['slots']} slot(s){delta}"
+                       + ("" if g.get("available", True) else "  (node unavailable)"))
+            for o in occ:
+                state = "pending" if o["pending"] else f"running {int(now - o['since'])}s" if o.get("since") else "running"
+                typer.echo(f"    job {o['job_id'] or o['key']:>8}  {o['user']:<10} {o['cls']:<24} "
+                           f"{o['thread_pct']:>3}% {o['mem_limit_gib'] or '-':>6} GiB  {state}")

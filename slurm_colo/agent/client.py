@@ -1,0 +1,82 @@
+"""Client side of the agent socket, for the node hooks and the CLI.
+
+Every function has a hard time limit and returns ``None`` when the agent cannot be
+reached or answers garbage: callers (the Prolog above all) must never fail because of it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from ..config import Config
+from ..errors import AgentError, ProtocolError
+from .protocol import format_request, parse_reply
+
+
+def request(socket_path: str, verb: str, payload: dict[str, Any], timeout_s: float = 1.0) -> dict[str, Any]:
+    """One round trip. Raises :class:`AgentError` on any failure."""
+    deadline = time.monotonic() + timeout_s
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout_s)
+        try:
+            s.connect(socket_path)
+            s.sendall(format_request(verb, payload))
+            buf = b""
+            while not buf.endswith(b"\n"):
+                s.settimeout(max(0.001, deadline - time.monotonic()))
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        except FileNotFoundError:
+            raise AgentError(f"agent socket {socket_path} does not exist",
+                             hint="start the agent: slurm-colo agent") from None
+        except ConnectionRefusedError:
+            raise AgentError(f"nothing listens on {socket_path}",
+                             hint="start the agent: slurm-colo agent") from None
+        except (socket.timeout, TimeoutError):
+            raise AgentError(f"agent did not answer within {timeout_s:g}s") from None
+        except OSError as e:
+            raise AgentError(f"agent socket {socket_path}: {e.strerror or e}") from None
+    finally:
+        s.close()
+    if not buf:
+        raise AgentError("agent closed the connection without answering")
+    try:
+        return parse_reply(verb, buf)
+    except ProtocolError as e:
+        raise AgentError(str(e)) from None
+
+
+def _quiet(cfg: Config, verb: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+    try:
+        return request(cfg.agent.socket, verb, payload, timeout_s)
+    except AgentError:
+        return None
+
+
+def ping(cfg: Config, timeout_s: float = 1.0) -> dict[str, Any] | None:
+    return _quiet(cfg, "PING", {}, timeout_s)
+
+
+def job_started(cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int,
+                timeout_s: float = 0.5) -> dict[str, Any] | None:
+    """Tell the agent a job starts; returns its placement dict (see slurm_colo.tags)."""
+    r = _quiet(cfg, "JOBSTART", {"job": job_id, "node": node, "gpus": gpus, "user": user, "uid": uid},
+               timeout_s)
+    return r.get("placement") if r else None
+
+
+def job_ended(cfg: Config, job_id: int, node: str, exit_code: int = 0, timeout_s: float = 0.5) -> None:
+    _quiet(cfg, "JOBEND", {"job": job_id, "node": node, "exit_code": exit_code}, timeout_s)
+
+
+def explain(cfg: Config, job_id: int, timeout_s: float = 2.0) -> dict[str, Any]:
+    return request(cfg.agent.socket, "EXPLAIN", {"job": job_id}, timeout_s)
+
+
+def status(cfg: Config, timeout_s: float = 2.0) -> dict[str, Any]:
+    return request(cfg.agent.socket, "STATUS", {}, timeout_s)

@@ -1,0 +1,255 @@
+"""The agent daemon: unix-socket server, Slurm refresher, score reloader, metrics.
+
+Threads: one per connection (requests are tiny), one refresher polling Slurm every
+``agent.refresh_interval_s`` and re-reading the score file when it changes, and optionally
+an HTTP thread serving Prometheus metrics. All state lives in :class:`AgentState` behind
+one lock; answering a placement touches only memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import signal
+import socket
+import socketserver
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..errors import ColoError, ProtocolError, ScoresError, SlurmError
+from ..scores import ScoreTable, load_scores
+from ..slurm import SlurmBackend, open_backend
+from .protocol import format_error, format_reply, parse_request
+from .state import AgentState
+
+log = logging.getLogger("slurm_colo.agent")
+PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "RELOAD")
+
+
+def _peer_uid(sock: socket.socket) -> int | None:
+    try:
+        data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", data)[1]
+    except OSError:
+        return None
+
+
+def trusted_uids() -> set[int]:
+    """root, the agent's own user and SlurmUser ("slurm") may place and report jobs."""
+    uids = {0, os.getuid()}
+    try:
+        uids.add(pwd.getpwnam("slurm").pw_uid)
+    except KeyError:
+        pass
+    return uids
+
+
+class Agent:
+    def __init__(self, cfg: Config, backend: SlurmBackend | None = None) -> None:
+        self.cfg = cfg
+        self.backend = backend or open_backend(cfg.agent.slurm_backend)
+        self.state = AgentState(cfg)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.trusted = trusted_uids()
+        self.req_count = 0
+        self.req_seconds = 0.0
+        self._scores_mtime: float | None = None
+        self._server: socketserver.UnixStreamServer | None = None
+        self._http: ThreadingHTTPServer | None = None
+
+    # ---- scores and Slurm --------------------------------------------------------------
+    def reload_scores(self, force: bool = False) -> None:
+        path = Path(self.cfg.scores.path)
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            mtime = None
+        if not force and mtime == self._scores_mtime:
+            return
+        self._scores_mtime = mtime
+        try:
+            table: ScoreTable | None = load_scores(path)
+            err = None
+        except ScoresError as e:
+            table, err = None, str(e)
+        with self.lock:
+            if table is not None:
+                self.state.scores = table
+                self.state.scores_error = None
+                log.info("scores: loaded set %s (%d classes, %d pairs)", table.id, len(table.classes), len(table.pairs))
+            else:
+                self.state.scores_error = err
+                log.error("scores: %s; keeping set %s (unknown pairs use the conservative prior)",
+                          err, self.state.scores.id)
+
+    def refresh(self) -> None:
+        try:
+            jobs = self.backend.jobs()
+            nodes = self.backend.nodes()
+        except SlurmError as e:
+            log.warning("slurm refresh failed, keeping the previous view: %s", e)
+            return
+        with self.lock:
+            self.state.apply_snapshot(jobs, nodes, time.time())
+
+    def _refresher(self) -> None:
+        while not self.stop.wait(self.cfg.agent.refresh_interval_s):
+            self.reload_scores()
+            self.refresh()
+
+    # ---- requests ---------------------------------------------------------------------
+    def handle(self, line: bytes, peer_uid: int | None) -> bytes:
+        t0 = time.perf_counter()
+        try:
+            verb, payload = parse_request(line)
+        except ProtocolError as e:
+            return format_error(str(e))
+        if verb in PRIVILEGED_VERBS and peer_uid is not None and peer_uid not in self.trusted:
+            return format_error(f"{verb} is reserved to slurmctld and the node hooks")
+        try:
+            reply = self._dispatch(verb, payload)
+        except (ColoError, KeyError, ValueError, TypeError) as e:
+            log.warning("%s failed: %s", verb, e)
+            return format_error(f"{verb} failed: {e}")
+        dt = time.perf_counter() - t0
+        with self.lock:
+            self.req_count += 1
+            self.req_seconds += dt
+        return format_reply(verb, reply)
+
+    def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
+        now = time.time()
+        if verb == "PING":
+            return {"pong": True, "pid": os.getpid(), "backend": self.backend.name,
+                    "scores": self.state.scores.id}
+        if verb == "PLACE":
+            with self.lock:
+                return self.state.place_request(p, now)
+        if verb == "JOBSTART":
+            job_id = int(p["job"])
+            with self.lock:
+                need = self.state.needs_lookup(job_id)
+            tag_text = None
+            if need:  # placed before the last refresh: read its tag from Slurm (outside the lock)
+                j = self.backend.job(job_id)
+                tag_text = j.admin_comment if j else None
+            with self.lock:
+                return {"placement": self.state.job_started(job_id, tag_text, now)}
+        if verb == "JOBEND":
+            with self.lock:
+                self.state.job_ended(int(p["job"]))
+            return {}
+        if verb == "EXPLAIN":
+            job_id = int(p["job"])
+            with self.lock:
+                known = not self.state.needs_lookup(job_id)
+            j = None if known else self.backend.job(job_id)
+            with self.lock:
+                ex = self.state.explain(job_id, j.admin_comment if j else None)
+            if j is not None:
+                ex.setdefault("state", j.state)
+                ex["slurm_comment"] = j.comment
+            return ex
+        if verb == "STATUS":
+            with self.lock:
+                st = self.state.status(now)
+                st["requests_total"] = self.req_count
+                st["request_seconds"] = {"sum": self.req_seconds, "count": self.req_count}
+                return st
+        if verb == "RELOAD":
+            self.reload_scores(force=True)
+            self.refresh()
+            return {"scores": self.state.scores.id}
+        raise ProtocolError(f"unhandled verb {verb}")
+
+    # ---- serving ----------------------------------------------------------------------
+    def serve(self) -> None:
+        path = Path(self.cfg.agent.socket)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(path))
+                raise ColoError(f"another agent is already listening on {path}")
+            except (ConnectionRefusedError, FileNotFoundError):
+                path.unlink()
+            finally:
+                probe.close()
+        agent = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            timeout = 2.0
+
+            def handle(self) -> None:
+                try:
+                    line = self.rfile.readline(64 * 1024 + 1)
+                except (socket.timeout, OSError):
+                    return
+                if not line:
+                    return
+                try:
+                    self.wfile.write(agent.handle(line, _peer_uid(self.request)))
+                except OSError:
+                    pass
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        self._server = Server(str(path), Handler)
+        os.chmod(path, 0o666)  # anyone may ask EXPLAIN/STATUS; writes are checked by peer uid
+        self.reload_scores(force=True)
+        self.refresh()
+        threading.Thread(target=self._refresher, name="refresher", daemon=True).start()
+        self._start_metrics()
+        log.info("agent listening on %s (backend %s, %d shared GPU(s) configured)",
+                 path, self.backend.name, len(self.state.view.gpus))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: threading.Thread(target=self.shutdown, daemon=True).start())
+        signal.signal(signal.SIGHUP, lambda *_: self.reload_scores(force=True))
+        try:
+            self._server.serve_forever(poll_interval=0.2)
+        finally:
+            self._server.server_close()
+            path.unlink(missing_ok=True)
+            log.info("agent stopped")
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        if self._http:
+            self._http.shutdown()
+        if self._server:
+            self._server.shutdown()
+
+    def _start_metrics(self) -> None:
+        listen = self.cfg.agent.metrics_listen
+        if not listen:
+            return
+        host, _, port = listen.rpartition(":")
+        agent = self
+
+        class MetricsHandler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                from ..metrics import render
+                body = render(agent._dispatch("STATUS", {})).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer((host or "127.0.0.1", int(port)), MetricsHandler)
+        threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
+        log.info("metrics on http://%s/metrics", listen)

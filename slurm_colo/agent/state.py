@@ -1,0 +1,294 @@
+"""The agent's live view: which job sits on which shared GPU, the placements it has handed
+out, and the scores. No I/O here: the server feeds it Slurm snapshots and hook events."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..config import Config
+from ..errors import OptionError
+from ..gres_layout import NodeGpus, expand_hostlist
+from ..options import derive_class, parse_mode
+from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant, place
+from ..scores import ScoreTable
+from ..slurm.model import SlurmJob, SlurmNode
+from ..tags import make_tag, parse_tag
+
+log = logging.getLogger("slurm_colo.agent")
+MAX_EXPLANATIONS = 20000
+
+
+@dataclass
+class Placement:
+    token: str
+    request: JobRequest
+    decision: Decision
+    created: float
+    job_id: int | None = None
+    running: bool = False
+    started: float | None = None
+
+
+def _decision_from_tag(tag: dict[str, Any]) -> Decision:
+    return Decision(
+        "share", "rebuilt from the job's tag after an agent restart",
+        node=tag["node"], index=tag["gpu"], mechanism=tag["mechanism"],
+        thread_pct=tag["thread_pct"], mem_limit_gib=tag["mem_limit_gib"],
+        predicted_delta=tag["delta"], memory_gib=tag["memory_gib"],
+    )
+
+
+class AgentState:
+    def __init__(self, cfg: Config, scores: ScoreTable | None = None) -> None:
+        self.cfg = cfg
+        self.scores = scores or ScoreTable()
+        self.scores_error: str | None = None
+        self.placements: dict[str, Placement] = {}
+        self.by_job: dict[int, str] = {}
+        self.jobs: dict[int, SlurmJob] = {}
+        self.nodes: dict[str, SlurmNode] = {}
+        self.view = ClusterView()
+        self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
+        self.explanations: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.decisions: Counter[str] = Counter()
+        self.fallbacks: Counter[str] = Counter()
+        self.snapshot_time: float = 0.0
+
+    # ---- Slurm snapshots ---------------------------------------------------------------
+    def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
+        self.jobs = {j.job_id: j for j in jobs}
+        if nodes:
+            self.nodes = {n.name: n for n in nodes}
+        self.snapshot_time = now
+        for j in jobs:
+            tag = parse_tag(j.admin_comment)
+            if not tag or not tag["token"]:
+                continue
+            p = self.placements.get(tag["token"])
+            if p is None and tag["shared"] and tag["node"] is not None and tag["gpu"] is not None:
+                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"], mode=tag["mode"])
+                p = Placement(tag["token"], req, _decision_from_tag(tag), created=j.submit_time or now)
+                self.placements[p.token] = p
+                log.info("job %s: placement rebuilt from Slurm (GPU %s of %s)", j.job_id, tag["gpu"], tag["node"])
+            if p is not None and p.job_id is None:
+                self._link(p, j.job_id)
+            if p is not None:
+                p.running = j.active
+        for token, p in list(self.placements.items()):
+            gone = p.job_id is not None and p.job_id not in self.jobs
+            stale = p.job_id is None and now - p.created > self.cfg.agent.pending_ttl_s
+            if gone or stale:
+                self._drop(token)
+        self.rebuild()
+
+    def _link(self, p: Placement, job_id: int) -> None:
+        p.job_id = job_id
+        self.by_job[job_id] = p.token
+        p.request = replace(p.request, key=str(job_id))
+        ex = self.explanations.get(p.token)
+        if ex is not None:
+            ex["job_id"] = job_id
+        log.info("job %s: is placement %s (%s)", job_id, p.token, p.decision.reason)
+
+    def _drop(self, token: str) -> None:
+        p = self.placements.pop(token, None)
+        if p and p.job_id is not None:
+            self.by_job.pop(p.job_id, None)
+
+    # ---- the view ------------------------------------------------------------------------
+    def rebuild(self) -> None:
+        gpus: dict[tuple[str, int], GpuView] = {}
+        for node, ng in self.layouts.items():
+            sn = self.nodes.get(node)
+            for i in ng.shared:
+                gpus[(node, i)] = GpuView(node=node, index=i, gres_type=ng.gres_type(i),
+                                          memory_gib=ng.memory_gib, slots=ng.shards_per_gpu,
+                                          model=ng.model, available=sn.usable if sn else not self.nodes)
+        placed: set[str] = set()
+        for j in self.jobs.values():
+            if not j.active or j.nodes not in self.layouts:
+                continue
+            ng = self.layouts[j.nodes]
+            for alloc in j.gres:
+                if alloc.name == "gpu":
+                    for i in alloc.indices:
+                        if (j.nodes, i) in gpus:
+                            gpus[(j.nodes, i)].exclusive_job = j.job_id
+                elif alloc.name == "shard":
+                    idx = alloc.indices[0] if alloc.indices else ng.index_for_type(alloc.type)
+                    g = gpus.get((j.nodes, idx)) if idx is not None else None
+                    if g is not None:
+                        g.occupants.append(self._occupant_for_job(j))
+                        token = self.by_job.get(j.job_id)
+                        if token:
+                            placed.add(token)
+        for p in self.placements.values():
+            if p.token in placed or not p.decision.shared:
+                continue
+            g = gpus.get((p.decision.node or "", p.decision.index if p.decision.index is not None else -1))
+            if g is not None:
+                g.occupants.append(self._occupant_for_placement(p))
+        self.view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
+
+    def _occupant_for_placement(self, p: Placement) -> Occupant:
+        d = p.decision
+        est = d.memory_gib if d.memory_gib is not None else self.cfg.placement.default_memory_gib
+        return Occupant(key=str(p.job_id) if p.job_id else p.token, user=p.request.user, uid=p.request.uid,
+                        cls=p.request.cls, memory_gib=est, thread_pct=d.thread_pct or 100,
+                        mem_limit_gib=d.mem_limit_gib or 0.0, pending=not p.running,
+                        job_id=p.job_id, since=p.started or p.created)
+
+    def _occupant_for_job(self, j: SlurmJob) -> Occupant:
+        token = self.by_job.get(j.job_id)
+        if token and token in self.placements:
+            occ = self._occupant_for_placement(self.placements[token])
+            occ.pending = False
+            occ.since = j.start_time or occ.since
+            return occ
+        # a shard job we did not place (fallback sharing, or asked for by hand)
+        cls = derive_class(j.name)
+        return Occupant(key=str(j.job_id), user=j.user, uid=j.uid, cls=cls,
+                        memory_gib=self.scores.memory_gib(cls, self.cfg.placement.default_memory_gib),
+                        job_id=j.job_id, since=j.start_time)
+
+    # ---- requests ------------------------------------------------------------------------
+    def _candidate_view(self, fields: dict[str, str]) -> ClusterView:
+        gpus = self.view.gpus
+        want_type = fields.get("gpu_type", "")
+        if want_type:
+            gpus = [g for g in gpus if g.model == want_type]
+        if fields.get("req_nodes"):
+            allowed = set(expand_hostlist(fields["req_nodes"]))
+            gpus = [g for g in gpus if g.node in allowed]
+        if fields.get("exc_nodes"):
+            banned = set(expand_hostlist(fields["exc_nodes"]))
+            gpus = [g for g in gpus if g.node not in banned]
+        part = fields.get("partition", "")
+        if part:
+            gpus = [g for g in gpus if g.node not in self.nodes
+                    or not self.nodes[g.node].partitions or part in self.nodes[g.node].partitions]
+        return ClusterView(gpus=gpus) if gpus is not self.view.gpus else self.view
+
+    def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
+        token = secrets.token_hex(4)
+        user = fields.get("user", "")
+        try:
+            uid = int(fields.get("uid", "-1"))
+            mode = parse_mode(fields.get("mode"))
+            cls = derive_class(fields.get("name"), fields.get("class") or None)
+        except (OptionError, ValueError) as e:
+            self.decisions["exclusive:bad-input"] += 1
+            return {"action": "exclusive", "comment": f"colo: not shared ({e})"}
+        req = JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode,
+                         partition=fields.get("partition", ""))
+        d = place(req, self._candidate_view(fields), self.scores, self.cfg.placement)
+        self._remember(token, fields.get("name", ""), user, cls, mode, d, now)
+        tag = make_tag(token, cls, mode, d)
+        if not d.shared:
+            self.decisions["exclusive:" + d.reason.split(":")[0]] += 1
+            log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), user, cls, d.reason)
+            return {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
+        p = Placement(token, req, d, created=now)
+        self.placements[token] = p
+        g = self.view.find(d.node or "", d.index if d.index is not None else -1)
+        if g is not None:
+            g.occupants.append(self._occupant_for_placement(p))
+        self.decisions["share:" + ("partner" if d.partners else "open")] += 1
+        ng = self.layouts[d.node or ""]
+        log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), user, cls, d.reason)
+        short = f"colo: GPU {d.index} of {d.node}" + (
+            f" with job(s) {','.join(d.partners)}, predicted delta {d.predicted_delta:.2f}" if d.partners
+            else " (opened for sharing)")
+        return {"action": "share", "gres": ng.shard_request(d.index or 0), "node": d.node or "",
+                "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
+
+    def _remember(self, token: str, name: str, user: str, cls: str, mode: str, d: Decision, now: float) -> None:
+        self.explanations[token] = {
+            "token": token, "job_id": None, "name": name, "user": user, "cls": cls, "mode": mode,
+            "action": d.action, "reason": d.reason, "node": d.node, "gpu": d.index,
+            "partners": list(d.partners), "predicted_delta": d.predicted_delta,
+            "predicted_sd": d.predicted_sd, "thread_pct": d.thread_pct,
+            "mem_limit_gib": d.mem_limit_gib, "mechanism": d.mechanism, "time": now,
+            "scores": self.scores.id,
+        }
+        while len(self.explanations) > MAX_EXPLANATIONS:
+            self.explanations.popitem(last=False)
+
+    def job_started(self, job_id: int, tag_text: str | None, now: float) -> dict[str, Any] | None:
+        token = self.by_job.get(job_id)
+        if token is None and tag_text:
+            tag = parse_tag(tag_text)
+            if tag and tag["token"] in self.placements:
+                token = tag["token"]
+                self._link(self.placements[token], job_id)
+        if token is None or token not in self.placements:
+            return None
+        p = self.placements[token]
+        p.running, p.started = True, now
+        self.rebuild()
+        d = p.decision
+        g = self.view.find(d.node or "", d.index if d.index is not None else -1)
+        partners = [o.job_id for o in (g.occupants if g else []) if o.job_id and o.job_id != job_id]
+        log.info("job %s: started on GPU %s of %s with %s", job_id, d.index, d.node, partners or "no partner")
+        return {"shared": True, "mechanism": d.mechanism, "thread_pct": d.thread_pct,
+                "mem_limit_gib": d.mem_limit_gib, "cls": p.request.cls, "mode": p.request.mode,
+                "node": d.node, "gpu": d.index, "partners": partners, "token": token,
+                "delta": d.predicted_delta, "memory_gib": d.memory_gib}
+
+    def job_ended(self, job_id: int) -> None:
+        token = self.by_job.get(job_id)
+        if token:
+            self._drop(token)
+        self.jobs.pop(job_id, None)
+        self.rebuild()
+        log.info("job %s: ended", job_id)
+
+    def needs_lookup(self, job_id: int) -> bool:
+        return job_id not in self.by_job
+
+    # ---- reporting -----------------------------------------------------------------------
+    def explain(self, job_id: int, tag_text: str | None = None) -> dict[str, Any]:
+        token = self.by_job.get(job_id)
+        if token is None and tag_text:
+            t = parse_tag(tag_text)
+            token = t["token"] if t else None
+        ex = dict(self.explanations.get(token or "", {}))
+        if not ex:
+            return {"job_id": job_id, "known": False,
+                    "reason": "no placement recorded: submitted without --colocate, or before the agent's memory"}
+        ex["known"] = True
+        ex["job_id"] = job_id
+        p = self.placements.get(token or "")
+        if p and p.decision.shared:
+            g = self.view.find(p.decision.node or "", p.decision.index if p.decision.index is not None else -1)
+            if g is not None:
+                ex["now_with"] = [o.job_id or o.key for o in g.occupants if o.job_id != job_id]
+        return ex
+
+    def status(self, now: float) -> dict[str, Any]:
+        gpus = []
+        for g in self.view.gpus:
+            classes = [o.cls for o in g.occupants]
+            delta = self.scores.delta(classes)[0] if len(classes) >= 2 else None
+            gpus.append({
+                "node": g.node, "index": g.index, "gres_type": g.gres_type, "available": g.available,
+                "exclusive_job": g.exclusive_job, "slots": g.slots, "predicted_delta": delta,
+                "observed_slowdown": None,
+                "occupants": [{"job_id": o.job_id, "key": o.key, "user": o.user, "cls": o.cls,
+                               "pending": o.pending, "thread_pct": o.thread_pct,
+                               "mem_limit_gib": o.mem_limit_gib, "since": o.since,
+                               "together_s": max(0.0, now - o.since) if not o.pending and o.since else 0.0}
+                              for o in g.occupants],
+            })
+        return {
+            "gpus": gpus,
+            "pending_placements": sum(1 for p in self.placements.values() if not p.running),
+            "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.scores_error},
+            "decisions": dict(self.decisions),
+            "fallbacks": dict(self.fallbacks),
+            "snapshot_age_s": now - self.snapshot_time if self.snapshot_time else None,
+        }

@@ -1,0 +1,104 @@
+"""Backend on pyslurm's new object API (``pyslurm.Jobs.load()`` / ``pyslurm.Nodes.load()``).
+
+pyslurm builds only against one Slurm major.minor; :func:`pyslurm_matches` checks that.
+pyslurm's job objects carry the GRES *request* (``gres_per_node``) but no per-job GPU
+index. Under the slurm-colo layout every shared GPU has its own GRES type, so the index of
+a shard job follows from its type (the agent maps it); an exclusive job's GPU index is
+unknown with this backend, which is why ``json`` stays the default on Slurm 22.05.
+"""
+
+from __future__ import annotations
+
+import re
+from types import ModuleType
+from typing import Any
+
+from ..errors import SlurmError
+from .model import GresAlloc, SlurmJob, SlurmNode
+
+
+def _version_tuple(text: str) -> tuple[int, int] | None:
+    m = re.search(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def pyslurm_matches(module: ModuleType, slurm_version: str) -> bool:
+    """True when the imported pyslurm was built for the installed Slurm's major.minor.
+    pyslurm versions follow Slurm's (25.11.2 is for Slurm 25.11); 22.5.x for 22.05."""
+    mine = _version_tuple(str(getattr(module, "__version__", "")))
+    theirs = _version_tuple(slurm_version)
+    return mine is not None and theirs is not None and mine == theirs
+
+
+def _gres_items(gres: Any) -> tuple[GresAlloc, ...]:
+    if not isinstance(gres, dict):
+        return ()
+    out = []
+    for key, count in gres.items():
+        name, _, typ = str(key).partition(":")
+        try:
+            out.append(GresAlloc(name, typ, int(count), ()))
+        except (TypeError, ValueError):
+            continue
+    return tuple(out)
+
+
+def _s(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def job_from_pyslurm(j: Any) -> SlurmJob:
+    return SlurmJob(
+        job_id=int(j.id),
+        name=_s(getattr(j, "name", "")),
+        user=_s(getattr(j, "user_name", "")),
+        uid=int(getattr(j, "user_id", 0) or 0),
+        state=_s(getattr(j, "state", "")),
+        nodes=_s(getattr(j, "nodes", "")),
+        node_count=int(getattr(j, "num_nodes", 1) or 1),
+        gres=_gres_items(getattr(j, "gres_per_node", None)),
+        comment=_s(getattr(j, "comment", "")),
+        admin_comment=_s(getattr(j, "admin_comment", "")),
+        start_time=float(getattr(j, "start_time", 0) or 0),
+        submit_time=float(getattr(j, "submit_time", 0) or 0),
+    )
+
+
+def node_from_pyslurm(n: Any) -> SlurmNode:
+    cfg = getattr(n, "configured_gres", {}) or {}
+    used = getattr(n, "allocated_gres", {}) or {}
+    fmt = lambda d: ",".join(f"{k}:{v}" for k, v in d.items()) if isinstance(d, dict) else _s(d)  # noqa: E731
+    return SlurmNode(
+        name=_s(n.name),
+        state=_s(getattr(n, "state", "")),
+        gres=fmt(cfg),
+        gres_used=fmt(used),
+        features=tuple(getattr(n, "active_features", None) or ()),
+    )
+
+
+class PyslurmBackend:
+    name = "pyslurm"
+
+    def __init__(self, module: ModuleType) -> None:
+        self.pyslurm = module
+
+    def jobs(self) -> list[SlurmJob]:
+        try:
+            loaded = self.pyslurm.Jobs.load()
+        except Exception as e:  # pyslurm raises its own RPCError
+            raise SlurmError(f"pyslurm: loading jobs failed: {e}") from None
+        return [job_from_pyslurm(j) for j in loaded.values()]
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        try:
+            return job_from_pyslurm(self.pyslurm.Job.load(job_id))
+        except Exception:
+            return None
+
+    def nodes(self) -> list[SlurmNode]:
+        try:
+            loaded = self.pyslurm.Nodes.load()
+        except Exception as e:
+            raise SlurmError(f"pyslurm: loading nodes failed: {e}") from None
+        return [node_from_pyslurm(n) for n in loaded.values()]
