@@ -1,0 +1,342 @@
+"""`slurm-colo doctor`: each check is a small function taking explicit inputs (file text,
+paths, a command runner, callables) and returning :class:`Check` values. The CLI wires
+them to the real system; tests hand them fixtures."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from glob import glob
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..config import Config, NodeConfig, load_config
+from ..errors import ColoError
+from ..gres_layout import expand_hostlist, gres_conf
+from .run import NOT_FOUND, Runner
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    message: str
+    fix: str = ""
+
+
+def format_check(c: Check) -> str:
+    line = f"[{c.status:<4}] {c.name}: {c.message}"
+    return line + (f"\n       fix: {c.fix}" if c.fix and c.status != OK else "")
+
+
+def exit_code(checks: Iterable[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+# ---- config ----------------------------------------------------------------------------
+def check_config(path: Path) -> tuple[Check, Config | None]:
+    name = "config"
+    if not path.exists():
+        cfg = load_config(path)
+        return Check(name, WARN, f"{path} not found: running on built-in defaults",
+                     f"cp contrib/examples/config.toml {path} and edit it"), cfg
+    try:
+        cfg = load_config(path, missing_ok=False)
+    except ColoError as e:
+        return Check(name, FAIL, e.message, e.hint or f"edit {path}"), None
+    extra = "" if cfg.gpus else " (no [[gpus]] table: no GPU is shared)"
+    return Check(name, OK if cfg.gpus else WARN, f"{path} is valid{extra}",
+                 "" if cfg.gpus else f"add a [[gpus]] table to {path}"), cfg
+
+
+# ---- slurm.conf ------------------------------------------------------------------------
+def parse_slurm_conf(text: str) -> dict[str, str]:
+    """``Key=Value`` lines of slurm.conf (keys lower-cased, last one wins). NodeName and
+    PartitionName lines are skipped: they are not global settings."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip().lower()
+        if key in ("nodename", "partitionname", "nodeset", "frontendname", "downnodes"):
+            continue
+        out[key] = value.strip().split()[0] if value.strip() else ""
+    return out
+
+
+def _list(value: str) -> list[str]:
+    return [v.strip().lower() for v in value.split(",") if v.strip()]
+
+
+def check_slurm_conf(text: str | None, path: Path) -> list[Check]:
+    fix = f"merge slurm.conf.snippet from `slurm-colo install --write DIR` into {path}"
+    if text is None:
+        return [Check("slurm.conf", FAIL, f"cannot read {path}", fix)]
+    conf = parse_slurm_conf(text)
+    out: list[Check] = []
+    plugins = _list(conf.get("jobsubmitplugins", ""))
+    if "lua" in plugins or "job_submit/lua" in plugins:
+        out.append(Check("JobSubmitPlugins", OK, "lua is enabled"))
+    else:
+        out.append(Check("JobSubmitPlugins", FAIL,
+                         f"lua not in JobSubmitPlugins ({conf.get('jobsubmitplugins') or 'unset'}) in {path}",
+                         f"add JobSubmitPlugins=lua to {path}, then scontrol reconfigure"))
+    types = _list(conf.get("grestypes", ""))
+    missing = [t for t in ("gpu", "shard") if t not in types]
+    if missing:
+        out.append(Check("GresTypes", FAIL, f"GresTypes lacks {', '.join(missing)} in {path}",
+                         f"set GresTypes=gpu,shard in {path} and restart slurmctld and slurmd"))
+    else:
+        out.append(Check("GresTypes", OK, "gpu and shard are GRES types"))
+    return out
+
+
+# ---- SPANK plugin ----------------------------------------------------------------------
+def plugstack_entries(path: Path, depth: int = 0) -> list[tuple[str, str]]:
+    """(required|optional, plugin path) entries of a plugstack.conf, following includes."""
+    text = read_text(path)
+    if text is None or depth > 4:
+        return []
+    out: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        if len(words) < 2:
+            continue
+        kind = words[0].lower()
+        if kind == "include":
+            for inc in sorted(glob(words[1] if words[1].startswith("/") else str(path.parent / words[1]))):
+                out.extend(plugstack_entries(Path(inc), depth + 1))
+        elif kind in ("required", "optional"):
+            out.append((kind, words[1]))
+    return out
+
+
+def check_spank(plugstack: Path, runner: Runner) -> list[Check]:
+    fix = "slurm-colo install spank, then install plugstack-slurm-colo.conf from " \
+          "`slurm-colo install --write DIR` into plugstack.conf.d/"
+    entries = [(k, p) for k, p in plugstack_entries(plugstack) if Path(p).name == "colocate.so"]
+    out: list[Check] = []
+    if not entries:
+        out.append(Check("SPANK plugin", FAIL, f"colocate.so not listed in {plugstack} "
+                         "(or the files it includes)", fix))
+    else:
+        kind, so = entries[0]
+        if Path(so).is_absolute() and not Path(so).is_file():
+            out.append(Check("SPANK plugin", FAIL, f"{so} is listed in plugstack but missing",
+                             f"slurm-colo install spank --prefix {Path(so).parent}"))
+        else:
+            note = "" if kind == "optional" else \
+                " (listed as required: a broken plugin would block job launch; prefer optional)"
+            out.append(Check("SPANK plugin", WARN if note else OK, f"{kind} {so}{note}",
+                             "use `optional` in the plugstack line" if note else ""))
+    r = runner(["sbatch", "--help"])
+    if r.rc == NOT_FOUND:
+        out.append(Check("sbatch --colocate", WARN, "sbatch not found on this host",
+                         "run doctor on a submit host"))
+    elif "--colocate" in r.stdout + r.stderr:
+        out.append(Check("sbatch --colocate", OK, "sbatch --help lists --colocate"))
+    else:
+        out.append(Check("sbatch --colocate", FAIL, "sbatch --help does not list --colocate: "
+                         "the SPANK plugin is not loaded on this host", fix))
+    return out
+
+
+# ---- job_submit.lua --------------------------------------------------------------------
+def check_job_submit_lua(etc_slurm: Path, expected: str | None) -> Check:
+    name = "job_submit.lua"
+    main, colo = etc_slurm / "job_submit.lua", etc_slurm / "job_submit_colo.lua"
+    fix = (f"slurm-colo install --write /tmp/slurm-colo && "
+           f"install -m 0644 /tmp/slurm-colo/job_submit.lua {main}")
+    main_text, colo_text = read_text(main), read_text(colo)
+    if main_text is None:
+        return Check(name, FAIL, f"{main} not found: no placement hook", fix)
+    if expected is None:
+        return Check(name, WARN, f"{main} exists but the expected hook could not be rendered",
+                     "reinstall slurm-colo")
+    if main_text == expected:
+        return Check(name, OK, f"{main} is current")
+    if colo_text is not None:
+        merged = "job_submit_colo.lua" in main_text and "colo_job_submit" in main_text
+        if colo_text != expected:
+            return Check(name, WARN, f"{colo} is out of date with the config",
+                         fix.replace(str(main), str(colo)))
+        if not merged:
+            return Check(name, FAIL, f"{colo} is current but {main} neither loads it nor calls "
+                         "colo_job_submit", "see `slurm-colo install` step 4")
+        return Check(name, OK, f"{colo} is current and called from {main}")
+    if "colo_job_submit" in main_text:
+        return Check(name, WARN, f"{main} contains the slurm-colo hook but differs from what "
+                     "this config renders (out of date or edited)", fix)
+    return Check(name, FAIL, f"{main} is not the slurm-colo hook and does not call it", fix)
+
+
+# ---- gres.conf -------------------------------------------------------------------------
+GresRecord = tuple[str, str, str, str, int]  # node, name, type, file, count
+
+
+def parse_gres_conf(text: str, all_nodes: list[str]) -> set[GresRecord]:
+    """Per-node, per-device records of the gpu and shard lines of a gres.conf. A line without
+    NodeName applies to every node in ``all_nodes``; File and NodeName ranges are expanded."""
+    out: set[GresRecord] = set()
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        kv: dict[str, str] = {}
+        for m in re.finditer(r"(\w+)=(\S+)", line):
+            kv[m.group(1).lower()] = m.group(2)
+        name = kv.get("name", "").lower()
+        if name not in ("gpu", "shard"):
+            continue
+        nodes = expand_hostlist(kv["nodename"]) if "nodename" in kv else list(all_nodes)
+        files = expand_hostlist(kv["file"]) if "file" in kv else [""]
+        count = int(kv.get("count", "1" if name == "gpu" else "0") or 0)
+        per_file = count // len(files) if name == "shard" else 1
+        for node in nodes:
+            for f in files:
+                out.add((node, name, kv.get("type", ""), f, per_file))
+    return out
+
+
+def _fmt(r: GresRecord) -> str:
+    node, name, typ, f, count = r
+    return f"{node} {name}" + (f":{typ}" if typ else "") + f" {f}" + (f" x{count}" if name == "shard" else "")
+
+
+def check_gres_conf(text: str | None, path: Path, cfg: Config) -> Check:
+    name = "gres.conf"
+    fix = f"merge gres.conf.snippet from `slurm-colo install --write DIR` into {path}"
+    if not cfg.gpus:
+        return Check(name, WARN, "no [[gpus]] in the config: nothing to compare",
+                     "add a [[gpus]] table to the config")
+    if text is None:
+        return Check(name, FAIL, f"cannot read {path}", fix)
+    nodes = sorted({n for ng in cfg.gpus for n in ng.node_names})
+    expected = parse_gres_conf(gres_conf(cfg.gpus), nodes)
+    actual = {r for r in parse_gres_conf(text, nodes) if r[0] in nodes}
+    missing, extra = sorted(expected - actual), sorted(actual - expected)
+    if not missing and not extra:
+        return Check(name, OK, f"{path} matches the [[gpus]] layout ({len(nodes)} node(s))")
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} expected device(s) missing, e.g. "
+                     + "; ".join(_fmt(r) for r in missing[:3]))
+    if extra:
+        parts.append(f"{len(extra)} not in the config, e.g. " + "; ".join(_fmt(r) for r in extra[:3]))
+    return Check(name, FAIL, f"{path} differs from the [[gpus]] layout: " + ", ".join(parts), fix)
+
+
+# ---- agent, store, scores, MPS -----------------------------------------------------------
+def check_agent(ping: Callable[[], dict[str, Any] | None], socket: str) -> Check:
+    name = "agent"
+    fix = "systemctl start slurm-colo-agent (logs: journalctl -u slurm-colo-agent)"
+    try:
+        reply = ping()
+    except ColoError as e:
+        return Check(name, FAIL, f"agent at {socket}: {e.message}", fix)
+    if reply is None:
+        return Check(name, FAIL, f"no answer from the agent at {socket} (placement falls back)", fix)
+    details = ", ".join(f"{k} {reply[k]}" for k in ("version", "scores") if reply.get(k) is not None)
+    return Check(name, OK, f"agent answers at {socket}" + (f" ({details})" if details else ""))
+
+
+def check_store(probe: Callable[[], str] | None, url: str) -> Check:
+    """``probe`` opens the database, checks it is migrated and writable, and returns a short
+    description, raising a ColoError otherwise; None when no store module is installed."""
+    name = "database"
+    if probe is None:
+        return Check(name, WARN, f"cannot check {url}: no history store in this slurm-colo build")
+    try:
+        detail = probe()
+    except ColoError as e:
+        return Check(name, FAIL, e.message, e.hint or "check [store] url in the config")
+    return Check(name, OK, detail or f"{url} is writable and migrated")
+
+
+def check_scores(load: Callable[[str], Any], path: str, max_age_h: float,
+                 now: datetime | None = None) -> Check:
+    name = "scores"
+    try:
+        table = load(path)
+    except ColoError as e:
+        return Check(name, FAIL, e.message, e.hint or "slurm-colo retrain")
+    created = getattr(table, "created", "")
+    try:
+        when = datetime.fromisoformat(created)
+    except (TypeError, ValueError):
+        return Check(name, WARN, f"score set {table.id} in {path} has no valid creation time "
+                     f"({created!r})", "slurm-colo retrain")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    age_h = ((now or datetime.now(timezone.utc)) - when).total_seconds() / 3600.0
+    if age_h > max_age_h:
+        return Check(name, WARN, f"score set {table.id} is {age_h:.1f} h old "
+                     f"(scores.max_age_h = {max_age_h:g})",
+                     "slurm-colo retrain (and check the slurm-colo-retrain.timer)")
+    return Check(name, OK, f"score set {table.id}, {age_h:.1f} h old")
+
+
+def check_mps(node: NodeConfig, which: Callable[[str], str | None], gpu_node: bool) -> Check:
+    name = "MPS"
+    if node.mps_backend == "emulator":
+        return Check(name, WARN, "emulator in use (node.mps_backend = \"emulator\"): "
+                     "tests and the lab only", "set node.mps_backend = \"real\" on real GPU nodes")
+    found = which(node.mps_control)
+    if found:
+        return Check(name, OK, f"{node.mps_control} found at {found}")
+    msg = f"{node.mps_control} not found on PATH"
+    if not gpu_node:
+        return Check(name, WARN, msg + " (this host is not a GPU node in the config: "
+                     "expected on the controller)", "run doctor on a GPU node too")
+    return Check(name, FAIL, msg, "install the NVIDIA CUDA toolkit's MPS binaries, or set "
+                 "node.mps_control to the full path")
+
+
+# ---- all of them -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class System:
+    """What the checks look at. The CLI fills it with the real host; tests with fixtures."""
+
+    etc_slurm: Path
+    runner: Runner
+    #: cfg -> ping reply or None
+    ping: Callable[[Config], dict[str, Any] | None]
+    #: cfg -> a probe of the history database (None: no store module)
+    store_probe: Callable[[Config], Callable[[], str] | None]
+    #: path -> score table (raises ScoresError)
+    load_scores: Callable[[str], Any]
+    #: cfg -> the job_submit.lua this config renders (None if it cannot be rendered)
+    render_lua: Callable[[Config], str | None]
+    which: Callable[[str], str | None]
+    hostname: str
+    now: datetime | None = None
+
+
+def run_checks(config_path: Path, sys: System) -> list[Check]:
+    first, cfg = check_config(config_path)
+    checks = [first]
+    if cfg is None:
+        return checks  # nothing else is meaningful without a valid config
+    slurm_conf = sys.etc_slurm / "slurm.conf"
+    checks += check_slurm_conf(read_text(slurm_conf), slurm_conf)
+    checks += check_spank(sys.etc_slurm / "plugstack.conf", sys.runner)
+    checks.append(check_job_submit_lua(sys.etc_slurm, sys.render_lua(cfg)))
+    gres = sys.etc_slurm / "gres.conf"
+    checks.append(check_gres_conf(read_text(gres), gres, cfg))
+    checks.append(check_agent(lambda: sys.ping(cfg), cfg.agent.socket))
+    checks.append(check_store(sys.store_probe(cfg), cfg.store.url))
+    checks.append(check_scores(sys.load_scores, cfg.scores.path, cfg.scores.max_age_h, sys.now))
+    checks.append(check_mps(cfg.node, sys.which, cfg.layout_for(sys.hostname) is not None))
+    return checks

@@ -1,0 +1,178 @@
+"""Admin commands: install (snippets, SPANK plugin), doctor, man."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from ..config import Config, config_path, load_config
+from ..errors import ColoError
+from ..admin import doctor as doc
+from ..admin import install as inst
+from ..admin.run import run_command
+from ..admin.spank_build import build_spank, spank_source_dir
+
+ConfigOpt = typer.Option(None, "--config", "-c",
+                         help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
+
+
+def _data_dir(name: str) -> Path:
+    return Path(__file__).resolve().parent.parent / "data" / name
+
+
+def read_shims(prolog_dir: Path | None = None) -> dict[str, str]:
+    """The hook shims shipped with the package (name -> text); absent ones are left out."""
+    d = prolog_dir or _data_dir("prolog")
+    out: dict[str, str] = {}
+    for name in inst.HOOKS:
+        try:
+            out[name] = (d / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+    return out
+
+
+def render_lua(cfg: Config) -> str:
+    from ..lua import render_job_submit_lua
+    try:
+        return render_job_submit_lua(cfg)
+    except (OSError, ValueError) as e:
+        raise inst_error(f"cannot render job_submit.lua: {e}") from None
+
+
+def inst_error(msg: str) -> ColoError:
+    from ..admin.spank_build import InstallError
+    return InstallError(msg)
+
+
+def _store_probe(cfg: Config) -> Callable[[], str] | None:
+    """A probe of the history database through slurm_colo.store, when that module exists."""
+    try:
+        from .. import store  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    make_engine = getattr(store, "make_engine", None)
+    check = getattr(store, "check_schema", None)
+    if make_engine is None or check is None:
+        return None
+
+    def probe() -> str:
+        engine = make_engine(cfg.store.url)
+        try:
+            result: Any = check(engine)
+        finally:
+            dispose = getattr(engine, "dispose", None)
+            if dispose:
+                dispose()
+        return result if isinstance(result, str) else f"{cfg.store.url} is writable and migrated"
+
+    return probe
+
+
+def _lua_or_none(cfg: Config) -> str | None:
+    try:
+        return render_lua(cfg)
+    except (ColoError, ImportError):
+        return None
+
+
+def _ping(cfg: Config) -> dict[str, Any] | None:
+    from ..agent.client import ping
+    return ping(cfg)
+
+
+def _load_scores(path: str) -> Any:
+    from ..scores import load_scores
+    return load_scores(path)
+
+
+def register(app: typer.Typer) -> None:
+    install_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+
+    @install_app.callback()
+    def install(
+        ctx: typer.Context,
+        write: Optional[Path] = typer.Option(
+            None, "--write", metavar="DIR",
+            help="Write each snippet (and the hook shims) to its own file in DIR for review."),
+        config: Optional[Path] = ConfigOpt,
+    ) -> None:
+        """Print the Slurm configuration slurm-colo needs and the steps to install it.
+
+        Prints the slurm.conf and gres.conf lines, the plugstack.conf.d file, job_submit.lua and the hook environment file. Nothing on this host is changed: review the snippets and merge them yourself.
+
+        Use `slurm-colo install spank` to build the SPANK plugin."""
+        if ctx.invoked_subcommand:
+            return
+        cfg = load_config(config)
+        lay = inst.Layout()
+        shims = read_shims()
+        items = inst.snippets(cfg, lay, python=sys.executable, lua_text=render_lua(cfg), shims=shims)
+        if write is None:
+            steps = inst.steps_text(lay, "DIR", shims_present=bool(shims))
+            typer.echo(inst.render_print(items, steps), nl=False)
+            typer.echo("\n(write these files with: slurm-colo install --write DIR)")
+            return
+        steps = inst.steps_text(lay, str(write.resolve()), shims_present=bool(shims))
+        for p in inst.write_snippets(items, write, steps):
+            typer.echo(f"wrote {p}")
+        typer.echo("")
+        typer.echo(steps, nl=False)
+
+    @install_app.command("spank")
+    def install_spank(
+        prefix: Path = typer.Option(Path(inst.Layout().spank_dir), "--prefix", metavar="DIR",
+                                    help="Install colocate.so into DIR."),
+        slurm_include: Path = typer.Option(Path("/usr/include"), "--slurm-include", metavar="DIR",
+                                           help="Directory holding slurm/spank.h."),
+        build_dir: Optional[Path] = typer.Option(
+            None, "--build-dir", metavar="DIR",
+            help="Build here and keep the directory (default: a temporary one)."),
+    ) -> None:
+        """Build the SPANK plugin (colocate.so) against the Slurm headers and install it.
+
+        Needs make, a C compiler and the Slurm headers (Debian: libslurm-dev); Slurm 22.05 to 24.x."""
+        with tempfile.TemporaryDirectory(prefix="slurm-colo-spank.") as tmp:
+            where = build_dir or Path(tmp)
+            so = build_spank(spank_source_dir(), where, slurm_include, run_command, prefix)
+        typer.echo(f"installed {so}")
+        typer.echo("plugstack line (plugstack.conf.d/slurm-colo.conf):")
+        typer.echo(f"optional {so}")
+
+    app.add_typer(install_app, name="install")
+
+    @app.command()
+    def doctor(
+        config: Optional[Path] = ConfigOpt,
+        etc_slurm: Path = typer.Option(Path("/etc/slurm"), "--slurm-dir", metavar="DIR",
+                                       help="Slurm configuration directory."),
+    ) -> None:
+        """Check the installation and print OK/WARN/FAIL with the fixing command for each check.
+
+        Checks the config, slurm.conf, the SPANK plugin, job_submit.lua, gres.conf, the agent, the database, the score set and MPS. Exits with status 1 when any check fails."""
+        system = doc.System(
+            etc_slurm=etc_slurm, runner=run_command, ping=_ping, store_probe=_store_probe,
+            load_scores=_load_scores, render_lua=_lua_or_none, which=shutil.which,
+            hostname=socket.gethostname().split(".")[0])
+        checks = doc.run_checks(config or config_path(), system)
+        for c in checks:
+            typer.echo(doc.format_check(c))
+        fails = sum(c.status == doc.FAIL for c in checks)
+        warns = sum(c.status == doc.WARN for c in checks)
+        typer.echo(f"{len(checks)} checks: {fails} failed, {warns} warnings")
+        raise typer.Exit(doc.exit_code(checks))
+
+    @app.command()
+    def man(out: Path = typer.Option(..., "--out", metavar="DIR",
+                                     help="Write the man pages into DIR.")) -> None:
+        """Generate the man pages (sections 1, 5 and 8) from the commands and the config reference."""
+        from ..admin.man import write_all
+        from . import app as root_app
+        for p in write_all(root_app, out):
+            typer.echo(f"wrote {p}")
