@@ -141,7 +141,8 @@ class Agent:
                 j = self.backend.job(job_id)
                 tag_text = j.admin_comment if j else None
             with self.lock:
-                return {"placement": self.state.job_started(job_id, tag_text, now)}
+                return {"placement": self.state.job_started(
+                    job_id, tag_text, now, str(p.get("node", "")), [int(g) for g in p.get("gpus") or []])}
         if verb == "JOBEND":
             with self.lock:
                 self.state.job_ended(int(p["job"]))

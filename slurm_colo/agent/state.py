@@ -42,6 +42,16 @@ def _decision_from_tag(tag: dict[str, Any]) -> Decision:
     )
 
 
+def _partner_text(keys: tuple[str, ...]) -> str:
+    """Job ids where known; a placement not yet seen in Slurm has only its token."""
+    ids = [k for k in keys if k.isdigit()]
+    fresh = len(keys) - len(ids)
+    parts = [f"job(s) {','.join(ids)}"] if ids else []
+    if fresh:
+        parts.append(f"{fresh} just-submitted job(s)")
+    return " and ".join(parts)
+
+
 class AgentState:
     def __init__(self, cfg: Config, scores: ScoreTable | None = None) -> None:
         self.cfg = cfg
@@ -57,6 +67,8 @@ class AgentState:
         self.decisions: Counter[str] = Counter()
         self.fallbacks: Counter[str] = Counter()
         self.snapshot_time: float = 0.0
+        #: GPUs that the node hooks reported as taken by jobs we did not place
+        self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...]]] = {}
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -69,7 +81,8 @@ class AgentState:
             if not tag or not tag["token"]:
                 continue
             p = self.placements.get(tag["token"])
-            if p is None and tag["shared"] and tag["node"] is not None and tag["gpu"] is not None:
+            if (p is None and tag["shared"] and tag["node"] is not None and tag["gpu"] is not None
+                    and (j.active or j.state == "PENDING")):
                 req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"], mode=tag["mode"])
                 p = Placement(tag["token"], req, _decision_from_tag(tag), created=j.submit_time or now)
                 self.placements[p.token] = p
@@ -79,10 +92,13 @@ class AgentState:
             if p is not None:
                 p.running = j.active
         for token, p in list(self.placements.items()):
-            gone = p.job_id is not None and p.job_id not in self.jobs
+            j = self.jobs.get(p.job_id) if p.job_id is not None else None
+            gone = p.job_id is not None and (j is None or not (j.active or j.state == "PENDING"))
             stale = p.job_id is None and now - p.created > self.cfg.agent.pending_ttl_s
             if gone or stale:
                 self._drop(token)
+        for job_id in [k for k, j in self.unplaced_gpus.items() if k in self.jobs and not self.jobs[k].active]:
+            del self.unplaced_gpus[job_id]
         self.rebuild()
 
     def _link(self, p: Placement, job_id: int) -> None:
@@ -126,6 +142,12 @@ class AgentState:
                         token = self.by_job.get(j.job_id)
                         if token:
                             placed.add(token)
+        for job_id, (node, idxs) in self.unplaced_gpus.items():
+            if job_id in self.jobs and self.jobs[job_id].active:
+                continue  # the snapshot already knows this job
+            for i in idxs:
+                if (node, i) in gpus and not gpus[(node, i)].occupants:
+                    gpus[(node, i)].exclusive_job = job_id
         for p in self.placements.values():
             if p.token in placed or not p.decision.shared:
                 continue
@@ -196,12 +218,12 @@ class AgentState:
         self.placements[token] = p
         g = self.view.find(d.node or "", d.index if d.index is not None else -1)
         if g is not None:
-            g.occupants.append(self._occupant_for_placement(p))
+            self.view.add_occupant(g, self._occupant_for_placement(p))
         self.decisions["share:" + ("partner" if d.partners else "open")] += 1
         ng = self.layouts[d.node or ""]
         log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), user, cls, d.reason)
         short = f"colo: GPU {d.index} of {d.node}" + (
-            f" with job(s) {','.join(d.partners)}, predicted delta {d.predicted_delta:.2f}" if d.partners
+            f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}" if d.partners
             else " (opened for sharing)")
         return {"action": "share", "gres": ng.shard_request(d.index or 0), "node": d.node or "",
                 "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
@@ -218,14 +240,18 @@ class AgentState:
         while len(self.explanations) > MAX_EXPLANATIONS:
             self.explanations.popitem(last=False)
 
-    def job_started(self, job_id: int, tag_text: str | None, now: float) -> dict[str, Any] | None:
+    def job_started(self, job_id: int, tag_text: str | None, now: float,
+                    node: str = "", gpus: list[int] | None = None) -> dict[str, Any] | None:
         token = self.by_job.get(job_id)
         if token is None and tag_text:
             tag = parse_tag(tag_text)
             if tag and tag["token"] in self.placements:
                 token = tag["token"]
                 self._link(self.placements[token], job_id)
-        if token is None or token not in self.placements:
+        if token is None or token not in self.placements or not self.placements[token].decision.shared:
+            if node and gpus:  # not ours: the GPU is taken whole until the job ends
+                self.unplaced_gpus[job_id] = (node, tuple(gpus))
+                self.rebuild()
             return None
         p = self.placements[token]
         p.running, p.started = True, now
@@ -244,6 +270,7 @@ class AgentState:
         if token:
             self._drop(token)
         self.jobs.pop(job_id, None)
+        self.unplaced_gpus.pop(job_id, None)
         self.rebuild()
         log.info("job %s: ended", job_id)
 
@@ -262,12 +289,17 @@ class AgentState:
                     "reason": "no placement recorded: submitted without --colocate, or before the agent's memory"}
         ex["known"] = True
         ex["job_id"] = job_id
+        ex["partners"] = [self._job_of(k) for k in ex.get("partners", [])]
         p = self.placements.get(token or "")
         if p and p.decision.shared:
             g = self.view.find(p.decision.node or "", p.decision.index if p.decision.index is not None else -1)
             if g is not None:
                 ex["now_with"] = [o.job_id or o.key for o in g.occupants if o.job_id != job_id]
         return ex
+
+    def _job_of(self, key: str) -> str:
+        p = self.placements.get(key)
+        return str(p.job_id) if p and p.job_id else key
 
     def status(self, now: float) -> dict[str, Any]:
         gpus = []

@@ -68,6 +68,7 @@ local function gpu_request(job_desc)
   for _, field in ipairs({"tres_per_node", "tres_per_job"}) do
     local v = job_desc[field]
     if v and v ~= "" then
+      if v:find(",") then return nil, "several GRES requested" end
       for item in string.gmatch(v, "[^,]+") do
         local body = item:gsub("^gres[:/]", "")
         local name, rest = body:match("^([^:]+):?(.*)$")
@@ -75,7 +76,7 @@ local function gpu_request(job_desc)
           local typ, cnt = rest:match("^([^:]+):(%d+)$")
           if not typ then typ, cnt = "", rest:match("^(%d+)$") end
           if not cnt then return nil, "unparsed GPU request " .. item end
-          found[#found + 1] = {field = field, count = tonumber(cnt), type = typ, item = item, whole = v}
+          found[#found + 1] = {field = field, count = tonumber(cnt), type = typ}
         elseif name == "shard" or name == "mps" then
           return nil, "already asks for " .. name
         end
@@ -126,11 +127,20 @@ local function add_comment(job_desc, text)
   if c and c ~= "" then job_desc.comment = c .. " | " .. text else job_desc.comment = text end
 end
 
+-- Replace the job's one-GPU request by a shard request. Shards cannot be asked per job
+-- (Slurm rejects tres_per_job=gres:shard), so a --gpus=1 request moves to tres_per_node.
+local function set_gres(job_desc, req, gres)
+  if req.field == "tres_per_job" then
+    job_desc.tres_per_job = ""
+  end
+  job_desc.tres_per_node = gres
+end
+
 local function fallback(job_desc, req, why)
   down_until = now() + CONF.retry_after_s
   down_reason = why
   if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" then
-    job_desc[req.field] = req.whole:gsub("gpu:1", "shard:1", 1)
+    set_gres(job_desc, req, "gres:shard:1")
     add_comment(job_desc, "colo: agent unavailable, untargeted shard sharing")
     log("job %s fallback=shard reason=%s", clean(job_desc.name), why)
   else
@@ -179,11 +189,7 @@ local function place(job_desc, submit_uid)
     if not gres:match("^gres:shard:[%w._]+:1$") or not node:match("^[%w._-]+$") then
       return fallback(job_desc, req, "malformed placement")
     end
-    if req.field == "tres_per_job" then
-      job_desc.tres_per_job = gres
-    else
-      job_desc.tres_per_node = gres
-    end
+    set_gres(job_desc, req, gres)
     job_desc.req_nodes = node
   elseif ans.action ~= "exclusive" then
     return fallback(job_desc, req, "unknown action " .. clean(ans.action):sub(1, 40))
