@@ -19,7 +19,8 @@ Missing keys are treated as empty; ``None`` values produce no sample.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "slurm_colo_"
@@ -36,7 +37,7 @@ def escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def format_value(v: float | int | bool) -> str:
+def format_value(v: float | bool) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, int):
@@ -62,7 +63,7 @@ class _Family:
         self.help = help_text
         self.samples: list[str] = []
 
-    def add(self, value: float | int | bool | None, labels: Labels | None = None,
+    def add(self, value: float | bool | None, labels: Labels | None = None,
             suffix: str = "") -> None:
         if value is None:
             return

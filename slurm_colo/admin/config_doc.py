@@ -8,8 +8,9 @@ example ``contrib/examples/config.toml`` and docs; a unit test fails when a fiel
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import MISSING, fields
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from .. import config as _config
 

@@ -5,11 +5,12 @@ them to the real system; tests hand them fixtures."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from glob import glob
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..config import Config, NodeConfig, load_config
 from ..errors import ColoError
@@ -279,8 +280,8 @@ def check_scores(load: Callable[[str], Any], path: str, max_age_h: float,
         return Check(name, WARN, f"score set {table.id} in {path} has no valid creation time "
                      f"({created!r})", "slurm-colo retrain")
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    age_h = ((now or datetime.now(timezone.utc)) - when).total_seconds() / 3600.0
+        when = when.replace(tzinfo=UTC)
+    age_h = ((now or datetime.now(UTC)) - when).total_seconds() / 3600.0
     if age_h > max_age_h:
         return Check(name, WARN, f"score set {table.id} is {age_h:.1f} h old "
                      f"(scores.max_age_h = {max_age_h:g})",

@@ -11,8 +11,9 @@ with a fresh rendering.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import typer
 from typer.main import get_command

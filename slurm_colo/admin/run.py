@@ -6,8 +6,8 @@ Admin code takes a :data:`Runner` argument so tests can hand in a fake one.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)

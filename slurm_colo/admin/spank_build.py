@@ -18,8 +18,8 @@ from .run import NOT_FOUND, Result, Runner
 MIN_VERSION = (22, 5)
 MAX_MAJOR = 24
 
-_HEADER_RE = re.compile(r"^\s*#\s*define\s+SLURM_VERSION_NUMBER\s+(0x[0-9a-fA-F]+|\d+)", re.M)
-_OUTPUT_RE = re.compile(r"\bslurm(?:-wlm)?\s+(\d+)\.(\d+)(?:\.(\d+))?", re.I)
+_HEADER_RE = re.compile(r"^\s*#\s*define\s+SLURM_VERSION_NUMBER\s+(0x[0-9a-fA-F]+|\d+)", re.MULTILINE)
+_OUTPUT_RE = re.compile(r"\bslurm(?:-wlm)?\s+(\d+)\.(\d+)(?:\.(\d+))?", re.IGNORECASE)
 
 
 class InstallError(ColoError):

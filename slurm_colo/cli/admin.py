@@ -6,17 +6,18 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 
-from ..config import Config, config_path, load_config
-from ..errors import ColoError
 from ..admin import doctor as doc
 from ..admin import install as inst
 from ..admin.run import run_command
 from ..admin.spank_build import build_spank, spank_source_dir
+from ..config import Config, config_path, load_config
+from ..errors import ColoError
 
 ConfigOpt = typer.Option(None, "--config", "-c",
                          help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
@@ -98,10 +99,10 @@ def register(app: typer.Typer) -> None:
     @install_app.callback()
     def install(
         ctx: typer.Context,
-        write: Optional[Path] = typer.Option(
+        write: Path | None = typer.Option(
             None, "--write", metavar="DIR",
             help="Write each snippet (and the hook shims) to its own file in DIR for review."),
-        config: Optional[Path] = ConfigOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Print the Slurm configuration slurm-colo needs and the steps to install it.
 
@@ -131,7 +132,7 @@ def register(app: typer.Typer) -> None:
                                     help="Install colocate.so into DIR."),
         slurm_include: Path = typer.Option(Path("/usr/include"), "--slurm-include", metavar="DIR",
                                            help="Directory holding slurm/spank.h."),
-        build_dir: Optional[Path] = typer.Option(
+        build_dir: Path | None = typer.Option(
             None, "--build-dir", metavar="DIR",
             help="Build here and keep the directory (default: a temporary one)."),
     ) -> None:
@@ -149,7 +150,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def doctor(
-        config: Optional[Path] = ConfigOpt,
+        config: Path | None = ConfigOpt,
         etc_slurm: Path = typer.Option(Path("/etc/slurm"), "--slurm-dir", metavar="DIR",
                                        help="Slurm configuration directory."),
     ) -> None:

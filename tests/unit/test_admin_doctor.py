@@ -1,0 +1,296 @@
+"""`slurm-colo doctor` checks, each fed fixtures (files in tmp_path, a fake runner)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from slurm_colo.admin import doctor as doc
+from slurm_colo.admin.run import NOT_FOUND, Result
+from slurm_colo.config import NodeConfig, parse_config
+from slurm_colo.errors import AgentError, ScoresError, StoreError
+from slurm_colo.gres_layout import gres_conf
+from slurm_colo.lua import render_job_submit_lua
+from slurm_colo.scores import ScoreTable, load_scores, publish_scores
+
+CFG_TOML = """
+[[gpus]]
+nodes = "gpu[01-02]"
+count = 2
+model = "v100"
+shared = "1"
+"""
+
+
+def cfg():
+    return parse_config(CFG_TOML, "site.toml")
+
+
+class FakeRunner:
+    def __init__(self, answers: dict[str, Result]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> Result:
+        self.calls.append(list(argv))
+        return self.answers.get(argv[0], Result(tuple(argv), NOT_FOUND, "", "not found"))
+
+
+SBATCH_OK = {"sbatch": Result(("sbatch", "--help"), 0, "Usage: sbatch\n      --colocate[=mode]  share a GPU\n")}
+
+
+# ---- config ----------------------------------------------------------------------------
+def test_config_ok_warn_fail(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text(CFG_TOML)
+    c, loaded = doc.check_config(good)
+    assert c.status == doc.OK and loaded is not None and loaded.gpus
+
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    c, loaded = doc.check_config(empty)
+    assert c.status == doc.WARN and "no [[gpus]]" in c.message and loaded is not None
+
+    c, loaded = doc.check_config(tmp_path / "absent.toml")
+    assert c.status == doc.WARN and "not found" in c.message and loaded is not None
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[placement]\nfallback = \"maybe\"\n")
+    c, loaded = doc.check_config(bad)
+    assert c.status == doc.FAIL and loaded is None and "placement.fallback" in c.message
+
+
+# ---- slurm.conf ------------------------------------------------------------------------
+def test_parse_slurm_conf_keys_comments_and_node_lines():
+    conf = doc.parse_slurm_conf(
+        "ClusterName=lab  # comment\njobsubmitplugins=lua,require_timelimit\n"
+        "NodeName=gpu01 Gres=gpu:2\n#GresTypes=gpu\nGresTypes = gpu,shard\n")
+    assert conf["clustername"] == "lab"
+    assert conf["jobsubmitplugins"] == "lua,require_timelimit"
+    assert conf["grestypes"] == "gpu,shard"
+    assert "nodename" not in conf
+
+
+def test_slurm_conf_checks(tmp_path):
+    p = tmp_path / "slurm.conf"
+    ok = doc.check_slurm_conf("JobSubmitPlugins=lua\nGresTypes=gpu,shard\n", p)
+    assert [c.status for c in ok] == [doc.OK, doc.OK]
+    bad = doc.check_slurm_conf("JobSubmitPlugins=require_timelimit\nGresTypes=gpu\n", p)
+    assert [c.status for c in bad] == [doc.FAIL, doc.FAIL]
+    assert "JobSubmitPlugins=lua" in bad[0].fix and "shard" in bad[1].message
+    missing = doc.check_slurm_conf(None, p)
+    assert missing[0].status == doc.FAIL and str(p) in missing[0].message
+
+
+# ---- SPANK -----------------------------------------------------------------------------
+def _plugstack(tmp_path: Path, line: str, so_exists: bool = True) -> Path:
+    so = tmp_path / "lib" / "colocate.so"
+    if so_exists:
+        so.parent.mkdir(parents=True, exist_ok=True)
+        so.write_bytes(b"\x7fELF")
+    d = tmp_path / "plugstack.conf.d"
+    d.mkdir(exist_ok=True)
+    (d / "slurm-colo.conf").write_text(line.format(so=so) + "\n")
+    main = tmp_path / "plugstack.conf"
+    main.write_text(f"# site plugins\noptional /usr/lib/other.so\ninclude {d}/*\n")
+    return main
+
+
+def test_spank_listed_via_include_and_sbatch_lists_option(tmp_path):
+    main = _plugstack(tmp_path, "optional {so}")
+    runner = FakeRunner(SBATCH_OK)
+    checks = doc.check_spank(main, runner)
+    assert [c.status for c in checks] == [doc.OK, doc.OK]
+    assert runner.calls == [["sbatch", "--help"]]
+
+
+def test_spank_required_is_a_warning(tmp_path):
+    main = _plugstack(tmp_path, "required {so}")
+    c = doc.check_spank(main, FakeRunner(SBATCH_OK))[0]
+    assert c.status == doc.WARN and "optional" in c.fix
+
+
+def test_spank_missing_file_unlisted_and_not_loaded(tmp_path):
+    main = _plugstack(tmp_path, "optional {so}", so_exists=False)
+    checks = doc.check_spank(main, FakeRunner({"sbatch": Result(("sbatch",), 0, "Usage: sbatch\n")}))
+    assert [c.status for c in checks] == [doc.FAIL, doc.FAIL]
+    assert "missing" in checks[0].message and "install spank" in checks[0].fix
+    (tmp_path / "plugstack.conf").write_text("optional /usr/lib/other.so\n")
+    checks = doc.check_spank(tmp_path / "plugstack.conf", FakeRunner({}))
+    assert checks[0].status == doc.FAIL and "not listed" in checks[0].message
+    assert checks[1].status == doc.WARN and "sbatch not found" in checks[1].message
+
+
+# ---- job_submit.lua --------------------------------------------------------------------
+def test_job_submit_lua_current_stale_merged_missing(tmp_path):
+    expected = render_job_submit_lua(cfg())
+    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.FAIL
+    main = tmp_path / "job_submit.lua"
+    main.write_text(expected)
+    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.OK
+    main.write_text(expected.replace("timeout_s = ", "timeout_s = 9 + "))
+    c = doc.check_job_submit_lua(tmp_path, expected)
+    assert c.status == doc.WARN and "out of date" in c.message
+    main.write_text("function slurm_job_submit() return slurm.SUCCESS end\n")
+    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.FAIL
+    # merged layout: ours as job_submit_colo.lua, loaded and called from the site script
+    (tmp_path / "job_submit_colo.lua").write_text(expected)
+    c = doc.check_job_submit_lua(tmp_path, expected)
+    assert c.status == doc.FAIL and "neither loads it" in c.message
+    main.write_text('dofile("/etc/slurm/job_submit_colo.lua")\nfunction slurm_job_submit(j, p, u)\n'
+                    "  pcall(colo_job_submit, j, p, u)\n  return slurm.SUCCESS\nend\n")
+    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.OK
+    (tmp_path / "job_submit_colo.lua").write_text(expected + "-- edited\n")
+    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.WARN
+
+
+# ---- gres.conf -------------------------------------------------------------------------
+def test_parse_gres_conf_expands_ranges_and_nodeless_lines():
+    recs = doc.parse_gres_conf(
+        "AutoDetect=off\nNodeName=n[1-2] Name=gpu Type=v100 File=/dev/nvidia[0-1]\n"
+        "Name=shard Count=8 File=/dev/nvidia[2-3]  # no NodeName: every node\n"
+        "Name=mps Count=100\n", ["n1", "n2"])
+    assert ("n1", "gpu", "v100", "/dev/nvidia1", 1) in recs
+    assert ("n2", "shard", "", "/dev/nvidia3", 4) in recs
+    assert len(recs) == 8
+    assert not any(r[1] == "mps" for r in recs)
+
+
+def test_gres_conf_consistent_with_generated_layout(tmp_path):
+    c = cfg()
+    p = tmp_path / "gres.conf"
+    assert doc.check_gres_conf(gres_conf(c.gpus), p, c).status == doc.OK
+    # the same layout written by hand with per-node lines and a File range
+    by_hand = "\n".join([
+        "AutoDetect=off",
+        "NodeName=gpu01 Name=gpu Type=v100 File=/dev/nvidia0",
+        "NodeName=gpu02 Name=gpu Type=v100 File=/dev/nvidia0",
+        "NodeName=gpu[01-02] Name=gpu Type=v100_s1 File=/dev/nvidia1",
+        "NodeName=gpu[01-02] Name=shard Count=4 File=/dev/nvidia1",
+        "NodeName=login1 Name=gpu File=/dev/nvidia0",  # a node outside the config: ignored
+    ])
+    assert doc.check_gres_conf(by_hand, p, c).status == doc.OK
+
+
+def test_gres_conf_inconsistent(tmp_path):
+    c = cfg()
+    wrong = gres_conf(c.gpus).replace("Type=v100_s1", "Type=v100")
+    chk = doc.check_gres_conf(wrong, tmp_path / "gres.conf", c)
+    assert chk.status == doc.FAIL
+    assert "missing" in chk.message and "gpu01 gpu:v100_s1 /dev/nvidia1" in chk.message
+    assert "not in the config" in chk.message
+    assert doc.check_gres_conf(None, tmp_path / "gres.conf", c).status == doc.FAIL
+    assert doc.check_gres_conf("", tmp_path / "g", parse_config("", "x")).status == doc.WARN
+
+
+# ---- agent, store, scores, MPS -----------------------------------------------------------
+def test_agent_check():
+    assert doc.check_agent(lambda: {"ok": True, "scores": "s1"}, "/s").status == doc.OK
+    assert "scores s1" in doc.check_agent(lambda: {"scores": "s1"}, "/s").message
+    down = doc.check_agent(lambda: None, "/run/x.sock")
+    assert down.status == doc.FAIL and "/run/x.sock" in down.message and "systemctl" in down.fix
+
+    def boom():
+        raise AgentError("garbled answer")
+    assert doc.check_agent(boom, "/s").status == doc.FAIL
+
+
+def test_store_check():
+    assert doc.check_store(None, "sqlite://").status == doc.WARN
+    assert doc.check_store(lambda: "schema rev 3", "sqlite://").message == "schema rev 3"
+
+    def old():
+        raise StoreError("database at revision 1, expected 3", hint="slurm-colo db upgrade")
+    c = doc.check_store(old, "sqlite://")
+    assert c.status == doc.FAIL and c.fix == "slurm-colo db upgrade"
+
+
+def test_scores_fresh_stale_missing_and_undated(tmp_path):
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    p = tmp_path / "live.json"
+    c = doc.check_scores(load_scores, str(p), 48.0, now)
+    assert c.status == doc.FAIL and "not found" in c.message
+
+    publish_scores(ScoreTable(id="s1", created=(now - timedelta(hours=5)).isoformat()), p)
+    c = doc.check_scores(load_scores, str(p), 48.0, now)
+    assert c.status == doc.OK and "5.0 h old" in c.message
+
+    publish_scores(ScoreTable(id="s0", created=(now - timedelta(hours=50)).isoformat()), p)
+    c = doc.check_scores(load_scores, str(p), 48.0, now)
+    assert c.status == doc.WARN and "50.0 h old" in c.message and "retrain" in c.fix
+
+    publish_scores(ScoreTable(id="s2", created=""), p)
+    assert doc.check_scores(load_scores, str(p), 48.0, now).status == doc.WARN
+
+    p.write_text("{not json")
+    c = doc.check_scores(load_scores, str(p), 48.0, now)
+    assert c.status == doc.FAIL and "corrupt" in c.message
+
+
+def test_mps_check():
+    assert doc.check_mps(NodeConfig(mps_backend="emulator"), lambda n: None, True).status == doc.WARN
+    found = doc.check_mps(NodeConfig(), lambda n: f"/usr/bin/{n}", True)
+    assert found.status == doc.OK and "/usr/bin/nvidia-cuda-mps-control" in found.message
+    assert doc.check_mps(NodeConfig(), lambda n: None, True).status == doc.FAIL
+    assert doc.check_mps(NodeConfig(), lambda n: None, False).status == doc.WARN
+
+
+# ---- everything, on a fixture host -----------------------------------------------------
+def _host(tmp_path: Path) -> tuple[Path, doc.System]:
+    etc = tmp_path / "etc-slurm"
+    etc.mkdir()
+    conf = tmp_path / "config.toml"
+    scores = tmp_path / "live.json"
+    conf.write_text(CFG_TOML + f'\n[scores]\npath = "{scores}"\n')
+    c = parse_config(conf.read_text(), str(conf))
+    publish_scores(ScoreTable(id="s1", created=datetime.now(UTC).isoformat()), scores)
+    (etc / "slurm.conf").write_text("JobSubmitPlugins=lua\nGresTypes=gpu,shard\n")
+    (etc / "gres.conf").write_text(gres_conf(c.gpus))
+    (etc / "job_submit.lua").write_text(render_job_submit_lua(c))
+    _plugstack(etc, "optional {so}")
+    system = doc.System(
+        etc_slurm=etc, runner=FakeRunner(SBATCH_OK), ping=lambda cfg: {"ok": True},
+        store_probe=lambda cfg: (lambda: f"{cfg.store.url} ok"),
+        load_scores=load_scores, render_lua=render_job_submit_lua,
+        which=lambda n: "/usr/bin/" + n, hostname="gpu01")
+    return conf, system
+
+
+def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
+    conf, system = _host(tmp_path)
+    checks = doc.run_checks(conf, system)
+    assert [c.name for c in checks] == ["config", "JobSubmitPlugins", "GresTypes", "SPANK plugin",
+                                        "sbatch --colocate", "job_submit.lua", "gres.conf", "agent",
+                                        "database", "scores", "MPS"]
+    assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
+    assert doc.exit_code(checks) == 0
+
+
+def test_run_checks_agent_down_fails_and_sets_exit_code(tmp_path):
+    conf, system = _host(tmp_path)
+    from dataclasses import replace
+    checks = doc.run_checks(conf, replace(system, ping=lambda cfg: None))
+    bad = [c for c in checks if c.status != doc.OK]
+    assert [c.name for c in bad] == ["agent"]
+    assert doc.exit_code(checks) == 1
+    text = doc.format_check(bad[0])
+    assert text.startswith("[FAIL] agent:") and "fix: systemctl start" in text
+
+
+def test_run_checks_stops_at_invalid_config(tmp_path):
+    conf, system = _host(tmp_path)
+    conf.write_text("[nonsense]\n")
+    checks = doc.run_checks(conf, system)
+    assert len(checks) == 1 and checks[0].status == doc.FAIL
+
+
+def test_bad_scores_path_fails(tmp_path):
+    conf, system = _host(tmp_path)
+
+    def broken(path: str):
+        raise ScoresError(f"score file {path} not found", hint="slurm-colo retrain")
+    from dataclasses import replace
+    checks = doc.run_checks(conf, replace(system, load_scores=broken))
+    sc = [c for c in checks if c.name == "scores"][0]
+    assert sc.status == doc.FAIL and sc.fix == "slurm-colo retrain"
