@@ -1,27 +1,113 @@
-"""The placement policy: pick the shared GPU that gives the highest predicted speedup.
+"""The placement policy: put a job where the predicted gain in GPU throughput is highest.
 
-Among shared GPUs with a free slot and room in memory, not held by an exclusive job, and
-(under MPS) used only by the same user, the job goes where the predicted Tabrizian delta of
-the resulting set, minus ``risk_aversion`` times its uncertainty, is highest and at least
-``min_delta``; no member may be predicted slower than ``1 / max_slowdown`` of its solo
-speed (auto mode). Failing that, the job opens an empty shared GPU; failing that it keeps
-a GPU of its own. Pure function: everything it needs is in its arguments.
+For a single-GPU job (``auto`` mode) a shared GPU is a candidate when it is up, not held
+by an exclusive job, has a free slot and room in memory, and (under MPS,
+``placement.cross_user = "never"``) holds jobs of the same user only. For the set the job
+would join, the score table predicts each member's normalised throughput ``n_i``
+(multiplicative composition for 3+ jobs) with a standard deviation. The set is accepted when
+
+* no pair of it is marked *never* (out of memory, fatal MPS fault);
+* every member keeps ``n_i >= 1 / max_slowdown`` (no job is given the worse half of a GPU);
+* Tabrizian's delta ``k * min(n_i)`` minus ``risk_aversion`` times its uncertainty is at
+  least ``min_delta`` -- or, for a bounded share of jobs (``explore_rate``, drawn from the
+  job key so it is reproducible), the *mean* delta is, when a pair of the set has never been
+  measured (exploration: history learns about it; pairs predicted harmful are never tried).
+
+Among accepted GPUs the job goes where it adds most predicted throughput (sum of ``n``
+after minus before, less the uncertainty). An idle GPU is taken instead when that gain is
+below 1 (the job would do more alone). With neither, the job keeps a GPU of its own
+(``exclusive``: it waits in Slurm's queue as submitted). ``aggressive`` jobs accept
+``aggressive_min_delta``, unmeasured pairs and any slowdown.
+
+Pure: everything comes from the arguments. GPUs are evaluated per *state* (see
+:class:`~slurm_colo.placement.view.ClusterView`), and evaluations are cached on the view's
+index for as long as the same score table and config are used.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
-from .view import ClusterView, Decision, GpuView, JobRequest
+from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
+
+# evaluation outcomes
+_EMPTY, _OK, _REFUSE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What an evaluation depends on: jobs with equal ``_Job`` get equal evaluations."""
+
+    cls: str
+    uid: int | None  # None when users may mix (shard mechanism)
+    est: float
+    aggressive: bool
+    explore: bool
+
+
+def explore_draw(key: str) -> float:
+    """A reproducible number in [0, 1) from the job key (CRC-32)."""
+    return zlib.crc32(key.encode()) / 2**32
+
+
+def _evaluate(j: _Job, key: tuple[Any, ...], scores: ScoreTable,
+              cfg: PlacementConfig) -> tuple[Any, ...]:
+    classes, uids, used, mem = key
+    if j.uid is not None and uids and uids != {j.uid}:
+        return (_REFUSE, "", "")  # MPS serves one user per GPU; not worth a message
+    free = mem * (1.0 - cfg.memory_headroom) - used
+    if j.est > free:
+        return (_REFUSE, "memory", f"memory ({j.est:.1f} GiB > {free:.1f} free)")
+    if not classes:
+        return (_EMPTY, free)
+    members = [*classes, j.cls]
+    n, sd_sum, never, known = scores.set_throughputs(members)
+    label = "+".join(members)
+    if never:
+        return (_REFUSE, "never", f"{label} marked never (out of memory / fault)")
+    if not known and not (j.aggressive or j.explore):
+        return (_REFUSE, "nodata", f"no data for {label}")
+    k = len(members)
+    lo = min(n)
+    delta = k * lo
+    sd = k * sd_sum
+    min_n = 0.0 if j.aggressive else 1.0 / cfg.max_slowdown
+    if lo < min_n:
+        who = members[n.index(lo)]
+        return (_REFUSE, "slowdown", f"{label}: {who} predicted at {lo:.2f}x solo speed")
+    min_delta = cfg.aggressive_min_delta if j.aggressive else cfg.min_delta
+    explored = False
+    if delta - cfg.risk_aversion * sd < min_delta:
+        unproven = not all(scores.pair(j.cls, c).observed for c in classes)
+        if not (j.explore and unproven and delta >= min_delta):
+            return (_REFUSE, "delta",
+                    f"{label}: predicted delta {delta:.2f}±{sd:.2f} below {min_delta:.2f}")
+        explored = True
+    before = sum(scores.set_throughputs(list(classes))[0]) if len(classes) > 1 else 1.0
+    gain = sum(n) - before
+    return (_OK, gain - cfg.risk_aversion * sd, delta, sd, n[-1], explored, free, gain)
+
+
+def _cache(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> dict[Any, Any]:
+    idx = view.index()
+    owner = idx.cache_owner
+    if owner is None or owner[0] is not scores or (owner[1] is not cfg and owner[1] != cfg):
+        idx.cache = {}
+        idx.cache_owner = (scores, cfg)
+    return idx.cache
 
 
 def _thread_pct(job_util: float | None, others: list[float | None]) -> int:
-    """MPS active-thread percentage for a joining job, from the classes' SM utilisation.
+    """MPS active-thread percentage for a joining job, from the classes' GPU demand.
 
     A job that barely uses the GPU next to a busy one gets a small share (the seeds show
-    90/10 beats 100/100 for such pairs); unknown utilisation gives 100 (no limit).
+    90/10 beats 100/100 for such pairs); unknown demand, or demands that fit together
+    (sum <= 1), give 100 (no limit).
     """
     if job_util is None or any(u is None for u in others) or not others:
         return 100
@@ -32,11 +118,50 @@ def _thread_pct(job_util: float | None, others: list[float | None]) -> int:
     return int(max(10, min(100, math.ceil(share * 100 + 10))))
 
 
+def _demand(scores: ScoreTable, cls: str, partners: Iterable[str]) -> float | None:
+    """GPU demand of ``cls``: its SM utilisation if profiled, else how much it slows its
+    partners according to the score table (1 - mean n(partner | cls))."""
+    info = scores.classes.get(cls)
+    if info is not None and info.sm_util is not None:
+        return info.sm_util
+    ps = [scores.pair(p, cls) for p in partners]
+    if not ps or not all(p.known for p in ps):
+        return None
+    return max(0.0, 1.0 - sum(p.n_a for p in ps) / len(ps))
+
+
 def _mem_limit(est: float, free: float) -> float:
     return round(min(free, max(est * 1.25, est + 1.0)), 2)
 
 
+def job_signature(job: JobRequest, scores: ScoreTable, cfg: PlacementConfig) -> _Job:
+    """What the policy's evaluation of a single-GPU job depends on (hashable): two jobs
+    with equal signatures get the same decision from the same view."""
+    est = job.memory_gib if job.memory_gib is not None else scores.memory_gib(
+        job.cls, cfg.default_memory_gib)
+    return _Job(job.cls, job.uid if cfg.cross_user == "never" else None, float(est),
+                job.mode == "aggressive", explore_draw(job.key) < cfg.explore_rate)
+
+
+def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,
+                cfg: PlacementConfig) -> str:
+    """How :func:`place` judges one GPU (``view.gpus[pos]``) for a job of signature ``sig``:
+    ``"idle"`` (could be opened), ``"share"`` (an accepted set) or ``"no"``. A simulator
+    uses it to skip re-placing a waiting job when none of the GPUs that changed can help."""
+    idx = view.index()
+    key = idx.key_of.get(pos)
+    if key is None:
+        return "no"
+    cache = _cache(view, scores, cfg)
+    ck = (key, sig)
+    ev = cache.get(ck)
+    if ev is None:
+        ev = cache[ck] = _evaluate(sig, key, scores, cfg)
+    return ("idle", "share", "no")[ev[0]]
+
+
 def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Decision:
+    """Decide where ``job`` goes. See the module docstring for the rules."""
     if job.mode == "off":
         return Decision("exclusive", "--colocate=off: job left as submitted")
     if job.nodes != 1 or job.gpus_per_node != 1:
@@ -45,78 +170,105 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             f"multi-GPU/multi-node job ({job.nodes} node(s) x {job.gpus_per_node} GPU(s)) "
             "is never co-located; left as submitted",
         )
-    mechanism = "mps" if cfg.cross_user == "never" else "shard"
-    est = job.memory_gib if job.memory_gib is not None else scores.memory_gib(
-        job.cls, cfg.default_memory_gib)
-    aggressive = job.mode == "aggressive"
-    min_delta = cfg.aggressive_min_delta if aggressive else cfg.min_delta
-    min_n = 0.0 if aggressive else 1.0 / cfg.max_slowdown
+    mps = cfg.cross_user == "never"
+    mechanism = "mps" if mps else "shard"
+    j = job_signature(job, scores, cfg)
+    est = j.est
+    idx = view.index()
+    cache = _cache(view, scores, cfg)
+    if mps:
+        keys: Iterable[tuple[Any, ...]] = [*idx.by_uid.get(job.uid, ()), *idx.by_uid.get(None, ())]
+    else:
+        keys = idx.buckets.keys()
 
-    best: tuple[float, GpuView, float, float, list[float]] | None = None
-    empty: GpuView | None = None
-    refusals: list[str] = []
-    for g in view.gpus:
-        if not g.available or g.exclusive_job is not None or g.free_slots <= 0:
-            continue
-        used = sum(o.mem_limit_gib or o.memory_gib for o in g.occupants)
-        free = g.memory_gib * (1.0 - cfg.memory_headroom) - used
-        if est > free:
-            if g.occupants:
-                refusals.append(f"{g.name}: memory ({est:.1f} GiB > {free:.1f} free)")
-            continue
-        if not g.occupants:
-            if empty is None:
-                empty = g
-            continue
-        if mechanism == "mps" and any(o.uid != job.uid for o in g.occupants):
-            continue  # MPS serves one user per GPU; other users' clients would queue
-        members = [o.cls for o in g.occupants] + [job.cls]
-        n, sd_sum, never, known = scores.set_throughputs(members)
-        if never:
-            refusals.append(f"{g.name}: pair marked never (OOM/fault)")
-            continue
-        if not known and not aggressive:
-            refusals.append(f"{g.name}: no data for {'+'.join(members)}")
-            continue
-        delta = len(members) * min(n)
-        sd = len(members) * sd_sum
-        score = delta - cfg.risk_aversion * sd
-        if score < min_delta or min(n) < min_n:
-            refusals.append(f"{g.name}: predicted delta {delta:.2f}±{sd:.2f} too low")
-            continue
-        if best is None or score > best[0]:
-            best = (score, g, delta, sd, n)
+    best: tuple[float, int, tuple[Any, ...]] | None = None
+    empty: tuple[int, tuple[Any, ...]] | None = None
+    refusals: list[tuple[Any, ...]] = []
+    for key in keys:
+        ck = (key, j)
+        ev = cache.get(ck)
+        if ev is None:
+            ev = cache[ck] = _evaluate(j, key, scores, cfg)
+        kind = ev[0]
+        if kind == _OK:
+            if best is None or ev[1] >= best[0]:
+                pos = min(idx.buckets[key])
+                if best is None or ev[1] > best[0] or pos < best[1]:
+                    best = (ev[1], pos, ev)
+        elif kind == _EMPTY:
+            pos = min(idx.buckets[key])
+            if empty is None or pos < empty[0]:
+                empty = (pos, ev)
+        elif ev[1]:
+            refusals.append(ev)
 
-    if best is not None:
-        _, g, delta, sd, _ = best
-        used = sum(o.mem_limit_gib or o.memory_gib for o in g.occupants)
-        free = g.memory_gib * (1.0 - cfg.memory_headroom) - used
-        utils = [_util(scores, o.cls) for o in g.occupants]
+    if best is not None and (empty is None or best[2][7] >= 1.0):
+        _, pos, ev = best
+        g = view.gpus[pos]
+        _, _, delta, sd, rate, explored, free, _ = ev
         partners = tuple(o.key for o in g.occupants)
+        thread = None
+        if mps:
+            others = [o.cls for o in g.occupants]
+            thread = _thread_pct(_demand(scores, job.cls, others),
+                                 [_demand(scores, c, [job.cls]) for c in others])
         return Decision(
             "share",
             f"placed on GPU {g.index} of {g.node} with job(s) {', '.join(partners)}; "
-            f"predicted delta {delta:.2f}±{sd:.2f}",
+            f"predicted delta {delta:.2f}±{sd:.2f}, this job at {rate:.2f}x solo speed"
+            + ("; exploring a pair not measured yet" if explored else ""),
             node=g.node, index=g.index, gres_type=g.gres_type, mechanism=mechanism,
-            thread_pct=_thread_pct(_util(scores, job.cls), utils) if mechanism == "mps" else None,
-            mem_limit_gib=_mem_limit(est, free) if mechanism == "mps" else None,
+            thread_pct=thread, mem_limit_gib=_mem_limit(est, free) if mps else None,
             predicted_delta=round(delta, 3), predicted_sd=round(sd, 3),
-            partners=partners, memory_gib=est,
+            partners=partners, memory_gib=est, explored=explored,
+            predicted_rate=round(rate, 3),
         )
     if empty is not None:
-        free = empty.memory_gib * (1.0 - cfg.memory_headroom)
+        pos, ev = empty
+        g = view.gpus[pos]
         return Decision(
             "share",
-            f"opened shared GPU {empty.index} of {empty.node} (no compatible partner running)",
-            node=empty.node, index=empty.index, gres_type=empty.gres_type, mechanism=mechanism,
-            thread_pct=100 if mechanism == "mps" else None,
-            mem_limit_gib=_mem_limit(est, free) if mechanism == "mps" else None,
-            predicted_delta=1.0, predicted_sd=0.0, memory_gib=est,
+            f"opened idle shared GPU {g.index} of {g.node}"
+            + ("" if best is None else " (sharing a busy GPU would add less than running alone)"),
+            node=g.node, index=g.index, gres_type=g.gres_type, mechanism=mechanism,
+            thread_pct=100 if mps else None,
+            mem_limit_gib=_mem_limit(est, ev[1]) if mps else None,
+            predicted_delta=1.0, predicted_sd=0.0, memory_gib=est, predicted_rate=1.0,
         )
-    why = "; ".join(refusals[:3]) if refusals else "no shared GPU with a free slot"
-    return Decision("exclusive", f"own GPU: {why}")
+    seen: list[str] = []
+    for ev in refusals:
+        if ev[2] not in seen:
+            seen.append(ev[2])
+        if len(seen) == 3:
+            break
+    why = "; ".join(seen) if seen else "no shared GPU with a free slot"
+    return Decision("exclusive", f"own GPU: {why}", memory_gib=est)
 
 
-def _util(scores: ScoreTable, cls: str) -> float | None:
-    info = scores.classes.get(cls)
-    return info.sm_util if info else None
+def occupant_for(job: JobRequest, d: Decision, now: float = 0.0, pending: bool = True) -> Occupant:
+    """The occupant a shared decision adds to its GPU."""
+    return Occupant(
+        key=job.key, user=job.user, uid=job.uid, cls=job.cls,
+        memory_gib=d.memory_gib if d.memory_gib is not None else 0.0,
+        thread_pct=d.thread_pct or 100, mem_limit_gib=d.mem_limit_gib or 0.0,
+        pending=pending, since=now,
+    )
+
+
+def plan(jobs: Iterable[JobRequest], view: ClusterView, scores: ScoreTable,
+         cfg: PlacementConfig, now: float = 0.0) -> list[Decision]:
+    """Place jobs one after another; each shared decision becomes a pending occupant of
+    its GPU in ``view`` (modified in place) so later jobs see it."""
+    out: list[Decision] = []
+    for job in jobs:
+        d = place(job, view, scores, cfg)
+        if d.shared and d.node is not None and d.index is not None:
+            g = view.find(d.node, d.index)
+            if g is not None:
+                view.add_occupant(g, occupant_for(job, d, now))
+        out.append(d)
+    return out
+
+
+def gpu_of(view: ClusterView, d: Decision) -> GpuView | None:
+    return view.find(d.node, d.index) if d.node is not None and d.index is not None else None
