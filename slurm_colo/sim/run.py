@@ -1,0 +1,87 @@
+"""Run several schedulers on the same trace and seed, and collect their results. Pure
+except for the wall-clock time it measures."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from ..config import PlacementConfig
+from ..errors import ModelError
+from ..gavel import GavelData
+from ..scores import ScoreTable
+from .engine import Scheduler, Sim, SimConfig, SimError
+from .metrics import Result, summarize
+from .policies import ExclusiveFifo, GandivaRandom, PolicyScheduler, SlurmShard
+from .trace import SimJob
+from .truth import Truth, oracle_scores, split_pairs
+
+POLICIES = ("exclusive-fifo", "exclusive-backfill", "slurm-shard", "gandiva-random", "ours",
+            "oracle")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a comparison depends on besides the trace."""
+
+    sim: SimConfig
+    placement: PlacementConfig
+    #: share of the measured pairs hidden from the model (it predicts them)
+    hidden_share: float = 0.3
+
+
+def predicted_scores(data: GavelData, train: list[tuple[str, str]], seed: int) -> ScoreTable:
+    """The retraining model's score table, trained on ``train`` pairs only."""
+    try:
+        from ..model import fit_gavel  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise ModelError(f"the compatibility model is not available ({e})") from None
+    return fit_gavel(data, train, seed)
+
+
+def make_scheduler(name: str, setup: Setup, data: GavelData,
+                   predicted: Callable[[], ScoreTable]) -> Scheduler:
+    if name == "exclusive-fifo":
+        return ExclusiveFifo(backfill=False)
+    if name == "exclusive-backfill":
+        return ExclusiveFifo(backfill=True)
+    if name == "slurm-shard":
+        return SlurmShard()
+    if name == "gandiva-random":
+        return GandivaRandom(setup.sim.seed)
+    if name == "ours":
+        return PolicyScheduler("ours", predicted(), setup.placement, learn=True)
+    if name == "oracle":
+        return PolicyScheduler("oracle", oracle_scores(data), setup.placement, learn=False)
+    raise SimError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+
+
+def simulate(trace: Sequence[SimJob], data: GavelData, setup: Setup,
+             policies: Sequence[str] = POLICIES,
+             scores: ScoreTable | None = None) -> list[Result]:
+    """Run each policy on ``trace``. ``scores``: the table ``ours`` uses; by default the
+    model is trained on a seeded ``1 - hidden_share`` of the measured pairs."""
+    truth = Truth(data)
+    cache: list[ScoreTable] = []
+
+    def predicted() -> ScoreTable:
+        if scores is not None:
+            return scores
+        if not cache:
+            train, _ = split_pairs(data, setup.hidden_share, setup.sim.seed)
+            cache.append(predicted_scores(data, train, setup.sim.seed))
+        return cache[0]
+
+    out = []
+    for name in policies:
+        sched = make_scheduler(name, setup, data, predicted)
+        t0 = time.perf_counter()
+        sim = Sim(trace, truth, setup.sim, sched).run()
+        wall = time.perf_counter() - t0
+        out.append(summarize(sim, setup.placement.max_slowdown, wall))
+    return out
+
+
+def with_cross_user(setup: Setup, cross_user: str) -> Setup:
+    return replace(setup, placement=replace(setup.placement, cross_user=cross_user))

@@ -1,0 +1,196 @@
+"""Job traces for the simulator: a Philly-like generator and a ``sacct`` importer.
+
+A trace is a list of :class:`SimJob` sorted by arrival. ``work_s`` is the job's run time
+alone on one GPU (its *solo duration*); ``cls`` is one of the classes of the measured
+throughput data, which decides how the job interferes with others.
+
+Generator (:func:`philly_trace`): durations and GPU counts drawn from the Philly job
+distribution Gavel derived (``philly_job_distribution.csv``: ``duration_s,num_gpus``),
+Poisson arrivals whose rate gives the chosen *load* (offered GPU-seconds per second over
+the GPU count; above 1 jobs queue even with perfect packing of exclusive jobs), classes and
+users drawn uniformly. Pure: it takes the rows, not the file (:func:`read_philly` reads it).
+
+Importer (:func:`sacct_trace`): rows of ``sacct --parsable2`` output (``|``-separated, a
+header line first). Columns used: ``JobID``, ``User``, ``Submit``, ``Start``, ``End``
+(ISO times, as sacct prints them), the GPU count from ``AllocTRES`` (``gres/gpu=N``; falls
+back to ``ReqTRES``), and ``JobName`` for the class (see :func:`class_for_name`).
+Produce it with::
+
+    sacct --parsable2 --allocations --starttime 2026-01-01 --state CD,TO,F,CA \\
+          --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES > jobs.txt
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import re
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..errors import ColoError
+from ..options import derive_class
+
+
+class TraceError(ColoError):
+    """A job trace file is missing, unreadable or lacks the columns the simulator needs."""
+
+
+@dataclass(frozen=True)
+class SimJob:
+    id: int
+    arrival: float
+    work_s: float
+    cls: str
+    user: str
+    uid: int
+    gpus: int = 1
+    mode: str = "auto"
+
+    @property
+    def key(self) -> str:
+        return f"sim{self.id}"
+
+
+def read_philly(path: str | Path) -> list[tuple[float, int]]:
+    """Rows ``(duration_s, num_gpus)`` of Gavel's Philly job distribution CSV."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = [(float(r["duration_s"]), int(r["num_gpus"])) for r in csv.DictReader(f)]
+    except FileNotFoundError:
+        raise TraceError(f"job distribution file {path} not found") from None
+    except (KeyError, ValueError) as e:
+        raise TraceError(f"{path}: expected columns duration_s,num_gpus ({e})") from None
+    if not rows:
+        raise TraceError(f"{path}: no rows")
+    return rows
+
+
+def philly_trace(
+    rows: Sequence[tuple[float, int]],
+    classes: Sequence[str],
+    *,
+    jobs: int,
+    gpus: int,
+    load: float,
+    seed: int,
+    users: int = 16,
+    multi_gpu: bool = False,
+    max_duration_s: float | None = None,
+    aggressive_share: float = 0.0,
+) -> list[SimJob]:
+    """Draw ``jobs`` jobs; arrival rate = ``load * gpus / mean(duration * num_gpus)``."""
+    if jobs <= 0 or gpus <= 0 or load <= 0 or users <= 0:
+        raise TraceError("jobs, gpus, load and users must be positive")
+    pool = [(min(d, max_duration_s) if max_duration_s else d, n)
+            for d, n in rows if multi_gpu or n == 1]
+    pool = [(d, n) for d, n in pool if n <= gpus and d > 0]
+    if not pool or not classes:
+        raise TraceError("no usable rows or no classes to draw from")
+    rng = random.Random(seed)
+    mean_gpu_s = sum(d * n for d, n in pool) / len(pool)
+    rate = load * gpus / mean_gpu_s
+    cls_sorted = sorted(classes)
+    out: list[SimJob] = []
+    t = 0.0
+    for i in range(jobs):
+        t += rng.expovariate(rate)
+        d, n = pool[rng.randrange(len(pool))]
+        u = rng.randrange(users)
+        mode = "aggressive" if rng.random() < aggressive_share else "auto"
+        out.append(SimJob(i, t, d, cls_sorted[rng.randrange(len(cls_sorted))],
+                          f"user{u:02d}", 10000 + u, n, mode))
+    return out
+
+
+def class_for_name(job_name: str, classes: Sequence[str]) -> str:
+    """A measured class for a job name: the name's class if it is one of ``classes``,
+    else a class chosen by a stable hash of the name (same name, same class)."""
+    c = derive_class(job_name)
+    if c in classes:
+        return c
+    cs = sorted(classes)
+    return cs[zlib.crc32(c.encode()) % len(cs)]
+
+
+_GPU_RE = re.compile(r"gres/gpu(?::[^=,]*)?=(\d+)")
+
+
+def _gpus(tres: str) -> int:
+    m = _GPU_RE.search(tres or "")
+    return int(m.group(1)) if m else 0
+
+
+def _time(s: str) -> float | None:
+    s = (s or "").strip()
+    if not s or s in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return datetime.fromisoformat(s).timestamp()
+    except ValueError:
+        return None
+
+
+def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
+    """Jobs from ``sacct --parsable2`` lines (header first). GPU jobs that started and
+    ended are kept; arrivals are shifted so the first submit is at 0. Raises
+    :class:`TraceError` when a needed column is missing."""
+    it = iter(lines)
+    try:
+        header = next(it).rstrip("\n").split("|")
+    except StopIteration:
+        raise TraceError("sacct export is empty") from None
+    need = ["JobID", "User", "Submit", "Start", "End"]
+    missing = [c for c in need if c not in header]
+    if missing or not ({"AllocTRES", "ReqTRES"} & set(header)):
+        raise TraceError(
+            f"sacct export lacks column(s) {', '.join(missing or ['AllocTRES/ReqTRES'])}; "
+            "use --parsable2 --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES")
+    col = {c: i for i, c in enumerate(header)}
+    uids: dict[str, int] = {}
+    raw: list[tuple[float, float, str, str, int, str]] = []
+    for line in it:
+        f = line.rstrip("\n").split("|")
+        if len(f) < len(header):
+            continue
+        jid = f[col["JobID"]]
+        if "." in jid:  # job steps
+            continue
+        sub, start, end = (_time(f[col[c]]) for c in ("Submit", "Start", "End"))
+        tres = f[col["AllocTRES"]] if "AllocTRES" in col else ""
+        n = _gpus(tres) or (_gpus(f[col["ReqTRES"]]) if "ReqTRES" in col else 0)
+        if n <= 0 or sub is None or start is None or end is None or end <= start:
+            continue
+        user = f[col["User"]] or "unknown"
+        name = f[col["JobName"]] if "JobName" in col else ""
+        raw.append((sub, end - start, user, name, n, jid))
+    if not raw:
+        raise TraceError("sacct export has no finished GPU jobs (gres/gpu in AllocTRES)")
+    raw.sort(key=lambda r: (r[0], r[5]))
+    t0 = raw[0][0]
+    out = []
+    for i, (sub, dur, user, name, n, _) in enumerate(raw):
+        uid = uids.setdefault(user, 10000 + len(uids))
+        out.append(SimJob(i, sub - t0, dur, class_for_name(name, classes), user, uid, n))
+    return out
+
+
+def read_sacct(path: str | Path, classes: Sequence[str]) -> list[SimJob]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return sacct_trace(f, classes)
+    except FileNotFoundError:
+        raise TraceError(f"sacct export {path} not found") from None
+
+
+def offered_load(trace: Sequence[SimJob], gpus: int) -> float:
+    """GPU-seconds of work per second of arrivals, over ``gpus``."""
+    if len(trace) < 2:
+        return 0.0
+    span = trace[-1].arrival - trace[0].arrival
+    work = sum(j.work_s * j.gpus for j in trace)
+    return work / span / gpus if span > 0 else math.inf
