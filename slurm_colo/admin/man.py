@@ -174,16 +174,18 @@ def render_all(app: typer.Typer) -> dict[str, str]:
     return dict(sorted(pages.items()))
 
 
-def write_all(app: typer.Typer, out_dir: Path) -> list[Path]:
-    """Write every page into ``out_dir`` and remove stale slurm-colo pages there."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write_all(app: typer.Typer, out_dir: Path, man_tree: bool = False) -> list[Path]:
+    """Write every page into ``out_dir`` (or its ``manN`` subdirectories with ``man_tree``)
+    and remove stale slurm-colo pages there."""
     pages = render_all(app)
-    for old in out_dir.glob(f"{PROG}*.[158]"):
-        if old.name not in pages:
-            old.unlink()
     written = []
     for name, text in pages.items():
-        p = out_dir / name
+        d = out_dir / f"man{name.rsplit('.', 1)[1]}" if man_tree else out_dir
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.glob(f"{PROG}*.[158]"):
+            if old.name not in pages:
+                old.unlink()
+        p = d / name
         p.write_text(text, encoding="utf-8")
         written.append(p)
     return written

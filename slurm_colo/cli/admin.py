@@ -171,9 +171,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def man(out: Path = typer.Option(..., "--out", metavar="DIR",
-                                     help="Write the man pages into DIR.")) -> None:
+                                     help="Write the man pages into DIR."),
+            man_tree: bool = typer.Option(
+                False, "--man-tree",
+                help="Write into DIR/man1, DIR/man5 and DIR/man8 (e.g. DIR=/usr/local/share/man).")
+            ) -> None:
         """Generate the man pages (sections 1, 5 and 8) from the commands and the config reference."""
         from ..admin.man import write_all
         from . import app as root_app
-        for p in write_all(root_app, out):
+        for p in write_all(root_app, out, man_tree):
             typer.echo(f"wrote {p}")
