@@ -37,7 +37,7 @@ def predicted_scores(data: GavelData, train: list[tuple[str, str]], seed: int) -
         from ..model import fit_gavel  # type: ignore[attr-defined]
     except ImportError as e:
         raise ModelError(f"the compatibility model is not available ({e})") from None
-    return fit_gavel(data, train, seed)
+    return fit_gavel(data, set(train), seed)
 
 
 def make_scheduler(name: str, setup: Setup, data: GavelData,

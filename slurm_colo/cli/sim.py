@@ -1,0 +1,108 @@
+"""``slurm-colo simulate``: compare sharing policies on a job trace (Philly-like or sacct)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from ..config import PlacementConfig, load_config
+from ..errors import ColoError
+from ..gavel import bundled_path, load_gavel
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        sacct: Path = typer.Option(None, "--sacct", help="Replay a `sacct --parsable2` export "
+                                   "instead of generating a Philly-like trace (see docs/simulator.md)."),
+        jobs: int = typer.Option(10000, help="Jobs to generate."),
+        gpus: int = typer.Option(256, help="GPUs in the simulated cluster."),
+        load: float = typer.Option(1.5, help="Offered load: GPU-seconds of work arriving per second, "
+                                   "over the GPU count (above 1 jobs queue)."),
+        seed: int = typer.Option(1, help="Seed of the trace, the pair split and random policies."),
+        users: int = typer.Option(16, help="Users the generated jobs are spread over."),
+        multi_gpu: bool = typer.Option(False, "--multi-gpu", help="Keep Philly's multi-GPU jobs "
+                                       "(always given whole GPUs)."),
+        max_duration_h: float = typer.Option(48.0, help="Cap on a job's solo duration, hours "
+                                             "(0: Philly's full tail, up to 60 days)."),
+        aggressive_share: float = typer.Option(0.0, help="Share of jobs submitted with "
+                                               "--colocate=aggressive."),
+        policies: str = typer.Option(",".join(_policies()), help="Comma-separated policies."),
+        cross_user: str = typer.Option("", help="Override placement.cross_user: never (MPS, "
+                                       "same user only) or shard (users may mix)."),
+        gpu_memory_gib: float = typer.Option(32.0, help="Memory of each GPU, GiB."),
+        slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
+        hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
+                                           "model (it must predict them)."),
+        gpu: str = typer.Option("v100", help="GPU type of the measured data."),
+        out: Path = typer.Option(None, "--out", "-o", help="Directory for results.md, "
+                                 "results.json, per-job CSV and PNG plots."),
+        config: Path = typer.Option(None, "--config", "-c", help="Site config whose [placement] "
+                                    "section the policy uses (default: built-in defaults)."),
+    ) -> None:
+        """Simulate exclusive, untargeted-shard, Gandiva-random, our policy and an oracle side
+        by side on one trace; print makespan, JCT, slowdown, GPU-hours and harmful sharing."""
+        from ..sim.engine import SimConfig, SimError
+        from ..sim.metrics import table, versus
+        from ..sim.run import POLICIES, Setup, simulate as run_all
+        from ..sim.trace import offered_load, philly_trace, read_philly, read_sacct
+
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        bad = [p for p in names if p not in POLICIES]
+        if bad:
+            raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(POLICIES)}")
+        pcfg = load_config(config, missing_ok=False).placement if config else PlacementConfig()
+        if cross_user:
+            if cross_user not in ("never", "shard"):
+                raise SimError(f"--cross-user {cross_user!r}: accepted values are never, shard")
+            pcfg = replace(pcfg, cross_user=cross_user)
+        data = load_gavel(bundled_path(), gpu)
+        if sacct:
+            trace = read_sacct(sacct, data.classes)
+        else:
+            trace = philly_trace(read_philly(bundled_path("philly_job_distribution.csv")),
+                                 data.classes, jobs=jobs, gpus=gpus, load=load, seed=seed,
+                                 users=users, multi_gpu=multi_gpu,
+                                 max_duration_s=max_duration_h * 3600 or None,
+                                 aggressive_share=aggressive_share)
+        setup = Setup(SimConfig(gpus=gpus, gpu_memory_gib=gpu_memory_gib, slots=slots, seed=seed),
+                      pcfg, hidden_share=hidden_share)
+        typer.echo(f"{len(trace)} jobs on {gpus} GPUs, offered load "
+                   f"{offered_load(trace, gpus):.2f}, cross_user={pcfg.cross_user}, seed {seed}",
+                   err=True)
+        results = run_all(trace, data, setup, names)
+        typer.echo(table(results, markdown=False))
+        typer.echo(versus(results))
+        if out:
+            _write(out, results, table(results), versus(results))
+            typer.echo(f"results and plots written to {out}", err=True)
+
+
+def _policies() -> list[str]:
+    from ..sim.run import POLICIES
+    return list(POLICIES)
+
+
+def _write(out: Path, results: list, md: str, vs: str) -> None:  # type: ignore[type-arg]
+    from ..sim.plots import write_plots
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = "slurm-colo simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        (out / "results.md").write_text(f"```\n{cmd}\n```\n\n{md}\n\n```\n{vs}\n```\n")
+        (out / "results.json").write_text(json.dumps([r.row() for r in results], indent=1))
+        with open(out / "jobs.csv", "w", encoding="utf-8") as f:
+            f.write("policy,job,cls,user,jct_s,slowdown,stretch\n")
+            for r in results:
+                pj = r.per_job
+                for i in range(len(pj["jct_s"])):
+                    f.write(f"{r.policy},{i},{pj['cls'][i]},{pj['user'][i]},"
+                            f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n")
+        write_plots(results, out)
+    except OSError as e:
+        raise ColoError(f"cannot write results to {out}: {e.strerror}") from None
