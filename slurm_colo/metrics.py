@@ -13,6 +13,7 @@ serves. Snapshot shape::
      "requests_total": 40,
      "request_seconds": {"sum": 0.8, "count": 40}}
 
+Optional, when present: ``slots`` and ``exclusive_job`` per GPU, ``pending_placements``.
 Missing keys are treated as empty; ``None`` values produce no sample.
 """
 
@@ -95,6 +96,9 @@ def render(snapshot: Mapping[str, Any]) -> str:
                     "Predicted combined speedup of the jobs sharing the GPU (1 = no gain).")
     slowdown = _Family("gpu_observed_slowdown", "gauge",
                        "Observed slowdown of the jobs sharing the GPU versus running alone.")
+    slots = _Family("gpu_slots", "gauge", "Jobs a shared GPU can hold (its shards).")
+    exclusive = _Family("gpu_exclusive", "gauge",
+                        "1 when an exclusive (gres:gpu) job holds the shared GPU, else 0.")
     for gpu in snapshot.get("gpus") or ():
         gl = {"node": gpu.get("node", ""), "gpu": gpu.get("index", ""),
               "gres_type": gpu.get("gres_type", "")}
@@ -107,6 +111,9 @@ def render(snapshot: Mapping[str, Any]) -> str:
             occ_info.add(_num(o.get("thread_pct")), {
                 **gl, "job_id": "" if job is None else job, "class": o.get("cls", ""),
                 "user": o.get("user", ""), "pending": "true" if o.get("pending") else "false"})
+        slots.add(_num(gpu.get("slots")), gl)
+        if "exclusive_job" in gpu:
+            exclusive.add(gpu["exclusive_job"] is not None, gl)
         delta.add(_num(gpu.get("predicted_delta")), gl)
         slowdown.add(_num(gpu.get("observed_slowdown")), gl)
 
@@ -128,6 +135,10 @@ def render(snapshot: Mapping[str, Any]) -> str:
         score_info.add(1, {"id": scores["id"]})
     score_age.add(_num(scores.get("age_s")))
 
+    pending_total = _Family("pending_placements", "gauge",
+                            "Placements handed out and not yet seen in Slurm.")
+    pending_total.add(_num(snapshot.get("pending_placements")))
+
     requests = _Family("requests_total", "counter", "Placement requests answered by the agent.")
     requests.add(_num(snapshot.get("requests_total")))
 
@@ -137,8 +148,8 @@ def render(snapshot: Mapping[str, Any]) -> str:
     duration.add(_num(rs.get("sum")), suffix="_sum")
     duration.add(_num(rs.get("count")), suffix="_count")
 
-    families = [occupants, pending, occ_info, delta, slowdown, decisions, fallbacks,
-                score_info, score_age, requests, duration]
+    families = [occupants, pending, occ_info, slots, exclusive, delta, slowdown, decisions,
+                fallbacks, score_info, score_age, pending_total, requests, duration]
     out: list[str] = []
     for fam in families:
         out.extend(fam.lines())

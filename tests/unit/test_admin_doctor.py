@@ -294,3 +294,21 @@ def test_bad_scores_path_fails(tmp_path):
     checks = doc.run_checks(conf, replace(system, load_scores=broken))
     sc = [c for c in checks if c.name == "scores"][0]
     assert sc.status == doc.FAIL and sc.fix == "slurm-colo retrain"
+
+
+# ---- the command -----------------------------------------------------------------------
+def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    conf, _ = _host(tmp_path)
+    # the socket named in the config does not exist: the agent check must fail
+    conf.write_text(conf.read_text() + f'\n[agent]\nsocket = "{tmp_path}/none.sock"\n')
+    r = CliRunner().invoke(app, ["doctor", "--config", str(conf), "--slurm-dir",
+                                 str(tmp_path / "etc-slurm")])
+    assert r.exit_code == 1, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith("[OK  ] config:")
+    assert any(ln.startswith("[FAIL] agent:") and "none.sock" in ln for ln in lines)
+    assert "[OK  ] gres.conf:" in r.output and "[OK  ] job_submit.lua:" in r.output
+    assert lines[-1].startswith("11 checks: ")

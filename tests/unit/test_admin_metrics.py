@@ -56,13 +56,14 @@ SNAPSHOT = {
          ],
          "predicted_delta": 1.31, "observed_slowdown": None},
         {"node": "gpu02", "index": 0, "gres_type": "v100_s0", "occupants": [],
-         "predicted_delta": None, "observed_slowdown": 1.12},
+         "predicted_delta": None, "observed_slowdown": 1.12, "slots": 4, "exclusive_job": 77},
     ],
     "decisions": {"share:compatible": 7, "exclusive:no_partner": 2},
     "fallbacks": {"agent_timeout": 3},
     "scores": {"id": "2026-11-22T03:00", "age_s": 5400.0},
     "requests_total": 12,
     "request_seconds": {"sum": 0.25, "count": 12},
+    "pending_placements": 2,
 }
 
 
@@ -131,3 +132,12 @@ def test_value_and_escape_helpers():
     assert format_value(True) == "1"
     assert format_value(3) == "3"
     assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_optional_capacity_exclusive_and_pending():
+    _, samples = parse(render(SNAPSHOT))
+    assert _values(samples, "slurm_colo_gpu_slots") == [
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "4")]
+    assert _values(samples, "slurm_colo_gpu_exclusive") == [
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")]
+    assert _values(samples, "slurm_colo_pending_placements") == [({}, "2")]
