@@ -237,12 +237,12 @@ def test_mps_check():
 
 
 # ---- everything, on a fixture host -----------------------------------------------------
-def _host(tmp_path: Path) -> tuple[Path, doc.System]:
+def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
     etc = tmp_path / "etc-slurm"
     etc.mkdir()
     conf = tmp_path / "config.toml"
     scores = tmp_path / "live.json"
-    conf.write_text(CFG_TOML + f'\n[scores]\npath = "{scores}"\n')
+    conf.write_text(CFG_TOML + f'\n[scores]\npath = "{scores}"\n' + extra)
     c = parse_config(conf.read_text(), str(conf))
     publish_scores(ScoreTable(id="s1", created=datetime.now(UTC).isoformat()), scores)
     (etc / "slurm.conf").write_text("JobSubmitPlugins=lua\nGresTypes=gpu,shard\n")
@@ -301,9 +301,8 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     from typer.testing import CliRunner
 
     from slurm_colo.cli import app
-    conf, _ = _host(tmp_path)
     # the socket named in the config does not exist: the agent check must fail
-    conf.write_text(conf.read_text() + f'\n[agent]\nsocket = "{tmp_path}/none.sock"\n')
+    conf, _ = _host(tmp_path, f'\n[agent]\nsocket = "{tmp_path}/none.sock"\n')
     r = CliRunner().invoke(app, ["doctor", "--config", str(conf), "--slurm-dir",
                                  str(tmp_path / "etc-slurm")])
     assert r.exit_code == 1, r.output
