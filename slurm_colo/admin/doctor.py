@@ -104,6 +104,52 @@ def check_slurm_conf(text: str | None, path: Path) -> list[Check]:
     return out
 
 
+# ---- node hooks -----------------------------------------------------------------------
+HOOK_KEYS = (("prolog", "Prolog"), ("epilog", "Epilog"), ("taskprolog", "TaskProlog"),
+             ("taskepilog", "TaskEpilog"))
+HOOK_MARK = "slurm_colo.hooks"
+
+
+def check_node_hooks(slurm_conf: str | None, hooks_env: Path, gpu_node: bool) -> Check:
+    """Prolog, Epilog, TaskProlog and TaskEpilog each run a slurm-colo shim (a file that
+    runs ``python -m slurm_colo.hooks``), and hooks.env names a Python that exists."""
+    name = "node hooks"
+    fix = "install the shims as in `slurm-colo install` step 2 and set the slurm.conf lines"
+    if slurm_conf is None:
+        return Check(name, FAIL, "cannot read slurm.conf", fix)
+    conf = parse_slurm_conf(slurm_conf)
+    unset, not_ours, unseen = [], [], []
+    for key, label in HOOK_KEYS:
+        value = conf.get(key, "")
+        if not value:
+            unset.append(label)
+            continue
+        files = [Path(f) for f in sorted(glob(value))]
+        if not files:
+            unseen.append(f"{label}={value}")
+        elif not any(HOOK_MARK in (read_text(f) or "") for f in files):
+            not_ours.append(f"{label}={value}")
+    if unset or not_ours:
+        parts = ([f"{', '.join(unset)} not set"] if unset else []) + \
+                ([f"no slurm-colo shim in {', '.join(not_ours)}"] if not_ours else [])
+        return Check(name, FAIL, "; ".join(parts), fix)
+    if unseen:
+        msg = f"{'; '.join(unseen)}: no such file on this host"
+        return Check(name, FAIL if gpu_node else WARN, msg,
+                     fix if gpu_node else "run doctor on a GPU node")
+    env = read_text(hooks_env)
+    if env is None:
+        return Check(name, FAIL if gpu_node else WARN, f"{hooks_env} missing: the shims fall "
+                     "back to python3 and the default config", "install hooks.env from "
+                     "`slurm-colo install --write DIR`")
+    values = dict(ln.split("=", 1) for ln in env.splitlines() if "=" in ln and not ln.startswith("#"))
+    python = values.get("SLURM_COLO_PYTHON", "")
+    if not python or not Path(python).is_file():
+        return Check(name, FAIL, f"{hooks_env}: SLURM_COLO_PYTHON={python or '(unset)'} does not "
+                     "exist", "slurm-colo install --write DIR, then reinstall hooks.env")
+    return Check(name, OK, f"prolog, epilog and task hooks run slurm-colo ({python})")
+
+
 # ---- SPANK plugin ----------------------------------------------------------------------
 def plugstack_entries(path: Path, depth: int = 0) -> list[tuple[str, str]]:
     """(required|optional, plugin path) entries of a plugstack.conf, following includes."""
@@ -323,6 +369,7 @@ class System:
     which: Callable[[str], str | None]
     hostname: str
     now: datetime | None = None
+    hooks_env: Path = Path("/etc/slurm-colo/hooks.env")
 
 
 def run_checks(config_path: Path, sys: System) -> list[Check]:
@@ -333,11 +380,13 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     slurm_conf = sys.etc_slurm / "slurm.conf"
     checks += check_slurm_conf(read_text(slurm_conf), slurm_conf)
     checks += check_spank(sys.etc_slurm / "plugstack.conf", sys.runner)
+    gpu_node = cfg.layout_for(sys.hostname) is not None
+    checks.append(check_node_hooks(read_text(slurm_conf), sys.hooks_env, gpu_node))
     checks.append(check_job_submit_lua(sys.etc_slurm, sys.render_lua(cfg)))
     gres = sys.etc_slurm / "gres.conf"
     checks.append(check_gres_conf(read_text(gres), gres, cfg))
     checks.append(check_agent(lambda: sys.ping(cfg), cfg.agent.socket))
     checks.append(check_store(sys.store_probe(cfg), cfg.store.url))
     checks.append(check_scores(sys.load_scores, cfg.scores.path, cfg.scores.max_age_h, sys.now))
-    checks.append(check_mps(cfg.node, sys.which, cfg.layout_for(sys.hostname) is not None))
+    checks.append(check_mps(cfg.node, sys.which, gpu_node))
     return checks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -156,11 +157,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check the installation and print OK/WARN/FAIL with the fixing command for each check.
 
-        Checks the config, slurm.conf, the SPANK plugin, job_submit.lua, gres.conf, the agent, the database, the score set and MPS. Exits with status 1 when any check fails."""
+        Checks the config, slurm.conf, the SPANK plugin, the node hooks, job_submit.lua, gres.conf, the agent, the database, the score set and MPS. Exits with status 1 when any check fails."""
         system = doc.System(
             etc_slurm=etc_slurm, runner=run_command, ping=_ping, store_probe=_store_probe,
             load_scores=_load_scores, render_lua=_lua_or_none, which=shutil.which,
-            hostname=socket.gethostname().split(".")[0])
+            hostname=socket.gethostname().split(".")[0],
+            hooks_env=Path(os.environ.get("SLURM_COLO_HOOKS_ENV", "/etc/slurm-colo/hooks.env")))
         checks = doc.run_checks(config or config_path(), system)
         for c in checks:
             typer.echo(doc.format_check(c))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -120,6 +121,44 @@ def test_spank_missing_file_unlisted_and_not_loaded(tmp_path):
     checks = doc.check_spank(tmp_path / "plugstack.conf", FakeRunner({}))
     assert checks[0].status == doc.FAIL and "not listed" in checks[0].message
     assert checks[1].status == doc.WARN and "sbatch not found" in checks[1].message
+
+
+# ---- node hooks -----------------------------------------------------------------------
+def _hooks_fixture(tmp_path: Path, ours: bool = True) -> tuple[str, Path]:
+    d = tmp_path / "prolog.d"
+    d.mkdir(parents=True)
+    (d / "10-site").write_text("#!/bin/sh\necho site\n")
+    body = "exec python -m slurm_colo.hooks prolog" if ours else "echo other"
+    (d / "50-slurm-colo").write_text(f"#!/bin/sh\n{body}\n")
+    task = tmp_path / "slurm-colo-taskprolog"
+    task.write_text("#!/bin/sh\nexec python -m slurm_colo.hooks taskprolog\n")
+    conf = (f"Prolog={d}/*\nEpilog={d}/*\nTaskProlog={task}\nTaskEpilog={task}\n")
+    env = tmp_path / "hooks.env"
+    env.write_text(f"# comment\nSLURM_COLO_PYTHON={sys.executable}\nSLURM_COLO_CONFIG=/x\n")
+    return conf, env
+
+
+def test_node_hooks_ok_with_glob_and_single_files(tmp_path):
+    conf, env = _hooks_fixture(tmp_path)
+    c = doc.check_node_hooks(conf, env, gpu_node=True)
+    assert c.status == doc.OK and sys.executable in c.message
+
+
+def test_node_hooks_unset_foreign_unseen_and_bad_env(tmp_path):
+    conf, env = _hooks_fixture(tmp_path, ours=False)
+    c = doc.check_node_hooks(conf, env, gpu_node=True)
+    assert c.status == doc.FAIL and "no slurm-colo shim in Prolog=" in c.message
+    c = doc.check_node_hooks("JobSubmitPlugins=lua\n", env, gpu_node=True)
+    assert c.status == doc.FAIL and "Prolog, Epilog, TaskProlog, TaskEpilog not set" in c.message
+    elsewhere = "".join(f"{k}=/nonexistent/{k}\n" for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog"))
+    assert doc.check_node_hooks(elsewhere, env, gpu_node=False).status == doc.WARN
+    assert doc.check_node_hooks(elsewhere, env, gpu_node=True).status == doc.FAIL
+    good, _ = _hooks_fixture(tmp_path / "b")
+    env.write_text("SLURM_COLO_PYTHON=/nonexistent/python\n")
+    c = doc.check_node_hooks(good, env, gpu_node=True)
+    assert c.status == doc.FAIL and "/nonexistent/python" in c.message
+    c = doc.check_node_hooks(good, tmp_path / "absent.env", gpu_node=True)
+    assert c.status == doc.FAIL and "missing" in c.message
 
 
 # ---- job_submit.lua --------------------------------------------------------------------
@@ -245,7 +284,16 @@ def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
     conf.write_text(CFG_TOML + f'\n[scores]\npath = "{scores}"\n' + extra)
     c = parse_config(conf.read_text(), str(conf))
     publish_scores(ScoreTable(id="s1", created=datetime.now(UTC).isoformat()), scores)
-    (etc / "slurm.conf").write_text("JobSubmitPlugins=lua\nGresTypes=gpu,shard\n")
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for hook in ("prolog", "epilog", "taskprolog", "taskepilog"):
+        (shims / f"slurm-colo-{hook}").write_text(f"#!/bin/sh\nexec python -m slurm_colo.hooks {hook}\n")
+    hooks_env = tmp_path / "hooks.env"
+    hooks_env.write_text(f"SLURM_COLO_PYTHON={sys.executable}\nSLURM_COLO_CONFIG={conf}\n")
+    (etc / "slurm.conf").write_text(
+        "JobSubmitPlugins=lua\nGresTypes=gpu,shard\n"
+        + "".join(f"{k}={shims}/slurm-colo-{k.lower()}\n"
+                  for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog")))
     (etc / "gres.conf").write_text(gres_conf(c.gpus))
     (etc / "job_submit.lua").write_text(render_job_submit_lua(c))
     _plugstack(etc, "optional {so}")
@@ -253,7 +301,7 @@ def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
         etc_slurm=etc, runner=FakeRunner(SBATCH_OK), ping=lambda cfg: {"ok": True},
         store_probe=lambda cfg: (lambda: f"{cfg.store.url} ok"),
         load_scores=load_scores, render_lua=render_job_submit_lua,
-        which=lambda n: "/usr/bin/" + n, hostname="gpu01")
+        which=lambda n: "/usr/bin/" + n, hostname="gpu01", hooks_env=hooks_env)
     return conf, system
 
 
@@ -261,7 +309,7 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
     conf, system = _host(tmp_path)
     checks = doc.run_checks(conf, system)
     assert [c.name for c in checks] == ["config", "JobSubmitPlugins", "GresTypes", "SPANK plugin",
-                                        "sbatch --colocate", "job_submit.lua", "gres.conf", "agent",
+                                        "sbatch --colocate", "node hooks", "job_submit.lua", "gres.conf", "agent",
                                         "database", "scores", "MPS"]
     assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
     assert doc.exit_code(checks) == 0
@@ -310,4 +358,4 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     assert lines[0].startswith("[OK  ] config:")
     assert any(ln.startswith("[FAIL] agent:") and "none.sock" in ln for ln in lines)
     assert "[OK  ] gres.conf:" in r.output and "[OK  ] job_submit.lua:" in r.output
-    assert lines[-1].startswith("11 checks: ")
+    assert lines[-1].startswith("12 checks: ")
