@@ -1,0 +1,169 @@
+"""The placement policy: packing rules, uncertainty, exploration, fairness, index."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from slurm_colo.config import PlacementConfig
+from slurm_colo.placement import ClusterView, GpuView, JobRequest, Occupant, place, plan
+from slurm_colo.placement.policy import explore_draw
+from slurm_colo.scores import ClassInfo, PairScore, ScoreTable, table_from_pairs
+
+
+def gpu(i: int, occ: list[Occupant] | None = None, node: str = "n1", mem: float = 32.0,
+        slots: int = 4) -> GpuView:
+    return GpuView(node=node, index=i, gres_type=f"v100_s{i}", memory_gib=mem, slots=slots,
+                   occupants=list(occ or []))
+
+
+def occ(key: str, cls: str, uid: int = 1, mem: float = 4.0) -> Occupant:
+    return Occupant(key=key, user=f"u{uid}", uid=uid, cls=cls, memory_gib=mem)
+
+
+def job(key: str, cls: str, uid: int = 1, mode: str = "auto", mem: float | None = 4.0) -> JobRequest:
+    return JobRequest(key=key, user=f"u{uid}", uid=uid, cls=cls, mode=mode, memory_gib=mem)
+
+
+CFG = PlacementConfig(explore_rate=0.0)
+SCORES = table_from_pairs([
+    ("a", "b", 0.9, 0.9),   # good pair: delta 1.8
+    ("a", "c", 0.95, 0.6),  # c would run at 0.6 < 1/1.5
+    ("a", "a", 0.7, 0.7),
+    ("b", "b", 0.8, 0.8),
+    ("a", "d", 0.0, 0.0),   # never (out of memory)
+    ("b", "c", 0.75, 0.75),
+])
+
+
+def test_packs_a_compatible_pair_of_the_same_user_under_mps() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a")])])
+    d = place(job("j", "b"), view, SCORES, CFG)
+    assert d.shared and d.index == 0 and d.partners == ("1",)
+    assert d.mechanism == "mps"
+    assert d.predicted_delta == pytest.approx(1.8)
+    assert d.mem_limit_gib is not None and d.mem_limit_gib >= 4.0
+
+
+def test_mps_never_mixes_users_but_shard_mode_does() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a", uid=1)])])
+    assert not place(job("j", "b", uid=2), view, SCORES, CFG).shared
+    d = place(job("j", "b", uid=2), ClusterView([gpu(0, [occ("1", "a", uid=1)])]), SCORES,
+              PlacementConfig(cross_user="shard", explore_rate=0.0))
+    assert d.shared and d.mechanism == "shard" and d.thread_pct is None
+
+
+def test_never_pairs_and_memory_are_refused() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a")])])
+    d = place(job("j", "d"), view, SCORES, CFG)
+    assert not d.shared and "never" in d.reason
+    view = ClusterView([gpu(0, [occ("1", "a", mem=20.0)])])
+    d = place(job("j", "b", mem=12.0), view, SCORES, CFG)
+    assert not d.shared and "memory" in d.reason
+
+
+def test_no_member_is_given_the_worse_half_unless_aggressive() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a")])])
+    d = place(job("j", "c"), view, SCORES, CFG)
+    assert not d.shared and "0.60x" in d.reason
+    d = place(job("j", "c", mode="aggressive"), view, SCORES, CFG)
+    assert d.shared and d.predicted_rate == pytest.approx(0.6)
+
+
+def test_an_idle_gpu_beats_a_partner_that_adds_less_than_running_alone() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a")]), gpu(1)])
+    d = place(job("j", "b"), view, SCORES, CFG)
+    assert d.shared and d.index == 1 and d.partners == ()
+    # a perfect pair (gain 1.0) is as good as an idle GPU and keeps the idle one free
+    perfect = table_from_pairs([("a", "b", 1.0, 1.0)])
+    d = place(job("j", "b"), view, perfect, CFG)
+    assert d.index == 0 and d.partners == ("1",)
+
+
+def test_goes_where_it_adds_most_throughput() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a")]), gpu(1, [occ("2", "b")])])
+    d = place(job("j", "b"), view, SCORES, CFG)  # with a: +0.8 ; with b: +0.6
+    assert d.index == 0
+
+
+def test_sets_of_three_use_the_multiplicative_composition() -> None:
+    t = table_from_pairs([("x", "x", 0.95, 0.95)])
+    view = ClusterView([gpu(0, [occ("1", "x"), occ("2", "x")])])
+    d = place(job("j", "x"), view, t, CFG)
+    assert d.shared and d.predicted_delta == pytest.approx(3 * 0.95 * 0.95, abs=1e-3)
+
+
+def test_uncertainty_blocks_a_risky_pair_and_exploration_tries_it_boundedly() -> None:
+    t = ScoreTable(pairs={("a", "b"): PairScore(0.8, 0.8, 0.2, observed=False)})
+    view = ClusterView([gpu(0, [occ("1", "a")])])
+    # delta 1.6, sd 2 * 0.2 = 0.4 -> 1.2 >= 1.05 passes; make it riskier
+    risky = ScoreTable(pairs={("a", "b"): PairScore(0.7, 0.7, 0.25, observed=False)})
+    assert place(job("j", "b"), view, t, CFG).shared
+    assert not place(job("j", "b"), view, risky, CFG).shared
+    d = place(job("j", "b"), view, risky, PlacementConfig(explore_rate=1.0))
+    assert d.shared and d.explored and "exploring" in d.reason
+    # a measured pair with the same numbers is not "unproven": no exploration
+    measured = ScoreTable(pairs={("a", "b"): PairScore(0.7, 0.7, 0.25, observed=True)})
+    assert not place(job("j", "b"), view, measured, PlacementConfig(explore_rate=1.0)).shared
+    # predicted clearly harmful: never explored
+    harmful = ScoreTable(pairs={("a", "b"): PairScore(0.5, 0.5, 0.3, observed=False)})
+    assert not place(job("j", "b", mode="auto"), view, harmful,
+                     PlacementConfig(explore_rate=1.0)).shared
+
+
+def test_exploration_share_follows_explore_rate() -> None:
+    draws = [explore_draw(f"job{i}") for i in range(5000)]
+    share = sum(d < 0.1 for d in draws) / len(draws)
+    assert 0.08 < share < 0.12
+    assert explore_draw("job7") == explore_draw("job7")
+
+
+def test_uneven_thread_percentage_for_a_job_that_barely_uses_the_gpu() -> None:
+    t = table_from_pairs([("busy", "light", 0.95, 0.9)],
+                         classes={"busy": ClassInfo(sm_util=0.9), "light": ClassInfo(sm_util=0.15)})
+    view = ClusterView([gpu(0, [occ("1", "busy")])])
+    d = place(job("j", "light"), view, t, CFG)
+    assert d.shared and d.thread_pct is not None and d.thread_pct <= 30
+
+
+def test_off_and_multi_gpu_jobs_keep_their_own_gpu() -> None:
+    view = ClusterView([gpu(0)])
+    assert place(job("j", "a", mode="off"), view, SCORES, CFG).action == "exclusive"
+    multi = JobRequest(key="m", user="u1", uid=1, cls="a", gpus_per_node=2)
+    assert place(multi, view, SCORES, CFG).action == "exclusive"
+
+
+def test_exclusive_and_down_gpus_are_skipped() -> None:
+    g0 = gpu(0, [occ("1", "a")])
+    g0.available = False
+    g1 = gpu(1)
+    g1.exclusive_job = 77
+    d = place(job("j", "b"), ClusterView([g0, g1]), SCORES, CFG)
+    assert d.action == "exclusive"
+
+
+def test_plan_places_a_batch_and_respects_slots() -> None:
+    view = ClusterView([gpu(0, slots=2), gpu(1, slots=2)])
+    jobs = [job(f"j{i}", "b") for i in range(5)]
+    ds = plan(jobs, view, SCORES, CFG)
+    assert [d.shared for d in ds] == [True, True, True, True, False]
+    assert sorted(len(g.occupants) for g in view.gpus) == [2, 2]
+    assert all(o.pending for g in view.gpus for o in g.occupants)
+
+
+def test_index_stays_right_through_add_and_remove() -> None:
+    rng = random.Random(3)
+    classes = ["a", "b", "c"]
+    view = ClusterView([gpu(i, node=f"n{i // 4}", slots=3) for i in range(12)])
+    cfg = PlacementConfig(cross_user="shard", explore_rate=0.0)
+    for step in range(300):
+        g = view.gpus[rng.randrange(len(view.gpus))]
+        if g.occupants and rng.random() < 0.5:
+            view.remove_occupant(g, g.occupants[0].key)
+        elif g.free_slots > 0:
+            view.add_occupant(g, occ(f"o{step}", rng.choice(classes), uid=rng.randrange(2)))
+        j = job(f"q{step}", rng.choice(classes), uid=rng.randrange(2))
+        fresh = ClusterView(copy.deepcopy(view.gpus))
+        assert place(j, view, SCORES, cfg) == place(j, fresh, SCORES, cfg)

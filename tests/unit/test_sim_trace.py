@@ -1,0 +1,64 @@
+"""Trace generation (Philly-like) and the sacct importer."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_colo.gavel import bundled_path
+from slurm_colo.sim.trace import (TraceError, class_for_name, offered_load, philly_trace,
+                                  read_philly, sacct_trace)
+
+CLASSES = ["resnet18-bs64", "lm-bs20", "a3c"]
+ROWS = [(3600.0, 1), (7200.0, 1), (36000.0, 1), (500000.0, 1), (1800.0, 4)]
+
+
+def test_philly_trace_is_seeded_sorted_and_single_gpu_by_default() -> None:
+    t1 = philly_trace(ROWS, CLASSES, jobs=500, gpus=16, load=1.5, seed=4)
+    t2 = philly_trace(ROWS, CLASSES, jobs=500, gpus=16, load=1.5, seed=4)
+    assert t1 == t2
+    assert t1 != philly_trace(ROWS, CLASSES, jobs=500, gpus=16, load=1.5, seed=5)
+    assert all(a.arrival <= b.arrival for a, b in zip(t1, t1[1:]))
+    assert {j.gpus for j in t1} == {1} and {j.cls for j in t1} <= set(CLASSES)
+    assert [j.id for j in t1] == list(range(500))
+
+
+def test_philly_trace_load_cap_and_multi_gpu() -> None:
+    t = philly_trace(ROWS, CLASSES, jobs=4000, gpus=16, load=2.0, seed=1, max_duration_s=40000)
+    assert max(j.work_s for j in t) == 40000
+    assert 1.8 < offered_load(t, 16) < 2.2
+    multi = philly_trace(ROWS, CLASSES, jobs=2000, gpus=16, load=1.0, seed=1, multi_gpu=True)
+    assert 4 in {j.gpus for j in multi}
+
+
+def test_bundled_philly_distribution_reads() -> None:
+    rows = read_philly(bundled_path("philly_job_distribution.csv"))
+    assert len(rows) > 30000 and {n for _, n in rows} >= {1, 2, 4, 8}
+
+
+SACCT = """JobID|User|JobName|Submit|Start|End|AllocTRES|ReqTRES
+101|alice|resnet18-bs64|2026-01-01T10:00:00|2026-01-01T10:05:00|2026-01-01T11:05:00|cpu=4,gres/gpu=1,mem=16G|
+101.batch|alice|batch|2026-01-01T10:05:00|2026-01-01T10:05:00|2026-01-01T11:05:00|cpu=4|
+102|bob|train.sh|2026-01-01T10:30:00|2026-01-01T10:31:00|2026-01-01T10:41:00|cpu=8,gres/gpu:v100=2|
+103|bob|cpu-only|2026-01-01T10:40:00|2026-01-01T10:41:00|2026-01-01T10:42:00|cpu=8|
+104|carol|never-ran|2026-01-01T10:50:00|Unknown|Unknown||gres/gpu=1
+"""
+
+
+def test_sacct_import_keeps_finished_gpu_jobs() -> None:
+    t = sacct_trace(SACCT.splitlines(), CLASSES)
+    assert [(j.arrival, j.work_s, j.gpus, j.user) for j in t] == [
+        (0.0, 3600.0, 1, "alice"), (1800.0, 600.0, 2, "bob")]
+    assert t[0].cls == "resnet18-bs64" and t[1].cls in CLASSES
+    assert t[0].uid != t[1].uid
+
+
+def test_sacct_import_names_missing_columns() -> None:
+    with pytest.raises(TraceError, match="Submit"):
+        sacct_trace(["JobID|User|Start|End|AllocTRES", "1|a|x|y|gres/gpu=1"], CLASSES)
+    with pytest.raises(TraceError, match="no finished GPU jobs"):
+        sacct_trace(SACCT.splitlines()[:1], CLASSES)
+
+
+def test_class_for_name_is_stable() -> None:
+    assert class_for_name("lm-bs20", CLASSES) == "lm-bs20"
+    assert class_for_name("my_experiment.sh", CLASSES) == class_for_name("my_experiment.sh", CLASSES)
