@@ -1,0 +1,169 @@
+"""Training data of the compatibility model: per-class profiles and pairwise observations.
+
+An *entry* is one measured value ``n(a | b)``: the normalised throughput of a job of class
+``a`` (rate while sharing a GPU with a job of class ``b`` / rate alone). A pair measured
+together gives two entries, ``n(a | b)`` and ``n(b | a)``; a self-pair (two jobs of one class)
+gives one. Entries carry a weight (hours of evidence, recency-discounted) and a censored flag
+(the value was clipped at 1.0 and means "at least"). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ModelError
+
+#: normalised throughputs are clipped to this range before taking logs
+N_MIN = 0.02
+N_MAX = 1.5
+
+_BS_RE = re.compile(r"^(.*?)-bs(\d+)$")
+
+
+def family_and_batch(cls: str) -> tuple[str, int | None]:
+    """``'resnet18-bs64'`` -> ``('resnet18', 64)``; ``'a3c'`` -> ``('a3c', None)``."""
+    m = _BS_RE.match(cls)
+    if m:
+        return m.group(1), int(m.group(2))
+    return cls, None
+
+
+@dataclass
+class ClassProfile:
+    """What is known about a class from its solo runs (any field may be unknown)."""
+
+    solo_rate: float | None = None
+    memory_gib: float | None = None
+    sm_util: float | None = None
+
+
+def _finite_pos(v: float | None) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f > 0 else None
+
+
+@dataclass
+class Observations:
+    """Class profiles plus pairwise entries; build with :meth:`add_class` / :meth:`add_pair`."""
+
+    classes: dict[str, ClassProfile] = field(default_factory=dict)
+    #: unordered pairs (a <= b) that must never share a GPU (out of memory)
+    never: set[tuple[str, str]] = field(default_factory=set)
+    #: unordered pair -> number of fatal MPS faults seen while sharing
+    faults: dict[tuple[str, str], float] = field(default_factory=dict)
+    _a: list[str] = field(default_factory=list)
+    _b: list[str] = field(default_factory=list)
+    _n: list[float] = field(default_factory=list)
+    _w: list[float] = field(default_factory=list)
+    _c: list[bool] = field(default_factory=list)
+    #: entries refused by :meth:`add_entry` (NaN, negative, zero weight), for the report
+    rejected: int = 0
+
+    def add_class(self, cls: str, solo_rate: float | None = None,
+                  memory_gib: float | None = None, sm_util: float | None = None) -> None:
+        """Register a class; later non-None values fill unknown fields."""
+        p = self.classes.setdefault(cls, ClassProfile())
+        if p.solo_rate is None:
+            p.solo_rate = _finite_pos(solo_rate)
+        if p.memory_gib is None:
+            p.memory_gib = _finite_pos(memory_gib)
+        if p.sm_util is None:
+            u = _finite_pos(sm_util)
+            p.sm_util = min(u, 1.0) if u is not None else None
+
+    def add_entry(self, a: str, b: str, n: float, weight: float = 1.0,
+                  censored: bool = False) -> bool:
+        """Add ``n(a | b)``. NaN/inf/negative values and non-positive weights are refused
+        (counted in :attr:`rejected`); returns whether the entry was kept."""
+        try:
+            n = float(n)
+            weight = float(weight)
+        except (TypeError, ValueError):
+            self.rejected += 1
+            return False
+        if not (math.isfinite(n) and n >= 0 and math.isfinite(weight) and weight > 0):
+            self.rejected += 1
+            return False
+        self.add_class(a)
+        self.add_class(b)
+        self._a.append(a)
+        self._b.append(b)
+        self._n.append(n)
+        self._w.append(weight)
+        self._c.append(bool(censored))
+        return True
+
+    def add_pair(self, a: str, b: str, n_a: float, n_b: float, weight: float = 1.0,
+                 censored: bool = False) -> None:
+        """A pair measured together: both directions (one entry for a self-pair)."""
+        self.add_entry(a, b, n_a, weight, censored)
+        if a != b:
+            self.add_entry(b, a, n_b, weight, censored)
+
+    def add_never(self, a: str, b: str) -> None:
+        self.add_class(a)
+        self.add_class(b)
+        self.never.add((min(a, b), max(a, b)))
+
+    def add_fault(self, a: str, b: str, count: float = 1.0) -> None:
+        self.add_class(a)
+        self.add_class(b)
+        k = (min(a, b), max(a, b))
+        self.faults[k] = self.faults.get(k, 0.0) + count
+
+    def __len__(self) -> int:
+        return len(self._n)
+
+    def observed_pairs(self) -> set[tuple[str, str]]:
+        return {(min(a, b), max(a, b)) for a, b in zip(self._a, self._b)}
+
+    def aggregate(self, class_order: list[str]) -> "Entries":
+        """One entry per ordered pair: weighted mean of log n, summed weight; censored only
+        if every contributing value was."""
+        ix = {c: i for i, c in enumerate(class_order)}
+        k = len(class_order)
+        if not self._n:
+            z = np.zeros(0)
+            return Entries(np.zeros(0, np.int64), np.zeros(0, np.int64), z, z, np.zeros(0, bool))
+        try:
+            ia = np.fromiter((ix[a] for a in self._a), np.int64, len(self._a))
+            ib = np.fromiter((ix[b] for b in self._b), np.int64, len(self._b))
+        except KeyError as e:
+            raise ModelError(f"observation names class {e.args[0]!r} missing from the class list") from None
+        return aggregate_arrays(ia, ib, np.asarray(self._n, float), np.asarray(self._w, float),
+                                np.asarray(self._c, bool), k)
+
+
+@dataclass
+class Entries:
+    """Aggregated ordered entries as arrays (class indexes into a class list)."""
+
+    ia: np.ndarray
+    ib: np.ndarray
+    y: np.ndarray  # log of the normalised throughput
+    w: np.ndarray  # summed weight
+    censored: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+def aggregate_arrays(ia: np.ndarray, ib: np.ndarray, n: np.ndarray, w: np.ndarray,
+                     censored: np.ndarray, k: int) -> Entries:
+    """Vectorised aggregation of raw entries (used for millions of episodes)."""
+    y = np.log(np.clip(n, N_MIN, N_MAX))
+    key = ia * k + ib
+    uniq, inv = np.unique(key, return_inverse=True)
+    wsum = np.bincount(inv, weights=w, minlength=len(uniq))
+    ysum = np.bincount(inv, weights=w * y, minlength=len(uniq))
+    unc = np.bincount(inv, weights=(~censored).astype(float), minlength=len(uniq))
+    return Entries(uniq // k, uniq % k, ysum / wsum, wsum, unc == 0)

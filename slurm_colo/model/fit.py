@@ -1,0 +1,145 @@
+"""Observations -> fitted pairwise model -> :class:`~slurm_colo.scores.ScoreTable`. Pure.
+
+Rules applied on top of the GP (documented in docs/model.md):
+
+- *never*: out-of-memory pairs, and pairs whose fatal MPS faults reach
+  :data:`FAULT_NEVER` or outnumber their successful measurements, get ``never=True`` and
+  ``n = 0``.
+- fewer faults are strong negative evidence: an entry ``n = FAULT_N`` per member with weight
+  ``FAULT_WEIGHT`` per fault.
+- censored entries (clipped at 1.0) are lower bounds: the prediction for such a pair is
+  never below the observed value.
+- predictions are capped at ``n_max`` (sharing does not make a job faster).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+from ..gavel import GavelData
+from ..scores import ClassInfo, PairScore, ScoreTable
+from .data import Observations
+from .features import class_distances
+from .gp import PairGP, fit_gp
+
+FAULT_NEVER = 3.0
+FAULT_N = 0.1
+FAULT_WEIGHT = 3.0
+#: standard deviation (of n) reported for classes with no data at all
+PRIOR_SD = 0.25
+
+
+def _with_faults(obs: Observations) -> tuple[Observations, set[tuple[str, str]]]:
+    never = set(obs.never)
+    if not obs.faults:
+        return obs, never
+    counts: dict[tuple[str, str], float] = {}
+    for a, b in zip(obs._a, obs._b):
+        k = (min(a, b), max(a, b))
+        counts[k] = counts.get(k, 0.0) + 1.0
+    out = Observations(classes=obs.classes, never=set(obs.never), faults=dict(obs.faults),
+                       _a=list(obs._a), _b=list(obs._b), _n=list(obs._n), _w=list(obs._w),
+                       _c=list(obs._c), rejected=obs.rejected)
+    for (a, b), f in obs.faults.items():
+        if f >= FAULT_NEVER or f > counts.get((a, b), 0.0):
+            never.add((a, b))
+        else:
+            out.add_pair(a, b, FAULT_N, FAULT_N, weight=FAULT_WEIGHT * f)
+    return out, never
+
+
+def fit_model(obs: Observations, seed: int = 0) -> tuple[PairGP | None, list[str]]:
+    """Fit the GP; ``None`` when there is no pair entry at all (prior only)."""
+    classes = sorted(obs.classes)
+    if len(obs) == 0:
+        return None, classes
+    e = obs.aggregate(classes)
+    gp = fit_gp(e, class_distances(classes, obs.classes), seed=seed)
+    return gp, classes
+
+
+def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: float = 1.0,
+              training: dict[str, Any] | None = None) -> ScoreTable:
+    """Fit and return a full table: every pair (a <= b) of every known class."""
+    obs2, never = _with_faults(obs)
+    gp, classes = fit_model(obs2, seed)
+    k = len(classes)
+    info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate)
+            for c, p in obs.classes.items()}
+    created = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    table = ScoreTable(classes=info, gpu_model=gpu_model, created=created,
+                       training=dict(training or {}))
+    if gp is None:
+        table.prior_n, table.prior_sd = 0.6, PRIOR_SD
+        table.training["model"] = "prior-only (no pair data)"
+        return table
+    mean = np.minimum(np.exp(gp.predict_grid()), n_max)
+    sd_log = gp.predict_sd_grid()
+    sd = mean * sd_log
+    e = gp.entries
+    cens = e.censored
+    # censored entries are lower bounds
+    obs_val = np.exp(e.y[cens])
+    mean[e.ia[cens], e.ib[cens]] = np.maximum(mean[e.ia[cens], e.ib[cens]], np.minimum(obs_val, n_max))
+    observed = np.zeros((k, k), bool)
+    observed[e.ia, e.ib] = True
+    ix = {c: i for i, c in enumerate(classes)}
+    for i in range(k):
+        for j in range(i, k):
+            a, b = classes[i], classes[j]
+            if (a, b) in never:
+                table.pairs[(a, b)] = PairScore(0.0, 0.0, 0.0, observed=True, never=True)
+                continue
+            s = float(max(sd[i, j], sd[j, i]))
+            table.pairs[(a, b)] = PairScore(
+                float(mean[i, j]), float(mean[j, i]), s,
+                observed=bool(observed[i, j] or observed[j, i]),
+            )
+    del ix
+    table.prior_n = float(min(math.exp(gp.mean), n_max))
+    prior_var = float(np.exp(gp.theta[6:9]).sum())
+    table.prior_sd = float(table.prior_n * math.sqrt(prior_var + 1.0) if prior_var > 0 else PRIOR_SD)
+    table.prior_sd = min(table.prior_sd, 1.0)
+    table.training.update({
+        "model": "gp-pairs/1",
+        "classes": k,
+        "entries": int(len(e)),
+        "never_pairs": len(never),
+        "rejected_entries": obs.rejected,
+        "hyper": gp.params,
+    })
+    return table
+
+
+def observations_from_gavel(data: GavelData,
+                            train_pairs: set[tuple[str, str]] | None = None) -> Observations:
+    """Observations from a Gavel profiling campaign (solo rates of every class stay known)."""
+    obs = Observations()
+    for c, r in sorted(data.solo.items()):
+        obs.add_class(c, solo_rate=r)
+    keep = None if train_pairs is None else {(min(a, b), max(a, b)) for a, b in train_pairs}
+    for a, b in data.unordered_pairs():
+        if keep is not None and (a, b) not in keep:
+            continue
+        na, nb = data.pairs[(a, b)]
+        obs.add_pair(a, b, na, nb, censored=(a, b) in data.censored)
+    for a, b in data.never:
+        obs.add_never(a, b)
+    return obs
+
+
+def fit_gavel(data: GavelData, train_pairs: set[tuple[str, str]] | None = None,
+              seed: int = 0) -> ScoreTable:
+    """Train on the given measured pairs of ``data`` (None = all) and predict every pair."""
+    if not data.solo:
+        raise ModelError(f"gavel data for {data.gpu!r} has no classes")
+    obs = observations_from_gavel(data, train_pairs)
+    t = fit_table(obs, seed=seed, gpu_model=data.gpu,
+                  training={"source": f"gavel:{data.gpu}", "train_pairs": len(obs.observed_pairs())})
+    t.id = f"gavel-{data.gpu}-s{seed}"
+    return t

@@ -1,0 +1,252 @@
+"""Idempotent ingest of per-job records (``slurm_colo.records.JobRecord``).
+
+:func:`ingest_records` stores records keyed by ``record_id``: ingesting a record twice
+stores it once. :func:`ingest_spool` reads a spool directory of ``*.json`` record files
+(written atomically by the node side), moves ingested files to ``done/`` (or deletes
+them) and quarantines corrupt ones in ``bad/`` with a ``.reason`` file, never blocking the
+others. A locked database raises :class:`StoreError`: nothing of the failed batch is
+written and its files stay in the spool for the next try.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+
+from ..errors import StoreError
+from ..records import JobRecord
+from .engine import db_errors, require_schema
+from .schema import CoRunnerRow, Job, Profile
+
+log = logging.getLogger("slurm_colo.store")
+
+BATCH = 2000
+_PROFILE_KEYS = ("sm_util_mean", "sm_util_p95", "mem_used_mean_gib", "mem_peak_gib",
+                 "mem_bw_util_mean", "power_w_mean", "samples", "solo_s")
+
+
+class BadRecord(ValueError):
+    """A record that cannot be stored as it is (the message says why)."""
+
+
+def _num(v: Any) -> float | None:
+    """A finite non-negative number, else None (NaN, negative, text are dropped)."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def check_record(r: JobRecord) -> None:
+    """Raise :class:`BadRecord` for a record that cannot be stored."""
+    if not isinstance(r.job_id, int) or isinstance(r.job_id, bool) or r.job_id < 0:
+        raise BadRecord(f"job_id {r.job_id!r} is not a non-negative integer")
+    for name in ("node", "user", "cls", "cluster"):
+        v = getattr(r, name)
+        if not isinstance(v, str) or not v or len(v) > 128:
+            raise BadRecord(f"{name} {v!r} is not a non-empty string of at most 128 characters")
+    if len(r.cls) > 64:
+        raise BadRecord(f"class {r.cls!r} is longer than 64 characters")
+    for name in ("start", "end"):
+        v = getattr(r, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise BadRecord(f"{name} time {v!r} is not a finite epoch time")
+    if r.end < r.start:
+        raise BadRecord(f"job ends ({r.end}) before it starts ({r.start}): clock skew or a "
+                        "corrupt record")
+    if not isinstance(r.co_runners, list) or not isinstance(r.profile, dict):
+        raise BadRecord("co_runners must be a list and profile an object")
+    for c in r.co_runners:
+        if not isinstance(c.cls, str) or not c.cls:
+            raise BadRecord(f"co-runner {c.job_id!r} has no class")
+        for t in (c.start, c.end):
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                raise BadRecord(f"co-runner {c.job_id!r} has a non-numeric time {t!r}")
+
+
+def record_from_json(text: str | bytes) -> JobRecord:
+    """Parse one record file; :class:`BadRecord` says what is wrong."""
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadRecord(f"not JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise BadRecord("top level is not an object")
+    try:
+        r = JobRecord.from_dict(d)
+    except TypeError as e:
+        raise BadRecord(f"fields do not match the record format ({e})") from None
+    check_record(r)
+    return r
+
+
+def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    rid = r.record_id
+    prog = r.progress if isinstance(r.progress, dict) else {}
+    it = _num(prog.get("iterations"))
+    job = {
+        "record_id": rid, "cluster": r.cluster, "job_id": r.job_id, "node": r.node,
+        "user": r.user, "uid": int(r.uid), "cls": r.cls, "start_time": float(r.start),
+        "end_time": float(r.end), "mode": str(r.mode), "shared": bool(r.shared),
+        "mechanism": r.mechanism, "thread_pct": r.thread_pct,
+        "mem_limit_gib": _num(r.mem_limit_gib),
+        "gpus": ",".join(str(int(g)) for g in r.gpus),
+        "gpu_uuids": ",".join(str(u) for u in r.gpu_uuids),
+        "exit_code": int(r.exit_code), "state": str(r.state)[:32], "mps_fault": bool(r.mps_fault),
+        "progress_rate": _num(prog.get("rate")),
+        "progress_solo_rate": _num(prog.get("solo_rate")) or None,
+        "progress_iterations": int(it) if it is not None else None,
+        "version": int(r.version), "ingested_at": now,
+    }
+    p = r.profile
+    prof = {k: _num(p.get(k)) for k in _PROFILE_KEYS}
+    if prof["samples"] is not None:
+        prof["samples"] = int(prof["samples"])
+    if prof["sm_util_mean"] is not None and prof["sm_util_mean"] > 1.0:
+        prof["sm_util_mean"] = min(prof["sm_util_mean"] / 100.0, 1.0)  # percent -> fraction
+    if prof["sm_util_p95"] is not None and prof["sm_util_p95"] > 1.0:
+        prof["sm_util_p95"] = min(prof["sm_util_p95"] / 100.0, 1.0)
+    extra = {k: v for k, v in p.items() if k not in _PROFILE_KEYS}
+    prof.update(record_id=rid, extra=json.dumps(extra, default=str, allow_nan=False)
+                if _json_ok(extra) else "{}")
+    cos = [{"record_id": rid, "co_job_id": int(c.job_id), "co_cls": str(c.cls)[:64],
+            "co_user": str(c.user)[:64], "start_time": float(c.start), "end_time": float(c.end)}
+           for c in r.co_runners]
+    return job, prof, cos
+
+
+def _json_ok(d: dict[str, Any]) -> bool:
+    try:
+        json.dumps(d, default=str, allow_nan=False)
+        return True
+    except ValueError:
+        return False
+
+
+def _insert(engine: Engine, table: Any) -> Any:
+    if engine.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if engine.dialect.name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    raise StoreError(f"unsupported database dialect {engine.dialect.name}")
+
+
+def ingest_records(engine: Engine, records: Iterable[JobRecord]) -> int:
+    """Store ``records``; returns how many were new. Invalid records raise
+    :class:`StoreError` naming the record before anything is written."""
+    require_schema(engine)
+    recs = list(records)
+    now = time.time()
+    by_id: dict[str, JobRecord] = {}
+    for r in recs:
+        try:
+            check_record(r)
+        except BadRecord as e:
+            raise StoreError(f"record {getattr(r, 'record_id', '?')}: {e}") from None
+        by_id.setdefault(r.record_id, r)
+    new = 0
+    ids = list(by_id)
+    for s in range(0, len(ids), BATCH):
+        chunk = ids[s:s + BATCH]
+        with db_errors(engine), engine.begin() as conn:
+            existing: set[str] = set()
+            for t in range(0, len(chunk), 500):
+                existing.update(conn.scalars(
+                    select(Job.record_id).where(Job.record_id.in_(chunk[t:t + 500]))))
+            todo = [by_id[i] for i in chunk if i not in existing]
+            if not todo:
+                continue
+            jobs, profs, cos = [], [], []
+            for r in todo:
+                j, p, c = _rows(r, now)
+                jobs.append(j)
+                profs.append(p)
+                cos.extend(c)
+            conn.execute(_insert(engine, Job.__table__), jobs)
+            conn.execute(_insert(engine, Profile.__table__), profs)
+            if cos:
+                conn.execute(_insert(engine, CoRunnerRow.__table__), cos)
+            new += len(todo)
+    return new
+
+
+@dataclass
+class IngestResult:
+    ingested: int = 0
+    duplicates: int = 0
+    done_files: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{self.ingested} new record(s), {self.duplicates} already stored, "
+                f"{len(self.bad)} bad file(s) quarantined")
+
+
+def _quarantine(spool: Path, f: Path, reason: str) -> None:
+    bad = spool / "bad"
+    bad.mkdir(exist_ok=True)
+    try:
+        os.replace(f, bad / f.name)
+        (bad / f"{f.name}.reason").write_text(reason + "\n", encoding="utf-8")
+    except OSError as e:
+        log.error("cannot quarantine %s: %s", f, e.strerror)
+    log.warning("bad record file %s moved to %s: %s", f.name, bad, reason)
+
+
+def ingest_spool(engine: Engine, spool_dir: str | Path, keep_done: bool = True,
+                 batch: int = BATCH) -> IngestResult:
+    """Ingest every ``*.json`` file of ``spool_dir``.
+
+    Ingested files go to ``spool_dir/done/`` (``keep_done=False``: deleted); unreadable or
+    invalid ones to ``spool_dir/bad/`` beside a ``NAME.reason`` file. Hidden and temporary
+    files (names starting with a dot, not ending in ``.json``) are left alone: the node side
+    writes them before the atomic rename. A database error raises :class:`StoreError`
+    after the batches before it were committed; the failed batch's files stay in place.
+    """
+    spool = Path(spool_dir)
+    if not spool.is_dir():
+        raise StoreError(f"spool directory {spool} does not exist")
+    require_schema(engine)
+    res = IngestResult()
+    files = sorted(p for p in spool.glob("*.json") if p.is_file() and not p.name.startswith("."))
+    for s in range(0, len(files), batch):
+        good: list[tuple[Path, JobRecord]] = []
+        for f in files[s:s + batch]:
+            try:
+                good.append((f, record_from_json(f.read_bytes())))
+            except BadRecord as e:
+                _quarantine(spool, f, str(e))
+                res.bad.append((f.name, str(e)))
+            except OSError as e:
+                log.warning("cannot read %s: %s (left in place)", f, e.strerror)
+        if not good:
+            continue
+        new = ingest_records(engine, [r for _, r in good])
+        res.ingested += new
+        res.duplicates += len(good) - new
+        done = spool / "done"
+        if keep_done:
+            done.mkdir(exist_ok=True)
+        for f, _ in good:
+            try:
+                if keep_done:
+                    os.replace(f, done / f.name)
+                else:
+                    f.unlink()
+                res.done_files += 1
+            except OSError as e:
+                log.error("ingested %s but cannot move it: %s", f, e.strerror)
+    return res

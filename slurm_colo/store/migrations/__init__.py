@@ -1,0 +1,1 @@
+"""Alembic migrations of the history store, run by ``slurm-colo db upgrade``."""
