@@ -54,27 +54,13 @@ def inst_error(msg: str) -> ColoError:
 
 
 def _store_probe(cfg: Config) -> Callable[[], str] | None:
-    """A probe of the history database through slurm_colo.store, when that module exists."""
+    """A probe of the history database, or None when this build has no store module."""
     try:
-        from .. import store  # type: ignore[attr-defined]
+        from ..store import engine as _engine  # noqa: F401
     except ImportError:
         return None
-    make_engine = getattr(store, "make_engine", None)
-    check = getattr(store, "check_schema", None)
-    if make_engine is None or check is None:
-        return None
-
-    def probe() -> str:
-        engine = make_engine(cfg.store.url)
-        try:
-            result: Any = check(engine)
-        finally:
-            dispose = getattr(engine, "dispose", None)
-            if dispose:
-                dispose()
-        return result if isinstance(result, str) else f"{cfg.store.url} is writable and migrated"
-
-    return probe
+    from ..admin.store_probe import probe_store
+    return lambda: probe_store(cfg.store.url, cfg.store.busy_timeout_s)
 
 
 def _lua_or_none(cfg: Config) -> str | None:
