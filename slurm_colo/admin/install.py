@@ -121,11 +121,12 @@ def hooks_env_text(cfg: Config, python: str, config_file: str) -> str:
 
 
 def config_file_of(cfg: Config) -> str:
-    """The config path to write into hooks.env: the file the config came from, if real."""
+    """The config path to write into hooks.env: the file the config came from (also when it
+    was missing and defaults were used); the default path for a config not read from a file."""
     src = cfg.source
-    if src.startswith("<") or " (missing" in src:
-        return src.split(" (missing")[0] if " (missing" in src else str(DEFAULT_PATH)
-    return src
+    if src.startswith("<"):
+        return str(DEFAULT_PATH)
+    return src.split(" (missing", 1)[0]
 
 
 def steps_text(lay: Layout, src_dir: str, shims_present: bool = True) -> str:
