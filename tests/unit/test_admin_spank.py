@@ -114,3 +114,14 @@ def test_build_refuses_incomplete_source(tmp_path):
     with pytest.raises(sb.InstallError) as e:
         sb.build_spank(empty, tmp_path / "b", include_dir(tmp_path), Recorder())
     assert "incomplete" in str(e.value)
+
+
+def test_cli_install_spank_without_headers_fails_clearly(tmp_path):
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    r = CliRunner().invoke(app, ["install", "spank", "--slurm-include", str(tmp_path),
+                                 "--prefix", str(tmp_path / "prefix")])
+    assert isinstance(r.exception, sb.InstallError)
+    assert "libslurm-dev" in str(r.exception)
+    assert not (tmp_path / "prefix").exists()
