@@ -155,6 +155,14 @@ local function place(job_desc, submit_uid)
   if mode == nil then return end                   -- not a --colocate job: untouched
   if mode == "" or mode == "(null)" then mode = "auto" end
   if mode == "off" then return end
+  if job_desc.script == nil then
+    -- srun/salloc allocation: in Slurm 22.05 a job step cannot inherit a typed shard, and
+    -- srun has already fixed its step's GPU request, so interactive jobs keep their own GPU
+    add_comment(job_desc, "colo: interactive job (srun/salloc) not shared; submit with sbatch")
+    slurm.log_user("slurm-colo: interactive jobs (srun/salloc) are not shared in Slurm 22.05; use sbatch --colocate")
+    log("job %s not shared: interactive", clean(job_desc.name))
+    return
+  end
   local req, why = gpu_request(job_desc)
   if not req then
     add_comment(job_desc, "colo: not shared (" .. why .. ")")

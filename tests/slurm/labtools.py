@@ -1,0 +1,168 @@
+"""Helpers for tests against the real lab cluster (contrib/lab/up.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_DIR = Path(os.environ.get("LAB_DIR", "/var/lib/slurm-colo-lab"))
+OUT = LAB_DIR / "out"
+AGENT_PID = LAB_DIR / "agent.pid"
+SOCKET = Path("/run/slurm-colo/agent.sock")
+CTLD_LOG = Path("/var/log/slurm/slurmctld.log")
+SCORES = LAB_DIR / "state" / "scores.json"
+CLI = str(REPO / ".venv" / "bin" / "slurm-colo")
+SHARED_GPUS = {0, 1}
+RETRY_AFTER_S = 2.0  # agent.retry_after_s in the lab config
+
+
+@dataclass
+class Submitted:
+    rc: int
+    job_id: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def run(argv: list[str], user: str | None = None, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check, cwd="/tmp")
+
+
+def sbatch(*args: str, user: str | None = None, sleep: float = 8, script: str | None = None) -> Submitted:
+    body = script if script is not None else f"sleep {sleep}"
+    argv = ["sbatch", "--parsable", "-o", str(OUT / "%j.out"), *args, "--wrap", body]
+    t0 = time.perf_counter()
+    p = run(argv, user=user)
+    dt = time.perf_counter() - t0
+    jid = int(p.stdout.strip().split(";")[0]) if p.returncode == 0 and p.stdout.strip() else None
+    return Submitted(p.returncode, jid, p.stdout, p.stderr, dt)
+
+
+def squeue() -> dict[int, dict[str, Any]]:
+    p = run(["squeue", "--json", "--all"], check=True)
+    return {int(j["job_id"]): j for j in json.loads(p.stdout)["jobs"]}
+
+
+def gpu_of(job: dict[str, Any]) -> set[int]:
+    """GPU indices a running job holds, read from Slurm's gres_detail."""
+    from slurm_colo.slurm.model import parse_gres_detail
+    out: set[int] = set()
+    for g in parse_gres_detail(job.get("gres_detail")):
+        if g.name in ("gpu", "shard") and g.count > 0:
+            out.update(g.indices)
+    return out
+
+
+def kind_of(job: dict[str, Any]) -> str:
+    tpn = str(job.get("tres_per_node") or "") + str(job.get("tres_per_job") or "")
+    return "shard" if "shard" in tpn else "gpu" if "gpu" in tpn else "none"
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 40, step: float = 0.5, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_running(*ids: int, timeout: float = 40) -> dict[int, dict[str, Any]]:
+    def ok() -> dict[int, dict[str, Any]] | None:
+        q = squeue()
+        return q if all(q.get(i, {}).get("job_state") == "RUNNING" for i in ids) else None
+    return wait_for(ok, timeout, what=f"jobs {ids} RUNNING")
+
+
+def wait_done(*ids: int, timeout: float = 60) -> None:
+    active = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
+    wait_for(lambda: all(squeue().get(i, {}).get("job_state") not in active for i in ids), timeout,
+             what=f"jobs {ids} finished")
+
+
+def agent_refresh() -> None:
+    """Make the agent re-read Slurm now (instead of at its next refresh tick)."""
+    from slurm_colo.agent.client import request
+    try:
+        request(str(SOCKET), "RELOAD", {}, 5.0)
+    except Exception:
+        pass
+
+
+def cancel_all() -> None:
+    run(["scancel", "--full", "--state=PENDING"])
+    run(["scancel", "--full", "--state=RUNNING"])
+    active = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
+    wait_for(lambda: not any(j["job_state"] in active for j in squeue().values()), 60, what="empty queue")
+    agent_refresh()
+
+
+def ctld_log_mark() -> int:
+    return CTLD_LOG.stat().st_size
+
+
+def ctld_log_since(mark: int) -> str:
+    with CTLD_LOG.open("rb") as f:
+        f.seek(mark)
+        return f.read().decode("utf-8", "replace")
+
+
+def agent_pid() -> int | None:
+    try:
+        pid = int(AGENT_PID.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return None
+    return None if state == "Z" else pid
+
+
+def stop_agent() -> None:
+    pid = agent_pid()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: agent_pid() is None, 10, 0.1, "agent exit")
+
+
+def lab_up() -> None:
+    p = subprocess.run(["bash", str(REPO / "contrib" / "lab" / "up.sh")], capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError(f"contrib/lab/up.sh failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+
+
+def start_agent() -> None:
+    lab_up()  # idempotent: starts only what is missing
+
+
+def start_agent_only() -> None:
+    """Start just the agent (up.sh would also re-create a missing score file)."""
+    from slurm_colo.agent.client import request
+    env = dict(os.environ, SLURM_COLO_CONFIG="/etc/slurm-colo/config.toml")
+    with (LAB_DIR / "agent.log").open("ab") as log:
+        p = subprocess.Popen([CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True)
+    AGENT_PID.write_text(f"{p.pid}\n")
+
+    def up() -> bool:
+        try:
+            request(str(SOCKET), "PING", {}, 0.5)
+            return True
+        except Exception:
+            return False
+    wait_for(up, 15, 0.1, "agent answering")
+
+
+def agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run([CLI, *args], timeout=30)

@@ -1,0 +1,149 @@
+"""Our side failing must never cost a submission: each fault below still gets the job
+accepted within 1 s, with the fallback logged by slurmctld (and the agent)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from . import labtools as lt
+
+
+def _submit_and_check(mark: int, name: str, reason: str) -> None:
+    r = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-J", name, sleep=1)
+    assert r.rc == 0, r.stderr
+    assert r.job_id is not None
+    assert r.seconds < 1.0, f"submission took {r.seconds:.2f}s"
+    q = lt.squeue()
+    assert q[r.job_id]["tres_per_node"] == "gres:gpu:1"  # lab fallback: exclusive (job as submitted)
+    assert "agent unavailable" in q[r.job_id]["comment"]
+    log = lt.wait_for(lambda: (t := lt.ctld_log_since(mark)) and f"job {name} fallback=exclusive" in t and t,
+                      5, 0.2, "fallback line in slurmctld.log")
+    assert reason in log
+
+
+@pytest.fixture()
+def restore_agent(clean: None) -> Iterator[None]:
+    yield
+    pid = lt.agent_pid()
+    if pid:
+        os.kill(pid, signal.SIGCONT)
+    lt.start_agent()
+    time.sleep(lt.RETRY_AFTER_S + 0.5)  # let the Lua hook's circuit breaker close
+
+
+def test_agent_stopped(restore_agent: None) -> None:
+    lt.stop_agent()
+    mark = lt.ctld_log_mark()
+    _submit_and_check(mark, "f-stopped", "connect:")
+
+
+def test_socket_missing_while_agent_runs(restore_agent: None) -> None:
+    lt.SOCKET.unlink()
+    mark = lt.ctld_log_mark()
+    _submit_and_check(mark, "f-nosock", "No such file")
+    lt.stop_agent()
+
+
+def test_agent_hung(restore_agent: None) -> None:
+    pid = lt.agent_pid()
+    assert pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        mark = lt.ctld_log_mark()
+        _submit_and_check(mark, "f-hung", "timeout")
+        # circuit breaker: the next submission does not wait for the hung agent again
+        r = lt.sbatch("--colocate", "--gres=gpu:1", "-J", "f-hung2", sleep=1)
+        assert r.rc == 0 and r.seconds < 1.0
+        assert "agent skipped after failure" in lt.wait_for(
+            lambda: (t := lt.ctld_log_since(mark)) and "f-hung2" in t and t, 5, 0.2, "breaker line")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+class _FakeAgent:
+    """Listens on the agent socket and answers every request with ``reply``."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(lt.SOCKET))
+        os.chmod(lt.SOCKET, 0o666)
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            with c:
+                c.settimeout(1)
+                try:
+                    c.recv(65536)
+                    c.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+        lt.SOCKET.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("reply,reason", [
+    (b"HELLO there\n", "agent said"),
+    (b"OK\taction=share\tgres=gres:gpu:99;rm -rf /\tnode=vm\n", "malformed placement"),
+    (b"OK\taction=explode\n", "unknown action"),
+    (b"\x00\xff\xfe garbage", "receive"),
+])
+def test_agent_answers_garbage(restore_agent: None, reply: bytes, reason: str) -> None:
+    lt.stop_agent()
+    fake = _FakeAgent(reply)
+    try:
+        mark = lt.ctld_log_mark()
+        _submit_and_check(mark, "f-garbage", reason)
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("content", [None, b"{ this is not json", b'{"format": "slurm-colo-scores/1", "pairs": [{"a": 1}]}'])
+def test_scores_missing_or_corrupt(restore_agent: None, content: bytes | None) -> None:
+    backup = lt.SCORES.with_suffix(".bak")
+    shutil.copy2(lt.SCORES, backup)
+    try:
+        lt.stop_agent()
+        if content is None:
+            lt.SCORES.unlink()
+        else:
+            lt.SCORES.write_bytes(content)
+        log_size = (lt.LAB_DIR / "agent.log").stat().st_size
+        lt.start_agent_only()
+        a = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", sleep=1)
+        b = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", sleep=1)
+        assert a.rc == 0 and b.rc == 0 and a.seconds < 1.0 and b.seconds < 1.0
+        with (lt.LAB_DIR / "agent.log").open() as f:
+            f.seek(log_size)
+            text = f.read()
+        assert "scores:" in text and ("not found" in text or "corrupt" in text or "malformed" in text)
+        st = lt.agent_cli("status", "--json").stdout
+        assert '"error"' in st and "null" not in st.split('"error"')[1][:8]
+        # without scores nothing is known to pair well: the second job is not put next to the first
+        q = lt.squeue()
+        assert "predicted delta" not in q[b.job_id]["comment"]
+    finally:
+        shutil.move(backup, lt.SCORES)
+        lt.stop_agent()

@@ -1,0 +1,95 @@
+"""Submit-time behaviour on the real Slurm 22.05 lab: options, rewrites, untouched jobs."""
+
+from __future__ import annotations
+
+from .labtools import OUT, kind_of, run, sbatch, squeue, wait_done, wait_running
+
+
+def test_sbatch_srun_salloc_list_the_options(clean: None) -> None:
+    for cmd in ("sbatch", "srun", "salloc"):
+        out = run([cmd, "--help"]).stdout
+        assert "--colocate=[mode]" in out, cmd
+        assert "--colocate-class=name" in out, cmd
+
+
+def test_unknown_mode_fails_at_submit_and_creates_no_job(clean: None) -> None:
+    before = set(squeue())
+    r = sbatch("--colocate=sometimes", "--gres=gpu:1")
+    assert r.rc != 0 and r.job_id is None
+    assert "accepted values are auto, aggressive, off" in r.stderr
+    assert set(squeue()) == before
+
+
+def test_malformed_class_fails_at_submit_and_creates_no_job(clean: None) -> None:
+    before = set(squeue())
+    for bad in ("has space", "-leading-dash", "x" * 65, "semi;colon"):
+        r = sbatch("--colocate", f"--colocate-class={bad}", "--gres=gpu:1")
+        assert r.rc != 0 and r.job_id is None, bad
+        assert "invalid --colocate-class" in r.stderr, bad
+    assert set(squeue()) == before
+
+
+def test_job_without_colocate_is_untouched(clean: None) -> None:
+    r = sbatch("--gres=gpu:1", "-J", "plain", "--comment", "mine")
+    assert r.rc == 0
+    j = wait_running(r.job_id)[r.job_id]
+    assert j["tres_per_node"] == "gres:gpu:1"
+    assert j["comment"] == "mine"
+    assert not j.get("admin_comment")
+    assert "slurm-colo" not in r.stderr
+
+
+def test_colocate_off_is_untouched(clean: None) -> None:
+    r = sbatch("--colocate=off", "--gres=gpu:1")
+    assert r.rc == 0
+    j = squeue()[r.job_id]
+    assert j["tres_per_node"] == "gres:gpu:1" and not j.get("admin_comment")
+
+
+def test_gres_and_gpus_styles_are_both_rewritten_to_one_shared_gpu(clean: None) -> None:
+    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1")
+    b = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gpus=1")
+    assert a.rc == 0 and b.rc == 0, (a.stderr, b.stderr)
+    q = wait_running(a.job_id, b.job_id)
+    for jid in (a.job_id, b.job_id):
+        assert q[jid]["tres_per_node"].startswith("gres:shard:v100_s"), q[jid]
+        assert not q[jid].get("tres_per_job")
+
+
+def test_multi_gpu_and_multi_node_jobs_are_accepted_untouched(clean: None) -> None:
+    a = sbatch("--colocate", "--gres=gpu:2")
+    b = sbatch("--colocate", "-N", "2", "--gres=gpu:1")  # one node in the lab: stays pending
+    c = sbatch("--colocate", "--gpus=2")
+    assert a.rc == 0 and c.rc == 0, (a.stderr, c.stderr)
+    q = squeue()
+    assert q[a.job_id]["tres_per_node"] == "gres:gpu:2"
+    assert "never shared" in q[a.job_id]["comment"]
+    assert kind_of(q[c.job_id]) == "gpu" and "never shared" in q[c.job_id]["comment"]
+    if b.rc == 0:  # Slurm may refuse -N 2 on a one-node cluster itself; if accepted, untouched
+        assert kind_of(q[b.job_id]) == "gpu" and "never shared" in q[b.job_id]["comment"]
+    else:
+        assert "slurm-colo" not in b.stderr
+
+
+def test_srun_and_salloc_with_colocate_run_on_their_own_gpu(clean: None) -> None:
+    # Slurm 22.05 cannot run a job step on a typed shard it inherits, and srun fixes its
+    # step's GPU request before job_submit runs: interactive jobs are accepted untouched.
+    p = run(["srun", "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-t", "1",
+             "bash", "-c", "echo CVD=$CUDA_VISIBLE_DEVICES SHARDS=$SLURM_SHARDS_ON_NODE MODE=$SLURM_SPANK_COLOCATE"])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("CVD=") and "SHARDS= " in p.stdout
+    assert "interactive jobs (srun/salloc) are not shared" in p.stderr
+    p = run(["salloc", "--colocate=aggressive", "--gres=gpu:1", "-t", "1",
+             "srun", "bash", "-c", "echo SHARDS=$SLURM_SHARDS_ON_NODE MODE=$SLURM_SPANK_COLOCATE"])
+    assert p.returncode == 0, p.stderr
+    assert "SHARDS= " in p.stdout
+    assert "interactive jobs (srun/salloc) are not shared" in p.stderr
+
+
+def test_batch_job_steps_run_on_the_shared_gpu(clean: None) -> None:
+    r = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1",
+               script="srun bash -c 'echo STEP SHARDS=$SLURM_SHARDS_ON_NODE CVD=$CUDA_VISIBLE_DEVICES'")
+    assert r.rc == 0
+    wait_done(r.job_id)
+    out = (OUT / f"{r.job_id}.out").read_text()
+    assert "STEP SHARDS=1 CVD=" in out, out
