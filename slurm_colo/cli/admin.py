@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -140,6 +142,7 @@ def register(app: typer.Typer) -> None:
         config: Path | None = ConfigOpt,
         etc_slurm: Path = typer.Option(Path("/etc/slurm"), "--slurm-dir", metavar="DIR",
                                        help="Slurm configuration directory."),
+        json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     ) -> None:
         """Check the installation and print OK/WARN/FAIL with the fixing command for each check.
 
@@ -150,6 +153,9 @@ def register(app: typer.Typer) -> None:
             hostname=socket.gethostname().split(".")[0],
             hooks_env=Path(os.environ.get("SLURM_COLO_HOOKS_ENV", "/etc/slurm-colo/hooks.env")))
         checks = doc.run_checks(config or config_path(), system)
+        if json_out:
+            typer.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
+            raise typer.Exit(doc.exit_code(checks))
         for c in checks:
             typer.echo(doc.format_check(c))
         fails = sum(c.status == doc.FAIL for c in checks)

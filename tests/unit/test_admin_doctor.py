@@ -359,3 +359,18 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     assert any(ln.startswith("[FAIL] agent:") and "none.sock" in ln for ln in lines)
     assert "[OK  ] gres.conf:" in r.output and "[OK  ] job_submit.lua:" in r.output
     assert lines[-1].startswith("12 checks: ")
+
+
+def test_cli_doctor_json(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    conf, _ = _host(tmp_path, f'\n[agent]\nsocket = "{tmp_path}/none.sock"\n')
+    r = CliRunner().invoke(app, ["doctor", "--json", "--config", str(conf), "--slurm-dir",
+                                 str(tmp_path / "etc-slurm")])
+    assert r.exit_code == 1
+    checks = json.loads(r.output)
+    assert {c["name"]: c["status"] for c in checks}["agent"] == "FAIL"
+    assert set(checks[0]) == {"name", "status", "message", "fix"}
