@@ -136,9 +136,11 @@ local function set_gres(job_desc, req, gres)
   job_desc.tres_per_node = gres
 end
 
-local function fallback(job_desc, req, why)
-  down_until = now() + CONF.retry_after_s
-  down_reason = why
+local function fallback(job_desc, req, why, skipped)
+  if not skipped then  -- a real failure opens the breaker; skips must not keep it open
+    down_until = now() + CONF.retry_after_s
+    down_reason = why
+  end
   if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" then
     set_gres(job_desc, req, "gres:shard:1")
     add_comment(job_desc, "colo: agent unavailable, untargeted shard sharing")
@@ -176,7 +178,7 @@ local function place(job_desc, submit_uid)
     return
   end
   if now() < down_until then
-    return fallback(job_desc, req, "agent skipped after failure: " .. tostring(down_reason))
+    return fallback(job_desc, req, "agent skipped after failure: " .. tostring(down_reason), true)
   end
   local line = table.concat({
     "PLACE", "v=1",

@@ -1,0 +1,178 @@
+"""The job_submit.lua hook run by a real Lua 5.1 (with lua-socket) against a fake agent:
+the rewrite it applies, and that no failure on our side ever rejects a job."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from slurm_colo.config import AgentConfig, Config, PlacementConfig
+from slurm_colo.lua import render_job_submit_lua
+
+HARNESS = Path(__file__).parent / "lua" / "harness.lua"
+LUA = shutil.which("lua5.1")
+pytestmark = pytest.mark.skipif(LUA is None and os.environ.get("CI") != "true",
+                                reason="lua5.1 not installed (apt-get install lua5.1 lua-socket)")
+
+
+class FakeAgent:
+    def __init__(self, path: Path, reply: bytes | None, delay: float = 0.0) -> None:
+        self.requests: list[str] = []
+        self.reply, self.delay = reply, delay
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        self.sock.settimeout(0.1)
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            with c:
+                self.requests.append(c.recv(65536).decode())
+                time.sleep(self.delay)
+                if self.reply is not None:
+                    try:
+                        c.sendall(self.reply)
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.t.join(1)
+        self.sock.close()
+
+
+def _run(tmp: Path, job: dict[str, str], spank: list[str], cfg: Config, calls: int = 1) -> tuple[dict[str, str], str, float]:
+    script = tmp / "job_submit.lua"
+    script.write_text(render_job_submit_lua(cfg))
+    lines = [f"{k}={v}" for k, v in job.items()] + [f"spank={s}" for s in spank]
+    t0 = time.perf_counter()
+    p = subprocess.run([LUA or "lua5.1", str(HARNESS), str(script)], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True, timeout=20, env=dict(os.environ, HARNESS_CALLS=str(calls)))
+    dt = time.perf_counter() - t0
+    assert p.returncode == 0, p.stderr
+    out = dict(line.split("=", 1) for line in p.stdout.splitlines())
+    return out, p.stderr, dt
+
+
+@pytest.fixture()
+def cfg(tmp_path: Path) -> Config:
+    return Config(agent=AgentConfig(socket=str(tmp_path / "a.sock"), request_timeout_ms=150, retry_after_s=30))
+
+
+BATCH = {"name": "train", "user_name": "alice", "user_id": "1000", "script": "#!/bin/sh\nsleep 1",
+         "tres_per_node": "gres:gpu:1"}
+COLO = ["_SLURM_SPANK_OPTION_colocate_colocate=(null)", "COLOCATE=auto"]
+SHARE = b"OK\taction=share\tgres=gres:shard:v100_s1:1\tnode=gpu07\tcomment=colo: GPU 1 of gpu07\ttag=slurm-colo[v=1 tok=ab]\tuser_msg=hi\n"
+
+
+@pytest.fixture()
+def agent(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FakeAgent]:
+    reply, delay = getattr(request, "param", (SHARE, 0.0))
+    a = FakeAgent(tmp_path / "a.sock", reply, delay)
+    yield a
+    a.close()
+
+
+def test_share_answer_is_applied(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, err, _ = _run(tmp_path, BATCH, COLO, cfg)
+    assert out["tres_per_node"] == "gres:shard:v100_s1:1"
+    assert out["req_nodes"] == "gpu07"
+    assert out["admin_comment"] == "slurm-colo[v=1 tok=ab]"
+    assert out["comment"] == "colo: GPU 1 of gpu07"
+    assert out["rc"] == "0"
+    req = agent.requests[0]
+    assert req.startswith("PLACE\tv=1\t") and "\tuser=alice\t" in req and "\tmode=auto\t" in req
+
+
+def test_gpus_style_request_moves_to_tres_per_node(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    job = dict(BATCH, tres_per_job="gres:gpu:1")
+    del job["tres_per_node"]
+    out, _, _ = _run(tmp_path, job, COLO, cfg)
+    assert out["tres_per_node"] == "gres:shard:v100_s1:1"
+    assert out["tres_per_job"] in ("", "nil")
+
+
+def test_user_comment_is_kept(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, dict(BATCH, comment="my run"), COLO, cfg)
+    assert out["comment"] == "my run | colo: GPU 1 of gpu07"
+
+
+@pytest.mark.parametrize("job,why", [
+    ({}, None),  # no --colocate: nothing at all
+    ({"tres_per_node": "gres:gpu:2"}, "multi-GPU"),
+    ({"min_nodes": "2"}, "multi-GPU/multi-node"),
+    ({"tres_per_node": "gres:gpu:1,gres:nic:1"}, "several GRES"),
+    ({"tres_per_node": None}, "no GPU requested"),
+    ({"script": None}, "interactive"),
+])
+def test_jobs_that_are_never_shared_are_left_as_submitted(tmp_path: Path, cfg: Config, agent: FakeAgent,
+                                                          job: dict[str, str | None], why: str | None) -> None:
+    j = {k: v for k, v in {**BATCH, **job}.items() if v is not None}
+    out, _, _ = _run(tmp_path, j, COLO if why else [], cfg)
+    assert out["tres_per_node"] == j.get("tres_per_node", "nil")
+    assert out["req_nodes"] == "nil" and out["admin_comment"] == "nil"
+    assert agent.requests == []
+    if why:
+        assert why in out["comment"]
+    else:
+        assert out["comment"] == "nil"
+
+
+def test_colocate_off_is_left_alone(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, BATCH, ["COLOCATE=off"], cfg)
+    assert out["tres_per_node"] == "gres:gpu:1" and out["comment"] == "nil" and agent.requests == []
+
+
+@pytest.mark.parametrize("agent,reason", [
+    ((b"garbage\n", 0.0), "agent said"),
+    ((b"OK\taction=share\tgres=gres:gpu:1;x\tnode=n1\n", 0.0), "malformed placement"),
+    ((b"OK\taction=share\tgres=gres:shard:s0:1\tnode=bad node\n", 0.0), "malformed placement"),
+    ((b"OK\taction=launch\n", 0.0), "unknown action"),
+    ((None, 0.0), "receive"),
+    ((SHARE, 1.0), "timeout"),
+], indirect=["agent"])
+def test_agent_failures_fall_back_and_never_reject(tmp_path: Path, cfg: Config, agent: FakeAgent, reason: str) -> None:
+    out, err, dt = _run(tmp_path, BATCH, COLO, cfg)
+    assert out["rc"] == "0"
+    assert out["tres_per_node"] == "gres:gpu:1" and out["req_nodes"] == "nil"
+    assert "agent unavailable, own GPU" in out["comment"]
+    assert "fallback=exclusive" in err and reason in err
+    assert dt < 1.0
+
+
+def test_missing_socket_falls_back_fast_and_breaker_skips_agent(tmp_path: Path, cfg: Config) -> None:
+    out, err, dt = _run(tmp_path, BATCH, COLO, cfg, calls=3)
+    assert out["rc"] == "0" and out["tres_per_node"] == "gres:gpu:1"
+    assert err.count("reason=connect:") == 1 and err.count("reason=agent skipped after failure") == 2
+    assert dt < 1.0
+
+
+def test_shard_fallback_is_untargeted_sharing(tmp_path: Path, cfg: Config) -> None:
+    c = replace(cfg, placement=PlacementConfig(fallback="shard"))
+    out, err, _ = _run(tmp_path, BATCH, COLO, c)
+    assert out["tres_per_node"] == "gres:shard:1" and "fallback=shard" in err
+    typed = dict(BATCH, tres_per_node="gres:gpu:a100:1")  # typed requests keep their GPU type
+    out, _, _ = _run(tmp_path, typed, COLO, c)
+    assert out["tres_per_node"] == "gres:gpu:a100:1"
+
+
+def test_hook_bug_never_rejects(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    # a job_desc whose spank env is not a table makes the hook's own code fail inside pcall
+    out, err, _ = _run(tmp_path, dict(BATCH, spank_job_env="oops", spank_job_env_size="abc"), [], cfg)
+    assert out["rc"] == "0" and "internal error" in err and out["tres_per_node"] == "gres:gpu:1"
