@@ -18,7 +18,7 @@ import typer
 from ..admin import doctor as doc
 from ..admin import install as inst
 from ..admin.run import run_command
-from ..admin.spank_build import build_spank, spank_source_dir
+from ..admin.spank_build import InstallError, build_spank, spank_source_dir
 from ..config import Config, config_path, load_config
 from ..errors import ColoError
 
@@ -26,13 +26,9 @@ ConfigOpt = typer.Option(None, "--config", "-c",
                          help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
 
 
-def _data_dir(name: str) -> Path:
-    return Path(__file__).resolve().parent.parent / "data" / name
-
-
-def read_shims(prolog_dir: Path | None = None) -> dict[str, str]:
+def read_shims() -> dict[str, str]:
     """The hook shims shipped with the package (name -> text); absent ones are left out."""
-    d = prolog_dir or _data_dir("prolog")
+    d = spank_source_dir().parent / "prolog"
     out: dict[str, str] = {}
     for name in inst.HOOKS:
         try:
@@ -47,12 +43,7 @@ def render_lua(cfg: Config) -> str:
     try:
         return render_job_submit_lua(cfg)
     except (OSError, ValueError) as e:
-        raise inst_error(f"cannot render job_submit.lua: {e}") from None
-
-
-def inst_error(msg: str) -> ColoError:
-    from ..admin.spank_build import InstallError
-    return InstallError(msg)
+        raise InstallError(f"cannot render job_submit.lua: {e}") from None
 
 
 def _store_probe(cfg: Config) -> Callable[[], str] | None:
