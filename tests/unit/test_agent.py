@@ -1,0 +1,148 @@
+"""The agent's state machine and request handling, fed with Slurm snapshots (no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_colo.agent.protocol import format_request, parse_reply, parse_request
+from slurm_colo.agent.server import Agent
+from slurm_colo.agent.state import AgentState
+from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.errors import ProtocolError
+from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.scores import ClassInfo, table_from_pairs
+from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
+
+LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
+SCORES = table_from_pairs([("good", "good", 1.0, 1.0), ("bad", "good", 0.2, 0.3), ("bad", "bad", 0.3, 0.3)],
+                          classes={c: ClassInfo(memory_gib=4.0) for c in ("good", "bad")})
+
+
+def _state() -> AgentState:
+    s = AgentState(Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)), SCORES)
+    s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
+    return s
+
+
+def _req(cls: str, user: str = "alice", uid: int = 1000, **kw: str) -> dict[str, str]:
+    return {"user": user, "uid": str(uid), "name": "job", "mode": "auto", "class": cls, **kw}
+
+
+def _job(job_id: int, admin_comment: str, state: str = "RUNNING", idx: int = 0) -> SlurmJob:
+    return SlurmJob(job_id, "job", "alice", 1000, state, nodes="n1",
+                    gres=(GresAlloc("shard", "", 1, (idx,)),) if state == "RUNNING" else (),
+                    admin_comment=admin_comment)
+
+
+def test_compatible_jobs_are_packed_and_placements_count_before_slurm_sees_them() -> None:
+    s = _state()
+    a = s.place_request(_req("good"), 1.0)
+    b = s.place_request(_req("good"), 1.1)
+    assert a["action"] == b["action"] == "share"
+    assert a["gres"] == b["gres"] == "gres:shard:v100_s0:1" and a["node"] == "n1"
+    assert "1 just-submitted job" in b["comment"] and "slurm-colo[v=1" in b["tag"]
+
+
+def test_incompatible_and_other_users_are_kept_apart() -> None:
+    s = _state()
+    a = s.place_request(_req("good"), 1.0)
+    b = s.place_request(_req("bad"), 1.0)
+    assert b["action"] == "share" and b["gres"] != a["gres"]
+    c = s.place_request(_req("good", user="bob", uid=1001), 1.0)
+    assert c["action"] == "exclusive"  # both shared GPUs hold alice's jobs (MPS: one user per GPU)
+    d = s.place_request(_req("bad"), 1.0)
+    assert d["action"] == "exclusive"
+
+
+def test_bad_input_gives_own_gpu_not_an_error() -> None:
+    s = _state()
+    assert s.place_request(_req("bad class!"), 1.0)["action"] == "exclusive"
+    assert s.place_request({"uid": "x"}, 1.0)["action"] == "exclusive"
+
+
+def test_snapshot_links_tokens_rebuilds_after_restart_and_forgets_finished_jobs() -> None:
+    s = _state()
+    a = s.place_request(_req("good"), 1.0)
+    s.apply_snapshot([_job(11, a["tag"])], [SlurmNode("n1", "MIXED")], 2.0)
+    assert s.view.gpus[0].occupants[0].job_id == 11
+    fresh = _state()  # a restarted agent
+    fresh.apply_snapshot([_job(11, a["tag"])], [SlurmNode("n1", "MIXED")], 3.0)
+    occ = fresh.view.gpus[0].occupants
+    assert [(o.job_id, o.cls, o.pending) for o in occ] == [(11, "good", False)]
+    fresh.apply_snapshot([_job(11, a["tag"], state="COMPLETED")], [], 4.0)
+    assert fresh.view.gpus[0].occupants == []
+
+
+def test_unseen_placements_expire() -> None:
+    s = _state()
+    s.place_request(_req("good"), 0.0)
+    s.apply_snapshot([], [], s.cfg.agent.pending_ttl_s + 1)
+    assert all(not g.occupants for g in s.view.gpus)
+
+
+def test_exclusive_jobs_block_their_gpu() -> None:
+    s = _state()
+    s.apply_snapshot([SlurmJob(5, "x", "carol", 7, "RUNNING", nodes="n1",
+                               gres=(GresAlloc("gpu", "v100_s0", 1, (0,)),))], [], 1.0)
+    assert s.place_request(_req("good"), 1.0)["gres"] == "gres:shard:v100_s1:1"
+    assert s.place_request(_req("bad"), 1.0)["action"] == "exclusive"
+
+
+def test_jobs_reported_by_the_hooks_block_their_gpu_until_they_end() -> None:
+    s = _state()
+    assert s.job_started(6, None, 1.5, "n1", [0]) is None  # not ours: GPU 0 is taken whole
+    assert s.place_request(_req("good"), 1.6)["gres"] == "gres:shard:v100_s1:1"
+    assert s.place_request(_req("bad"), 1.6)["action"] == "exclusive"
+    s.job_ended(6)
+    assert s.place_request(_req("bad"), 1.7)["gres"] == "gres:shard:v100_s0:1"
+
+
+def test_job_start_returns_limits_and_explain_reports() -> None:
+    s = _state()
+    a = s.place_request(_req("good"), 1.0)
+    b = s.place_request(_req("good"), 1.0)
+    s.apply_snapshot([_job(11, a["tag"]), _job(12, b["tag"], state="PENDING")], [], 2.0)
+    p = s.job_started(12, None, 3.0)
+    assert p is not None and p["shared"] and p["mechanism"] == "mps" and p["gpu"] == 0
+    assert p["partners"] == [11] and p["thread_pct"] and p["mem_limit_gib"]
+    ex = s.explain(12)
+    assert ex["known"] and ex["action"] == "share" and ex["now_with"] == [11] and ex["partners"] == ["11"]
+    assert not s.explain(99)["known"]
+    st = s.status(10.0)
+    assert st["gpus"][0]["predicted_delta"] == pytest.approx(2.0)
+    assert {o["job_id"] for o in st["gpus"][0]["occupants"]} == {11, 12}
+
+
+def test_protocol_round_trip_and_errors() -> None:
+    verb, f = parse_request(format_request("PLACE", {"user": "a\tb", "mode": "auto"}))
+    assert verb == "PLACE" and f == {"user": "a b", "mode": "auto"}
+    assert parse_request(b'JOBEND\t{"job": 5}\n') == ("JOBEND", {"job": 5})
+    for bad in (b"NOPE\t{}", b"PLACE\tnovalue", b"JOBEND\t[1]", b"JOBEND\t{x", b"\xff\xfe"):
+        with pytest.raises(ProtocolError):
+            parse_request(bad)
+    assert parse_reply("PLACE", "OK\taction=share\tnode=n1\n") == {"action": "share", "node": "n1"}
+    with pytest.raises(ProtocolError, match="agent error"):
+        parse_reply("STATUS", "ERR\tboom")
+
+
+class _Backend:
+    name = "fake"
+
+    def jobs(self) -> list[SlurmJob]:
+        return []
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return None
+
+    def nodes(self) -> list[SlurmNode]:
+        return [SlurmNode("n1", "IDLE")]
+
+
+def test_server_checks_who_may_place() -> None:
+    agent = Agent(Config(gpus=LAYOUT), backend=_Backend())
+    line = format_request("PLACE", _req("good"))
+    assert agent.handle(line, peer_uid=0).startswith(b"OK\taction=")
+    assert agent.handle(line, peer_uid=424242).startswith(b"ERR\tPLACE is reserved")
+    assert agent.handle(b'PING\t{}\n', peer_uid=424242).startswith(b"OK\t")
+    assert agent.handle(b"garbage\n", peer_uid=0).startswith(b"ERR\t")
+    assert agent.handle(b'JOBEND\t{"nojob": 1}\n', peer_uid=0).startswith(b"ERR\tJOBEND failed")

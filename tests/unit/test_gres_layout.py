@@ -1,0 +1,44 @@
+"""GRES layout: type names, targeted shard requests and the generated Slurm lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_colo.gres_layout import NodeGpus, compress_indices, expand_hostlist, gres_conf, parse_index_list
+
+
+def test_type_names_keep_the_model_type_for_exclusive_gpus() -> None:
+    ng = NodeGpus("gpu[01-02]", 4, "a100", 80, (0, 1), 4)
+    assert [ng.gres_type(i) for i in range(4)] == ["a100_s0", "a100_s1", "a100", "a100"]
+    assert ng.shard_request(1) == "gres:shard:a100_s1:1"
+    assert ng.index_for_type("a100_s1") == 1 and ng.index_for_type("a100") is None
+    assert NodeGpus("n", 2, "", shared=(1,)).gres_type(0) == "excl"
+
+
+def test_generated_lines() -> None:
+    ng = NodeGpus("vm", 4, "v100", 32, (0, 1), 4)
+    text = gres_conf([ng])
+    assert "NodeName=vm Name=gpu Type=v100_s0 File=/dev/nvidia0" in text
+    assert "NodeName=vm Name=gpu Type=v100 File=/dev/nvidia3" in text
+    assert "NodeName=vm Name=shard Count=4 File=/dev/nvidia1" in text
+    assert "AutoDetect=off" in text
+    assert ng.node_gres() == "gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2,shard:8"
+    assert NodeGpus("vm", 2, "v100", shared=()).node_gres() == "gpu:v100:2"
+
+
+@pytest.mark.parametrize("expr,names", [
+    ("vm", ["vm"]), ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+    ("a[1-2]b,c", ["a1b", "a2b", "c"]),
+])
+def test_hostlists(expr: str, names: list[str]) -> None:
+    assert expand_hostlist(expr) == names
+
+
+def test_index_lists() -> None:
+    assert parse_index_list("0-1,3", 4) == (0, 1, 3)
+    assert parse_index_list("", 4) == ()
+    assert compress_indices([0, 1, 2, 5]) == "0-2,5"
+    with pytest.raises(ValueError):
+        parse_index_list("2-1", 4)
+    with pytest.raises(ValueError):
+        parse_index_list("x", 4)

@@ -1,0 +1,106 @@
+"""Option values, class derivation, config validation, and the C plugin's copy of the rules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from slurm_colo.config import load_config, parse_config
+from slurm_colo.errors import ConfigError, OptionError
+from slurm_colo.options import DEFAULT_CLASS, MODES, derive_class, parse_mode, validate_class
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("raw,mode", [(None, "auto"), ("", "auto"), ("(null)", "auto"), ("AUTO", "auto"),
+                                      ("aggressive", "aggressive"), ("off", "off")])
+def test_parse_mode(raw: str | None, mode: str) -> None:
+    assert parse_mode(raw) == mode
+
+
+def test_unknown_mode_names_accepted_values() -> None:
+    with pytest.raises(OptionError, match="accepted values are auto, aggressive, off"):
+        parse_mode("sometimes")
+
+
+@pytest.mark.parametrize("name", ["resnet50-bs64", "a", "A3C", "lm.bs_20+x", "x" * 64])
+def test_valid_classes(name: str) -> None:
+    assert validate_class(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-x", ".x", "has space", "x" * 65, "semi;colon", "ü"])
+def test_invalid_classes(name: str) -> None:
+    with pytest.raises(OptionError, match="invalid --colocate-class"):
+        validate_class(name)
+
+
+@pytest.mark.parametrize("job_name,cls", [("wrap", DEFAULT_CLASS), (None, DEFAULT_CLASS), ("train.sh", "train"),
+                                          ("ResNet50 ImageNet", "resnet50-imagenet"), ("bash", DEFAULT_CLASS),
+                                          ("--weird--", "weird"), ("!!!", DEFAULT_CLASS)])
+def test_derive_class_from_job_name(job_name: str | None, cls: str) -> None:
+    assert derive_class(job_name) == cls
+
+
+def test_explicit_class_wins_and_is_validated() -> None:
+    assert derive_class("train.sh", "bert-bs32") == "bert-bs32"
+    with pytest.raises(OptionError):
+        derive_class("train.sh", "bad class")
+
+
+def test_c_plugin_uses_the_same_modes_and_class_rule() -> None:
+    src = (REPO / "spank" / "colocate.c").read_text()
+    c_modes = re.search(r"MODES\[\] = \{([^}]*)\}", src).group(1)  # type: ignore[union-attr]
+    assert tuple(re.findall(r'"([a-z]+)"', c_modes)) == MODES
+    assert f'#define MODES_TEXT "{", ".join(MODES)}"' in src
+    assert "#define CLASS_MAX 64" in src and "'.' || c == '_' || c == '+' || c == '-'" in src
+
+
+def test_empty_config_is_all_defaults() -> None:
+    cfg = parse_config("")
+    assert cfg.placement.fallback == "exclusive" and cfg.agent.request_timeout_ms == 150 and cfg.gpus == ()
+
+
+def test_full_config() -> None:
+    cfg = parse_config("""
+[agent]
+socket = "/tmp/x.sock"
+refresh_interval_s = 3
+[placement]
+fallback = "shard"
+cross_user = "shard"
+[[gpus]]
+nodes = "gpu[01-02]"
+count = 8
+model = "a100"
+memory_gib = 80
+shared = "0-3,6"
+""")
+    assert cfg.agent.refresh_interval_s == 3.0
+    ng = cfg.layout_for("gpu02")
+    assert ng is not None and ng.shared == (0, 1, 2, 3, 6) and ng.gres_type(6) == "a100_s6"
+    assert cfg.layout_for("gpu03") is None
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("[agent]\nsockt = 'x'", "unknown key agent.sockt"),
+    ("[placement]\nfallback = 'maybe'", "accepted: exclusive, shard"),
+    ("[agent]\nrequest_timeout_ms = 'fast'", "must be a int"),
+    ("[agent]\nrequest_timeout_ms = -5", "must not be negative"),
+    ("[frobnicate]\nx = 1", "unknown section [frobnicate]"),
+    ("[[gpus]]\nnodes = 'n1'", "lacks required key 'count'"),
+    ("[[gpus]]\nnodes = 'n1'\ncount = 4\nshared = '0-9'", "outside 0-3"),
+    ("[[gpus]]\nnodes = 'n1'\ncount = 4\nmodel = 'A 100'", "model"),
+    ("not toml [", "not valid TOML"),
+])
+def test_config_errors_name_the_problem(text: str, msg: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "site.toml")
+    assert msg in str(e.value) and "site.toml" in str(e.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    assert load_config(tmp_path / "none.toml").placement.fallback == "exclusive"
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "none.toml", missing_ok=False)

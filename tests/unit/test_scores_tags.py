@@ -1,0 +1,90 @@
+"""Score-set format (validation, atomic publish, set prediction) and the placement tag."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm_colo.errors import ScoresError
+from slurm_colo.gavel import bundled_path, load_gavel
+from slurm_colo.placement.view import Decision
+from slurm_colo.scores import ScoreTable, load_scores, publish_scores, scores_from_dict, table_from_pairs
+from slurm_colo.seed import table_from_measurements
+from slurm_colo.tags import make_tag, parse_tag
+
+
+def test_pair_lookup_is_symmetric_and_unknown_uses_the_prior() -> None:
+    t = table_from_pairs([("a", "b", 0.9, 0.5)], prior_n=0.6, prior_sd=0.2)
+    assert (t.pair("a", "b").n_a, t.pair("a", "b").n_b) == (0.9, 0.5)
+    assert (t.pair("b", "a").n_a, t.pair("b", "a").n_b) == (0.5, 0.9)
+    u = t.pair("a", "zzz")
+    assert not u.known and u.n_a == u.n_b == 0.6 and u.sd == 0.2
+    assert t.pair("a", "b").delta == pytest.approx(1.0)
+
+
+def test_sets_compose_multiplicatively() -> None:
+    t = table_from_pairs([("a", "b", 0.9, 0.8), ("a", "c", 0.7, 0.9), ("b", "c", 0.5, 0.6)])
+    n, sd, never, known = t.set_throughputs(["a", "b", "c"])
+    assert n == pytest.approx([0.9 * 0.7, 0.8 * 0.5, 0.9 * 0.6])
+    assert known and not never and sd == pytest.approx(math.sqrt(3) * 0.02)
+    assert t.delta(["a", "b", "c"])[0] == pytest.approx(3 * 0.8 * 0.5)
+    t2 = table_from_pairs([("a", "b", 0.0, 0.0)])
+    assert t2.delta(["a", "b"]) == (0.0, 0.0)
+
+
+def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
+    t = table_from_measurements(load_gavel(bundled_path(), "v100"))
+    dest = tmp_path / "live" / "scores.json"
+    publish_scores(t, dest)
+    back = load_scores(dest)
+    assert back.id == t.id and len(back.pairs) == len(t.pairs)
+    assert back.pair("resnet18-bs32", "resnet18-bs64").delta == pytest.approx(t.pair("resnet18-bs32", "resnet18-bs64").delta, abs=1e-5)
+    assert [p for p in os.listdir(dest.parent) if p.startswith(".")] == []  # no temp file left
+    assert back.pair("resnet50-bs128", "resnet50-bs32").never
+
+
+@pytest.mark.parametrize("doc,msg", [
+    ([], "not a score set"),
+    ({"format": "other"}, "unknown format"),
+    ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x"}]}, "malformed"),
+    ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": float("nan"), "n_b": 1}]}, "finite"),
+    ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": -1, "n_b": 1}]}, "outside"),
+    ({"format": "slurm-colo-scores/1", "classes": {"x": {"sm_util": 3}}}, "outside"),
+])
+def test_corrupt_score_sets_are_refused_with_the_reason(doc: object, msg: str) -> None:
+    with pytest.raises(ScoresError, match=msg):
+        scores_from_dict(doc)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ScoresError, match="not found"):
+        load_scores(tmp_path / "none.json")
+    (tmp_path / "half.json").write_text('{"format": "slurm-colo-scores/1", "pairs": [')
+    with pytest.raises(ScoresError, match="corrupt"):
+        load_scores(tmp_path / "half.json")
+
+
+def test_tag_round_trip() -> None:
+    d = Decision("share", "x", node="gpu07", index=3, mechanism="mps", thread_pct=40,
+                 mem_limit_gib=7.5, predicted_delta=1.42, memory_gib=6.0)
+    tag = make_tag("ab12cd34", "bert-bs32", "aggressive", d)
+    got = parse_tag(f"user text | {tag} trailing")
+    assert got == {"token": "ab12cd34", "cls": "bert-bs32", "mode": "aggressive", "shared": True,
+                   "mechanism": "mps", "node": "gpu07", "gpu": 3, "thread_pct": 40, "mem_limit_gib": 7.5,
+                   "memory_gib": 6.0, "delta": 1.42, "partners": []}
+    own = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "why")))
+    assert own is not None and own["shared"] is False and own["gpu"] is None
+    assert parse_tag("no tag here") is None and parse_tag(None) is None
+    assert parse_tag("slurm-colo[v=1 tok=x pct=abc]")["thread_pct"] is None  # type: ignore[index]
+
+
+def test_measured_table_covers_all_v100_pairs() -> None:
+    d = load_gavel(bundled_path(), "v100")
+    t = table_from_measurements(d)
+    assert len(t.classes) == 26
+    assert len(t.pairs) == len(d.unordered_pairs()) + len({p for p in d.never if p[0] <= p[1]})
+    json.dumps(t.to_dict())

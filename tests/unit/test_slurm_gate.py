@@ -1,0 +1,94 @@
+"""The Slurm state gate: parsing recorded 22.05 JSON, and the pyslurm backend on a stand-in
+module with pyslurm's documented attribute names (no pyslurm build exists for 22.05)."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from slurm_colo.errors import SlurmError
+from slurm_colo.slurm import open_backend
+from slurm_colo.slurm.json_backend import JsonBackend, parse_sinfo, parse_squeue
+from slurm_colo.slurm.model import parse_gres_detail
+from slurm_colo.slurm.pyslurm_backend import PyslurmBackend, pyslurm_matches
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+
+
+def test_gres_detail_shapes() -> None:
+    g = parse_gres_detail(["gpu:v100_s0:1(IDX:0),gpu:v100_s1:0(IDX:),gpu:v100:2(IDX:2-3)", "shard:1(IDX:1)"])
+    assert [(x.name, x.type, x.count, x.indices) for x in g] == [
+        ("gpu", "v100_s0", 1, (0,)), ("gpu", "v100_s1", 0, ()), ("gpu", "v100", 2, (2, 3)), ("shard", "", 1, (1,))]
+    assert parse_gres_detail(["gpu:2(IDX:0-1)"])[0].indices == (0, 1)
+    assert parse_gres_detail(["nonsense", None]) == []  # type: ignore[list-item]
+
+
+def test_recorded_squeue() -> None:
+    jobs = {j.job_id: j for j in parse_squeue(json.loads((FIX / "squeue-22.05.json").read_text()))}
+    assert jobs[5].state == "RUNNING" and jobs[5].gpus("shard")[0].indices == (1,)
+    assert jobs[3].gpus("gpu")[0].indices == (0,) and jobs[3].tres_per_node == "gres:gpu:1"
+    assert jobs[4].state == "PENDING" and "slurm-colo[v=1" in jobs[4].admin_comment
+    assert jobs[6].tres_per_job == "gres:gpu:2"
+    assert not jobs[1].active and jobs[5].active
+
+
+def test_recorded_sinfo() -> None:
+    (n,) = parse_sinfo(json.loads((FIX / "sinfo-22.05.json").read_text()))
+    assert n.name == "vm" and n.usable and "shard:v100_s1:4" in n.gres and n.partitions == ("debug",)
+
+
+@pytest.mark.parametrize("doc", [[], {"jobs": "x"}, {"meta": {}}])
+def test_bad_squeue_output(doc: object) -> None:
+    with pytest.raises(SlurmError, match="unexpected output"):
+        parse_squeue(doc)
+
+
+def test_runner_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(SlurmError, match="not found"):
+        JsonBackend(squeue=str(tmp_path / "nope")).jobs()
+    fake = tmp_path / "squeue"
+    fake.write_text("#!/bin/sh\necho not json\n")
+    fake.chmod(0o755)
+    with pytest.raises(SlurmError, match="not JSON"):
+        JsonBackend(squeue=str(fake)).jobs()
+    fake.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\n")
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        JsonBackend(squeue=str(fake)).jobs()
+    assert JsonBackend(squeue=str(fake)).job(5) is None
+
+
+def _fake_pyslurm(version: str) -> types.ModuleType:
+    m = types.ModuleType("pyslurm")
+    m.__version__ = version  # type: ignore[attr-defined]
+    job = types.SimpleNamespace(id=7, name="train", user_name="alice", user_id=1000, state="RUNNING",
+                                nodes="gpu01", num_nodes=1, gres_per_node={"shard:a100_s1": 1},
+                                comment="c", admin_comment="slurm-colo[v=1 tok=x]", start_time=10, submit_time=5)
+    node = types.SimpleNamespace(name="gpu01", state="MIXED", configured_gres={"gpu:a100_s1": 1},
+                                 allocated_gres={}, active_features=["colo"])
+    m.Jobs = types.SimpleNamespace(load=lambda: {7: job})  # type: ignore[attr-defined]
+    m.Job = types.SimpleNamespace(load=lambda i: job)  # type: ignore[attr-defined]
+    m.Nodes = types.SimpleNamespace(load=lambda: {"gpu01": node})  # type: ignore[attr-defined]
+    return m
+
+
+def test_pyslurm_backend_maps_the_new_api() -> None:
+    b = PyslurmBackend(_fake_pyslurm("25.11.2"))
+    (j,) = b.jobs()
+    assert (j.job_id, j.user, j.state, j.nodes) == (7, "alice", "RUNNING", "gpu01")
+    assert j.gres[0].name == "shard" and j.gres[0].type == "a100_s1" and j.gres[0].indices == ()
+    assert b.job(7) == j
+    (n,) = b.nodes()
+    assert n.gres == "gpu:a100_s1:1" and n.features == ("colo",)
+
+
+def test_pyslurm_only_when_versions_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pyslurm_matches(_fake_pyslurm("25.11.2"), "25.11.0")
+    assert not pyslurm_matches(_fake_pyslurm("25.11.2"), "22.05.8")
+    monkeypatch.setitem(__import__("sys").modules, "pyslurm", _fake_pyslurm("25.11.2"))
+    assert open_backend("auto", "22.05.8").name == "json"
+    assert open_backend("auto", "25.11.1").name == "pyslurm"
+    with pytest.raises(SlurmError, match="does not match"):
+        open_backend("pyslurm", "22.05.8")
