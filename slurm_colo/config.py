@@ -72,6 +72,16 @@ class ScoresConfig:
     path: str = "/var/lib/slurm-colo/scores/live.json"
     #: a score set older than this is reported stale by `doctor`/`status`, hours
     max_age_h: float = 48.0
+    #: GPU model whose imported profiling campaign `retrain` uses ("" = the only one imported)
+    gpu_model: str = ""
+    #: history older than this is not used for training, days
+    window_days: float = 365.0
+    #: weight of an observation halves every this many days (recency weighting)
+    half_life_days: float = 30.0
+    #: share of observed pairs hidden for the held-out check of a new score set
+    holdout_share: float = 0.2
+    #: a new set whose held-out error exceeds the live set's by more than this is not published
+    max_regression: float = 0.03
 
 
 @dataclass(frozen=True)

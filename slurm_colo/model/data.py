@@ -67,6 +67,9 @@ class Observations:
     _c: list[bool] = field(default_factory=list)
     #: entries refused by :meth:`add_entry` (NaN, negative, zero weight), for the report
     rejected: int = 0
+    #: bulk entries: (class list, ia, ib, n, weight, censored) with indexes into the list
+    _chunks: list[tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = \
+        field(default_factory=list)
 
     def add_class(self, cls: str, solo_rate: float | None = None,
                   memory_gib: float | None = None, sm_util: float | None = None) -> None:
@@ -109,6 +112,23 @@ class Observations:
         if a != b:
             self.add_entry(b, a, n_b, weight, censored)
 
+    def add_arrays(self, classes: list[str], ia: np.ndarray, ib: np.ndarray, n: np.ndarray,
+                   weight: np.ndarray, censored: np.ndarray | None = None) -> int:
+        """Bulk entries ``n(classes[ia] | classes[ib])``; invalid rows are refused (counted).
+        Returns how many were kept."""
+        ia = np.asarray(ia, np.int64)
+        ib = np.asarray(ib, np.int64)
+        n = np.asarray(n, float)
+        weight = np.asarray(weight, float)
+        cens = np.zeros(len(n), bool) if censored is None else np.asarray(censored, bool)
+        ok = np.isfinite(n) & (n >= 0) & np.isfinite(weight) & (weight > 0)
+        self.rejected += int((~ok).sum())
+        for c in classes:
+            self.add_class(c)
+        if ok.any():
+            self._chunks.append((list(classes), ia[ok], ib[ok], n[ok], weight[ok], cens[ok]))
+        return int(ok.sum())
+
     def add_never(self, a: str, b: str) -> None:
         self.add_class(a)
         self.add_class(b)
@@ -121,26 +141,63 @@ class Observations:
         self.faults[k] = self.faults.get(k, 0.0) + count
 
     def __len__(self) -> int:
-        return len(self._n)
+        return len(self._n) + sum(len(ch[3]) for ch in self._chunks)
 
     def observed_pairs(self) -> set[tuple[str, str]]:
-        return {(min(a, b), max(a, b)) for a, b in zip(self._a, self._b)}
+        out = {(min(a, b), max(a, b)) for a, b in zip(self._a, self._b)}
+        for cl, ia, ib, *_ in self._chunks:
+            lo, hi = np.minimum(ia, ib), np.maximum(ia, ib)
+            for x in np.unique(lo * len(cl) + hi):
+                a, b = cl[int(x) // len(cl)], cl[int(x) % len(cl)]
+                out.add((min(a, b), max(a, b)))
+        return out
+
+    def pair_counts(self) -> dict[tuple[str, str], float]:
+        """Unordered pair -> number of raw entries (for the fault rule)."""
+        out: dict[tuple[str, str], float] = {}
+        for a, b in zip(self._a, self._b):
+            k = (min(a, b), max(a, b))
+            out[k] = out.get(k, 0.0) + 1.0
+        for cl, ia, ib, *_ in self._chunks:
+            lo, hi = np.minimum(ia, ib), np.maximum(ia, ib)
+            keys, cnt = np.unique(lo * len(cl) + hi, return_counts=True)
+            for x, c in zip(keys, cnt):
+                a, b = cl[int(x) // len(cl)], cl[int(x) % len(cl)]
+                k = (min(a, b), max(a, b))
+                out[k] = out.get(k, 0.0) + float(c)
+        return out
+
+    def copy(self) -> "Observations":
+        return Observations(classes=self.classes, never=set(self.never), faults=dict(self.faults),
+                            _a=list(self._a), _b=list(self._b), _n=list(self._n),
+                            _w=list(self._w), _c=list(self._c), rejected=self.rejected,
+                            _chunks=list(self._chunks))
 
     def aggregate(self, class_order: list[str]) -> "Entries":
         """One entry per ordered pair: weighted mean of log n, summed weight; censored only
         if every contributing value was."""
         ix = {c: i for i, c in enumerate(class_order)}
         k = len(class_order)
-        if not self._n:
+        if len(self) == 0:
             z = np.zeros(0)
             return Entries(np.zeros(0, np.int64), np.zeros(0, np.int64), z, z, np.zeros(0, bool))
         try:
-            ia = np.fromiter((ix[a] for a in self._a), np.int64, len(self._a))
-            ib = np.fromiter((ix[b] for b in self._b), np.int64, len(self._b))
+            ia = [np.fromiter((ix[a] for a in self._a), np.int64, len(self._a))]
+            ib = [np.fromiter((ix[b] for b in self._b), np.int64, len(self._b))]
+            remaps = [np.array([ix[c] for c in ch[0]], np.int64) for ch in self._chunks]
         except KeyError as e:
             raise ModelError(f"observation names class {e.args[0]!r} missing from the class list") from None
-        return aggregate_arrays(ia, ib, np.asarray(self._n, float), np.asarray(self._w, float),
-                                np.asarray(self._c, bool), k)
+        n = [np.asarray(self._n, float)]
+        w = [np.asarray(self._w, float)]
+        c = [np.asarray(self._c, bool)]
+        for remap, (_, cia, cib, cn, cw, cc) in zip(remaps, self._chunks):
+            ia.append(remap[cia])
+            ib.append(remap[cib])
+            n.append(cn)
+            w.append(cw)
+            c.append(cc)
+        return aggregate_arrays(np.concatenate(ia), np.concatenate(ib), np.concatenate(n),
+                                np.concatenate(w), np.concatenate(c), k)
 
 
 @dataclass

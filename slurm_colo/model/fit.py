@@ -38,13 +38,8 @@ def _with_faults(obs: Observations) -> tuple[Observations, set[tuple[str, str]]]
     never = set(obs.never)
     if not obs.faults:
         return obs, never
-    counts: dict[tuple[str, str], float] = {}
-    for a, b in zip(obs._a, obs._b):
-        k = (min(a, b), max(a, b))
-        counts[k] = counts.get(k, 0.0) + 1.0
-    out = Observations(classes=obs.classes, never=set(obs.never), faults=dict(obs.faults),
-                       _a=list(obs._a), _b=list(obs._b), _n=list(obs._n), _w=list(obs._w),
-                       _c=list(obs._c), rejected=obs.rejected)
+    counts = obs.pair_counts()
+    out = obs.copy()
     for (a, b), f in obs.faults.items():
         if f >= FAULT_NEVER or f > counts.get((a, b), 0.0):
             never.add((a, b))

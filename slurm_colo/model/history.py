@@ -1,0 +1,97 @@
+"""Observations from co-location episodes (the store's history). Pure.
+
+An episode is an interval with a constant set of jobs on one GPU; each member carries its
+normalised throughput while shared (or none) and how it was obtained. Pairs give the
+entries ``n(a | b)`` and ``n(b | a)``; in a set of k >= 3 jobs a member's throughput is the
+product over its partners (the composition rule of the score table), so each partner gets
+``n ** (1 / (k - 1))`` at half weight. Weight = hours shared x ``0.5 ** (age / half-life)``
+x a source factor (job-reported progress 1.0, the duration proxy :data:`PROXY_WEIGHT`).
+Fatal MPS faults count per pair; out-of-memory while sharing marks the pair never.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .data import Observations
+
+PROXY_WEIGHT = 0.3
+SOURCE_WEIGHT = {"progress": 1.0, "duration": PROXY_WEIGHT}
+
+
+@dataclass
+class PairEpisodes:
+    """Pair episodes as arrays (the form the nightly retrain and the benchmark use)."""
+
+    classes: list[str]
+    a: np.ndarray  # class index of the first member
+    b: np.ndarray
+    n_a: np.ndarray  # NaN when unknown
+    n_b: np.ndarray
+    hours: np.ndarray  # duration x 1/(k-1) share
+    end: np.ndarray  # epoch seconds
+    quality_a: np.ndarray  # source factor of each member's value
+    quality_b: np.ndarray
+    fault: np.ndarray
+    oom: np.ndarray
+
+
+def pair_episodes(episodes: Iterable[tuple[float, float, Sequence[tuple[int, str, float | None, str]], bool, bool]]
+                  ) -> PairEpisodes:
+    """(start, end, members, mps_fault, oom) tuples -> :class:`PairEpisodes`."""
+    ix: dict[str, int] = {}
+    cols: list[list[float]] = [[] for _ in range(10)]
+    for start, end, members, fault, oom in episodes:
+        k = len(members)
+        if k < 2 or not (end > start):
+            continue
+        share = 1.0 / (k - 1)
+        for i in range(k):
+            for j in range(i + 1, k):
+                _, ca, na, sa = members[i]
+                _, cb, nb, sb = members[j]
+                ea = na ** share if na is not None and na >= 0 else np.nan
+                eb = nb ** share if nb is not None and nb >= 0 else np.nan
+                qa = SOURCE_WEIGHT.get(sa, 0.0) * (1.0 if k == 2 else 0.5)
+                qb = SOURCE_WEIGHT.get(sb, 0.0) * (1.0 if k == 2 else 0.5)
+                row = [ix.setdefault(ca, len(ix)), ix.setdefault(cb, len(ix)), ea, eb,
+                       (end - start) / 3600.0 * share, end, qa, qb, float(fault), float(oom)]
+                for c, v in zip(cols, row):
+                    c.append(v)
+    arr = [np.asarray(c, float) for c in cols]
+    return PairEpisodes(list(ix), arr[0].astype(np.int64), arr[1].astype(np.int64), arr[2],
+                        arr[3], arr[4], arr[5], arr[6], arr[7], arr[8] > 0, arr[9] > 0)
+
+
+def add_pair_episodes(obs: Observations, ep: PairEpisodes, now: float,
+                      half_life_days: float) -> int:
+    """Add the entries, faults and never-pairs of ``ep`` to ``obs``; returns entries kept."""
+    if len(ep.a) == 0:
+        for c in ep.classes:
+            obs.add_class(c)
+        return 0
+    age_days = np.maximum(now - ep.end, 0.0) / 86400.0
+    rec = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.ones_like(age_days)
+    base = ep.hours * rec
+    ok = ~(ep.fault | ep.oom)
+    kept = obs.add_arrays(ep.classes, np.concatenate([ep.a[ok], ep.b[ok]]),
+                          np.concatenate([ep.b[ok], ep.a[ok]]),
+                          np.concatenate([ep.n_a[ok], ep.n_b[ok]]),
+                          np.concatenate([(base * ep.quality_a)[ok], (base * ep.quality_b)[ok]]))
+    k = len(ep.classes)
+    for mask, fn in ((ep.fault, obs.add_fault), (ep.oom, None)):
+        if not mask.any():
+            continue
+        lo = np.minimum(ep.a[mask], ep.b[mask])
+        hi = np.maximum(ep.a[mask], ep.b[mask])
+        keys, cnt = np.unique(lo * k + hi, return_counts=True)
+        for x, c in zip(keys, cnt):
+            a, b = ep.classes[int(x) // k], ep.classes[int(x) % k]
+            if fn is None:
+                obs.add_never(a, b)
+            else:
+                fn(a, b, float(c))
+    return kept

@@ -1,0 +1,142 @@
+"""The nightly retrain: history -> observations -> fitted table -> validated publish.
+
+Reads the co-location episodes of the training window (rebuilt from the records first),
+the imported profiling campaigns of the GPU model and the classes' solo profiles; fits the
+model; runs the held-out check; publishes atomically to ``[scores] path`` and marks the set
+live in the database only when the check passes. Otherwise the old set stays live, the
+new one is recorded as rejected, and :class:`ModelError` says why (non-zero exit).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from ..config import Config
+from ..errors import ModelError, ScoresError
+from ..model.data import Observations
+from ..model.fit import fit_table
+from ..model.history import add_pair_episodes, pair_episodes
+from ..model.validate import holdout_mae
+from ..scores import ScoreTable, publish_scores, scores_from_dict
+from .engine import db_errors, require_schema
+from .episodes import load_episodes, rebuild_episodes
+from .schema import ClassSolo, Job, PairObservation, Profile
+from .scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
+
+
+@dataclass
+class RetrainResult:
+    table: ScoreTable
+    published: bool
+    path: Path | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_gpu_model(engine: Engine, gpu: str | None, cfg: Config) -> str:
+    if gpu:
+        return gpu
+    if cfg.scores.gpu_model:
+        return cfg.scores.gpu_model
+    models = imported_gpu_models(engine)
+    if len(models) > 1:
+        raise ModelError(f"profiling campaigns of several GPU models are imported "
+                         f"({', '.join(models)}): say which with --gpu or [scores] gpu_model")
+    return models[0] if models else ""
+
+
+def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
+    """Median memory peak / SM utilisation of each class's solo runs (any run if none)."""
+    q = (select(Job.cls, Job.shared, Job.progress_rate, Profile.mem_peak_gib, Profile.sm_util_mean)
+         .join(Profile, Profile.record_id == Job.record_id, isouter=True)
+         .where(Job.end_time >= since))
+    mem: dict[str, list[float]] = {}
+    util: dict[str, list[float]] = {}
+    with db_errors(engine), engine.connect() as conn:
+        for r in conn.execute(q):
+            if r.mem_peak_gib:
+                mem.setdefault(r.cls, []).append(r.mem_peak_gib)
+            if r.sm_util_mean is not None and not r.shared:
+                util.setdefault(r.cls, []).append(r.sm_util_mean)
+    for c in set(mem) | set(util):
+        obs.add_class(c, memory_gib=max(mem[c]) if c in mem else None,
+                      sm_util=statistics.median(util[c]) if c in util else None)
+
+
+def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
+           half_life_days: float) -> tuple[Observations, dict[str, Any]]:
+    """All training observations of ``gpu_model`` (campaigns) plus the site history."""
+    require_schema(engine)
+    since = now - window_days * 86400.0
+    obs = Observations()
+    with db_errors(engine), engine.connect() as conn:
+        for r in conn.execute(select(ClassSolo).where(ClassSolo.gpu_model == gpu_model)):
+            obs.add_class(r.cls, solo_rate=r.solo_rate, memory_gib=r.memory_gib, sm_util=r.sm_util)
+        n_campaign = 0
+        for r in conn.execute(select(PairObservation).where(PairObservation.gpu_model == gpu_model)):
+            n_campaign += 1
+            if r.never:
+                obs.add_never(r.a, r.b)
+                continue
+            if r.faults:
+                obs.add_fault(r.a, r.b, r.faults)
+            if r.n_a is not None and r.n_b is not None:
+                obs.add_pair(r.a, r.b, r.n_a, r.n_b, weight=r.weight, censored=r.censored)
+    _class_profiles(engine, obs, since)
+    rep = rebuild_episodes(engine, since=since)
+    eps = load_episodes(engine, since=since)
+    pe = pair_episodes((e.start, e.end, e.members, e.mps_fault, e.oom) for e in eps)
+    kept = add_pair_episodes(obs, pe, now, half_life_days)
+    info = {"window_start": since, "window_end": now, "episodes": len(eps),
+            "history_entries": kept, "campaign_pairs": n_campaign,
+            "skewed_intervals": rep.skewed_intervals, "rejected_entries": obs.rejected,
+            "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(rep.proxy_cv.items())}}
+    return obs, info
+
+
+def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | None = None,
+            dry_run: bool = False, force: bool = False, path: str | Path | None = None) -> RetrainResult:
+    now = time.time() if now is None else now
+    sc = cfg.scores
+    gpu_model = resolve_gpu_model(engine, gpu, cfg)
+    obs, info = gather(engine, gpu_model, now, sc.window_days, sc.half_life_days)
+    if len(obs) == 0 and not obs.never:
+        raise ModelError("no training data: the history has no co-location episodes in the window "
+                         f"({sc.window_days:g} days) and no profiling campaign is imported for "
+                         f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
+                         hint="slurm-colo history import --gavel FILE --gpu MODEL")
+    mae, n_hidden = holdout_mae(obs, share=sc.holdout_share, seed=0)
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info)
+    table.id = f"{gpu_model or 'site'}-{stamp}"
+    live = live_score_set(engine, gpu_model)
+    live_mae = live.metrics.get("holdout_mae") if live is not None else None
+    table.metrics = {"holdout_mae": mae, "holdout_pairs": n_hidden, "live_id": live.id if live else None,
+                     "live_holdout_mae": live_mae, "max_regression": sc.max_regression}
+    verdict = ""
+    try:
+        scores_from_dict(table.to_dict(), f"score set {table.id}")
+    except ScoresError as e:
+        verdict = f"new score set is invalid: {e}"
+    if not verdict and mae is not None and isinstance(live_mae, (int, float)) and not force:
+        if mae > live_mae + sc.max_regression:
+            verdict = (f"held-out error {mae:.4f} is worse than the live set {live.id if live else ''}"
+                       f" ({live_mae:.4f}) by more than {sc.max_regression:g}")
+    if dry_run:
+        return RetrainResult(table, False, None, info | {"verdict": verdict or "would publish"})
+    window = (info["window_start"], info["window_end"])
+    if verdict:
+        record_score_set(engine, table, "rejected", verdict, window, len(obs))
+        raise ModelError(f"score set {table.id} not published: {verdict}; "
+                         f"{'the previous set stays live' if live else 'no set is live'}")
+    record_score_set(engine, table, "candidate", "", window, len(obs))
+    out = publish_scores(table, path or sc.path)
+    set_live(engine, table.id, gpu_model)
+    return RetrainResult(table, True, out, info)
