@@ -28,6 +28,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize
 from scipy.sparse.linalg import LinearOperator, cg
+from threadpoolctl import threadpool_limits
 
 from .data import Entries
 
@@ -113,6 +114,10 @@ class PairGP:
 
     def predict_grid(self) -> np.ndarray:
         """Posterior mean of log n for every ordered pair of classes (k x k)."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._predict_grid()
+
+    def _predict_grid(self) -> np.ndarray:
         k = self.c.shape[0]
         s_int, s_row, s_col = np.exp(self.theta[N_GROUPS + 1:N_GROUPS + 4])
         a = np.zeros((k, k))
@@ -124,6 +129,10 @@ class PairGP:
 
     def predict_sd_grid(self, chunk: int = 20000) -> np.ndarray:
         """Posterior standard deviation of log n for every ordered pair (k x k)."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._predict_sd_grid(chunk)
+
+    def _predict_sd_grid(self, chunk: int) -> np.ndarray:
         k = self.c.shape[0]
         s_int, s_row, s_col = np.exp(self.theta[N_GROUPS + 1:N_GROUPS + 4])
         dc = np.diag(self.c)
@@ -140,7 +149,16 @@ class PairGP:
 
 def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,
            optimise: bool = True, theta: np.ndarray | None = None) -> PairGP:
-    """Fit the GP to aggregated entries (needs at least one entry)."""
+    """Fit the GP to aggregated entries (needs at least one entry).
+
+    BLAS runs single-threaded here: the matrices are small, and a multi-threaded BLAS on a
+    busy node is many times slower than one thread."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _fit_gp(e, dists, seed, optimise, theta)
+
+
+def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
+            theta: np.ndarray | None) -> PairGP:
     rng = np.random.default_rng(seed)
     w = e.w / e.w.mean()
     e = Entries(e.ia, e.ib, e.y, np.clip(w, 0.05, 50.0), e.censored)
