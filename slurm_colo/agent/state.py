@@ -196,7 +196,7 @@ class AgentState:
         return ClusterView(gpus=gpus) if gpus is not self.view.gpus else self.view
 
     def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
-        token = secrets.token_hex(4)
+        token = "p" + secrets.token_hex(4)
         user = fields.get("user", "")
         try:
             uid = int(fields.get("uid", "-1"))

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Run the whole slurm-colo test suite on a Debian 12 machine, as root:
+# installs what it needs (Debian packages, a Python venv), brings up the lab Slurm cluster
+# (contrib/lab/up.sh) and a throwaway PostgreSQL on loopback, then runs unit and real-Slurm
+# tests in one pytest run. Extra arguments go to pytest.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+[ "$(id -u)" -eq 0 ] || { echo "tests/run.sh: run as root (the lab starts Slurm daemons)" >&2; exit 1; }
+t0=$(date +%s)
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+  slurmctld slurmd slurm-client munge libslurm-dev lua-socket lua5.1 gcc make libc6-dev \
+  python3-venv postgresql curl >/dev/null
+echo "[tests] packages installed ($(( $(date +%s) - t0 ))s)"
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import slurm_colo, pytest, psycopg, mkdocs' 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[test,postgres,docs]"
+fi
+echo "[tests] python env ready ($(( $(date +%s) - t0 ))s)"
+
+bash contrib/lab/up.sh
+if [ -f tests/support/postgres.sh ]; then
+  pg_line=$(bash tests/support/postgres.sh | tail -n 1)
+  export "${pg_line?}"
+  echo "[tests] postgres: ${SLURM_COLO_TEST_PG_URL%%@*}@..."
+fi
+
+set +e
+.venv/bin/pytest -q -p no:cacheprovider "$@" tests
+rc=$?
+set -e
+echo "[tests] finished in $(( $(date +%s) - t0 ))s with exit code $rc"
+exit $rc
