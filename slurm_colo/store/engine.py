@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,7 +26,7 @@ from ..errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 UPGRADE_HINT = "slurm-colo db upgrade"
-_checked: set[int] = set()
+_checked: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
 
 def safe_url(engine_or_url: Engine | str) -> str:
@@ -131,18 +132,18 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
                              "schema version (alembic_version); restore a backup or start a new file")
     with db_errors(engine), engine.begin() as conn:
         command.upgrade(_alembic_config(conn), revision)
-    _checked.discard(id(engine))
+    _checked.discard(engine)
     return before, current_revision(engine) or ""
 
 
 def require_schema(engine: Engine) -> None:
     """Refuse to work on a database whose schema is not the one this version needs."""
-    if id(engine) in _checked:
+    if engine in _checked:
         return
     rev = current_revision(engine)
     head = head_revision()
     if rev == head:
-        _checked.add(id(engine))
+        _checked.add(engine)
         return
     if rev is None:
         raise StoreError(f"history database {safe_url(engine)} has no slurm-colo schema yet",
