@@ -67,9 +67,21 @@ def check_record(r: JobRecord) -> None:
     if r.end < r.start:
         raise BadRecord(f"job ends ({r.end}) before it starts ({r.start}): clock skew or a "
                         "corrupt record")
+    for name in ("uid", "exit_code"):
+        v = getattr(r, name)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise BadRecord(f"{name} {v!r} is not an integer")
+    if not isinstance(r.gpus, list) or not all(isinstance(g, int) for g in r.gpus):
+        raise BadRecord(f"gpus {r.gpus!r} is not a list of GPU indexes")
+    if not isinstance(r.gpu_uuids, list):
+        raise BadRecord(f"gpu_uuids {r.gpu_uuids!r} is not a list")
+    if r.progress is not None and not isinstance(r.progress, dict):
+        raise BadRecord("progress must be an object or null")
     if not isinstance(r.co_runners, list) or not isinstance(r.profile, dict):
         raise BadRecord("co_runners must be a list and profile an object")
     for c in r.co_runners:
+        if isinstance(c.job_id, bool) or not isinstance(c.job_id, int):
+            raise BadRecord(f"co-runner job id {c.job_id!r} is not an integer")
         if not isinstance(c.cls, str) or not c.cls:
             raise BadRecord(f"co-runner {c.job_id!r} has no class")
         for t in (c.start, c.end):
@@ -155,7 +167,8 @@ def ingest_records(engine: Engine, records: Iterable[JobRecord]) -> int:
         try:
             check_record(r)
         except BadRecord as e:
-            raise StoreError(f"record {getattr(r, 'record_id', '?')}: {e}") from None
+            raise StoreError(f"record of job {getattr(r, 'job_id', '?')} on "
+                             f"{getattr(r, 'node', '?')}: {e}") from None
         by_id.setdefault(r.record_id, r)
     new = 0
     ids = list(by_id)
