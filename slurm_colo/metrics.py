@@ -109,7 +109,8 @@ def render(snapshot: Mapping[str, Any]) -> str:
         for o in occ:
             job = o.get("job_id")
             occ_info.add(_num(o.get("thread_pct")), {
-                **gl, "job_id": "" if job is None else job, "class": o.get("cls", ""),
+                # a placement not yet seen in Slurm has no job id: its token keeps the series unique
+                **gl, "job_id": o.get("key", "") if job is None else job, "class": o.get("cls", ""),
                 "user": o.get("user", ""), "pending": "true" if o.get("pending") else "false"})
         slots.add(_num(gpu.get("slots")), gl)
         if "exclusive_job" in gpu:

@@ -7,7 +7,7 @@ import time
 
 from slurm_colo.gavel import bundled_path, load_gavel
 
-from .labtools import (SHARED_GPUS, agent_cli, gpu_of, kind_of, sbatch, squeue, stop_agent, start_agent,
+from .labtools import (SHARED_GPUS, agent_cli, agent_refresh, gpu_of, kind_of, sbatch, squeue, stop_agent, start_agent,
                        wait_for, wait_running)
 
 V100 = load_gavel(bundled_path(), "v100")
@@ -112,3 +112,17 @@ def test_agent_restart_rebuilds_its_view_from_slurm(clean: None) -> None:
     qc = wait_running(c.job_id)
     assert gpu_of(qc[c.job_id]) == {idx}
     assert str(a.job_id) in qc[c.job_id]["comment"] and str(b.job_id) in qc[c.job_id]["comment"]
+
+
+def test_metrics_endpoint_is_scraped_for_real(clean: None) -> None:
+    import urllib.request
+    a = sbatch("--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=10)
+    b = sbatch("--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=10)
+    q = wait_running(a.job_id, b.job_id)
+    idx = min(gpu_of(q[a.job_id]))
+    agent_refresh()
+    body = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=5).read().decode()
+    lines = [ln for ln in body.splitlines() if ln and not ln.startswith("#")]
+    occ = [ln for ln in lines if ln.startswith("slurm_colo_gpu_occupants{") and f'gpu="{idx}"' in ln]
+    assert occ and occ[0].rsplit(" ", 1)[1] == "2"
+    assert any(ln.startswith("slurm_colo_decisions_total{action=\"share\"") for ln in lines)
