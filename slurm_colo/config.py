@@ -97,6 +97,9 @@ class NodeConfig:
     spool_dir: str = "/var/spool/slurm-colo"
     sampler_interval_s: float = 1.0
     sampler_max_samples: int = 3600
+    #: which GPU jobs the node side profiles: "colocated" (jobs placed on a shared GPU),
+    #: "all" (also exclusive jobs: their solo profiles feed the model) or "none"
+    profile: str = "colocated"
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("placement", "cross_user"): ("shard", "never"),
     ("node", "mps_backend"): ("real", "emulator"),
     ("node", "nvml_backend"): ("real", "scenario"),
+    ("node", "profile"): ("colocated", "all", "none"),
 }
 
 _SECTIONS: dict[str, type] = {

@@ -1,0 +1,73 @@
+"""What every hook shares: logging to syslog and stderr, environment parsing, and the
+rule that an unexpected error is logged and swallowed (exit 0) instead of draining a node."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+from typing import Callable
+
+log = logging.getLogger("slurm_colo.hooks")
+
+
+def setup_logging(hook: str) -> None:
+    root = logging.getLogger("slurm_colo")
+    if root.handlers:
+        return
+    root.setLevel(logging.INFO)
+    fmt = logging.Formatter(f"slurm-colo {hook}[%(process)d]: %(levelname)s %(message)s")
+    err = logging.StreamHandler(sys.stderr)
+    err.setFormatter(fmt)
+    root.addHandler(err)
+    if os.path.exists("/dev/log"):
+        try:
+            sl = logging.handlers.SysLogHandler(address="/dev/log")
+            sl.setFormatter(fmt)
+            root.addHandler(sl)
+        except OSError:
+            pass
+
+
+def env_int(name: str, default: int | None = None) -> int | None:
+    v = os.environ.get(name, "").strip()
+    try:
+        return int(v)
+    except ValueError:
+        return default
+
+
+def job_gpus() -> list[int]:
+    """Physical GPU indices of the job: SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES."""
+    for name in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        raw = os.environ.get(name, "").strip()
+        if raw and raw != "NoDevFiles":
+            out = [int(x) for x in raw.split(",") if x.strip().isdigit()]
+            if out:
+                return out
+    return []
+
+
+def exit_status() -> tuple[int, int]:
+    """(exit code, signal) of the job from the Epilog environment.
+
+    ``SLURM_JOB_EXIT_CODE2`` is ``code:signal``; ``SLURM_JOB_EXIT_CODE`` is the raw wait
+    status (code << 8 | signal).
+    """
+    two = os.environ.get("SLURM_JOB_EXIT_CODE2", "")
+    if ":" in two:
+        a, _, b = two.partition(":")
+        if a.isdigit() and b.isdigit():
+            return int(a), int(b)
+    raw = env_int("SLURM_JOB_EXIT_CODE", 0) or 0
+    return (raw >> 8) & 0xFF, raw & 0x7F
+
+
+def guarded(hook: str, fn: Callable[[], int]) -> int:
+    setup_logging(hook)
+    try:
+        return fn()
+    except Exception as e:  # never drain a node for our own bug
+        log.exception("%s failed for job %s: %s", hook, os.environ.get("SLURM_JOB_ID", "?"), e)
+        return 0

@@ -1,0 +1,66 @@
+"""Prolog (root, once per job per node): placement → MPS daemon → per-job files → sampler.
+
+Exit 0 for everything it can handle; the time budget is 150 ms (MPS daemon start excluded).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import REFUSE
+from .common import env_int, guarded, job_gpus, log
+
+
+def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: str,
+                  uid: int) -> dict | None:
+    """The agent's placement for the job, else the tag in its comment, else None.
+
+    Only jobs submitted with --colocate (or carrying a tag) are asked about at all.
+    """
+    from ..tags import parse_tag
+
+    comment = os.environ.get("SLURM_JOB_COMMENT", "")
+    tag = parse_tag(comment)
+    if "SPANK_COLOCATE" not in os.environ and tag is None:
+        return None
+    from ..agent.client import job_started
+
+    p = job_started(cfg, job_id, node, gpus, user, uid)  # type: ignore[arg-type]
+    if p is None and tag is not None:
+        log.info("job %d: agent unreachable, using the placement tag from the comment", job_id)
+        p = tag
+    return p
+
+
+def main() -> int:
+    from ..config import load_config
+    from ..node.lifecycle import JobInfo, job_start, recover
+
+    t0 = time.monotonic()
+    job_id = env_int("SLURM_JOB_ID")
+    if job_id is None:
+        log.warning("prolog: no SLURM_JOB_ID; nothing to do")
+        return 0
+    cfg = load_config()
+    recover(cfg, skip=job_id)
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    user = os.environ.get("SLURM_JOB_USER", "")
+    uid = env_int("SLURM_JOB_UID", -1)
+    uid = -1 if uid is None else uid
+    gpus = job_gpus()
+    p = placement_for(cfg, job_id, node, gpus, user, uid)
+    if p and not gpus and p.get("gpu") is not None:
+        gpus = [int(p["gpu"])]
+    info = JobInfo(job_id, user, uid, node, gpus, p)
+    res = job_start(cfg, info)
+    if res.profiled:
+        log.info("job %d: prolog done in %.0f ms (mechanism %s)", job_id,
+                 (time.monotonic() - t0) * 1000, res.task.get("mechanism"))
+    if res.refuse:
+        return REFUSE
+    return 0
+
+
+def run() -> int:
+    return guarded("prolog", main)

@@ -1,0 +1,81 @@
+"""Ingest spooled records into the history store (``slurm_colo.store``).
+
+Run detached by the Epilog (``python -m slurm_colo.node.ingest``) so the Epilog never waits
+on SQLAlchemy or a locked database, and by ``slurm-colo spool ingest``. One run at a time
+per node (a lock file); a locked or unreachable database leaves the files in the spool for
+the next run. Both the spool and the fallback spool are ingested.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+from ..config import Config, load_config
+from ..errors import StoreError
+from .fsutil import ensure_dir, locked
+from .layout import NodeLayout
+
+log = logging.getLogger("slurm_colo.node.ingest")
+
+
+@dataclass
+class IngestReport:
+    ingested: int = 0
+    duplicates: int = 0
+    bad: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        s = f"{self.ingested} new, {self.duplicates} already stored, {self.bad} bad"
+        return s + (f"; errors: {'; '.join(self.errors)}" if self.errors else "")
+
+
+def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
+                   lock_timeout_s: float = 0.0) -> IngestReport:
+    """Ingest both spool directories; never raises for a DB problem (it is reported)."""
+    from ..store import ingest_spool, make_engine
+
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    rep = IngestReport()
+    ensure_dir(lay.run_dir)
+    try:
+        with locked(lay.run_dir / "ingest.lock", timeout_s=lock_timeout_s):
+            engine = make_engine(cfg.store.url, busy_timeout_s if busy_timeout_s is not None
+                                 else cfg.store.busy_timeout_s)
+            try:
+                for d in (lay.spool_dir, lay.fallback_spool()):
+                    if not d.is_dir():
+                        continue
+                    try:
+                        r = ingest_spool(engine, d)
+                    except StoreError as e:
+                        rep.errors.append(f"{d}: {e}")
+                        continue
+                    rep.ingested += r.ingested
+                    rep.duplicates += r.duplicates
+                    rep.bad += len(r.bad)
+            finally:
+                engine.dispose()
+    except TimeoutError:
+        rep.errors.append("another ingest is running")
+    except StoreError as e:
+        rep.errors.append(str(e))
+    return rep
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="slurm-colo ingest: %(message)s")
+    try:
+        cfg = load_config()
+    except Exception as e:
+        log.error("%s", e)
+        return 1
+    rep = ingest_pending(cfg)
+    (log.warning if rep.errors else log.info)("%s", rep.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

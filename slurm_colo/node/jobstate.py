@@ -1,0 +1,82 @@
+"""Per-job files under ``<run_dir>/jobs/<id>/`` (see layout.py): written by the Prolog,
+completed by the Epilog, removed only once the job's record is safely spooled."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .fsutil import atomic_write_json, chown_if_root, read_json
+from .layout import NodeLayout
+
+
+def write_state(layout: NodeLayout, job_id: int, state: dict[str, Any]) -> None:
+    d = layout.job_dir(job_id)
+    d.mkdir(parents=True, exist_ok=True, mode=0o755)
+    atomic_write_json(d / "state.json", state, fsync=False)
+
+
+def read_state(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
+    return read_json(layout.job_dir(job_id) / "state.json")
+
+
+def write_task(layout: NodeLayout, job_id: int, uid: int, task: dict[str, Any]) -> Path:
+    """The TaskProlog's input, readable by the job's user only."""
+    d = layout.user_dir(job_id)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    chown_if_root(d, uid)
+    path = d / "task.json"
+    atomic_write_json(path, task, mode=0o600, fsync=False)
+    chown_if_root(path, uid)
+    return path
+
+
+def read_task(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
+    return read_json(layout.user_dir(job_id) / "task.json")
+
+
+def mark_ended(layout: NodeLayout, job_id: int, exit_code: int, signal: int = 0,
+               end: float | None = None) -> dict[str, Any]:
+    """First thing the Epilog writes; keeps the first end time if the Epilog is re-run."""
+    path = layout.job_dir(job_id) / "ended.json"
+    old = read_json(path)
+    if isinstance(old, dict) and "end" in old:
+        return old
+    ended = {"end": end if end is not None else time.time(), "exit_code": exit_code,
+             "signal": signal}
+    atomic_write_json(path, ended, fsync=True)
+    return ended
+
+
+def read_ended(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
+    return read_json(layout.job_dir(job_id) / "ended.json")
+
+
+def read_profile(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
+    return read_json(layout.job_dir(job_id) / "profile.json")
+
+
+def read_progress(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
+    p = layout.user_dir(job_id) / "progress.json"
+    try:
+        if p.stat().st_size > 1024 * 1024:  # a job-written file: never trust its size
+            return None
+        return json.loads(p.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def job_ids(layout: NodeLayout) -> list[int]:
+    try:
+        return sorted(int(e.name) for e in os.scandir(layout.jobs_dir()) if e.name.isdigit())
+    except OSError:
+        return []
+
+
+def remove(layout: NodeLayout, job_id: int) -> None:
+    import shutil
+
+    shutil.rmtree(layout.job_dir(job_id), ignore_errors=True)

@@ -1,0 +1,144 @@
+"""Per-GPU occupancy journal: which jobs used a GPU, when, and which MPS faults hit it.
+
+One append-only JSON-lines file per GPU, ``<run_dir>/gpu/<index>/journal.jsonl``. Each
+line is one event, appended with a single ``write`` under the GPU lock:
+
+- ``{"ev": "start", "t": ..., "job": 12, "cls": "resnet50", "user": "ana", "uid": 1000}``
+- ``{"ev": "end", "t": ..., "job": 12}``
+- ``{"ev": "fault", "t": ..., "kind": "client_fatal" | "daemon_dead" | "daemon_hung", "detail": "..."}``
+
+The pure functions below turn events into co-runner overlap intervals and fault flags; the
+journal is truncated when the last job leaves the GPU and no record is still pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: a journal larger than this is compacted (ended jobs older than every live job dropped)
+MAX_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Stay:
+    """One job's time on the GPU; ``end`` is None while it still runs."""
+
+    job: int
+    cls: str
+    user: str
+    uid: int
+    start: float
+    end: float | None
+
+
+def append(path: Path, event: dict[str, Any]) -> None:
+    event.setdefault("t", time.time())
+    line = (json.dumps(event, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """All well-formed events; a torn last line (node crash mid-append) is skipped."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return []
+    out = []
+    for line in raw.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict) and "ev" in ev:
+            out.append(ev)
+    return out
+
+
+def stays(events: list[dict[str, Any]]) -> dict[int, Stay]:
+    """Each job's stay on the GPU (last start wins; an end closes it)."""
+    out: dict[int, Stay] = {}
+    for ev in events:
+        if ev["ev"] == "start":
+            out[int(ev["job"])] = Stay(int(ev["job"]), str(ev.get("cls", "default")),
+                                       str(ev.get("user", "")), int(ev.get("uid", -1)),
+                                       float(ev["t"]), None)
+        elif ev["ev"] == "end" and int(ev["job"]) in out:
+            s = out[int(ev["job"])]
+            out[s.job] = Stay(s.job, s.cls, s.user, s.uid, s.start, float(ev["t"]))
+    return out
+
+
+def active(events: list[dict[str, Any]]) -> list[Stay]:
+    return [s for s in stays(events).values() if s.end is None]
+
+
+def overlaps(events: list[dict[str, Any]], job: int, start: float, end: float
+             ) -> list[tuple[Stay, float, float]]:
+    """Other jobs that shared the GPU with ``job`` during [start, end], with the overlap."""
+    out = []
+    for s in stays(events).values():
+        if s.job == job:
+            continue
+        lo = max(start, s.start)
+        hi = min(end, s.end if s.end is not None else end)
+        if hi > lo:
+            out.append((s, lo, hi))
+    return sorted(out, key=lambda x: (x[1], x[0].job))
+
+
+def faults(events: list[dict[str, Any]], start: float, end: float, slack_s: float = 2.0
+           ) -> list[dict[str, Any]]:
+    """Fault events inside [start - slack, end + slack] (clients die a moment apart)."""
+    return [ev for ev in events
+            if ev["ev"] == "fault" and start - slack_s <= float(ev["t"]) <= end + slack_s]
+
+
+def shared_intervals(events: list[dict[str, Any]], job: int, start: float, end: float
+                     ) -> list[tuple[float, float]]:
+    """Merged intervals of [start, end] during which at least one other job was present."""
+    iv = sorted((lo, hi) for _, lo, hi in overlaps(events, job, start, end))
+    merged: list[tuple[float, float]] = []
+    for lo, hi in iv:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def compact(path: Path, keep_jobs: set[int]) -> None:
+    """Rewrite the journal keeping live stays, jobs in ``keep_jobs`` and recent faults.
+
+    Called under the GPU lock. When nothing is live and nothing is kept the file is
+    emptied; otherwise only when it grew past :data:`MAX_BYTES`.
+    """
+    events = read(path)
+    live = {s.job for s in active(events)} | keep_jobs
+    if live and path.exists() and path.stat().st_size < MAX_BYTES:
+        return
+    if not live:
+        path.write_bytes(b"")
+        return
+    oldest = min((s.start for s in stays(events).values() if s.job in live), default=time.time())
+    kept = [ev for ev in events
+            if (ev["ev"] in ("start", "end") and int(ev["job"]) in live)
+            or (ev["ev"] in ("start", "end") and _stay_end(events, int(ev["job"])) >= oldest)
+            or (ev["ev"] == "fault" and float(ev["t"]) >= oldest - 60)]
+    from .fsutil import atomic_write_bytes
+
+    atomic_write_bytes(path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode()
+                                      for e in kept), fsync=False)
+
+
+def _stay_end(events: list[dict[str, Any]], job: int) -> float:
+    s = stays(events).get(job)
+    return float("inf") if s is None or s.end is None else s.end

@@ -1,0 +1,62 @@
+"""Where the node side keeps its files (all under ``node.run_dir`` and ``node.spool_dir``).
+
+::
+
+    <run_dir>/gpu/<index>/lock            flock serialising hooks touching this GPU
+    <run_dir>/gpu/<index>/journal.jsonl   occupancy journal (see journal.py)
+    <run_dir>/gpu/<index>/mps.json        the GPU's MPS daemon state (pid, uid, dirs)
+    <run_dir>/gpu/<index>/crashes.json    recent daemon crash times (restart-loop guard)
+    <run_dir>/mps/<uuid>/pipe, .../log    the daemon's pipe and log dirs (job user, 0700)
+    <run_dir>/jobs/<id>/state.json        what the Prolog knew (root only)
+    <run_dir>/jobs/<id>/ended.json        written first by the Epilog (end time, exit code)
+    <run_dir>/jobs/<id>/profile.json      the sampler's summary (rewritten periodically)
+    <run_dir>/jobs/<id>/user/task.json    what the TaskProlog exports (job user only)
+    <run_dir>/jobs/<id>/user/progress.json  written by slurm_colo.progress in the job
+    <spool_dir>/<record id>.json          records waiting for ingest
+    <run_dir>/spool-fallback/             used when the spool is full or unwritable
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    run_dir: Path
+    spool_dir: Path
+
+    @classmethod
+    def of(cls, run_dir: str, spool_dir: str) -> "NodeLayout":
+        return cls(Path(run_dir), Path(spool_dir))
+
+    def gpu_dir(self, index: int) -> Path:
+        return self.run_dir / "gpu" / str(index)
+
+    def gpu_lock(self, index: int) -> Path:
+        return self.gpu_dir(index) / "lock"
+
+    def journal(self, index: int) -> Path:
+        return self.gpu_dir(index) / "journal.jsonl"
+
+    def mps_state(self, index: int) -> Path:
+        return self.gpu_dir(index) / "mps.json"
+
+    def crashes(self, index: int) -> Path:
+        return self.gpu_dir(index) / "crashes.json"
+
+    def mps_root(self, uuid: str) -> Path:
+        return self.run_dir / "mps" / uuid
+
+    def jobs_dir(self) -> Path:
+        return self.run_dir / "jobs"
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.jobs_dir() / str(job_id)
+
+    def user_dir(self, job_id: int) -> Path:
+        return self.job_dir(job_id) / "user"
+
+    def fallback_spool(self) -> Path:
+        return self.run_dir / "spool-fallback"

@@ -1,0 +1,290 @@
+"""A job's life on the node: what the Prolog and Epilog do, as plain functions.
+
+The hooks (slurm_colo/hooks) only read the environment and call :func:`job_start` /
+:func:`job_end`; tests call these directly. Neither raises for a problem it can handle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import Config
+from ..records import JobRecord
+from . import journal, jobstate, procs
+from .fsutil import ensure_dir, locked
+from .layout import NodeLayout
+from .mps import control_argv, format_mem_limit
+from .mps_daemon import GpuMps, MpsOutcome
+from .nvml import Gpu, NullGpu
+
+log = logging.getLogger("slurm_colo.node")
+
+
+@dataclass
+class JobInfo:
+    job_id: int
+    user: str
+    uid: int
+    node: str
+    gpus: list[int]
+    placement: dict[str, Any] | None = None
+    cls: str = "default"
+    mode: str = "off"
+
+
+@dataclass
+class StartResult:
+    profiled: bool = False
+    task: dict[str, Any] = field(default_factory=dict)
+    mps: dict[int, MpsOutcome] = field(default_factory=dict)
+    refuse: bool = False
+
+
+def layout_of(cfg: Config) -> NodeLayout:
+    return NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+
+
+class _LazyNvml:
+    """Opens NVML only when a daemon must be started/stopped (keeps hooks fast)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.gate: Any = None
+
+    def __call__(self, index: int) -> Gpu:
+        if self.gate is None:
+            from .nvml import open_nvml
+
+            try:
+                self.gate = open_nvml(self.cfg.node.nvml_backend, self.cfg.node.nvml_scenario,
+                                      self.cfg.node.run_dir)
+            except Exception as e:
+                log.warning("NVML unavailable: %s", e)
+                return NullGpu(index, str(e))
+        return self.gate.gpu(index)
+
+
+def gpu_mps(cfg: Config, index: int, open_gpu: Callable[[int], Gpu] | None = None) -> GpuMps:
+    if cfg.node.mps_backend == "emulator":
+        log.warning("MPS emulator backend in use (%s): no real MPS on this node",
+                    cfg.node.mps_control)
+    return GpuMps(layout_of(cfg), index, tuple(control_argv(cfg.node.mps_backend,
+                                                            cfg.node.mps_control)),
+                  cfg.node.mps_timeout_s, open_gpu or _LazyNvml(cfg))
+
+
+def _profiled(cfg: Config, info: JobInfo) -> bool:
+    shared = bool(info.placement and info.placement.get("shared"))
+    return bool(info.gpus) and (shared or cfg.node.profile == "all")
+
+
+def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
+              open_gpu: Callable[[int], Gpu] | None = None) -> StartResult:
+    """Prolog work for one job. Jobs without a placement are left alone (except profiling)."""
+    lay = layout_of(cfg)
+    res = StartResult()
+    if not _profiled(cfg, info):
+        return res
+    res.profiled = True
+    p = info.placement or {}
+    shared = bool(p.get("shared"))
+    mech = p.get("mechanism") if shared else None
+    now = time.time()
+    opener = open_gpu or _LazyNvml(cfg)
+    for g in info.gpus:
+        ensure_dir(lay.gpu_dir(g), 0o700)
+    state: dict[str, Any] = {
+        "job": info.job_id, "user": info.user, "uid": info.uid, "node": info.node,
+        "gpus": info.gpus, "cls": p.get("cls", info.cls), "mode": p.get("mode", info.mode),
+        "placement": p, "mechanism": mech, "start": now, "boot_id": procs.boot_id(),
+        "mps": {}, "gpu_uuids": [],
+    }
+    jobstate.write_state(lay, info.job_id, state)  # first: recovery can always find the job
+    user_dir = lay.user_dir(info.job_id)
+    task: dict[str, Any] = {"mechanism": mech,
+                            "progress_file": str(user_dir / "progress.json"), "messages": []}
+    for g in info.gpus:
+        with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+            journal.append(lay.journal(g), {"ev": "start", "job": info.job_id, "t": now,
+                                            "cls": state["cls"], "user": info.user,
+                                            "uid": info.uid})
+            if mech == "mps":
+                out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
+                res.mps[g] = out
+                state["mps"][str(g)] = {"state": out.state, "log_offset": out.log_offset,
+                                        "message": out.message}
+                st = gpu_mps(cfg, g, opener).state()
+                if st.get("uuid"):
+                    state["gpu_uuids"].append(st["uuid"])
+    if mech == "mps":
+        outs = [res.mps[g] for g in info.gpus]
+        if all(o.state == "ok" for o in outs):
+            task["mps"] = {"pipe_dir": outs[0].pipe_dir, "log_dir": outs[0].log_dir,
+                           "thread_pct": p.get("thread_pct"),
+                           "mem_limit": (format_mem_limit(float(p["mem_limit_gib"]))
+                                         if p.get("mem_limit_gib") else None)}
+        else:
+            task["messages"] += [o.message for o in outs if o.state != "ok"]
+            for o in outs:
+                if o.state != "ok":
+                    log.warning("job %d: %s", info.job_id, o.message)
+    jobstate.write_task(lay, info.job_id, info.uid, task)
+    if launch_sampler and cfg.node.profile != "none":
+        state["sampler_pid"] = start_sampler(cfg, info.job_id)
+    jobstate.write_state(lay, info.job_id, state)
+    res.task = task
+    return res
+
+
+def start_sampler(cfg: Config, job_id: int) -> int | None:
+    """Start the job's NVML sampler as a detached process; its PID (None on failure)."""
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.sampler", str(job_id)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                             env={**os.environ, "SLURM_COLO_CONFIG": cfg.source
+                                  if os.path.exists(cfg.source) else
+                                  os.environ.get("SLURM_COLO_CONFIG", "")})
+        return p.pid
+    except OSError as e:
+        log.warning("job %d: sampler not started: %s", job_id, e)
+        return None
+
+
+def stop_sampler(pid: int | None, wait_s: float = 0.25) -> bool:
+    """SIGTERM the sampler (it writes its final summary) and wait a little."""
+    if not pid or not procs.alive(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:  # our child when tests start it directly; reaps it
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            if not procs.alive(pid):
+                return True
+        time.sleep(0.005)
+    return False
+
+
+def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0, cluster: str = "default",
+            open_gpu: Callable[[int], Gpu] | None = None) -> JobRecord | None:
+    """Epilog work: mark ended, stop the sampler, note MPS faults, close the journal
+    stay, stop MPS if the last job left, build and spool the record. Returns the record
+    (None for jobs the Prolog did not handle)."""
+    lay = layout_of(cfg)
+    st = jobstate.read_state(lay, job_id)
+    if st is None:
+        return None
+    ended = jobstate.mark_ended(lay, job_id, exit_code, sig)
+    stop_sampler(st.get("sampler_pid"))
+    opener = open_gpu or _LazyNvml(cfg)
+    _close_stays(cfg, lay, st, float(ended["end"]), opener)
+    rec = finish_record(cfg, lay, job_id, cluster)
+    for g in st.get("gpus", []):
+        _maybe_stop(cfg, lay, int(g), opener)
+    return rec
+
+
+def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
+                 opener: Callable[[int], Gpu]) -> None:
+    job_id = int(st["job"])
+    for g in st.get("gpus", []):
+        g = int(g)
+        with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+            events = journal.read(lay.journal(g))
+            if any(e["ev"] == "end" and int(e["job"]) == job_id for e in events):
+                continue  # an Epilog re-run: already closed
+            if st.get("mechanism") == "mps":
+                info = (st.get("mps") or {}).get(str(g), {})
+                if info.get("state") == "ok":
+                    gpu_mps(cfg, g, opener).scan_faults(int(info.get("log_offset", 0)))
+            journal.append(lay.journal(g), {"ev": "end", "job": job_id, "t": end})
+
+
+def finish_record(cfg: Config, lay: NodeLayout, job_id: int, cluster: str = "default"
+                  ) -> JobRecord | None:
+    """Build and spool the record of an ended job, then drop its state. If spooling fails
+    everywhere the state stays, and the next hook run retries (nothing is lost)."""
+    from .record_build import build_record
+    from .spool import write_record
+
+    rec = build_record(lay, job_id, cluster)
+    if rec is None:
+        return None
+    try:
+        write_record(lay, rec)
+    except OSError as e:
+        log.error("job %d: record kept in %s until it can be spooled: %s", job_id,
+                  lay.job_dir(job_id), e)
+        return rec
+    jobstate.remove(lay, job_id)
+    return rec
+
+
+def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu]) -> None:
+    with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+        events = journal.read(lay.journal(g))
+        if journal.active(events):
+            return
+        gm = gpu_mps(cfg, g, opener)
+        if gm.state():
+            gm.stop()
+        pending_jobs = set(jobstate.job_ids(lay))
+        journal.compact(lay.journal(g), pending_jobs)
+
+
+def recover(cfg: Config, skip: int | None = None, cluster: str = "default") -> list[int]:
+    """Spool records of jobs whose Epilog was killed, and of jobs lost with a reboot.
+
+    Cheap when nothing is pending (one directory listing). Returns the recovered job ids.
+    """
+    lay = layout_of(cfg)
+    done: list[int] = []
+    for job_id in jobstate.job_ids(lay):
+        if job_id == skip:
+            continue
+        if jobstate.read_ended(lay, job_id) is None:
+            st = jobstate.read_state(lay, job_id)
+            if st is None:
+                continue
+            if procs.job_alive(job_id, str(st.get("boot_id", ""))):
+                continue  # still running (or its Epilog has not run yet)
+            jobstate.mark_ended(lay, job_id, exit_code=-1, signal=0,
+                                end=_last_seen(lay, job_id, float(st["start"])))
+            _close_stays(cfg, lay, st, float(jobstate.read_ended(lay, job_id)["end"]),
+                         _LazyNvml(cfg))
+        if finish_record(cfg, lay, job_id, cluster) is not None:
+            done.append(job_id)
+            log.warning("job %d: record recovered after an interrupted Epilog", job_id)
+    return done
+
+
+def _last_seen(lay: NodeLayout, job_id: int, start: float) -> float:
+    try:
+        return max(start, (lay.job_dir(job_id) / "profile.json").stat().st_mtime)
+    except OSError:
+        return start
+
+
+def kick_ingest(cfg: Config) -> int | None:
+    """Start a detached ``slurm_colo.node.ingest`` so the Epilog never waits on the DB."""
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.ingest"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        return p.pid
+    except OSError as e:
+        log.warning("ingest not started: %s", e)
+        return None

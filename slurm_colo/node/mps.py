@@ -1,0 +1,181 @@
+"""The ``nvidia-cuda-mps-control`` gate: build a command, run it in one place, parse apart.
+
+Every call has a timeout, never uses a shell, and maps failures to :class:`MPSError`
+subclasses: :class:`MpsNotRunning` (no daemon answers) and :class:`MpsHung` (the call
+timed out). The same class drives the real NVIDIA binary and the emulator
+(:mod:`.mps_emulator`); only the argv differs (:func:`control_argv`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MPSError
+
+PID_FILE = "nvidia-cuda-mps-control.pid"
+_NOT_RUNNING_MARKERS = ("cannot find mps control daemon", "connection refused")
+
+
+class MpsNotRunning(MPSError):
+    """No MPS control daemon answers on the pipe directory."""
+
+
+class MpsHung(MPSError):
+    """An MPS control call did not finish within its timeout."""
+
+
+def emulator_argv() -> list[str]:
+    """The emulator run as a plain file with -I -S: standard library only, fast start."""
+    return [sys.executable, "-I", "-S", str(Path(__file__).with_name("mps_emulator.py"))]
+
+
+def control_argv(backend: str, mps_control: str) -> list[str]:
+    """argv prefix for the control program. ``emulator`` with the default binary name runs
+    the bundled emulator; otherwise ``mps_control`` is used as given (the lab points it at
+    contrib/lab/bin/nvidia-cuda-mps-control)."""
+    if backend == "emulator" and mps_control == "nvidia-cuda-mps-control":
+        return emulator_argv()
+    return [mps_control]
+
+
+# -- parsing (pure) -------------------------------------------------------------------------
+
+def parse_pid_list(text: str) -> list[int]:
+    """``get_server_list`` / ``get_client_list``: one PID per line."""
+    return [int(w) for line in text.splitlines() for w in line.split() if w.isdigit()]
+
+
+def parse_server_status(text: str) -> str:
+    """``get_server_status PID``: ACTIVE, FAULT, INITIALIZING (or UNKNOWN)."""
+    word = text.strip().split()[0].upper() if text.strip() else ""
+    return word if word in ("ACTIVE", "FAULT", "INITIALIZING") else "UNKNOWN"
+
+
+def parse_device_client_list(text: str) -> dict[str, list[int]]:
+    """``get_device_client_list``: ``<device UUID> <client PID> ...`` per line."""
+    out: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        words = line.replace(":", " ").split()
+        if words and not words[0].isdigit():
+            out.setdefault(words[0], []).extend(int(w) for w in words[1:] if w.isdigit())
+    return out
+
+
+def parse_fault_lines(log_text: str) -> list[str]:
+    """Lines of ``control.log`` that report a fatal fault or a server dying with an error."""
+    out = []
+    for line in log_text.splitlines():
+        low = line.lower()
+        if "fatal" in low or " fault" in low:
+            out.append(line.strip())
+        elif "exited with status" in low and not low.rstrip().endswith("status 0"):
+            out.append(line.strip())
+    return out
+
+
+def format_mem_limit(gib: float) -> str:
+    """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` value for device 0, e.g. ``0=12G`` / ``0=1536M``."""
+    mib = int(round(gib * 1024))
+    return f"0={mib // 1024}G" if mib % 1024 == 0 else f"0={mib}M"
+
+
+# -- the gate -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MpsControl:
+    """One GPU's MPS control daemon, addressed by its pipe and log directories."""
+
+    argv: tuple[str, ...]
+    pipe_dir: Path
+    log_dir: Path
+    #: what the daemon sees as CUDA_VISIBLE_DEVICES (the GPU's UUID on a real node)
+    device: str
+    timeout_s: float = 5.0
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+        env.update(CUDA_MPS_PIPE_DIRECTORY=str(self.pipe_dir),
+                   CUDA_MPS_LOG_DIRECTORY=str(self.log_dir),
+                   CUDA_VISIBLE_DEVICES=self.device)
+        env.update(dict(self.extra_env))
+        return env
+
+    def _run(self, args: list[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
+        argv = [*self.argv, *args]
+        try:
+            return subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                                  timeout=self.timeout_s, env=self.env(), close_fds=True)
+        except subprocess.TimeoutExpired:
+            raise MpsHung(f"MPS control '{' '.join(args) or (stdin or '').strip()}' on "
+                          f"{self.pipe_dir} timed out after {self.timeout_s:.1f}s") from None
+        except OSError as e:
+            raise MPSError(f"cannot run MPS control program {argv[0]}: {e.strerror}",
+                           hint="set node.mps_control to the nvidia-cuda-mps-control path"
+                           ) from None
+
+    def start(self) -> None:
+        """Start the control daemon (``-d``); it forks and the call returns at once."""
+        self.pipe_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        cp = self._run(["-d"], None)
+        if cp.returncode != 0:
+            raise MPSError(f"MPS control daemon for {self.device} did not start (exit "
+                           f"{cp.returncode}): {(cp.stderr or cp.stdout).strip()[:200]}")
+
+    def command(self, line: str) -> str:
+        """Send one command on stdin; the reply text. Raises MpsNotRunning / MpsHung."""
+        cp = self._run([], line.rstrip("\n") + "\n")
+        out = cp.stdout.strip()
+        if any(m in (out + cp.stderr).lower() for m in _NOT_RUNNING_MARKERS):
+            raise MpsNotRunning(f"no MPS control daemon answers on {self.pipe_dir}")
+        if cp.returncode != 0:
+            raise MPSError(f"MPS control '{line.strip()}' failed (exit {cp.returncode}): "
+                           f"{(out or cp.stderr).strip()[:200]}")
+        return out
+
+    def server_list(self) -> list[int]:
+        return parse_pid_list(self.command("get_server_list"))
+
+    def server_status(self, pid: int) -> str:
+        return parse_server_status(self.command(f"get_server_status {pid}"))
+
+    def client_list(self, server_pid: int) -> list[int]:
+        return parse_pid_list(self.command(f"get_client_list {server_pid}"))
+
+    def device_clients(self) -> dict[str, list[int]]:
+        return parse_device_client_list(self.command("get_device_client_list"))
+
+    def start_server(self, uid: int) -> None:
+        self.command(f"start_server -uid {uid}")
+
+    def set_default_thread_pct(self, pct: int) -> None:
+        self.command(f"set_default_active_thread_percentage {pct}")
+
+    def quit(self) -> None:
+        self.command("quit")
+
+    def daemon_pid(self) -> int | None:
+        """PID from the daemon's pid file in the pipe directory (None if absent)."""
+        try:
+            return int((self.pipe_dir / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def log_text(self, since_offset: int = 0) -> str:
+        try:
+            with open(self.log_dir / "control.log", "rb") as f:
+                f.seek(since_offset)
+                return f.read(4 * 1024 * 1024).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return (self.log_dir / "control.log").stat().st_size
+        except OSError:
+            return 0

@@ -1,0 +1,240 @@
+"""One MPS control daemon per GPU: start on demand, health-check, recover, stop.
+
+All functions here are called with the GPU's lock held (see :func:`fsutil.locked`), so two
+Prologs landing on one GPU at the same moment cannot both start a daemon.
+
+Outcomes of :func:`ensure_daemon` (never raises for a problem it can handle):
+
+- ``ok``       the daemon answers; the job may use MPS (``pipe_dir``/``log_dir`` set).
+- ``refused``  another user's jobs hold this GPU's MPS daemon: MPS serves one UID at a
+               time, so this job runs without MPS and is told so.
+- ``broken``   the daemon cannot be (re)started or keeps crashing (restart loop); the GPU
+               is set back to DEFAULT compute mode so the job still runs, time-sliced.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import MPSError
+from . import journal, procs
+from .fsutil import atomic_write_json, chown_if_root, read_json
+from .layout import NodeLayout
+from .mps import MpsControl, MpsHung, parse_fault_lines
+from .nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu
+
+log = logging.getLogger("slurm_colo.node.mps_daemon")
+
+#: this many daemon crashes within CRASH_WINDOW_S marks the GPU's MPS broken (restart loop)
+MAX_CRASHES = 3
+CRASH_WINDOW_S = 600.0
+
+
+@dataclass
+class MpsOutcome:
+    state: str  # ok | refused | broken
+    message: str = ""
+    pipe_dir: str = ""
+    log_dir: str = ""
+    log_offset: int = 0
+    events: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GpuMps:
+    """The MPS side of one GPU on this node."""
+
+    layout: NodeLayout
+    index: int
+    argv: tuple[str, ...]
+    timeout_s: float
+    #: opens the NVML view of this GPU lazily (only needed to start/stop a daemon)
+    open_gpu: Callable[[int], Gpu]
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    # -- state ---------------------------------------------------------------------------
+    def state(self) -> dict:
+        return read_json(self.layout.mps_state(self.index)) or {}
+
+    def _save(self, st: dict) -> None:
+        atomic_write_json(self.layout.mps_state(self.index), st, fsync=False)
+
+    def control(self, st: dict) -> MpsControl:
+        return MpsControl(tuple(self.argv), Path(st["pipe_dir"]), Path(st["log_dir"]),
+                          st.get("device", str(self.index)), self.timeout_s, self.extra_env)
+
+    def _crashes(self, now: float) -> list[float]:
+        return [t for t in (read_json(self.layout.crashes(self.index)) or [])
+                if now - float(t) < CRASH_WINDOW_S]
+
+    def _note_crash(self, kind: str, detail: str) -> None:
+        now = time.time()
+        crashes = self._crashes(now) + [now]
+        atomic_write_json(self.layout.crashes(self.index), crashes, fsync=False)
+        journal.append(self.layout.journal(self.index),
+                       {"ev": "fault", "kind": kind, "detail": detail, "t": now})
+
+    # -- health --------------------------------------------------------------------------
+    def probe(self, st: dict) -> str:
+        """``ok``, ``dead`` or ``hung`` for the recorded daemon."""
+        ctl = self.control(st)
+        if not procs.alive(ctl.daemon_pid() or st.get("pid")):
+            return "dead"
+        try:
+            ctl.server_list()
+            return "ok"
+        except MpsHung:
+            return "hung"
+        except MPSError:
+            return "dead"
+
+    # -- start / stop --------------------------------------------------------------------
+    def ensure_daemon(self, job_id: int, uid: int) -> MpsOutcome:
+        st = self.state()
+        events = journal.read(self.layout.journal(self.index))
+        others = [s for s in journal.active(events) if s.job != job_id]
+        if st.get("pid"):
+            if st.get("uid") != uid and others:
+                return MpsOutcome("refused", f"GPU {self.index} runs MPS for uid {st.get('uid')}; "
+                                  f"MPS serves one user at a time, so job {job_id} runs "
+                                  "without MPS")
+            health = self.probe(st) if st.get("uid") == uid else "other-user"
+            if health == "ok":
+                ctl = self.control(st)
+                return MpsOutcome("ok", "", st["pipe_dir"], st["log_dir"], ctl.log_size())
+            if health in ("dead", "hung"):
+                self._note_crash(f"daemon_{health}",
+                                 f"MPS daemon {st.get('pid')} on GPU {self.index} {health}")
+            log.warning("GPU %d: MPS daemon %s is %s; cleaning up", self.index, st.get("pid"), health)
+            self.stop(st, reason=health)
+        else:
+            self.clean_stale()
+        now = time.time()
+        if len(self._crashes(now)) >= MAX_CRASHES:
+            self._set_mode(COMPUTE_DEFAULT)
+            return MpsOutcome("broken", f"MPS on GPU {self.index} crashed {MAX_CRASHES} times "
+                              f"in {CRASH_WINDOW_S / 60:.0f} min (restart loop); job {job_id} "
+                              "runs time-sliced without MPS; run 'slurm-colo node cleanup'")
+        return self._start(uid)
+
+    def _start(self, uid: int) -> MpsOutcome:
+        gpu = self.open_gpu(self.index)
+        uuid = gpu.uuid() or f"gpu{self.index}"
+        root = self.layout.mps_root(uuid)
+        pipe, logd = root / "pipe", root / "log"
+        for d in (pipe, logd):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True, mode=0o700)
+            chown_if_root(d, uid)
+        root.chmod(0o711)
+        st = {"uuid": uuid, "device": uuid if uuid.startswith(("GPU-", "MIG-")) else str(self.index),
+              "pipe_dir": str(pipe), "log_dir": str(logd), "uid": uid, "pid": None,
+              "started": time.time(), "boot_id": procs.boot_id()}
+        mode_set = self._set_mode(COMPUTE_EXCLUSIVE_PROCESS, gpu)
+        st["compute_mode_set"] = mode_set
+        self._save(st)  # saved before start: a crash mid-start still gets cleaned up
+        ctl = self.control(st)
+        try:
+            ctl.start()
+            st["pid"] = ctl.daemon_pid()
+            self._save(st)
+            ctl.start_server(uid)
+        except MPSError as e:
+            self._note_crash("daemon_start_failed", str(e))
+            self.stop(st, reason="start failed")
+            return MpsOutcome("broken", f"MPS daemon for GPU {self.index} did not start: {e}; "
+                              "the job runs time-sliced without MPS")
+        log.info("GPU %d: started MPS daemon %s for uid %d (%s)", self.index, st["pid"], uid, pipe)
+        return MpsOutcome("ok", "", str(pipe), str(logd), ctl.log_size())
+
+    def stop(self, st: dict | None = None, reason: str = "last job left") -> list[str]:
+        """Quit the daemon, make sure no MPS process of this GPU is left, reset the GPU.
+
+        Returns problems found (empty when the shutdown was clean)."""
+        st = st if st is not None else self.state()
+        problems: list[str] = []
+        if st.get("pipe_dir"):
+            ctl = self.control(st)
+            if procs.alive(ctl.daemon_pid() or st.get("pid")):
+                try:
+                    ctl.quit()
+                except MPSError as e:
+                    problems.append(f"quit failed: {e}")
+            deadline = time.monotonic() + 1.0
+            left = procs.mps_processes(st["pipe_dir"])
+            while left and time.monotonic() < deadline:
+                time.sleep(0.02)
+                left = procs.mps_processes(st["pipe_dir"])
+            if left:
+                problems.append(f"MPS processes left after quit: {left}; killed")
+                still = procs.kill_all(left)
+                if still:
+                    problems.append(f"could not kill {still}")
+            shutil.rmtree(st["pipe_dir"], ignore_errors=True)
+        if st.get("compute_mode_set", True):
+            self._set_mode(COMPUTE_DEFAULT)
+        self.layout.mps_state(self.index).unlink(missing_ok=True)
+        for p in problems:
+            log.warning("GPU %d (%s): %s", self.index, reason, p)
+        return problems
+
+    def clean_stale(self) -> list[int]:
+        """Kill MPS processes of this GPU left from before (crashed node/daemon)."""
+        killed: list[int] = []
+        mps_dir = self.layout.run_dir / "mps"
+        if not mps_dir.is_dir():
+            return killed
+        uuid = None
+        for root in mps_dir.iterdir():
+            pipe = root / "pipe"
+            if not pipe.is_dir():
+                continue
+            if uuid is None:
+                uuid = self.open_gpu(self.index).uuid() or f"gpu{self.index}"
+            if root.name != uuid:
+                continue
+            left = procs.mps_processes(str(pipe))
+            if left:
+                log.warning("GPU %d: killing stale MPS processes %s", self.index, left)
+                procs.kill_all(left)
+                killed += left
+            shutil.rmtree(pipe, ignore_errors=True)
+        return killed
+
+    def _set_mode(self, mode: int, gpu: Gpu | None = None) -> bool:
+        g = gpu or self.open_gpu(self.index)
+        ok = g.set_compute_mode(mode)
+        if not ok:
+            log.warning("GPU %d: could not set compute mode %d (%s)", self.index, mode,
+                        "; ".join(g.errors[-1:]) or "no NVML")
+        return ok
+
+    # -- faults --------------------------------------------------------------------------
+    def scan_faults(self, log_offset: int) -> list[dict]:
+        """Fault events since ``log_offset`` in control.log, plus a dead/hung daemon.
+
+        New ones are appended to the GPU journal once (deduplicated by their text), so
+        every job that shared the GPU at that moment is flagged, whichever Epilog runs first.
+        """
+        st = self.state()
+        found: list[dict] = []
+        if st.get("pipe_dir"):
+            ctl = self.control(st)
+            for line in parse_fault_lines(ctl.log_text(log_offset)):
+                found.append({"ev": "fault", "kind": "client_fatal", "detail": line})
+            health = self.probe(st)
+            if health != "ok":
+                found.append({"ev": "fault", "kind": f"daemon_{health}",
+                              "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} {health}"})
+        known = {e.get("detail") for e in journal.read(self.layout.journal(self.index))
+                 if e["ev"] == "fault"}
+        for ev in found:
+            if ev["detail"] not in known:
+                journal.append(self.layout.journal(self.index), dict(ev))
+                known.add(ev["detail"])
+        return found

@@ -1,0 +1,83 @@
+"""Build a job's :class:`JobRecord` from its state files and the GPU journals (pure-ish:
+reads files, writes nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import CoRunner, JobRecord
+from . import journal
+from .jobstate import read_ended, read_profile, read_progress, read_state
+from .layout import NodeLayout
+
+
+def exit_state(exit_code: int, signal: int) -> str:
+    if signal:
+        return "SIGNALED"
+    return "COMPLETED" if exit_code == 0 else "FAILED"
+
+
+def progress_summary(prog: dict[str, Any] | None,
+                     shared: list[tuple[float, float]]) -> dict[str, Any] | None:
+    """``{"iterations", "rate", "solo_rate"}`` from the job's progress points.
+
+    ``solo_rate`` uses only the steps between two points whose midpoint falls outside
+    every shared interval (None when the job was never alone or reported too little).
+    """
+    if not isinstance(prog, dict):
+        return None
+    pts = [(float(t), float(i)) for t, i in prog.get("points", [])
+           if isinstance(t, (int, float)) and isinstance(i, (int, float))]
+    iterations = prog.get("iterations", pts[-1][1] if pts else None)
+    out: dict[str, Any] = {"iterations": iterations, "rate": None, "solo_rate": None}
+    if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
+        out["rate"] = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+        solo_it = solo_t = 0.0
+        for (t0, i0), (t1, i1) in zip(pts, pts[1:]):
+            mid = (t0 + t1) / 2
+            if not any(lo <= mid <= hi for lo, hi in shared):
+                solo_it += i1 - i0
+                solo_t += t1 - t0
+        if solo_t > 0:
+            out["solo_rate"] = solo_it / solo_t
+    return out
+
+
+def build_record(layout: NodeLayout, job_id: int, cluster: str = "default") -> JobRecord | None:
+    """The record for a job whose Epilog has marked it ended; None if state is missing."""
+    st = read_state(layout, job_id)
+    ended = read_ended(layout, job_id)
+    if not st or not ended:
+        return None
+    start, end = float(st["start"]), float(ended["end"])
+    co: dict[int, CoRunner] = {}
+    shared_iv: list[tuple[float, float]] = []
+    fault = False
+    for gpu in st.get("gpus", []):
+        events = journal.read(layout.journal(int(gpu)))
+        for stay, lo, hi in journal.overlaps(events, job_id, start, end):
+            prev = co.get(stay.job)
+            if prev is None:
+                co[stay.job] = CoRunner(stay.job, stay.cls, stay.user, lo, hi)
+            else:
+                prev.start, prev.end = min(prev.start, lo), max(prev.end, hi)
+        shared_iv += journal.shared_intervals(events, job_id, start, end)
+        if st.get("mechanism") == "mps" and journal.faults(events, start, end):
+            fault = True
+    if st.get("mps_fault"):
+        fault = True
+    placement = st.get("placement") or {}
+    return JobRecord(
+        job_id=job_id, node=st.get("node", ""), user=st.get("user", ""), uid=int(st.get("uid", -1)),
+        cls=str(placement.get("cls") or st.get("cls") or "default"), start=start, end=end,
+        cluster=cluster, mode=str(placement.get("mode") or st.get("mode") or "off"),
+        gpus=[int(g) for g in st.get("gpus", [])], gpu_uuids=list(st.get("gpu_uuids", [])),
+        shared=bool(placement.get("shared", False)), mechanism=st.get("mechanism"),
+        thread_pct=placement.get("thread_pct"), mem_limit_gib=placement.get("mem_limit_gib"),
+        co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
+        profile=read_profile(layout, job_id) or {},
+        progress=progress_summary(read_progress(layout, job_id), shared_iv),
+        exit_code=int(ended.get("exit_code", 0)),
+        state=exit_state(int(ended.get("exit_code", 0)), int(ended.get("signal", 0))),
+        mps_fault=fault,
+    )

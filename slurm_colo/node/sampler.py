@@ -1,0 +1,181 @@
+"""Per-job NVML sampler: ``python -m slurm_colo.node.sampler JOB_ID``.
+
+Started detached by the Prolog, stopped with SIGTERM by the Epilog. Reads the job's state
+file for its GPUs, samples each interval (``node.sampler_interval_s``) through the NVML
+gate, and rewrites ``<run_dir>/jobs/<id>/profile.json`` atomically every few ticks and on
+exit. Memory stays bounded: only streaming summaries are kept. Exits by itself when the
+job's state directory disappears. Memory is bounded by design (streaming summaries, no
+sample list), so it runs as long as the job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, load_config
+from . import journal, procs
+from .fsutil import atomic_write_json, read_json
+from .layout import NodeLayout
+from .nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
+from .profile_acc import ProfileAccumulator, Reading
+
+#: write profile.json every this many seconds (and on exit)
+FLUSH_EVERY_S = 10.0
+_DCGM_PATHS = ("/usr/lib/x86_64-linux-gnu/libdcgm.so.3", "/usr/lib64/libdcgm.so.3",
+               "/usr/lib/aarch64-linux-gnu/libdcgm.so.3", "/usr/local/dcgm/lib64/libdcgm.so.3")
+
+
+def dcgm_status() -> str:
+    """``present`` when DCGM's library is installed (fields not read yet), else ``absent``."""
+    return "present" if any(os.path.exists(p) for p in _DCGM_PATHS) else "absent"
+
+
+class _Journals:
+    """Is another job on any of our GPUs right now? Re-reads a journal only when it changed."""
+
+    def __init__(self, layout: NodeLayout, gpus: list[int], job_id: int) -> None:
+        self.paths = [layout.journal(g) for g in gpus]
+        self.job_id = job_id
+        self._mtimes: list[float] = [-1.0] * len(self.paths)
+        self._shared = [False] * len(self.paths)
+
+    def shared(self) -> bool:
+        for i, p in enumerate(self.paths):
+            try:
+                m = p.stat().st_mtime_ns
+            except OSError:
+                m = -1
+            if m != self._mtimes[i]:
+                self._mtimes[i] = m
+                self._shared[i] = any(s.job != self.job_id
+                                      for s in journal.active(journal.read(p)))
+        return any(self._shared)
+
+
+class Sampler:
+    def __init__(self, gate: NvmlGate, gpus: list[int], job_id: int, layout: NodeLayout,
+                 interval_s: float) -> None:
+        self.gate, self.job_id, self.layout = gate, job_id, layout
+        self.gpus: list[Gpu] = [gate.gpu(i) for i in gpus]
+        self.acc = ProfileAccumulator(interval_s=interval_s)
+        self.journals = _Journals(layout, gpus, job_id)
+        self.not_supported: set[str] = set()
+        self._job_pids: dict[int, bool] = {}
+        self._since_us = 0
+        self.dcgm = dcgm_status()
+
+    def _mine(self, pid: int) -> bool:
+        if pid not in self._job_pids:
+            if len(self._job_pids) > 4096:
+                self._job_pids.clear()
+            self._job_pids[pid] = procs.job_of_pid(pid) == self.job_id
+        return self._job_pids[pid]
+
+    def read(self) -> Reading:
+        sm, bw, mem, pw, clk, jm, jsm = [], [], [], [], [], [], []
+        for g in self.gpus:
+            if g.lost:
+                continue
+            u = g.utilization()
+            if u is NOT_SUPPORTED:
+                self.not_supported.add("utilization")
+            elif u is not None:
+                sm.append(u[0])
+                bw.append(u[1])
+            m = g.memory()
+            if m is not None:
+                mem.append(m[0])
+            for name, v, dest in (("power", g.power_w(), pw), ("clocks", g.sm_clock_mhz(), clk)):
+                if v is NOT_SUPPORTED:
+                    self.not_supported.add(name)
+                elif v is not None:
+                    dest.append(v)
+            ps = g.processes()
+            if ps is not None:
+                mine = [used for pid, used in ps.items() if self._mine(pid)]
+                if mine:
+                    jm.append(sum(mine))
+            pu = g.process_sm_util(self._since_us)
+            if pu is NOT_SUPPORTED:
+                self.not_supported.add("process_utilization")
+            elif pu:
+                jsm.append(sum(v for pid, v in pu.items() if self._mine(pid)))
+        self._since_us = int(time.time() * 1e6) - int(2e6)
+
+        def avg(xs: list[float]) -> float | None:
+            return sum(xs) / len(xs) if xs else None
+
+        return Reading(avg(sm), avg(bw), sum(mem) if mem else None, avg(pw), avg(clk),
+                       sum(jm) if jm else None, avg(jsm))
+
+    def tick(self, dt: float | None = None) -> None:
+        self.acc.add(self.read(), self.journals.shared(), dt)
+
+    def summary(self) -> dict[str, Any]:
+        out = self.acc.summary()
+        out.update(interval_s=self.acc.interval_s, nvml=self.gate.source if self.gate.available
+                   else f"unavailable: {self.gate.reason}",
+                   gpu_lost=[g.index for g in self.gpus if g.lost],
+                   not_supported=sorted(self.not_supported), dcgm=self.dcgm,
+                   errors=[e for g in self.gpus for e in g.errors][-5:])
+        return out
+
+    def flush(self) -> None:
+        atomic_write_json(self.layout.job_dir(self.job_id) / "profile.json", self.summary(),
+                          fsync=False)
+
+
+def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    state_path = lay.job_dir(job_id) / "state.json"
+    st = read_json(state_path) or {}
+    gpus = [int(g) for g in st.get("gpus", [])]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
+    s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s)
+    cap = max_ticks or 0
+    ticks, last_flush = 0, time.monotonic()
+    interval = max(0.01, cfg.node.sampler_interval_s)
+    nxt = time.monotonic()
+    try:
+        while not stop.is_set():
+            s.tick()
+            ticks += 1
+            if time.monotonic() - last_flush >= FLUSH_EVERY_S:
+                if not state_path.exists():
+                    return 0  # the Epilog has finished with this job
+                s.flush()
+                last_flush = time.monotonic()
+            if cap and ticks >= cap:
+                break
+            nxt += interval
+            stop.wait(max(0.0, nxt - time.monotonic()))
+        if state_path.parent.exists():
+            s.flush()
+    finally:
+        gate.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m slurm_colo.node.sampler JOB_ID", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config()
+    except Exception as e:
+        print(f"slurm-colo sampler: {e}", file=sys.stderr)
+        return 1
+    return run(cfg, int(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

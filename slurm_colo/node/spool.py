@@ -1,0 +1,69 @@
+"""The node-local record spool: write first (atomic rename), ingest later, lose nothing.
+
+A record's file name is derived from its ``record_id``, so writing the same job twice
+(an Epilog re-run, crash recovery) replaces the file instead of adding a second record.
+When the spool directory is full or unwritable the record goes to the fallback directory
+under ``run_dir``; ``slurm-colo spool ingest`` ingests both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..records import JobRecord
+from .fsutil import atomic_write_bytes
+from .layout import NodeLayout
+
+log = logging.getLogger("slurm_colo.node.spool")
+
+#: temporary files older than this are leftovers of a killed writer and are removed
+STALE_TMP_S = 3600.0
+
+
+def file_name(record_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in record_id)
+    return f"{safe}.json"
+
+
+def write_record(layout: NodeLayout, rec: JobRecord) -> Path:
+    """Spool ``rec``; returns where it went. Raises OSError only if every place failed."""
+    import json
+
+    data = json.dumps(rec.to_dict(), sort_keys=True).encode() + b"\n"
+    errors = []
+    for d in (layout.spool_dir, layout.fallback_spool()):
+        try:
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = d / file_name(rec.record_id)
+            atomic_write_bytes(path, data, mode=0o600, fsync=True)
+            if d != layout.spool_dir:
+                log.error("spool %s unusable (%s); record %s written to %s",
+                          layout.spool_dir, errors[0], rec.record_id, path)
+            return path
+        except OSError as e:
+            errors.append(f"{d}: {e.strerror or e}")
+    raise OSError(f"cannot spool record {rec.record_id}: {'; '.join(errors)}")
+
+
+def pending(layout: NodeLayout) -> list[Path]:
+    """Spooled record files (both directories), oldest first; stale temp files removed."""
+    out = []
+    now = time.time()
+    for d in (layout.spool_dir, layout.fallback_spool()):
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(".tmp-"):
+                try:
+                    if now - e.stat().st_mtime > STALE_TMP_S:
+                        os.unlink(e.path)
+                except OSError:
+                    pass
+            elif e.name.endswith(".json"):
+                out.append(Path(e.path))
+    return sorted(out, key=lambda p: (p.stat().st_mtime if p.exists() else 0, p.name))
