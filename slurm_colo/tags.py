@@ -9,9 +9,10 @@ to the copy in the comment (``SLURM_JOB_COMMENT``) when the agent cannot be reac
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .placement.view import Decision
+if TYPE_CHECKING:  # keep the Prolog's import of parse_tag free of the placement package
+    from .placement.view import Decision
 
 _TAG_RE = re.compile(r"slurm-colo\[v=1((?: [a-z]+=[^ \]]*)*)\]")
 
