@@ -19,9 +19,9 @@ below 1 (the job would do more alone). With neither, the job keeps a GPU of its 
 (``exclusive``: it waits in Slurm's queue as submitted). ``aggressive`` jobs accept
 ``aggressive_min_delta``, unmeasured pairs and any slowdown.
 
-Pure: everything comes from the arguments. GPUs are evaluated per *state* (see
-:class:`~slurm_colo.placement.view.ClusterView`), and evaluations are cached on the view's
-index for as long as the same score table and config are used.
+Pure: everything comes from the arguments. The per-GPU predictions are cached on the view
+(:mod:`slurm_colo.placement.index`) for as long as the same score table and config are used,
+so one placement is a few vector operations over all GPUs.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
+
 from ..config import PlacementConfig
 from ..scores import ScoreTable
+from .index import PlacementIndex
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
 # evaluation outcomes
@@ -93,13 +96,18 @@ def _evaluate(j: _Job, key: tuple[Any, ...], scores: ScoreTable,
     return (_OK, gain - cfg.risk_aversion * sd, delta, sd, n[-1], explored, free, gain)
 
 
-def _cache(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> dict[Any, Any]:
-    idx = view.index()
-    owner = idx.cache_owner
-    if owner is None or owner[0] is not scores or (owner[1] is not cfg and owner[1] != cfg):
-        idx.cache = {}
-        idx.cache_owner = (scores, cfg)
-    return idx.cache
+def index_for(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> PlacementIndex:
+    """The view's per-GPU cache for this score table and config, brought up to date."""
+    idx = view.policy_state
+    if not isinstance(idx, PlacementIndex) or idx.scores is not scores or idx.gpus is not view.gpus \
+            or len(idx.open) != len(view.gpus) or (idx.cfg is not cfg and idx.cfg != cfg):
+        view.dirty.clear()
+        idx = view.policy_state = PlacementIndex(view, scores, cfg)
+    elif view.dirty:
+        for i in view.dirty:
+            idx.update(i)
+        view.dirty.clear()
+    return idx
 
 
 def _thread_pct(job_util: float | None, others: list[float | None]) -> int:
@@ -148,16 +156,35 @@ def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,
     """How :func:`place` judges one GPU (``view.gpus[pos]``) for a job of signature ``sig``:
     ``"idle"`` (could be opened), ``"share"`` (an accepted set) or ``"no"``. A simulator
     uses it to skip re-placing a waiting job when none of the GPUs that changed can help."""
-    idx = view.index()
-    key = idx.key_of.get(pos)
-    if key is None:
-        return "no"
-    cache = _cache(view, scores, cfg)
-    ck = (key, sig)
-    ev = cache.get(ck)
-    if ev is None:
-        ev = cache[ck] = _evaluate(sig, key, scores, cfg)
-    return ("idle", "share", "no")[ev[0]]
+    idx = index_for(view, scores, cfg)
+    c = idx.ensure_class(sig.cls)
+    m = idx.candidates(c, sig.uid, sig.est, sig.aggressive, sig.explore,
+                       rows=np.array([pos], dtype=np.int64))
+    if m.busy.size:
+        return "share"
+    if m.idle.size:
+        return "idle"
+    return "no"
+
+
+def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable,
+             cfg: PlacementConfig) -> str:
+    """One line saying why no shared GPU was taken."""
+    busy, unfit = idx.refusal_counts(j.uid, j.est)
+    if busy == 0:
+        return "no shared GPU with a free slot" + (" for this user" if j.uid is not None else "")
+    if busy <= 3:
+        mask = idx.open & (idx.count > 0)
+        if j.uid is not None:
+            mask &= idx.owner == j.uid
+        parts = []
+        for i in np.flatnonzero(mask):
+            g = view.gpus[int(i)]
+            ev = _evaluate(j, g.state_key(), scores, cfg)
+            parts.append(f"{g.name}: {ev[2] if ev[0] == _REFUSE else 'not accepted'}")
+        return "; ".join(parts)
+    return (f"none of {busy} shared GPUs with a free slot fits ({unfit} lack memory, "
+            f"{busy - unfit} predicted too slow or too risky together)")
 
 
 def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Decision:
@@ -174,38 +201,18 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
     mechanism = "mps" if mps else "shard"
     j = job_signature(job, scores, cfg)
     est = j.est
-    idx = view.index()
-    cache = _cache(view, scores, cfg)
-    if mps:
-        keys: Iterable[tuple[Any, ...]] = [*idx.by_uid.get(job.uid, ()), *idx.by_uid.get(None, ())]
-    else:
-        keys = idx.buckets.keys()
-
-    best: tuple[float, int, tuple[Any, ...]] | None = None
-    empty: tuple[int, tuple[Any, ...]] | None = None
-    refusals: list[tuple[Any, ...]] = []
-    for key in keys:
-        ck = (key, j)
-        ev = cache.get(ck)
-        if ev is None:
-            ev = cache[ck] = _evaluate(j, key, scores, cfg)
-        kind = ev[0]
-        if kind == _OK:
-            if best is None or ev[1] >= best[0]:
-                pos = min(idx.buckets[key])
-                if best is None or ev[1] > best[0] or pos < best[1]:
-                    best = (ev[1], pos, ev)
-        elif kind == _EMPTY:
-            pos = min(idx.buckets[key])
-            if empty is None or pos < empty[0]:
-                empty = (pos, ev)
-        elif ev[1]:
-            refusals.append(ev)
-
-    if best is not None and (empty is None or best[2][7] >= 1.0):
-        _, pos, ev = best
+    if not view.gpus:
+        return Decision("exclusive", "own GPU: no shared GPU configured", memory_gib=est)
+    idx = index_for(view, scores, cfg)
+    m = idx.candidates(idx.ensure_class(job.cls), j.uid, est, j.aggressive, j.explore)
+    k = m.best()
+    first_idle = int(m.idle[0]) if m.idle.size else -1
+    if k >= 0 and (first_idle < 0 or m.gain[k] >= 1.0):
+        pos = int(m.busy[k])
         g = view.gpus[pos]
-        _, _, delta, sd, rate, explored, free, _ = ev
+        delta, sd, rate = float(m.delta[k]), float(m.sd[k]), float(m.rate[k])
+        explored = bool(m.explored[k])
+        free = float(idx.free[pos])
         partners = tuple(o.key for o in g.occupants)
         thread = None
         if mps:
@@ -223,26 +230,19 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             partners=partners, memory_gib=est, explored=explored,
             predicted_rate=round(rate, 3),
         )
-    if empty is not None:
-        pos, ev = empty
-        g = view.gpus[pos]
+    if first_idle >= 0:
+        g = view.gpus[first_idle]
         return Decision(
             "share",
             f"opened idle shared GPU {g.index} of {g.node}"
-            + ("" if best is None else " (sharing a busy GPU would add less than running alone)"),
+            + ("" if k < 0 else " (sharing a busy GPU would add less than running alone)"),
             node=g.node, index=g.index, gres_type=g.gres_type, mechanism=mechanism,
             thread_pct=100 if mps else None,
-            mem_limit_gib=_mem_limit(est, ev[1]) if mps else None,
+            mem_limit_gib=_mem_limit(est, float(idx.free[first_idle])) if mps else None,
             predicted_delta=1.0, predicted_sd=0.0, memory_gib=est, predicted_rate=1.0,
         )
-    seen: list[str] = []
-    for ev in refusals:
-        if ev[2] not in seen:
-            seen.append(ev[2])
-        if len(seen) == 3:
-            break
-    why = "; ".join(seen) if seen else "no shared GPU with a free slot"
-    return Decision("exclusive", f"own GPU: {why}", memory_gib=est)
+    return Decision("exclusive", f"own GPU: {_why_not(j, view, idx, scores, cfg)}",
+                    memory_gib=est)
 
 
 def occupant_for(job: JobRequest, d: Decision, now: float = 0.0, pending: bool = True) -> Occupant:

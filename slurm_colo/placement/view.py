@@ -1,11 +1,10 @@
 """The data placement works on: a job asking for a GPU, and the cluster's shared GPUs.
 
-:class:`ClusterView` keeps a lazily built index of the GPUs that can take another job,
-grouped by their *state* (occupant classes, users, memory in use). GPUs in the same state
-are interchangeable for the policy, so a placement evaluates each state once instead of
-every GPU. Change occupants through :meth:`ClusterView.add_occupant` /
-:meth:`ClusterView.remove_occupant` (or call :meth:`ClusterView.touch` after editing a
-:class:`GpuView` by hand) so the index stays right.
+:class:`ClusterView` also carries the policy's per-GPU cache (placement/index.py). Change
+occupants through :meth:`ClusterView.add_occupant` / :meth:`ClusterView.remove_occupant`,
+or call :meth:`ClusterView.touch` after editing a :class:`GpuView` by hand
+(:meth:`ClusterView.invalidate` after editing many) so the cache stays right. A view built
+afresh needs nothing: the cache is built on first use.
 """
 
 from __future__ import annotations
@@ -87,87 +86,45 @@ class GpuView:
         )
 
 
-def _owner(key: tuple[Any, ...]) -> int | None:
-    """The single user of a state key, None for an idle GPU, -1 for mixed users."""
-    uids = key[1]
-    if not uids:
-        return None
-    if len(uids) == 1:
-        return next(iter(uids))
-    return -1
-
-
-class _Index:
-    """Open GPUs bucketed by state key; positions are indices into ``ClusterView.gpus``."""
-
-    def __init__(self, gpus: list[GpuView]) -> None:
-        self.n = len(gpus)
-        self.key_of: dict[int, tuple[Any, ...]] = {}
-        self.buckets: dict[tuple[Any, ...], set[int]] = {}
-        #: uid -> state keys of open GPUs whose occupants are all that user (None: idle GPUs)
-        self.by_uid: dict[int | None, set[tuple[Any, ...]]] = {}
-        self.pos: dict[tuple[str, int], int] = {}
-        for i, g in enumerate(gpus):
-            self.pos[(g.node, g.index)] = i
-            self.update(i, g)
-        #: evaluation cache, owned by the policy; reset when scores or config change
-        self.cache: dict[Any, Any] = {}
-        self.cache_owner: tuple[Any, Any] | None = None
-
-    def _drop(self, i: int) -> None:
-        key = self.key_of.pop(i, None)
-        if key is None:
-            return
-        b = self.buckets[key]
-        b.discard(i)
-        if not b:
-            del self.buckets[key]
-            s = self.by_uid.get(_owner(key))
-            if s is not None:
-                s.discard(key)
-
-    def update(self, i: int, g: GpuView) -> None:
-        self._drop(i)
-        if not g.open():
-            return
-        key = g.state_key()
-        self.key_of[i] = key
-        b = self.buckets.get(key)
-        if b is None:
-            self.buckets[key] = b = set()
-            owner = _owner(key)
-            if owner != -1:
-                self.by_uid.setdefault(owner, set()).add(key)
-        b.add(i)
-
-
 @dataclass
 class ClusterView:
     gpus: list[GpuView] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._index: _Index | None = None
+        self._pos: dict[tuple[str, int], int] | None = None
+        #: state the policy caches on the view (see placement/index.py); None = rebuild
+        self.policy_state: Any = None
+        #: positions of GPUs changed since the policy last looked
+        self.dirty: set[int] = set()
 
-    # ---- index -----------------------------------------------------------------------
-    def index(self) -> _Index:
-        """The open-GPU index (built on first use, rebuilt if GPUs were added/removed)."""
-        if self._index is None or self._index.n != len(self.gpus):
-            self._index = _Index(self.gpus)
-        return self._index
+    def position(self, node: str, index: int) -> int | None:
+        """Position of a GPU in ``gpus``."""
+        if self._pos is None or len(self._pos) != len(self.gpus):
+            self._pos = {(g.node, g.index): i for i, g in enumerate(self.gpus)}
+        i = self._pos.get((node, index))
+        if i is not None and i < len(self.gpus) and self.gpus[i].node == node \
+                and self.gpus[i].index == index:
+            return i
+        self._pos = None
+        for k, g in enumerate(self.gpus):
+            if g.node == node and g.index == index:
+                return k
+        return None
 
     def touch(self, gpu: GpuView) -> None:
-        """Tell the index that ``gpu`` (one of ``self.gpus``) was changed by hand."""
-        if self._index is None:
+        """Tell the policy's cache that ``gpu`` (one of ``self.gpus``) was changed by hand."""
+        if self.policy_state is None:
             return
-        i = self._index.pos.get((gpu.node, gpu.index))
+        i = self.position(gpu.node, gpu.index)
         if i is None:
-            self._index = None
+            self.invalidate()
         else:
-            self._index.update(i, gpu)
+            self.dirty.add(i)
 
     def invalidate(self) -> None:
-        """Forget the index (after editing many GPUs by hand)."""
-        self._index = None
+        """Forget cached policy state (after editing many GPUs by hand)."""
+        self.policy_state = None
+        self.dirty.clear()
 
     def add_occupant(self, gpu: GpuView, occ: Occupant) -> None:
         gpu.occupants.append(occ)
@@ -182,15 +139,8 @@ class ClusterView:
         return None
 
     def find(self, node: str, index: int) -> GpuView | None:
-        i = self.index().pos.get((node, index))
-        if i is not None and i < len(self.gpus):
-            g = self.gpus[i]
-            if g.node == node and g.index == index:
-                return g
-        for g in self.gpus:
-            if g.node == node and g.index == index:
-                return g
-        return None
+        i = self.position(node, index)
+        return self.gpus[i] if i is not None else None
 
 
 @dataclass(frozen=True)

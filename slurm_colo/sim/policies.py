@@ -223,7 +223,6 @@ class PolicyScheduler:
                     gres_type=f"v100_s{i % c.gpus_per_node}", memory_gib=c.gpu_memory_gib,
                     slots=c.slots, model="v100")
             for i in range(c.gpus)])
-        self.view.index()
         self.queues: dict[Any, list[tuple[float, int]]] = {}
         self.refused: set[Any] = set()
         self.changed: set[int] = set()
@@ -347,7 +346,8 @@ class PolicyScheduler:
         d = place(job, self.view, self.scores, self.cfg)
         if not d.shared or d.node is None or d.index is None:
             return "refused"
-        pos = self.view.index().pos[(d.node, d.index)]
+        pos = self.view.position(d.node, d.index)
+        assert pos is not None
         g = self.view.gpus[pos]
         if hold_idle and not g.occupants:
             return "held"

@@ -167,3 +167,83 @@ def test_index_stays_right_through_add_and_remove() -> None:
         j = job(f"q{step}", rng.choice(classes), uid=rng.randrange(2))
         fresh = ClusterView(copy.deepcopy(view.gpus))
         assert place(j, view, SCORES, cfg) == place(j, fresh, SCORES, cfg)
+
+
+def _reference(j: JobRequest, view: ClusterView, t: ScoreTable,
+               cfg: PlacementConfig) -> tuple[str, list[int]]:
+    """The rules written out plainly, GPU by GPU, with ScoreTable.set_throughputs:
+    returns the action and the positions place() may pick (ties within 1e-9)."""
+    mps = cfg.cross_user == "never"
+    est = j.memory_gib if j.memory_gib is not None else t.memory_gib(j.cls, cfg.default_memory_gib)
+    aggressive = j.mode == "aggressive"
+    explore = explore_draw(j.key) < cfg.explore_rate
+    min_delta = cfg.aggressive_min_delta if aggressive else cfg.min_delta
+    min_n = 0.0 if aggressive else 1.0 / cfg.max_slowdown
+    cands: list[tuple[float, float, int]] = []
+    idle: list[int] = []
+    for pos, g in enumerate(view.gpus):
+        if not g.open() or (mps and any(o.uid != j.uid for o in g.occupants)):
+            continue
+        if est > g.memory_gib * (1 - cfg.memory_headroom) - g.used_memory_gib():
+            continue
+        if not g.occupants:
+            idle.append(pos)
+            continue
+        members = [o.cls for o in g.occupants] + [j.cls]
+        n, sd_sum, never, known = t.set_throughputs(members)
+        k = len(members)
+        delta, sd = k * min(n), k * sd_sum
+        if never or min(n) < min_n or (not known and not (aggressive or explore)):
+            continue
+        unproven = not all(t.pair(j.cls, o.cls).observed for o in g.occupants)
+        if delta - cfg.risk_aversion * sd < min_delta and not (
+                explore and unproven and delta >= min_delta):
+            continue
+        before = sum(t.set_throughputs(members[:-1])[0]) if k > 2 else 1.0
+        gain = sum(n) - before
+        cands.append((gain - cfg.risk_aversion * sd, gain, pos))
+    if cands:
+        top = max(c[0] for c in cands)
+        best = [c for c in cands if c[0] >= top - 1e-9]
+        if not idle or best[0][1] >= 1.0:
+            return "share", [c[2] for c in best]
+    if idle:
+        return "share", [idle[0]]
+    return "exclusive", []
+
+
+@pytest.mark.parametrize("cross_user", ["never", "shard"])
+def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
+    rng = random.Random(11)
+    classes = [f"c{i}" for i in range(7)]
+    t = ScoreTable(prior_n=0.7, prior_sd=0.2)
+    for a in classes:
+        for b in classes:
+            if a <= b and rng.random() < 0.9:
+                never = rng.random() < 0.05
+                na = 0.0 if never else rng.uniform(0.5, 1.0)
+                nb = na if a == b else (0.0 if never else rng.uniform(0.5, 1.0))
+                t.pairs[(a, b)] = PairScore(na, nb,
+                                            rng.uniform(0.0, 0.15), observed=rng.random() < 0.6,
+                                            never=never)
+    cfg = PlacementConfig(cross_user=cross_user, explore_rate=0.3)
+    for trial in range(40):
+        gpus = []
+        for i in range(rng.randrange(1, 25)):
+            g = gpu(i, node=f"n{i // 4}", mem=rng.choice([16.0, 32.0]), slots=rng.randrange(1, 5))
+            owner = rng.randrange(3)
+            for k in range(rng.randrange(0, g.slots + 1)):
+                uid = owner if cross_user == "never" else rng.randrange(3)
+                g.occupants.append(occ(f"t{trial}g{i}o{k}", rng.choice(classes), uid=uid,
+                                       mem=rng.uniform(1, 8)))
+            g.available = rng.random() > 0.05
+            gpus.append(g)
+        view = ClusterView(gpus)
+        for q in range(15):
+            j = job(f"t{trial}q{q}", rng.choice(classes + ["unseen"]), uid=rng.randrange(3),
+                    mode=rng.choice(["auto", "auto", "aggressive"]), mem=rng.uniform(1, 10))
+            d = place(j, view, t, cfg)
+            action, allowed = _reference(j, view, t, cfg)
+            assert d.action == action, (trial, q, d.reason)
+            if d.shared:
+                assert view.position(d.node or "", d.index or 0) in allowed, (trial, q, d.reason)
