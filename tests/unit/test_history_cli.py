@@ -1,0 +1,109 @@
+"""The history/model commands through the real command line entry point."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_colo.cli import main
+from slurm_colo.records import CoRunner, JobRecord
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    old = sys.argv
+    sys.argv = ["slurm-colo", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/h.db"\n'
+                    f'[scores]\npath = "{tmp_path}/live.json"\n'
+                    f'[node]\nspool_dir = "{tmp_path}/spool"\n')
+    monkeypatch.setenv("SLURM_COLO_CONFIG", str(conf))
+    return tmp_path
+
+
+def test_commands_refuse_an_unmigrated_database(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["history"], capsys)
+    assert code == 2 and "slurm-colo db upgrade" in err
+    code, out, err = run(["db", "status"], capsys)
+    assert code == 2 and "schema (none)" in out
+
+
+def test_bootstrap_retrain_and_inspect(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["db", "upgrade"], capsys)[0] == 0
+    code, out, _ = run(["history", "import", "--gpu", "k80"], capsys)
+    assert code == 0 and "26 classes" in out
+    code, out, _ = run(["retrain"], capsys)
+    assert code == 0 and "published" in out and (site / "live.json").exists()
+
+    code, out, _ = run(["scores", "export", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    k = 26
+    assert len(doc["pairs"]) == k * (k + 1) // 2
+    row = doc["pairs"][0]
+    assert set(row) >= {"a", "b", "n_a", "n_b", "S", "delta", "sd"}
+    assert row["S"] == pytest.approx(row["n_a"] + row["n_b"], abs=1e-3)
+    assert any(r["never"] and r["delta"] == 0 for r in doc["pairs"])
+
+    code, out, _ = run(["scores", "show", "--class", "a3c", "--limit", "3"], capsys)
+    assert code == 0 and "a3c" in out and "best pairs" in out
+    png = site / "heat.png"
+    code, out, _ = run(["scores", "heatmap", "--out", str(png)], capsys)
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ingest_and_query_with_filters(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(["db", "upgrade"], capsys)
+    spool = site / "spool"
+    spool.mkdir()
+    for i, (user, cls, node) in enumerate([("alice", "x", "n1"), ("bob", "y", "n1"), ("alice", "y", "n2")]):
+        r = JobRecord(job_id=i + 1, node=node, user=user, uid=1, cls=cls, start=1.8e9 + i * 100,
+                      end=1.8e9 + i * 100 + 60, co_runners=[CoRunner(99, "z", "u", 1.8e9, 1.8e9 + 10)])
+        (spool / f"{i}.json").write_text(json.dumps(r.to_dict()))
+    (spool / "bad.json").write_text("{")
+    code, out, err = run(["history", "ingest"], capsys)
+    assert code == 0 and "3 new record(s)" in out and "bad.json" in err
+    code, out, _ = run(["history", "--user", "alice", "--json"], capsys)
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert sorted(r["job_id"] for r in rows) == [1, 3]
+    code, out, _ = run(["history", "--class", "y", "--node", "n1", "--json"], capsys)
+    assert [json.loads(x)["job_id"] for x in out.splitlines()] == [2]
+    code, out, _ = run(["history", "--since", "2027-01-15T08:03:00", "--until", "2027-01-15T08:04:00",
+                        "--json"], capsys)
+    assert [json.loads(x)["job_id"] for x in out.splitlines()] == [3]
+    code, out, _ = run(["history", "--user", "alice"], capsys)
+    assert code == 0 and "JOBID" in out and out.count("alice") == 2
+    code, _, err = run(["history", "--since", "last tuesday"], capsys)
+    assert code == 2 and "cannot read time" in err
+
+
+def test_retrain_with_no_data_fails_loudly(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(["db", "upgrade"], capsys)
+    code, _, err = run(["retrain"], capsys)
+    assert code == 2 and "no training data" in err
+    assert not (site / "live.json").exists()
+
+
+def test_model_evaluate_prints_model_and_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["model", "evaluate", "--gpu", "k80", "--seeds", "1", "--json"], capsys)
+    assert code == 0
+    res = json.loads(out)["results"]
+    assert set(res) == {"model", "mean of observed pairs", "row effect + column effect"}
+    assert res["model"]["mae_n"] < res["row effect + column effect"]["mae_n"]
+    code, _, err = run(["model", "evaluate", "--gpu", "p100", "--seeds", "1"], capsys)
+    assert code == 2 and "no GPU type 'p100'" in err

@@ -1,0 +1,166 @@
+"""The compatibility model: structure, cold start, shrinkage, never/censored/faults, recency."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from slurm_colo.gavel import bundled_path, load_gavel
+from slurm_colo.model import Observations, fit_gavel, fit_table
+from slurm_colo.model.history import add_pair_episodes, pair_episodes
+from slurm_colo.scores import scores_from_dict
+
+LOAD = {"a-bs8": 0.2, "a-bs16": 0.35, "a-bs32": 0.5, "b-bs8": 0.6, "b-bs16": 0.75, "b-bs32": 0.9,
+        "c": 0.4, "d": 0.7}
+
+
+def truth(a: str, b: str) -> float:
+    return 1.0 / (1.0 + 1.5 * LOAD[a] * LOAD[b])
+
+
+def synthetic(skip: set[tuple[str, str]] = frozenset(), weight: float = 1.0,
+              profiles: bool = True) -> Observations:
+    obs = Observations()
+    names = sorted(LOAD)
+    for c in names:
+        obs.add_class(c, sm_util=LOAD[c] if profiles else None, memory_gib=4.0)
+    for i, a in enumerate(names):
+        for b in names[i:]:
+            if (a, b) not in skip and (b, a) not in skip:
+                obs.add_pair(a, b, truth(a, b), truth(b, a), weight=weight)
+    return obs
+
+
+def test_every_pair_of_every_class_is_predicted_and_valid() -> None:
+    t = fit_table(synthetic())
+    k = len(LOAD)
+    assert len(t.pairs) == k * (k + 1) // 2
+    scores_from_dict(t.to_dict())  # passes the published-format validation
+    for (a, b), p in t.pairs.items():
+        assert p.observed and p.n_a == pytest.approx(truth(a, b), abs=0.02)
+
+
+def test_pairs_never_seen_together_follow_the_structure() -> None:
+    hidden = {("a-bs32", "b-bs32"), ("c", "d"), ("a-bs8", "b-bs16")}
+    t = fit_table(synthetic(skip=hidden))
+    mean_n = float(np.mean([truth(a, b) for a in LOAD for b in LOAD]))
+    for a, b in hidden:
+        p = t.pair(a, b)
+        assert not p.observed
+        assert abs(p.n_a - truth(a, b)) < 0.05
+        assert abs(p.n_a - truth(a, b)) < abs(mean_n - truth(a, b)) or abs(mean_n - truth(a, b)) < 0.05
+
+
+def test_cold_start_from_solo_profile_features() -> None:
+    obs = synthetic()
+    obs.add_class("newjob", sm_util=0.9, memory_gib=4.0)  # looks like b-bs32 when alone
+    t = fit_table(obs)
+    for other in ("a-bs8", "b-bs8", "c"):
+        p = t.pair("newjob", other)
+        assert not p.observed and 0.0 < p.n_a <= 1.0
+    # a heavy newcomer suffers more next to a heavy partner than next to a light one
+    assert t.pair("newjob", "b-bs32").n_a < t.pair("newjob", "a-bs8").n_a
+    # and is less certain than a measured pair
+    assert t.pair("newjob", "c").sd > t.pair("b-bs32", "c").sd
+
+
+def test_thin_data_shrinks_to_the_prior_with_more_uncertainty() -> None:
+    obs = Observations()
+    obs.add_pair("x", "y", 0.9, 0.3)
+    obs.add_class("z")
+    t = fit_table(obs)
+    assert 0.3 <= t.prior_n <= 0.9
+    far = t.pair("z", "z")
+    near = t.pair("x", "y")
+    assert far.sd > near.sd
+    assert abs(far.n_a - t.prior_n) < 0.2
+    unknown = t.pair("never-heard-of", "x")
+    assert not unknown.known and unknown.n_a == t.prior_n
+
+
+def test_oom_pairs_are_never_and_faults_are_strong_negative_evidence() -> None:
+    obs = synthetic()
+    obs.add_never("a-bs8", "c")
+    for _ in range(3):
+        obs.add_fault("b-bs8", "d")
+    obs.add_fault("a-bs16", "a-bs32")
+    t = fit_table(obs)
+    assert t.pair("c", "a-bs8").never and t.pair("c", "a-bs8").n_a == 0.0
+    assert t.delta(["a-bs8", "c"])[0] == 0.0
+    assert t.pair("b-bs8", "d").never  # three fatal faults
+    p = t.pair("a-bs16", "a-bs32")
+    assert not p.never and p.n_a < truth("a-bs16", "a-bs32") - 0.2  # one fault drags it down
+
+
+def test_censored_values_are_lower_bounds() -> None:
+    obs = synthetic(skip={("a-bs8", "a-bs16")})
+    obs.add_pair("a-bs8", "a-bs16", 1.0, 1.0, censored=True)
+    t = fit_table(obs)
+    p = t.pair("a-bs8", "a-bs16")
+    assert p.n_a >= 1.0 - 1e-9 and p.n_b >= 1.0 - 1e-9
+
+
+def test_nan_negative_and_zero_weight_entries_are_refused() -> None:
+    obs = synthetic()
+    before = len(obs)
+    assert not obs.add_entry("c", "d", math.nan)
+    assert not obs.add_entry("c", "d", -0.5)
+    assert not obs.add_entry("c", "d", 0.5, weight=0.0)
+    assert len(obs) == before and obs.rejected == 3
+    t = fit_table(obs)
+    assert t.training["rejected_entries"] == 3
+
+
+def test_no_pair_data_gives_a_prior_only_table() -> None:
+    obs = Observations()
+    obs.add_class("x", memory_gib=10.0)
+    t = fit_table(obs)
+    assert t.pairs == {} and t.classes["x"].memory_gib == 10.0
+    assert "prior-only" in t.training["model"]
+
+
+def test_recent_history_outweighs_old_history() -> None:
+    now = 100 * 86400.0
+
+    def episodes(n_old: float, n_new: float) -> Observations:
+        obs = Observations()
+        rows = []
+        for k in range(4):
+            rows.append((0.0, 3600.0 * 5, [(1, "x", n_old, "progress"), (2, "y", n_old, "progress")], False, False))
+            rows.append((now - 3600 * 6, now - 3600, [(3, "x", n_new, "progress"), (4, "y", n_new, "progress")], False, False))
+        add_pair_episodes(obs, pair_episodes(rows), now=now, half_life_days=10.0)
+        return obs
+
+    t = fit_table(episodes(0.9, 0.4))
+    assert t.pair("x", "y").n_a == pytest.approx(0.4, abs=0.05)
+
+
+def test_sets_of_three_feed_the_pairs() -> None:
+    rows = [(0.0, 3600.0, [(1, "x", 0.25, "progress"), (2, "y", 0.25, "progress"),
+                           (3, "z", 0.25, "progress")], False, False)]
+    pe = pair_episodes(rows)
+    assert len(pe.a) == 3 and np.allclose(pe.n_a, 0.5)  # 0.5 * 0.5 = 0.25 with two partners
+    obs = Observations()
+    add_pair_episodes(obs, pe, now=3600.0, half_life_days=30.0)
+    t = fit_table(obs)
+    n, _, _, _ = t.set_throughputs(["x", "y", "z"])
+    assert n[0] == pytest.approx(0.25, abs=0.05)
+
+
+def test_fit_gavel_predicts_a_full_table_from_some_pairs() -> None:
+    data = load_gavel(bundled_path(), "k80")
+    pairs = data.unordered_pairs()
+    train = set(pairs[::2])
+    t = fit_gavel(data, train, seed=0)
+    assert t.gpu_model == "k80" and set(t.classes) == set(data.solo)
+    k = len(data.solo)
+    assert len(t.pairs) == k * (k + 1) // 2
+    assert all(t.classes[c].solo_rate == data.solo[c] for c in data.solo)
+    held = [p for p in pairs if p not in train]
+    err = np.mean([abs(t.pair(a, b).n_a - data.pairs[(a, b)][0]) for a, b in held])
+    assert err < 0.04
+    for a, b in data.never:
+        assert t.pair(a, b).never
+    assert sum(p.observed for p in t.pairs.values() if not p.never) == len(train)

@@ -1,0 +1,108 @@
+"""The history store on a real PostgreSQL server (tests/support/postgres.sh starts one).
+
+Needs SLURM_COLO_TEST_PG_URL. Without it these tests fail under CI (CI=true) and are
+skipped elsewhere, saying how to run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from slurm_colo.config import Config, ScoresConfig
+from slurm_colo.errors import StoreError
+from slurm_colo.gavel import bundled_path, load_gavel
+from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.scores import load_scores
+from slurm_colo.store import (head_revision, ingest_records, ingest_spool, make_engine,
+                              require_schema, upgrade)
+from slurm_colo.store.episodes import load_episodes, rebuild_episodes
+from slurm_colo.store.retrain import retrain
+from slurm_colo.store.scoresets import import_gavel, live_score_set
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database on the test server for each test (dropped afterwards)."""
+    base = os.environ.get("SLURM_COLO_TEST_PG_URL")
+    if not base:
+        if os.environ.get("CI") == "true":
+            pytest.fail("SLURM_COLO_TEST_PG_URL is not set under CI: tests/support/postgres.sh must run first")
+        pytest.skip("no PostgreSQL: run tests/support/postgres.sh and export SLURM_COLO_TEST_PG_URL")
+    admin = make_engine(base)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        c.execute(text(f"CREATE DATABASE {name}"))
+    url = base.rsplit("/", 1)[0] + "/" + name
+    try:
+        yield url
+    finally:
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.fixture
+def engine(pg_url: str) -> Iterator[Engine]:
+    e = make_engine(pg_url)
+    yield e
+    e.dispose()
+
+
+def rec(i: int, partner: int, cls: str, pcls: str, rate: float) -> JobRecord:
+    t = 1.8e9 + (i // 2) * 4000
+    return JobRecord(job_id=i, node="n1", user="u", uid=1, cls=cls, start=t, end=t + 3600, gpus=[0],
+                     shared=True, co_runners=[CoRunner(partner, pcls, "u", t, t + 3600)],
+                     progress={"rate": rate, "solo_rate": 10.0}, profile={"mem_peak_gib": 5.0})
+
+
+def test_migrations_run_and_old_schema_is_refused(engine: Engine) -> None:
+    with pytest.raises(StoreError, match="slurm-colo db upgrade"):
+        require_schema(engine)
+    upgrade(engine, "0001")
+    with pytest.raises(StoreError, match="older"):
+        require_schema(engine)
+    assert upgrade(engine) == ("0001", head_revision())
+    require_schema(engine)
+
+
+def test_ingest_is_idempotent_on_postgres(engine: Engine, tmp_path: Path) -> None:
+    upgrade(engine)
+    recs = [rec(i, i + 1, "x", "y", 6.0) for i in range(0, 200, 2)]
+    assert ingest_records(engine, recs) == 100
+    assert ingest_records(engine, recs) == 0
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "a.json").write_text(json.dumps(rec(1001, 1000, "y", "x", 5.0).to_dict()))
+    (spool / "b.json").write_text("not json")
+    res = ingest_spool(engine, spool)
+    assert res.ingested == 1 and [n for n, _ in res.bad] == ["b.json"]
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM jobs")).scalar() == 101
+
+
+def test_retrain_end_to_end_on_postgres(engine: Engine, tmp_path: Path) -> None:
+    upgrade(engine)
+    import_gavel(engine, load_gavel(bundled_path(), "k80"))
+    recs = []
+    for i in range(0, 40, 2):
+        recs += [rec(i, i + 1, "a3c", "newclass", 6.0), rec(i + 1, i, "newclass", "a3c", 4.0)]
+    ingest_records(engine, recs)
+    assert rebuild_episodes(engine).episodes == 20
+    assert len(load_episodes(engine)) == 20
+    cfg = Config(scores=ScoresConfig(path=str(tmp_path / "live.json")))
+    res = retrain(engine, cfg, now=1.8e9 + 30 * 86400)
+    assert res.published
+    t = load_scores(tmp_path / "live.json")
+    assert live_score_set(engine, "k80").id == t.id  # type: ignore[union-attr]
+    assert t.pair("newclass", "a3c").observed
+    assert t.pair("newclass", "a3c").n_a == pytest.approx(0.4, abs=0.1)
