@@ -26,7 +26,7 @@ def _root() -> None:
 
 
 #: command modules, in help order; each defines register(app)
-_MODULES = ["spine", "scores_load", "admin", "sim", "history"]
+_MODULES = ["spine", "scores_load", "admin", "sim", "history", "node"]
 
 for _name in _MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)

@@ -14,13 +14,22 @@ from .common import env_int, exit_status, guarded, log
 
 def main() -> int:
     from ..config import load_config
-    from ..node.lifecycle import job_end, kick_ingest, recover
+    from .prolog import pending_jobs
 
     job_id = env_int("SLURM_JOB_ID")
     if job_id is None:
         log.warning("epilog: no SLURM_JOB_ID; nothing to do")
         return 0
     cfg = load_config()
+    mine = os.path.isdir(os.path.join(cfg.node.run_dir, "jobs", str(job_id)))
+    if not mine and not pending_jobs(cfg.node.run_dir, job_id):
+        if "SPANK_COLOCATE" in os.environ:
+            from ..agent.client import job_ended
+
+            job_ended(cfg, job_id, _node(), exit_status()[0])
+        return 0  # a job the Prolog left alone, and nothing to recover
+    from ..node.lifecycle import job_end, kick_ingest, recover
+
     code, sig = exit_status()
     rec = job_end(cfg, job_id, code, sig, cluster=os.environ.get("SLURM_CLUSTER_NAME", "default"))
     recovered = recover(cfg, skip=job_id)
@@ -29,9 +38,12 @@ def main() -> int:
     if rec is not None or "SPANK_COLOCATE" in os.environ:
         from ..agent.client import job_ended
 
-        node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-        job_ended(cfg, job_id, node, code)
+        job_ended(cfg, job_id, _node(), code)
     return 0
+
+
+def _node() -> str:
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def run() -> int:

@@ -33,9 +33,16 @@ def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: st
     return p
 
 
+def pending_jobs(run_dir: str, job_id: int) -> bool:
+    """Any other job's state on this node (cheap check before importing the node side)."""
+    try:
+        return any(e.name != str(job_id) for e in os.scandir(os.path.join(run_dir, "jobs")))
+    except OSError:
+        return False
+
+
 def main() -> int:
     from ..config import load_config
-    from ..node.lifecycle import JobInfo, job_start, recover
 
     t0 = time.monotonic()
     job_id = env_int("SLURM_JOB_ID")
@@ -43,7 +50,15 @@ def main() -> int:
         log.warning("prolog: no SLURM_JOB_ID; nothing to do")
         return 0
     cfg = load_config()
-    recover(cfg, skip=job_id)
+    if pending_jobs(cfg.node.run_dir, job_id):
+        from ..node.lifecycle import recover
+
+        recover(cfg, skip=job_id)
+    if ("SPANK_COLOCATE" not in os.environ and cfg.node.profile != "all"
+            and "slurm-colo[" not in os.environ.get("SLURM_JOB_COMMENT", "")):
+        return 0  # not a co-location job: untouched
+    from ..node.lifecycle import JobInfo, job_start
+
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     user = os.environ.get("SLURM_JOB_USER", "")
     uid = env_int("SLURM_JOB_UID", -1)

@@ -46,7 +46,7 @@ def mark_ended(layout: NodeLayout, job_id: int, exit_code: int, signal: int = 0,
     if isinstance(old, dict) and "end" in old:
         return old
     ended = {"end": end if end is not None else time.time(), "exit_code": exit_code,
-             "signal": signal}
+             "signal": signal, "epilog_pid": os.getpid()}
     atomic_write_json(path, ended, fsync=True)
     return ended
 

@@ -71,8 +71,12 @@ class _LazyNvml:
         return self.gate.gpu(index)
 
 
+_warned: set[str] = set()
+
+
 def gpu_mps(cfg: Config, index: int, open_gpu: Callable[[int], Gpu] | None = None) -> GpuMps:
-    if cfg.node.mps_backend == "emulator":
+    if cfg.node.mps_backend == "emulator" and "emu" not in _warned:
+        _warned.add("emu")
         log.warning("MPS emulator backend in use (%s): no real MPS on this node",
                     cfg.node.mps_control)
     return GpuMps(layout_of(cfg), index, tuple(control_argv(cfg.node.mps_backend,
@@ -149,37 +153,40 @@ def start_sampler(cfg: Config, job_id: int) -> int | None:
         p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.sampler", str(job_id)],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                             env={**os.environ, "SLURM_COLO_CONFIG": cfg.source
-                                  if os.path.exists(cfg.source) else
-                                  os.environ.get("SLURM_COLO_CONFIG", "")})
+                             env=_child_env(cfg))
         return p.pid
     except OSError as e:
         log.warning("job %d: sampler not started: %s", job_id, e)
         return None
 
 
-def stop_sampler(pid: int | None, wait_s: float = 0.25) -> bool:
-    """SIGTERM the sampler (it writes its final summary) and wait a little."""
+def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 0.25) -> bool:
+    """SIGTERM the sampler and wait (briefly) for its final summary in profile.json.
+
+    Returns True when the final summary is there; otherwise the last periodic one is used.
+    """
+    from .fsutil import read_json
+
     if not pid or not procs.alive(pid):
         return False
     try:
         os.kill(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return False
+    path = lay.job_dir(job_id) / "profile.json"
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        try:  # our child when tests start it directly; reaps it
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return True
-        except ChildProcessError:
-            if not procs.alive(pid):
-                return True
-        time.sleep(0.005)
+        if (read_json(path) or {}).get("final"):
+            return True
+        if not procs.alive(pid):
+            return bool((read_json(path) or {}).get("final"))
+        time.sleep(0.002)
     return False
 
 
 def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0, cluster: str = "default",
-            open_gpu: Callable[[int], Gpu] | None = None) -> JobRecord | None:
+            open_gpu: Callable[[int], Gpu] | None = None, detach_stop: bool = True
+            ) -> JobRecord | None:
     """Epilog work: mark ended, stop the sampler, note MPS faults, close the journal
     stay, stop MPS if the last job left, build and spool the record. Returns the record
     (None for jobs the Prolog did not handle)."""
@@ -188,12 +195,12 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0, cluster: str
     if st is None:
         return None
     ended = jobstate.mark_ended(lay, job_id, exit_code, sig)
-    stop_sampler(st.get("sampler_pid"))
+    stop_sampler(lay, job_id, st.get("sampler_pid"))
     opener = open_gpu or _LazyNvml(cfg)
     _close_stays(cfg, lay, st, float(ended["end"]), opener)
     rec = finish_record(cfg, lay, job_id, cluster)
     for g in st.get("gpus", []):
-        _maybe_stop(cfg, lay, int(g), opener)
+        _maybe_stop(cfg, lay, int(g), opener, detach_stop)
     return rec
 
 
@@ -233,41 +240,74 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int, cluster: str = "def
     return rec
 
 
-def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu]) -> None:
+def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu],
+                detach: bool = True) -> None:
+    """The last job left GPU ``g``: stop its MPS daemon and compact the journal.
+
+    ``detach``: the stop (quit, process check, compute mode back to DEFAULT through NVML)
+    runs in a detached process that takes the GPU lock, so the Epilog does not wait for it;
+    a Prolog arriving meanwhile waits on the lock and then finds the GPU clean.
+    """
     with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
         events = journal.read(lay.journal(g))
         if journal.active(events):
             return
+        journal.compact(lay.journal(g), set(jobstate.job_ids(lay)))
         gm = gpu_mps(cfg, g, opener)
-        if gm.state():
+        if not gm.state():
+            return
+        if not detach:
             gm.stop()
-        pending_jobs = set(jobstate.job_ids(lay))
-        journal.compact(lay.journal(g), pending_jobs)
+            return
+    try:
+        subprocess.Popen([sys.executable, "-m", "slurm_colo.node.mps_daemon", "stop", str(g)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                         env=_child_env(cfg))
+    except OSError as e:
+        log.warning("GPU %d: cannot start the MPS stop helper (%s); stopping inline", g, e)
+        with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+            if not journal.active(journal.read(lay.journal(g))):
+                gpu_mps(cfg, g, opener).stop()
+
+
+def _child_env(cfg: Config) -> dict[str, str]:
+    env = dict(os.environ)
+    if os.path.exists(cfg.source):
+        env["SLURM_COLO_CONFIG"] = cfg.source
+    return env
 
 
 def recover(cfg: Config, skip: int | None = None, cluster: str = "default") -> list[int]:
-    """Spool records of jobs whose Epilog was killed, and of jobs lost with a reboot.
+    """Spool records of jobs whose Epilog was killed, and of jobs that died with the node.
 
-    Cheap when nothing is pending (one directory listing). Returns the recovered job ids.
+    Cheap when nothing is pending (one directory listing). A job is recovered when it
+    has an ``ended.json`` whose Epilog process is gone, or when it is no longer alive
+    (:func:`procs.job_alive`). Returns the recovered job ids.
     """
     lay = layout_of(cfg)
     done: list[int] = []
     for job_id in jobstate.job_ids(lay):
         if job_id == skip:
             continue
-        if jobstate.read_ended(lay, job_id) is None:
-            st = jobstate.read_state(lay, job_id)
-            if st is None:
-                continue
+        st = jobstate.read_state(lay, job_id)
+        ended = jobstate.read_ended(lay, job_id)
+        if st is None:
+            continue
+        if ended is None:
             if procs.job_alive(job_id, str(st.get("boot_id", ""))):
-                continue  # still running (or its Epilog has not run yet)
-            jobstate.mark_ended(lay, job_id, exit_code=-1, signal=0,
-                                end=_last_seen(lay, job_id, float(st["start"])))
-            _close_stays(cfg, lay, st, float(jobstate.read_ended(lay, job_id)["end"]),
-                         _LazyNvml(cfg))
+                continue  # still running (or its Epilog has not started yet)
+            ended = jobstate.mark_ended(lay, job_id, exit_code=-1, signal=0,
+                                        end=_last_seen(lay, job_id, float(st["start"])))
+        elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
+            continue  # its Epilog is at work right now
+        opener = _LazyNvml(cfg)
+        _close_stays(cfg, lay, st, float(ended["end"]), opener)
         if finish_record(cfg, lay, job_id, cluster) is not None:
             done.append(job_id)
             log.warning("job %d: record recovered after an interrupted Epilog", job_id)
+            for g in st.get("gpus", []):
+                _maybe_stop(cfg, lay, int(g), opener)
     return done
 
 
@@ -283,7 +323,8 @@ def kick_ingest(cfg: Config) -> int | None:
     try:
         p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.ingest"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                             env=_child_env(cfg))
         return p.pid
     except OSError as e:
         log.warning("ingest not started: %s", e)

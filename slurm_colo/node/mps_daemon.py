@@ -165,6 +165,9 @@ class GpuMps:
                     ctl.quit()
                 except MPSError as e:
                     problems.append(f"quit failed: {e}")
+                    if isinstance(e, MpsHung):
+                        self._note_crash("daemon_hung", f"MPS daemon {st.get('pid')} on GPU "
+                                         f"{self.index} hung at quit")
             deadline = time.monotonic() + 1.0
             left = procs.mps_processes(st["pipe_dir"])
             while left and time.monotonic() < deadline:
@@ -227,10 +230,11 @@ class GpuMps:
             ctl = self.control(st)
             for line in parse_fault_lines(ctl.log_text(log_offset)):
                 found.append({"ev": "fault", "kind": "client_fatal", "detail": line})
-            health = self.probe(st)
-            if health != "ok":
-                found.append({"ev": "fault", "kind": f"daemon_{health}",
-                              "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} {health}"})
+            # liveness only (no control call): a hang is caught by the next Prolog's probe
+            # or by the timed-out quit when the daemon is stopped
+            if not procs.alive(ctl.daemon_pid() or st.get("pid")):
+                found.append({"ev": "fault", "kind": "daemon_dead",
+                              "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} dead"})
         known = {e.get("detail") for e in journal.read(self.layout.journal(self.index))
                  if e["ev"] == "fault"}
         for ev in found:
@@ -238,3 +242,32 @@ class GpuMps:
                 journal.append(self.layout.journal(self.index), dict(ev))
                 known.add(ev["detail"])
         return found
+
+
+def main(argv: list[str]) -> int:
+    """``python -m slurm_colo.node.mps_daemon stop GPU``: stop the GPU's daemon if no job
+    uses it any more (run detached by the Epilog, under the GPU lock)."""
+    import sys
+
+    from ..config import load_config
+    from .fsutil import locked
+    from .lifecycle import gpu_mps
+
+    if len(argv) != 2 or argv[0] != "stop" or not argv[1].isdigit():
+        print("usage: python -m slurm_colo.node.mps_daemon stop GPU_INDEX", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="slurm-colo mps: %(message)s")
+    cfg = load_config()
+    g = int(argv[1])
+    gm = gpu_mps(cfg, g)
+    with locked(gm.layout.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+        if journal.active(journal.read(gm.layout.journal(g))) or not gm.state():
+            return 0  # a new job arrived first (and reuses the daemon), or already stopped
+        problems = gm.stop()
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

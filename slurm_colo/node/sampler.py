@@ -126,9 +126,10 @@ class Sampler:
                    errors=[e for g in self.gpus for e in g.errors][-5:])
         return out
 
-    def flush(self) -> None:
-        atomic_write_json(self.layout.job_dir(self.job_id) / "profile.json", self.summary(),
-                          fsync=False)
+    def flush(self, final: bool = False) -> None:
+        out = self.summary()
+        out["final"] = final
+        atomic_write_json(self.layout.job_dir(self.job_id) / "profile.json", out, fsync=False)
 
 
 def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
@@ -159,7 +160,7 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
             nxt += interval
             stop.wait(max(0.0, nxt - time.monotonic()))
         if state_path.parent.exists():
-            s.flush()
+            s.flush(final=True)
     finally:
         gate.close()
     return 0

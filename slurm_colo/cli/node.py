@@ -1,0 +1,118 @@
+"""``slurm-colo node status|cleanup`` and ``slurm-colo spool ingest|list``."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from ..config import load_config
+
+
+def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
+    from ..node import journal, jobstate, procs
+    from ..node.layout import NodeLayout
+    from ..node.spool import pending
+
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    gpus = {}
+    gdir = lay.run_dir / "gpu"
+    for d in sorted(gdir.iterdir() if gdir.is_dir() else [], key=lambda p: p.name):
+        if not d.name.isdigit():
+            continue
+        g = int(d.name)
+        from ..node.fsutil import read_json
+
+        st = read_json(lay.mps_state(g)) or {}
+        events = journal.read(lay.journal(g))
+        gpus[g] = {
+            "jobs": [s.job for s in journal.active(events)],
+            "mps_daemon": st.get("pid"), "mps_uid": st.get("uid"),
+            "mps_alive": procs.alive(st.get("pid")) if st.get("pid") else None,
+            "pipe_dir": st.get("pipe_dir"),
+            "faults": [e.get("detail") for e in events if e["ev"] == "fault"][-3:],
+            "recent_crashes": len(read_json(lay.crashes(g)) or []),
+        }
+    return {"run_dir": str(lay.run_dir), "mps_backend": cfg.node.mps_backend,
+            "nvml_backend": cfg.node.nvml_backend, "gpus": gpus,
+            "jobs": jobstate.job_ids(lay), "spooled_records": len(pending(lay))}
+
+
+def register(app: typer.Typer) -> None:
+    node = typer.Typer(help="Node side: MPS daemons, job state, sampler.", no_args_is_help=True)
+    spool = typer.Typer(help="The node's record spool.", no_args_is_help=True)
+    app.add_typer(node, name="node")
+    app.add_typer(spool, name="spool")
+
+    @node.command("status")
+    def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
+        """Per-GPU MPS daemons and jobs on this node, pending records."""
+        s = _status(load_config())
+        if as_json:
+            typer.echo(json.dumps(s, indent=2, sort_keys=True))
+            return
+        typer.echo(f"run dir {s['run_dir']}  mps={s['mps_backend']}  nvml={s['nvml_backend']}")
+        for g, i in s["gpus"].items():
+            d = (f"MPS daemon {i['mps_daemon']} uid {i['mps_uid']} "
+                 f"({'alive' if i['mps_alive'] else 'DEAD'})" if i["mps_daemon"] else "no MPS daemon")
+            typer.echo(f"GPU {g}: jobs {i['jobs'] or '-'}; {d}; crashes (10 min) "
+                       f"{i['recent_crashes']}")
+            for f in i["faults"]:
+                typer.echo(f"   fault: {f}")
+        typer.echo(f"job state dirs: {s['jobs'] or '-'}; spooled records: {s['spooled_records']}")
+
+    @node.command("cleanup")
+    def cleanup(gpu: list[int] = typer.Option(None, "--gpu", help="only these GPU indices"),
+                force: bool = typer.Option(False, "--force",
+                                           help="stop daemons even if jobs are recorded on them")
+                ) -> None:
+        """Stop MPS daemons with no live job, kill stale MPS processes, reset the
+        restart-loop guard, spool records of finished jobs."""
+        from ..node import journal
+        from ..node.fsutil import locked
+        from ..node.lifecycle import gpu_mps, layout_of, recover
+
+        cfg = load_config()
+        lay = layout_of(cfg)
+        rec = recover(cfg)
+        typer.echo(f"recovered records: {rec or 'none'}")
+        gdir = lay.run_dir / "gpu"
+        indices = gpu or sorted(int(d.name) for d in (gdir.iterdir() if gdir.is_dir() else [])
+                                if d.name.isdigit())
+        for g in indices:
+            gm = gpu_mps(cfg, g)
+            lay.gpu_dir(g).mkdir(parents=True, exist_ok=True)
+            with locked(lay.gpu_lock(g), timeout_s=30):
+                busy = journal.active(journal.read(lay.journal(g)))
+                if busy and not force:
+                    typer.echo(f"GPU {g}: jobs {[s.job for s in busy]} recorded; left alone "
+                               "(--force to stop anyway)")
+                    continue
+                problems = gm.stop() if gm.state() else []
+                killed = gm.clean_stale()
+                lay.crashes(g).unlink(missing_ok=True)
+                typer.echo(f"GPU {g}: clean" + (f"; {'; '.join(problems)}" if problems else "")
+                           + (f"; killed stale {killed}" if killed else ""))
+
+    @spool.command("ingest")
+    def ingest(busy_timeout: float = typer.Option(None, help="seconds to wait on a locked DB"),
+               wait: float = typer.Option(10.0, help="seconds to wait for a running ingest")
+               ) -> None:
+        """Ingest spooled records (spool and fallback spool) into the history store."""
+        from ..errors import StoreError
+        from ..node.ingest import ingest_pending
+
+        rep = ingest_pending(load_config(), busy_timeout, lock_timeout_s=wait)
+        typer.echo(rep.summary())
+        if rep.errors:
+            raise StoreError(f"ingest incomplete: {'; '.join(rep.errors)}",
+                             hint="records stay spooled; retry later")
+
+    @spool.command("list")
+    def list_() -> None:
+        """Records waiting in the spool."""
+        from ..node.lifecycle import layout_of
+        from ..node.spool import pending
+
+        for p in pending(layout_of(load_config())):
+            typer.echo(str(p))
