@@ -60,6 +60,15 @@ HELP: dict[str, str] = {
     "replaces it atomically.",
     "scores.max_age_h": "A score set older than this many hours is reported stale by "
     "`slurm-colo doctor`.",
+    "scores.gpu_model": "GPU model whose imported profiling campaign `slurm-colo retrain` "
+    "uses. Empty: the only campaign imported.",
+    "scores.window_days": "History older than this many days is not used for training.",
+    "scores.half_life_days": "Recency weighting: the weight of an observation halves every "
+    "this many days.",
+    "scores.holdout_share": "Share of the observed pairs held out to check a new score set "
+    "before it is published.",
+    "scores.max_regression": "A new score set whose held-out error exceeds the live set's by "
+    "more than this is not published; the live set stays.",
     # [node]
     "node.mps_backend": "\"real\" (nvidia-cuda-mps-control) or \"emulator\" (explicit opt-in "
     "for tests and the lab; never on a production node).",
@@ -73,6 +82,9 @@ HELP: dict[str, str] = {
     "history database.",
     "node.sampler_interval_s": "Seconds between two GPU utilisation samples of a running job.",
     "node.sampler_max_samples": "Most samples kept per job; older ones are thinned out.",
+    "node.profile": "Which GPU jobs the node side profiles: \"colocated\" (jobs placed on a "
+    "shared GPU), \"all\" (exclusive jobs too: their solo profiles feed the model) or "
+    "\"none\".",
     # [[gpus]]
     "gpus.nodes": "Slurm hostlist of a set of identical GPU nodes, e.g. \"gpu[01-16]\". "
     "Required.",
