@@ -24,7 +24,7 @@ from . import config_doc
 #: top-level commands documented in section 8; every other command is in section 1
 ADMIN_COMMANDS = frozenset({
     "agent", "install", "doctor", "man", "retrain", "train", "db", "store", "history",
-    "node", "hooks", "lab", "simulate", "gres", "model",
+    "node", "hooks", "lab", "simulate", "gres", "model", "spool",
 })
 PROG = "slurm-colo"
 MANUAL = "slurm-colo manual"
