@@ -24,11 +24,14 @@ fi
 echo "[tests] python env ready ($(( $(date +%s) - t0 ))s)"
 
 bash contrib/lab/up.sh
-if [ -f tests/support/postgres.sh ]; then
-  pg_line=$(bash tests/support/postgres.sh | tail -n 1)
-  export "${pg_line?}"
-  echo "[tests] postgres: ${SLURM_COLO_TEST_PG_URL%%@*}@..."
-fi
+# a throwaway PostgreSQL on loopback for the store tests; stopped again on exit
+pg_err=$(mktemp)
+pg_line=$(bash tests/support/postgres.sh 2>"$pg_err" | tail -n 1) || { cat "$pg_err" >&2; exit 1; }
+export "${pg_line?}"
+pg_dir=$(sed -n 's/^SLURM_COLO_TEST_PG_DIR=//p' "$pg_err")
+rm -f "$pg_err"
+trap '[ -n "${pg_dir:-}" ] && bash tests/support/postgres.sh stop "$pg_dir" >/dev/null 2>&1' EXIT
+echo "[tests] postgres on ${SLURM_COLO_TEST_PG_URL##*@}"
 
 set +e
 .venv/bin/pytest -q -p no:cacheprovider "$@" tests

@@ -6,13 +6,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
-import threading
 import time
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
+from fake_agent import FakeAgent
 
 from . import labtools as lt
 
@@ -69,41 +67,6 @@ def test_agent_hung(restore_agent: None) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
-class _FakeAgent:
-    """Listens on the agent socket and answers every request with ``reply``."""
-
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(lt.SOCKET))
-        os.chmod(lt.SOCKET, 0o666)
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            with c:
-                c.settimeout(1)
-                try:
-                    c.recv(65536)
-                    c.sendall(self.reply)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(2)
-        self.sock.close()
-        lt.SOCKET.unlink(missing_ok=True)
-
-
 @pytest.mark.parametrize("reply,reason", [
     (b"HELLO there\n", "agent said"),
     (b"OK\taction=share\tgres=gres:gpu:99;rm -rf /\tnode=vm\n", "malformed placement"),
@@ -112,7 +75,7 @@ class _FakeAgent:
 ])
 def test_agent_answers_garbage(restore_agent: None, reply: bytes, reason: str) -> None:
     lt.stop_agent()
-    fake = _FakeAgent(reply)
+    fake = FakeAgent(lt.SOCKET, reply)
     try:
         mark = lt.ctld_log_mark()
         _submit_and_check(mark, "f-garbage", reason)

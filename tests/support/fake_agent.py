@@ -1,0 +1,47 @@
+"""A stand-in agent on a unix socket that answers every request with a fixed reply
+(or nothing), for the tests of the hook's fault handling."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+
+class FakeAgent:
+    def __init__(self, path: Path, reply: bytes | None, delay: float = 0.0) -> None:
+        self.path = Path(path)
+        self.reply, self.delay = reply, delay
+        self.requests: list[str] = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(self.path))
+        os.chmod(self.path, 0o666)
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            with c:
+                c.settimeout(2)
+                try:
+                    self.requests.append(c.recv(65536).decode("utf-8", "replace"))
+                    time.sleep(self.delay)
+                    if self.reply is not None:
+                        c.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
