@@ -39,8 +39,11 @@ class Stay:
 def append(path: Path, event: dict[str, Any]) -> None:
     event.setdefault("t", time.time())
     line = (json.dumps(event, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # a torn line from a crash mid-append: start afresh
         os.write(fd, line)
     finally:
         os.close(fd)
@@ -95,11 +98,12 @@ def overlaps(events: list[dict[str, Any]], job: int, start: float, end: float
     return sorted(out, key=lambda x: (x[1], x[0].job))
 
 
-def faults(events: list[dict[str, Any]], start: float, end: float, slack_s: float = 2.0
+def faults(events: list[dict[str, Any]], start: float, end: float, slack_s: float = 5.0
            ) -> list[dict[str, Any]]:
-    """Fault events inside [start - slack, end + slack] (clients die a moment apart)."""
+    """Fault events inside [start, end + slack]: a job that started after a fault was not
+    hit by it; one whose clients died a moment before the fault was logged was."""
     return [ev for ev in events
-            if ev["ev"] == "fault" and start - slack_s <= float(ev["t"]) <= end + slack_s]
+            if ev["ev"] == "fault" and start <= float(ev["t"]) <= end + slack_s]
 
 
 def shared_intervals(events: list[dict[str, Any]], job: int, start: float, end: float

@@ -116,10 +116,7 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                             "progress_file": str(user_dir / "progress.json"), "messages": []}
     for g in info.gpus:
         with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
-            journal.append(lay.journal(g), {"ev": "start", "job": info.job_id, "t": now,
-                                            "cls": state["cls"], "user": info.user,
-                                            "uid": info.uid})
-            if mech == "mps":
+            if mech == "mps":  # before the journal entry: faults found now predate the job
                 out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
                 res.mps[g] = out
                 state["mps"][str(g)] = {"state": out.state, "log_offset": out.log_offset,
@@ -127,6 +124,11 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                 st = gpu_mps(cfg, g, opener).state()
                 if st.get("uuid"):
                     state["gpu_uuids"].append(st["uuid"])
+            now = max(now, time.time())
+            journal.append(lay.journal(g), {"ev": "start", "job": info.job_id, "t": now,
+                                            "cls": state["cls"], "user": info.user,
+                                            "uid": info.uid})
+    state["start"] = now
     if mech == "mps":
         outs = [res.mps[g] for g in info.gpus]
         if all(o.state == "ok" for o in outs):

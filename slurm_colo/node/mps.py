@@ -77,6 +77,20 @@ def parse_fault_lines(log_text: str) -> list[str]:
     return out
 
 
+def log_line_time(line: str) -> float | None:
+    """Epoch seconds of a ``[YYYY-MM-DD HH:MM:SS.mmm ...]`` log line (local time), or None."""
+    import time
+
+    if len(line) < 24 or line[0] != "[":
+        return None
+    try:
+        base = time.mktime(time.strptime(line[1:20], "%Y-%m-%d %H:%M:%S"))
+        ms = int(line[21:24]) if line[20] == "." else 0
+    except (ValueError, OverflowError):
+        return None
+    return base + ms / 1000.0
+
+
 def format_mem_limit(gib: float) -> str:
     """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` value for device 0, e.g. ``0=12G`` / ``0=1536M``."""
     mib = int(round(gib * 1024))

@@ -25,7 +25,7 @@ from ..errors import MPSError
 from . import journal, procs
 from .fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
-from .mps import MpsControl, MpsHung, parse_fault_lines
+from .mps import MpsControl, MpsHung, log_line_time, parse_fault_lines
 from .nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu
 
 log = logging.getLogger("slurm_colo.node.mps_daemon")
@@ -229,7 +229,11 @@ class GpuMps:
         if st.get("pipe_dir"):
             ctl = self.control(st)
             for line in parse_fault_lines(ctl.log_text(log_offset)):
-                found.append({"ev": "fault", "kind": "client_fatal", "detail": line})
+                ev = {"ev": "fault", "kind": "client_fatal", "detail": line}
+                t = log_line_time(line)  # when it happened, not when we noticed
+                if t is not None:
+                    ev["t"] = t
+                found.append(ev)
             # liveness only (no control call): a hang is caught by the next Prolog's probe
             # or by the timed-out quit when the daemon is stopped
             if not procs.alive(ctl.daemon_pid() or st.get("pid")):

@@ -383,6 +383,9 @@ def _client() -> int:
         except OSError:
             print(NOT_RUNNING)
             return 1
+        if not out:  # the daemon died while answering
+            print("Lost connection to the MPS control daemon")
+            return 1
         text = out.decode(errors="replace").rstrip("\n")
         if text:
             print(text)

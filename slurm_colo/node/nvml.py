@@ -58,12 +58,15 @@ class Gpu:
     lost: bool = False
     errors: list[str] = field(default_factory=list)
 
-    def _call(self, fn: Callable[..., T], *args: Any) -> T | _NotSupported | None:
+    def _call(self, fn: Callable[..., T] | str, *args: Any) -> T | _NotSupported | None:
+        """Call ``fn`` (or the binding's function of that name) through the guard."""
         if self.lost:
             return None
         nv = self.nv
         try:
-            return fn(*args)
+            if isinstance(fn, str):
+                fn = getattr(nv, fn)
+            return fn(*args)  # type: ignore[operator]
         except nv.NVMLError as e:
             code = getattr(e, "value", None)
             if code == nv.NVML_ERROR_NOT_SUPPORTED:
@@ -78,35 +81,35 @@ class Gpu:
             return None
 
     def uuid(self) -> str | None:
-        u = self._call(self.nv.nvmlDeviceGetUUID, self.handle)
+        u = self._call("nvmlDeviceGetUUID", self.handle)
         return u.decode() if isinstance(u, bytes) else (u if isinstance(u, str) else None)
 
     def name(self) -> str | None:
-        n = self._call(self.nv.nvmlDeviceGetName, self.handle)
+        n = self._call("nvmlDeviceGetName", self.handle)
         return n.decode() if isinstance(n, bytes) else (n if isinstance(n, str) else None)
 
     def memory(self) -> tuple[int, int] | None:
         """(used bytes, total bytes)."""
-        m = self._call(self.nv.nvmlDeviceGetMemoryInfo, self.handle)
+        m = self._call("nvmlDeviceGetMemoryInfo", self.handle)
         return (int(m.used), int(m.total)) if m not in (None, NOT_SUPPORTED) else None
 
     def utilization(self) -> tuple[int, int] | _NotSupported | None:
         """(SM busy %, memory-bandwidth busy %) over the driver's last sample period."""
-        u = self._call(self.nv.nvmlDeviceGetUtilizationRates, self.handle)
+        u = self._call("nvmlDeviceGetUtilizationRates", self.handle)
         if u is None or u is NOT_SUPPORTED:
             return u
         return int(u.gpu), int(u.memory)
 
     def sm_clock_mhz(self) -> int | _NotSupported | None:
-        return self._call(self.nv.nvmlDeviceGetClockInfo, self.handle, self.nv.NVML_CLOCK_SM)
+        return self._call("nvmlDeviceGetClockInfo", self.handle, 1)  # NVML_CLOCK_SM
 
     def power_w(self) -> float | _NotSupported | None:
-        mw = self._call(self.nv.nvmlDeviceGetPowerUsage, self.handle)
+        mw = self._call("nvmlDeviceGetPowerUsage", self.handle)
         return mw if mw is None or mw is NOT_SUPPORTED else mw / 1000.0
 
     def processes(self) -> dict[int, int] | None:
         """Compute processes on this GPU: pid -> used bytes (0 when NVML can't tell)."""
-        ps = self._call(self.nv.nvmlDeviceGetComputeRunningProcesses, self.handle)
+        ps = self._call("nvmlDeviceGetComputeRunningProcesses", self.handle)
         if ps is None or ps is NOT_SUPPORTED:
             return None
         return {int(p.pid): int(p.usedGpuMemory or 0) for p in ps}
@@ -134,11 +137,13 @@ class Gpu:
         return out
 
     def compute_mode(self) -> int | None:
-        m = self._call(self.nv.nvmlDeviceGetComputeMode, self.handle)
+        m = self._call("nvmlDeviceGetComputeMode", self.handle)
         return m if isinstance(m, int) else None
 
     def set_compute_mode(self, mode: int) -> bool:
         """Set the compute mode (root only); True on success."""
+        if self.lost:
+            return False
         set_mode = self.nv.nvmlDeviceSetComputeMode
 
         def nvmlDeviceSetComputeMode(handle: Any, m: int) -> bool:

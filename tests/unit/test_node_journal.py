@@ -1,0 +1,58 @@
+"""The per-GPU occupancy journal: stays, overlaps, faults, torn lines, compaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_colo.node import journal
+
+
+def _j(tmp_path: Path, events: list[dict]) -> Path:
+    p = tmp_path / "journal.jsonl"
+    for e in events:
+        journal.append(p, dict(e))
+    return p
+
+
+EVENTS = [
+    {"ev": "start", "job": 1, "t": 100.0, "cls": "a", "user": "u", "uid": 1},
+    {"ev": "start", "job": 2, "t": 150.0, "cls": "b", "user": "u", "uid": 1},
+    {"ev": "end", "job": 1, "t": 200.0},
+    {"ev": "start", "job": 3, "t": 250.0, "cls": "c", "user": "u", "uid": 1},
+    {"ev": "fault", "kind": "client_fatal", "t": 260.0, "detail": "x"},
+]
+
+
+def test_overlaps_and_shared_intervals(tmp_path: Path) -> None:
+    ev = journal.read(_j(tmp_path, EVENTS))
+    ov = journal.overlaps(ev, 2, 150.0, 300.0)
+    assert [(s.job, lo, hi) for s, lo, hi in ov] == [(1, 150.0, 200.0), (3, 250.0, 300.0)]
+    assert journal.shared_intervals(ev, 2, 150.0, 300.0) == [(150.0, 200.0), (250.0, 300.0)]
+    assert journal.overlaps(ev, 1, 100.0, 200.0)[0][0].job == 2
+    assert [s.job for s in journal.active(ev)] == [2, 3]
+
+
+def test_faults_window(tmp_path: Path) -> None:
+    ev = journal.read(_j(tmp_path, EVENTS))
+    assert len(journal.faults(ev, 150.0, 300.0)) == 1
+    assert journal.faults(ev, 100.0, 200.0) == []  # job 1 had left before the fault
+
+
+def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    p = _j(tmp_path, EVENTS[:2])
+    with open(p, "ab") as f:
+        f.write(b'{"ev": "end", "job"')  # crash mid-append
+    ev = journal.read(p)
+    assert len(ev) == 2
+    journal.append(p, {"ev": "end", "job": 2, "t": 300.0})  # starts on a fresh line
+    ev = journal.read(p)
+    assert ev[-1] == {"ev": "end", "job": 2, "t": 300.0}
+    assert [s.job for s in journal.active(ev)] == [1]
+
+
+def test_compaction_when_idle_and_keep_pending(tmp_path: Path) -> None:
+    p = _j(tmp_path, EVENTS[:3] + [{"ev": "end", "job": 2, "t": 210.0}])
+    journal.compact(p, keep_jobs={2})  # job 2's record is not spooled yet: keep it
+    assert {e.get("job") for e in journal.read(p)} >= {2}
+    journal.compact(p, keep_jobs=set())
+    assert journal.read(p) == []

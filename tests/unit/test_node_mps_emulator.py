@@ -1,0 +1,166 @@
+"""The real MPS gate (slurm_colo.node.mps.MpsControl) driving the emulator executable as
+if it were nvidia-cuda-mps-control: protocol, per-UID servers, faults."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from slurm_colo.errors import MPSError
+from slurm_colo.node import procs
+from slurm_colo.node.mps import (MpsControl, MpsHung, MpsNotRunning, emulator_argv,
+                                 parse_fault_lines)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ctl(tmp_path: Path, timeout_s: float = 5.0, fault: str = "",
+         argv: list[str] | None = None) -> MpsControl:
+    extra = (("SLURM_COLO_MPS_EMU_FAULT", fault),) if fault else ()
+    return MpsControl(tuple(argv or emulator_argv()), tmp_path / "pipe", tmp_path / "log",
+                      "GPU-test-0", timeout_s, extra)
+
+
+@pytest.fixture
+def clients() -> Iterator[list[subprocess.Popen]]:
+    ps: list[subprocess.Popen] = []
+    yield ps
+    for p in ps:
+        p.kill()
+        p.wait()
+
+
+def _client(ps: list[subprocess.Popen]) -> int:
+    p = subprocess.Popen(["sleep", "60"])
+    ps.append(p)
+    return p.pid
+
+
+def _stop(ctl: MpsControl) -> None:
+    left = procs.mps_processes(str(ctl.pipe_dir))
+    procs.kill_all(left)
+
+
+def test_daemon_start_servers_and_clean_quit(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path)
+    ctl.start()
+    pid = ctl.daemon_pid()
+    assert procs.alive(pid)
+    assert ctl.server_list() == []
+    ctl.start_server(1000)
+    servers = ctl.server_list()
+    assert len(servers) == 1
+    assert ctl.server_status(servers[0]) == "ACTIVE"
+    assert set(procs.mps_processes(str(ctl.pipe_dir))) == {pid, servers[0]}
+    with pytest.raises(MPSError, match="did not start"):
+        ctl.start()  # one daemon per pipe directory
+    ctl.quit()
+    deadline = time.monotonic() + 3
+    while procs.mps_processes(str(ctl.pipe_dir)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert procs.mps_processes(str(ctl.pipe_dir)) == []
+    with pytest.raises(MpsNotRunning):
+        ctl.server_list()
+    assert "Starting control daemon" in ctl.log_text()
+
+
+def test_limits_commands_and_unknown_command(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path)
+    ctl.start()
+    try:
+        ctl.set_default_thread_pct(50)
+        assert ctl.command("get_default_active_thread_percentage") == "50.0"
+        ctl.command("set_default_device_pinned_mem_limit 0 2G")
+        assert ctl.command("get_default_device_pinned_mem_limit 0") == "2G"
+        with pytest.raises(MPSError, match="Unknown command"):
+            ctl.command("no_such_command")
+    finally:
+        ctl.quit()
+
+
+def test_one_server_per_uid_second_user_queues(tmp_path: Path, clients: list) -> None:
+    ctl = _ctl(tmp_path)
+    ctl.start()
+    try:
+        a = _client(clients)
+        b = _client(clients)
+        assert ctl.command(f"emu_client_connect 1000 {a}").startswith("OK")
+        assert ctl.command(f"emu_client_connect 1001 {b}") == "QUEUED"
+        servers = ctl.server_list()
+        assert len(servers) == 1 and ctl.client_list(servers[0]) == [a]
+        assert ctl.device_clients() == {"GPU-test-0": [a]}
+        ctl.command(f"emu_client_exit {a}")  # user 1000's last client leaves
+        new = ctl.server_list()
+        assert len(new) == 1 and new != servers and ctl.client_list(new[0]) == [b]
+        assert not procs.alive(servers[0])
+    finally:
+        ctl.quit()
+
+
+def test_hung_daemon_times_out(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path, timeout_s=0.5, fault="hang")
+    ctl.start()
+    t = time.monotonic()
+    with pytest.raises(MpsHung, match="timed out"):
+        ctl.server_list()
+    assert time.monotonic() - t < 3.0
+    _stop(ctl)
+    assert procs.mps_processes(str(ctl.pipe_dir)) == []
+
+
+def test_crashed_daemon_leaves_orphan_server_found_by_scan(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path)
+    ctl.start()
+    ctl.start_server(1000)
+    server = ctl.server_list()[0]
+    with pytest.raises(MPSError):
+        ctl.command("emu_fault crash")  # the daemon dies while answering
+    time.sleep(0.1)
+    with pytest.raises(MpsNotRunning):
+        ctl.server_list()
+    assert procs.mps_processes(str(ctl.pipe_dir)) == [server]  # the zombie server
+    assert procs.kill_all([server]) == []
+
+
+def test_fatal_client_fault_kills_all_clients_and_is_logged(tmp_path: Path, clients: list) -> None:
+    ctl = _ctl(tmp_path)
+    ctl.start()
+    try:
+        a, b = _client(clients), _client(clients)
+        ctl.command(f"emu_client_connect 1000 {a}")
+        ctl.command(f"emu_client_connect 1000 {b}")
+        server = ctl.server_list()[0]
+        offset = ctl.log_size()
+        ctl.command("emu_fault client_fatal")
+        for p in clients:
+            assert p.wait(timeout=3) == -9  # every co-located client dies together
+        deadline = time.monotonic() + 3
+        while ctl.server_list() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ctl.server_list() == []  # the faulted server exits once its clients are gone
+        faults = parse_fault_lines(ctl.log_text(offset))
+        assert any("fatal" in f for f in faults)
+        assert any(f"Server {server} exited with status 1" in f for f in faults)
+    finally:
+        ctl.quit()
+
+
+def test_console_script_and_lab_wrapper_speak_the_same_protocol(tmp_path: Path) -> None:
+    wrapper = REPO / "contrib" / "lab" / "bin" / "nvidia-cuda-mps-control"
+    ctl = _ctl(tmp_path, argv=[str(wrapper)])
+    ctl.start()
+    try:
+        ctl.start_server(4242)
+        assert len(ctl.server_list()) == 1
+    finally:
+        ctl.quit()
+
+
+def test_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path, argv=[str(tmp_path / "nvidia-cuda-mps-control")])
+    with pytest.raises(MPSError, match="cannot run MPS control program"):
+        ctl.server_list()
