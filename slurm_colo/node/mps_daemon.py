@@ -160,7 +160,7 @@ class GpuMps:
         problems: list[str] = []
         if st.get("pipe_dir"):
             ctl = self.control(st)
-            if procs.alive(ctl.daemon_pid() or st.get("pid")):
+            if reason != "hung" and procs.alive(ctl.daemon_pid() or st.get("pid")):
                 try:
                     ctl.quit()
                 except MPSError as e:

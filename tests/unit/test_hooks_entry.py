@@ -1,0 +1,145 @@
+"""The hooks as slurmd runs them: ``python -m slurm_colo.hooks NAME`` with Slurm's
+environment, the lab backends (MPS emulator, NVML scenario) and no agent running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from slurm_colo.config import Config
+from slurm_colo.node import procs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_node_lifecycle import leftover_mps, node_config  # noqa: E402
+
+TAG = "slurm-colo[v=1 tok=t1 cls={cls} mode=auto mech={mech} gpu=n1:0 pct=50 mem=12]"
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Iterator[Config]:
+    c = node_config(tmp_path)
+    yield c
+    procs.kill_all(leftover_mps(c))
+
+
+def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
+    full.update({"SLURM_COLO_CONFIG": cfg.source, "SLURM_JOB_ID": str(job),
+                 "SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000",
+                 "SLURM_JOB_GPUS": "0", **env})
+    return subprocess.run([sys.executable, "-m", "slurm_colo.hooks", name], env=full,
+                          capture_output=True, text=True, timeout=60)
+
+
+def colocated(cls: str = "resnet50", mech: str = "mps") -> dict[str, str]:
+    return {"SPANK_COLOCATE": "auto", "SLURM_JOB_COMMENT": TAG.format(cls=cls, mech=mech)}
+
+
+def spool_records(cfg: Config) -> list[dict]:
+    return [json.loads(p.read_text()) for p in Path(cfg.node.spool_dir).glob("*.json")]
+
+
+def test_job_without_colocate_is_untouched(cfg: Config) -> None:
+    assert hook(cfg, "prolog", 5, SLURM_JOB_COMMENT="my comment").returncode == 0
+    assert not (Path(cfg.node.run_dir) / "jobs").exists()
+    out = hook(cfg, "taskprolog", 5)
+    assert out.returncode == 0 and out.stdout == ""
+    assert hook(cfg, "epilog", 5, SLURM_JOB_EXIT_CODE="0").returncode == 0
+    assert spool_records(cfg) == [] and leftover_mps(cfg) == []
+
+
+def test_colocated_pair_from_comment_tag_when_agent_is_down(cfg: Config) -> None:
+    for job, cls in ((11, "resnet50"), (12, "lm")):
+        p = hook(cfg, "prolog", job, **colocated(cls))
+        assert p.returncode == 0, p.stderr
+        assert "placement tag from the comment" in p.stderr
+    out = hook(cfg, "taskprolog", 12, SLURM_STEP_ID="0")
+    pipe = Path(cfg.node.run_dir) / "mps" / "GPU-test-0" / "pipe"
+    assert out.stdout.splitlines() == [
+        f"export CUDA_MPS_PIPE_DIRECTORY={pipe}",
+        f"export CUDA_MPS_LOG_DIRECTORY={pipe.parent / 'log'}",
+        "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
+        "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=12G",
+        f"export SLURM_COLO_PROGRESS_FILE={cfg.node.run_dir}/jobs/12/user/progress.json",
+    ]
+    assert len(leftover_mps(cfg)) == 2
+    assert hook(cfg, "epilog", 11, SLURM_JOB_EXIT_CODE="256").returncode == 0
+    assert hook(cfg, "epilog", 12, SLURM_JOB_EXIT_CODE2="0:9").returncode == 0
+    recs = {r["job_id"]: r for r in spool_records(cfg)}
+    assert set(recs) == {11, 12}
+    assert (recs[11]["cls"], recs[11]["exit_code"], recs[11]["state"]) == ("resnet50", 1, "FAILED")
+    assert recs[12]["state"] == "SIGNALED"
+    assert [c["job_id"] for c in recs[12]["co_runners"]] == [11]
+    deadline = time.monotonic() + 10  # the daemon stop runs detached after the Epilog
+    while leftover_mps(cfg) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_mps(cfg) == []
+
+
+def test_shard_job_exports_only_the_progress_file(cfg: Config) -> None:
+    assert hook(cfg, "prolog", 21, **colocated(mech="shard")).returncode == 0
+    out = hook(cfg, "taskprolog", 21)
+    assert out.stdout == (f"export SLURM_COLO_PROGRESS_FILE={cfg.node.run_dir}/jobs/21/user/"
+                          "progress.json\n")
+    assert hook(cfg, "epilog", 21).returncode == 0 and len(spool_records(cfg)) == 1
+
+
+def test_refused_mps_is_said_on_the_jobs_output(cfg: Config) -> None:
+    assert hook(cfg, "prolog", 31, **colocated()).returncode == 0
+    assert hook(cfg, "prolog", 32, SLURM_JOB_UID="1001", SLURM_JOB_USER="bob",
+                **colocated()).returncode == 0
+    out = hook(cfg, "taskprolog", 32).stdout.splitlines()
+    assert not any("CUDA_MPS" in line for line in out)
+    assert any(line.startswith("print slurm-colo: warning:") and "one user at a time" in line
+               for line in out)
+    for j in (31, 32):
+        hook(cfg, "epilog", j)
+
+
+def test_broken_config_never_fails_the_prolog(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[node]\nno_such_key = 1\n")
+    cp = subprocess.run([sys.executable, "-m", "slurm_colo.hooks", "prolog"],
+                        env={**os.environ, "SLURM_COLO_CONFIG": str(bad), "SLURM_JOB_ID": "1"},
+                        capture_output=True, text=True)
+    assert cp.returncode == 0 and "unknown key node.no_such_key" in cp.stderr
+
+
+def test_usage_error_for_unknown_hook() -> None:
+    cp = subprocess.run([sys.executable, "-m", "slurm_colo.hooks", "nope"], capture_output=True,
+                        text=True)
+    assert cp.returncode == 2 and "usage" in cp.stderr
+
+
+_IMPORTS = """
+import os, sys
+from slurm_colo.hooks import prolog, taskprolog
+assert prolog.run() == 0
+assert taskprolog.run() == 0
+heavy = sorted(m for m in ("typer", "sqlalchemy", "numpy", "matplotlib", "pynvml", "alembic")
+               if m in sys.modules)
+print("HEAVY:" + ",".join(heavy))
+"""
+
+
+def test_prolog_and_taskprolog_stay_light(cfg: Config) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
+    env.update(SLURM_COLO_CONFIG=cfg.source, SLURM_JOB_ID="41", SLURM_JOB_USER="alice",
+               SLURM_JOB_UID="1000", SLURM_JOB_GPUS="0", **colocated())
+    # a second job joins a running daemon: the common Prolog path
+    assert hook(cfg, "prolog", 40, **colocated()).returncode == 0
+    cp = subprocess.run([sys.executable, "-c", _IMPORTS], env=env, capture_output=True,
+                        text=True)
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.splitlines()
+    assert lines[0].startswith("export CUDA_MPS_PIPE_DIRECTORY=")  # the real path ran
+    assert lines[-1] == "HEAVY:"
+    for j in (40, 41):
+        hook(cfg, "epilog", j)

@@ -1,0 +1,349 @@
+"""Fault tests of the node side. Each states the expected outcome and asserts it; the last
+one runs them all against one node and one database: zero records lost or duplicated.
+
+Faults: MPS daemon crash mid-job, daemon hang, restart loop, fatal client fault, Epilog
+killed mid-write, database locked during ingest, spool full / unwritable, NVML raising for
+one GPU.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from slurm_colo.config import Config
+from slurm_colo.node import procs
+from slurm_colo.node.ingest import ingest_pending
+from slurm_colo.node.lifecycle import (JobInfo, gpu_mps, job_end, job_start, layout_of,
+                                       recover)
+from slurm_colo.node.nvml import NvmlGate
+from slurm_colo.node.nvml_scenario import ScenarioNvml
+from slurm_colo.node.sampler import Sampler
+from slurm_colo.store import make_engine, upgrade
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_node_lifecycle import leftover_mps, mps_job, node_config, spooled  # noqa: E402
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Iterator[Config]:
+    c = node_config(tmp_path, timeout_s=1.0)
+    yield c
+    procs.kill_all(leftover_mps(c))
+
+
+@pytest.fixture
+def clients() -> Iterator[list[subprocess.Popen]]:
+    ps: list[subprocess.Popen] = []
+    yield ps
+    for p in ps:
+        p.kill()
+        p.wait()
+
+
+def db_job_ids(cfg: Config) -> list[int]:
+    db = cfg.store.url.removeprefix("sqlite:///")
+    with sqlite3.connect(db) as c:
+        return sorted(r[0] for r in c.execute("SELECT job_id FROM jobs"))
+
+
+def init_db(cfg: Config) -> None:
+    e = make_engine(cfg.store.url, 0.2)
+    upgrade(e)
+    e.dispose()
+
+
+# -- MPS faults ----------------------------------------------------------------------------
+
+def crash_daemon_mid_job(cfg: Config, a: int, b: int, c: int) -> None:
+    """Expected: both running jobs' records carry mps_fault (their daemon died under them),
+    the orphaned server is killed, and the next job gets a fresh, working daemon and a
+    clean record."""
+    job_start(cfg, mps_job(a), launch_sampler=False)
+    job_start(cfg, mps_job(b), launch_sampler=False)
+    st = gpu_mps(cfg, 0).state()
+    server = gpu_mps(cfg, 0).control(st).server_list()[0]
+    os.kill(st["pid"], signal.SIGKILL)
+    time.sleep(0.05)
+    ra = job_end(cfg, a, 1, detach_stop=False)
+    assert ra is not None and ra.mps_fault
+    rb = job_end(cfg, b, 1, detach_stop=False)
+    assert rb is not None and rb.mps_fault
+    assert not procs.alive(server) and leftover_mps(cfg) == []
+    time.sleep(0.01)
+    rc = job_start(cfg, mps_job(c), launch_sampler=False)
+    assert rc.mps[0].state == "ok" and procs.alive(gpu_mps(cfg, 0).state()["pid"])
+    rec = job_end(cfg, c, 0, detach_stop=False)
+    assert rec is not None and not rec.mps_fault
+
+
+def test_daemon_crash_mid_job(cfg: Config) -> None:
+    crash_daemon_mid_job(cfg, 1, 2, 3)
+    assert set(spooled(cfg)) == {1, 2, 3}
+
+
+def hang_daemon(cfg: Config, a: int, b: int) -> None:
+    """Expected: the next Prolog's probe times out (node.mps_timeout_s), the hung daemon
+    and its server are killed, a new daemon serves the new job; the job that was running
+    on the hung daemon is flagged, the new one is not."""
+    job_start(cfg, mps_job(a), launch_sampler=False)
+    gm = gpu_mps(cfg, 0)
+    old = gm.state()["pid"]
+    gm.control(gm.state()).command("emu_fault hang")
+    t = time.monotonic()
+    r = job_start(cfg, mps_job(b), launch_sampler=False)
+    assert time.monotonic() - t < 3 * cfg.node.mps_timeout_s + 2
+    assert r.mps[0].state == "ok"
+    assert not procs.alive(old) and gm.state()["pid"] != old
+    ra = job_end(cfg, a, 0, detach_stop=False)
+    rb = job_end(cfg, b, 0, detach_stop=False)
+    assert ra is not None and ra.mps_fault
+    assert rb is not None and not rb.mps_fault
+    assert leftover_mps(cfg) == []
+
+
+def test_daemon_hang(cfg: Config) -> None:
+    hang_daemon(cfg, 1, 2)
+    assert set(spooled(cfg)) == {1, 2}
+
+
+def test_restart_loop_gives_up_and_says_so(cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expected: a daemon that dies right after every start is retried until MAX_CRASHES
+    crashes in the window, then the GPU's MPS is declared broken: the job still starts
+    (exit 0, time-sliced, GPU back in DEFAULT compute mode) and is told why."""
+    from slurm_colo.node.mps_daemon import MAX_CRASHES
+    from slurm_colo.node.nvml import COMPUTE_DEFAULT, open_nvml
+
+    monkeypatch.setenv("SLURM_COLO_MPS_EMU_FAULT", "crash-after=0")
+    states = []
+    for j in range(1, MAX_CRASHES + 2):
+        r = job_start(cfg, mps_job(j), launch_sampler=False)
+        states.append(r.mps[0])
+        assert job_end(cfg, j, 0, detach_stop=False) is not None
+    assert all(s.state == "broken" for s in states)
+    assert "restart loop" in states[-1].message and "slurm-colo node cleanup" in states[-1].message
+    gate = open_nvml("scenario", cfg.node.nvml_scenario, cfg.node.run_dir)
+    assert gate.gpu(0).compute_mode() == COMPUTE_DEFAULT
+    assert leftover_mps(cfg) == [] and len(spooled(cfg)) == MAX_CRASHES + 1
+
+
+def fatal_client_fault(cfg: Config, clients: list, z: int, a: int, b: int, c: int) -> None:
+    """Expected: a fatal fault in one client kills every client of the server at once;
+    the pair's records both carry mps_fault (one outcome of the pair, not two unrelated
+    failures); an earlier job on the GPU and a job on another GPU are not flagged."""
+    job_start(cfg, mps_job(z), launch_sampler=False)
+    job_end(cfg, z, 0, detach_stop=False)
+    job_start(cfg, mps_job(c, gpu=1), launch_sampler=False)
+    job_start(cfg, mps_job(a), launch_sampler=False)
+    job_start(cfg, mps_job(b, cls="lm"), launch_sampler=False)
+    gm = gpu_mps(cfg, 0)
+    ctl = gm.control(gm.state())
+    for _ in range(2):
+        p = subprocess.Popen(["sleep", "60"])
+        clients.append(p)
+        ctl.command(f"emu_client_connect 1000 {p.pid}")
+    ctl.command("emu_fault client_fatal")
+    assert [p.wait(timeout=5) for p in clients[-2:]] == [-9, -9]
+    ra = job_end(cfg, a, 1, detach_stop=False)
+    rb = job_end(cfg, b, 1, detach_stop=False)
+    rc = job_end(cfg, c, 0, detach_stop=False)
+    assert ra is not None and rb is not None and rc is not None
+    assert ra.mps_fault and rb.mps_fault and not rc.mps_fault
+    assert [x.job_id for x in ra.co_runners] == [b]
+    assert not spooled(cfg)[z].mps_fault
+    assert leftover_mps(cfg) == []
+
+
+def test_fatal_client_fault_is_the_pairs_outcome(cfg: Config, clients: list) -> None:
+    fatal_client_fault(cfg, clients, 1, 2, 3, 4)
+    assert set(spooled(cfg)) == {1, 2, 3, 4}
+
+
+def test_stale_daemon_from_a_crashed_node_is_cleaned_at_next_prolog(cfg: Config) -> None:
+    """Expected: a daemon and server left behind with no state file (e.g. slurmd and the
+    run dir state lost) are found by their pipe directory and killed before a new start."""
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    gm = gpu_mps(cfg, 0)
+    stale = leftover_mps(cfg)
+    assert len(stale) == 2
+    lay = layout_of(cfg)
+    lay.mps_state(0).unlink()  # the state is gone, the processes are not
+    (lay.journal(0)).write_text("")
+    (lay.job_dir(1) / "state.json").unlink()
+    r = job_start(cfg, mps_job(2), launch_sampler=False)
+    assert r.mps[0].state == "ok"
+    assert not any(procs.alive(p) for p in stale)
+    assert len(leftover_mps(cfg)) == 2 and gm.state()["pid"] not in stale
+    job_end(cfg, 2, 0, detach_stop=False)
+
+
+# -- record faults -------------------------------------------------------------------------
+
+_KILL_MID_WRITE = """
+import os, sys
+from slurm_colo.config import load_config
+from slurm_colo.node.lifecycle import job_end
+real = os.replace
+def dying_replace(src, dst):
+    if "spool" in str(dst):
+        os._exit(137)  # killed between writing the temp file and the rename
+    real(src, dst)
+os.replace = dying_replace
+job_end(load_config(sys.argv[1]), int(sys.argv[2]), 0, detach_stop=False)
+"""
+
+
+def epilog_killed_mid_write(cfg: Config, job: int) -> None:
+    """Expected: no record file and no partial one is visible (only a hidden temp file),
+    the job's state survives, and the next hook run (recover) spools exactly one record;
+    running recovery again adds nothing."""
+    job_start(cfg, mps_job(job), launch_sampler=False)
+    cp = subprocess.run([sys.executable, "-c", _KILL_MID_WRITE, cfg.source, str(job)])
+    assert cp.returncode == 137
+    lay = layout_of(cfg)
+    assert job not in spooled(cfg)
+    assert any(p.name.startswith(".tmp-") for p in lay.spool_dir.iterdir())
+    assert (lay.job_dir(job) / "ended.json").exists()
+    assert recover(cfg) == [job]
+    assert recover(cfg) == []
+    assert job in spooled(cfg)
+    assert not lay.job_dir(job).exists()
+
+
+def test_epilog_killed_mid_write(cfg: Config) -> None:
+    epilog_killed_mid_write(cfg, 7)
+    assert len(spooled(cfg)) == 1
+    init_db(cfg)
+    assert ingest_pending(cfg).ingested == 1
+    assert ingest_pending(cfg).ingested == 0 and db_job_ids(cfg) == [7]
+
+
+def ingest_while_locked(cfg: Config) -> None:
+    """Expected: ingest reports the lock and leaves every file in the spool; the next
+    ingest stores each record exactly once."""
+    before = len(spooled(cfg))
+    db = cfg.store.url.removeprefix("sqlite:///")
+    holder = sqlite3.connect(db, timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        rep = ingest_pending(cfg, busy_timeout_s=0.1)
+        assert rep.ingested == 0 and any("locked" in e for e in rep.errors)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert len(spooled(cfg)) == before
+    rep = ingest_pending(cfg)
+    assert rep.errors == [] and rep.ingested == before
+
+
+def test_database_locked_during_ingest(cfg: Config) -> None:
+    for j in (1, 2):
+        job_start(cfg, mps_job(j), launch_sampler=False)
+    for j in (1, 2):
+        job_end(cfg, j, 0, detach_stop=False)
+    init_db(cfg)
+    ingest_while_locked(cfg)
+    assert db_job_ids(cfg) == [1, 2]
+    assert ingest_pending(cfg).ingested == 0 and db_job_ids(cfg) == [1, 2]
+
+
+def spool_full(cfg: Config, job: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expected: ENOSPC on the spool sends the record to the fallback spool under run_dir;
+    the Epilog still succeeds and ingest picks the record up from there."""
+    import slurm_colo.node.spool as spool_mod
+
+    real = spool_mod.atomic_write_bytes
+    spool_dir = str(layout_of(cfg).spool_dir)
+
+    def full(path: Path, *a: object, **kw: object) -> None:
+        if str(path).startswith(spool_dir + "/"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spool_mod, "atomic_write_bytes", full)
+    job_start(cfg, mps_job(job), launch_sampler=False)
+    rec = job_end(cfg, job, 0, detach_stop=False)
+    monkeypatch.setattr(spool_mod, "atomic_write_bytes", real)
+    assert rec is not None
+    fb = layout_of(cfg).fallback_spool()
+    assert [p.name for p in fb.glob("*.json")] == [f"default_{job}_n1_{int(rec.start)}.json"]
+
+
+def test_spool_full_goes_to_fallback(cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    spool_full(cfg, 5, monkeypatch)
+    init_db(cfg)
+    assert ingest_pending(cfg).ingested == 1 and db_job_ids(cfg) == [5]
+
+
+def test_spool_and_fallback_unwritable_keep_state_until_fixed(tmp_path: Path) -> None:
+    """Expected: with both spools unwritable the Epilog still exits normally, the job's
+    state stays in run_dir, and once the spool is writable again recovery spools it."""
+    cfg = node_config(tmp_path)
+    lay = layout_of(cfg)
+    lay.spool_dir.parent.mkdir(parents=True, exist_ok=True)
+    lay.spool_dir.write_text("not a directory")  # unwritable spool
+    lay.run_dir.mkdir(parents=True, exist_ok=True)
+    lay.fallback_spool().write_text("not a directory either")
+    job_start(cfg, mps_job(8, mech="shard"), launch_sampler=False)
+    rec = job_end(cfg, 8, 0)
+    assert rec is not None and lay.job_dir(8).exists()
+    lay.spool_dir.unlink()
+    lay.fallback_spool().unlink()
+    assert recover(cfg) == [8]
+    assert set(spooled(cfg)) == {8} and not lay.job_dir(8).exists()
+
+
+def nvml_raising_for_one_gpu(cfg: Config, job: int) -> dict:
+    """Expected: a GPU that NVML reports lost (or that raises) stops being sampled, is
+    listed in profile.gpu_lost, the other GPU's samples are kept, the record is written."""
+    nv = ScenarioNvml({"gpus": [{"uuid": "GPU-test-0", "sm_util": 80},
+                                {"uuid": "GPU-test-1", "lost_after_s": 0.0,
+                                 "errors": {"utilization": "UNKNOWN"}}]})
+    info = JobInfo(job, "u", 1000, "n1", [0, 1],
+                   {"shared": True, "mechanism": "shard", "cls": "x", "mode": "auto"})
+    job_start(cfg, info, launch_sampler=False)
+    s = Sampler(NvmlGate(nv, "scenario"), [0, 1], job, layout_of(cfg), 1.0)
+    for _ in range(3):
+        s.tick()
+    s.flush(final=True)
+    rec = job_end(cfg, job, 0)
+    assert rec is not None
+    assert rec.profile["gpu_lost"] == [1] and rec.profile["samples"] == 3
+    assert rec.profile["sm_util_mean"] == 80.0
+    return rec.profile
+
+
+def test_nvml_raising_for_one_gpu(cfg: Config) -> None:
+    nvml_raising_for_one_gpu(cfg, 9)
+    assert set(spooled(cfg)) == {9}
+
+
+def test_all_faults_on_one_node_lose_and_duplicate_nothing(
+        cfg: Config, clients: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fault above in sequence on one node, ingest in between and at the end: the
+    database holds each job exactly once."""
+    init_db(cfg)
+    crash_daemon_mid_job(cfg, 101, 102, 103)
+    assert ingest_pending(cfg).ingested == 3
+    hang_daemon(cfg, 104, 105)
+    fatal_client_fault(cfg, clients, 106, 107, 108, 109)
+    ingest_while_locked(cfg)
+    epilog_killed_mid_write(cfg, 110)
+    spool_full(cfg, 111, monkeypatch)
+    nvml_raising_for_one_gpu(cfg, 112)
+    assert recover(cfg) == []  # nothing left behind
+    rep = ingest_pending(cfg)
+    assert rep.errors == []
+    assert ingest_pending(cfg).ingested == 0
+    assert db_job_ids(cfg) == list(range(101, 113))
+    assert leftover_mps(cfg) == []
