@@ -195,6 +195,22 @@ class PlacementIndex:
                           score=gain - cfg.risk_aversion * sd, rate=self.new_rate[c][b],
                           explored=explored)
 
+    def outcome(self, c: int, uid: int | None, est: float, aggressive: bool, explore: bool,
+                pos: int) -> str:
+        """:meth:`candidates` for one GPU: ``"idle"``, ``"share"`` or ``"no"``."""
+        if not self.open[pos] or self.free[pos] < est:
+            return "no"
+        owner = self.owner[pos]
+        if owner == -2:
+            return "idle"
+        if uid is not None and owner != uid:
+            return "no"
+        if aggressive:
+            m = self.candidates(c, uid, est, aggressive, explore,
+                                rows=np.array([pos], dtype=np.int64))
+            return "share" if m.busy.size else "no"
+        return "share" if (self.acc_explore if explore else self.acc)[c, pos] else "no"
+
     def refusal_counts(self, uid: int | None, est: float) -> tuple[int, int]:
         """(busy GPUs with a free slot this job may use, how many of them lack memory)."""
         mask = self.open & (self.count > 0)

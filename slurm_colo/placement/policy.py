@@ -157,14 +157,8 @@ def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,
     ``"idle"`` (could be opened), ``"share"`` (an accepted set) or ``"no"``. A simulator
     uses it to skip re-placing a waiting job when none of the GPUs that changed can help."""
     idx = index_for(view, scores, cfg)
-    c = idx.ensure_class(sig.cls)
-    m = idx.candidates(c, sig.uid, sig.est, sig.aggressive, sig.explore,
-                       rows=np.array([pos], dtype=np.int64))
-    if m.busy.size:
-        return "share"
-    if m.idle.size:
-        return "idle"
-    return "no"
+    return idx.outcome(idx.ensure_class(sig.cls), sig.uid, sig.est, sig.aggressive,
+                       sig.explore, pos)
 
 
 def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable,

@@ -13,12 +13,13 @@ from ..gavel import GavelData
 from ..scores import ScoreTable
 from .engine import Scheduler, Sim, SimConfig, SimError
 from .metrics import Result, summarize
-from .policies import ExclusiveFifo, GandivaRandom, PolicyScheduler, SlurmShard
+from .ours import PolicyScheduler
+from .policies import ExclusiveFifo, GandivaRandom, SlurmShard
 from .trace import SimJob
 from .truth import Truth, oracle_scores, split_pairs
 
 POLICIES = ("exclusive-fifo", "exclusive-backfill", "slurm-shard", "gandiva-random", "ours",
-            "oracle")
+            "ours-submit", "oracle")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ def make_scheduler(name: str, setup: Setup, data: GavelData,
         return GandivaRandom(setup.sim.seed)
     if name == "ours":
         return PolicyScheduler("ours", predicted(), setup.placement, learn=True)
+    if name == "ours-submit":
+        return PolicyScheduler("ours-submit", predicted(), setup.placement, learn=True,
+                               submit_time=True)
     if name == "oracle":
         return PolicyScheduler("oracle", oracle_scores(data), setup.placement, learn=False)
     raise SimError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")

@@ -65,7 +65,7 @@ def results(data: GavelData, trace: list) -> dict:
 def test_every_policy_finishes_every_job_deterministically(data: GavelData, trace: list,
                                                            results: dict) -> None:
     assert set(results) == {"exclusive-fifo", "exclusive-backfill", "slurm-shard",
-                            "gandiva-random", "ours", "oracle"}
+                            "gandiva-random", "ours", "ours-submit", "oracle"}
     assert all(r.jobs == 600 for r in results.values())
     setup = Setup(SimConfig(gpus=16, seed=2), PlacementConfig(cross_user="shard"))
     again = simulate(trace, data, setup, ["gandiva-random", "oracle"])

@@ -1,0 +1,370 @@
+"""Our placement policy inside the simulator: :func:`slurm_colo.placement.place`, the code
+the agent runs, on a :class:`~slurm_colo.placement.ClusterView` mirrored from the engine.
+
+Two ways to drive it (see docs/simulator.md):
+
+* ``replan`` (``ours``, ``oracle``): waiting jobs are placed again whenever GPUs change,
+  oldest first, and start as soon as a GPU takes them. This is the policy's potential when
+  the decision can wait for the job's turn.
+* ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, the decision is made
+  once, at arrival: a shared GPU now, or the job keeps its own-GPU request and waits for a
+  whole idle GPU (first come, first served).
+
+Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
+``reserve_after_s``, the busy shared GPU(s) expected to drain first are closed to new
+partners until they are idle (like a Slurm backfill reservation). With ``learn``, a new set
+is observed after ``probe_s``: if it is harmful (combined throughput below 1, or a job
+below ``1 / max_slowdown`` of its solo speed) the newcomer is retracted (checkpointed and
+requeued) and the observed pair throughputs go into the score table at once; harmless
+observations are folded in every ``relearn_s`` (the nightly retrain).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import replace
+from typing import Any
+
+from ..config import PlacementConfig
+from ..placement import ClusterView, GpuView, JobRequest, Occupant, place
+from ..placement.policy import gpu_outcome, index_for, job_signature
+from ..scores import PairScore, ScoreTable
+from .engine import Sim
+
+
+def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTable:
+    """A copy of ``t`` with observed pairs replacing its predictions."""
+    pairs = dict(t.pairs)
+    for (a, b), p in obs.items():
+        pairs.pop((b, a), None)
+        pairs[(a, b)] = p
+    return replace(t, pairs=pairs, id=f"{t.id}+{len(obs)}obs")
+
+
+class PolicyScheduler:
+    def __init__(self, name: str, scores: ScoreTable, cfg: PlacementConfig,
+                 learn: bool = True, submit_time: bool = False) -> None:
+        self.name = name
+        self.scores = scores
+        self.cfg = cfg
+        self.learn = learn
+        self.submit_time = submit_time
+        self.retractions = 0
+        self.explored = 0
+        self.relearns = 0
+        self.reservations = 0
+        self._pending_obs: dict[tuple[str, str], PairScore] = {}
+        self._last_learn = 0.0
+
+    # ---- setup -----------------------------------------------------------------------
+    def attach(self, sim: Sim) -> None:
+        self.sim = sim
+        c = sim.cfg
+        self.view = ClusterView([
+            GpuView(node=f"node{i // c.gpus_per_node:03d}", index=i % c.gpus_per_node,
+                    gres_type=f"v100_s{i % c.gpus_per_node}", memory_gib=c.gpu_memory_gib,
+                    slots=c.slots, model="v100")
+            for i in range(c.gpus)])
+        self._reset_queues()
+        self.changed: set[int] = set()
+        self.reqs: dict[int, JobRequest] = {}
+        self.reserved: dict[int, int] = {}  # GPU -> job it drains for
+
+    def _reset_queues(self) -> None:
+        # jobs with equal signatures get equal decisions; signatures are numbered (sid)
+        self.sid_of: dict[Any, int] = {}
+        self.sig_list: list[Any] = []
+        self.job_sid: dict[int, int] = {}
+        self.queues: list[list[tuple[float, int]]] = []  # by sid, sorted by arrival
+        self.sids_by_uid: dict[int | None, set[int]] = {}  # single-GPU signatures per user
+        self.heads: list[tuple[float, int]] = []  # (arrival, jid) of each queue's head
+        self.fresh: set[int] = set()  # sids whose head must be placed on the full view
+
+    def _req(self, jid: int) -> JobRequest:
+        r = self.reqs.get(jid)
+        if r is None:
+            j = self.sim.runs[jid].job
+            r = self.reqs[jid] = JobRequest(key=j.key, user=j.user, uid=j.uid, cls=j.cls,
+                                            mode=j.mode, gpus_per_node=j.gpus)
+        return r
+
+    def _sid(self, jid: int, whole: bool = False) -> int:
+        sid = self.job_sid.get(jid)
+        if sid is None or (whole and not isinstance(self.sig_list[sid], tuple)):
+            job = self._req(jid)
+            if whole or job.gpus_per_node != 1 or job.mode == "off":
+                sig: Any = ("whole", job.gpus_per_node)
+            else:
+                sig = job_signature(job, self.scores, self.cfg)
+            sid = self.sid_of.get(sig)
+            if sid is None:
+                sid = self.sid_of[sig] = len(self.sig_list)
+                self.sig_list.append(sig)
+                self.queues.append([])
+                if not isinstance(sig, tuple):
+                    self.sids_by_uid.setdefault(sig.uid, set()).add(sid)
+            self.job_sid[jid] = sid
+        return sid
+
+    # ---- queues ----------------------------------------------------------------------
+    def _enqueue(self, jid: int, whole: bool = False) -> None:
+        sid = self._sid(jid, whole)
+        q = self.queues[sid]
+        item = (self.sim.runs[jid].job.arrival, jid)
+        old = q[0] if q else None
+        bisect.insort(q, item)
+        if q[0] != old:
+            if old is not None:
+                self._drop_head(old)
+            bisect.insort(self.heads, q[0])
+            self.fresh.add(sid)
+
+    def _drop_head(self, item: tuple[float, int]) -> None:
+        i = bisect.bisect_left(self.heads, item)
+        if i < len(self.heads) and self.heads[i] == item:
+            del self.heads[i]
+
+    def _pop(self, sid: int) -> None:
+        q = self.queues[sid]
+        self._drop_head(q.pop(0))
+        if q:
+            bisect.insort(self.heads, q[0])
+            self.fresh.add(sid)
+
+    # ---- engine events ---------------------------------------------------------------
+    def arrive(self, sim: Sim, jid: int) -> None:
+        if self.submit_time and not isinstance(self.sig_list[self._sid(jid)], tuple):
+            if self._try(jid, hold_idle=False) != "started":
+                self._enqueue(jid, whole=True)
+            return
+        self._enqueue(jid)
+
+    def finished(self, sim: Sim, jid: int, gpus: list[int]) -> None:
+        key = sim.runs[jid].job.key
+        for i in gpus:
+            g = self.view.gpus[i]
+            if g.exclusive_job == jid:
+                g.exclusive_job = None
+                self.view.touch(g)
+            else:
+                self.view.remove_occupant(g, key)
+            self._gpu_changed(i)
+
+    def _gpu_changed(self, i: int) -> None:
+        self.changed.add(i)
+        if i in self.reserved and not self.sim.gpus[i].jobs:
+            del self.reserved[i]
+            g = self.view.gpus[i]
+            g.available = True
+            self.view.touch(g)
+
+    def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
+        if not self.learn:
+            return
+        members = sim.gpus[token[0]].jobs
+        if len(members) < 2:
+            return
+        rates = {j: sim.runs[j].rate for j in members}
+        obs = self._observe(jid, members, rates)
+        floor = 1.0 / self.cfg.max_slowdown
+        harmful = sum(rates.values()) < 1.0 or any(
+            rates[j] < floor for j in members if sim.runs[j].job.mode != "aggressive")
+        if harmful:
+            key = sim.runs[jid].job.key
+            for i in sim.evict(jid):
+                self.view.remove_occupant(self.view.gpus[i], key)
+                self._gpu_changed(i)
+            self.retractions += 1
+            self._apply(obs)
+            self.arrive(sim, jid)
+        else:
+            self._pending_obs.update(obs)
+
+    # ---- learning --------------------------------------------------------------------
+    def _observe(self, new: int, members: list[int],
+                 rates: dict[int, float]) -> dict[tuple[str, str], PairScore]:
+        """Pair throughputs read from an observed set: exact for two jobs; for more, the
+        newcomer's effect on each member is its observed rate over the predicted effect of
+        the others, and the newcomer's own slowdown is split evenly (geometric mean)."""
+        runs = self.sim.runs
+        c = runs[new].job.cls
+        others = [j for j in members if j != new]
+        k = len(others)
+        n_new = rates[new] ** (1.0 / k)
+        out: dict[tuple[str, str], PairScore] = {}
+        for j in others:
+            oc = runs[j].job.cls
+            pred = 1.0
+            for o in others:
+                if o != j:
+                    pred *= self.scores.pair(oc, runs[o].job.cls).n_a
+            n_j = min(rates[j] / pred, 1.0) if pred > 0 else rates[j]
+            out[(c, oc)] = PairScore(n_new, n_j, 0.02 if k == 1 else 0.05, observed=True)
+        return out
+
+    def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:
+        if not obs:
+            return
+        self.scores = with_pairs(self.scores, obs)
+        # signatures carry the table's memory estimate: re-key the waiting jobs
+        waiting = [item for q in self.queues for item in q]
+        whole = {jid for sid, q in enumerate(self.queues)
+                 if isinstance(self.sig_list[sid], tuple) for _, jid in q}
+        self._reset_queues()
+        for _, jid in sorted(waiting):
+            self._enqueue(jid, whole=jid in whole)
+
+    # ---- starting jobs ---------------------------------------------------------------
+    def _start_whole(self, jid: int, gpus: list[int]) -> None:
+        self.sim.start_exclusive(jid, gpus)
+        for i in gpus:
+            g = self.view.gpus[i]
+            g.exclusive_job = jid
+            self.view.touch(g)
+            self.changed.add(i)
+
+    def _idle_for(self, k: int) -> list[int] | None:
+        free = [i for i in sorted(self.sim.idle) if i not in self.reserved]
+        return free[:k] if len(free) >= k else None
+
+    def _try(self, jid: int, hold_idle: bool) -> str:
+        """Place the job; "started", "refused" (no GPU takes it) or "held"."""
+        sim = self.sim
+        job = self._req(jid)
+        d = place(job, self.view, self.scores, self.cfg)
+        if not d.shared or d.node is None or d.index is None:
+            return "refused"
+        pos = self.view.position(d.node, d.index)
+        assert pos is not None
+        g = self.view.gpus[pos]
+        if hold_idle and not g.occupants:
+            return "held"
+        if not sim.start_shared(jid, pos):  # out of memory: learn the pair at once
+            self._apply({(job.cls, o.cls): PairScore(0.0, 0.0, 0.0, observed=True, never=True)
+                         for o in g.occupants if sim.truth.rates([job.cls, o.cls]) is None})
+            return "held"
+        self.view.add_occupant(g, Occupant(
+            key=job.key, user=job.user, uid=job.uid, cls=job.cls,
+            memory_gib=d.memory_gib or 0.0, thread_pct=d.thread_pct or 100,
+            mem_limit_gib=d.mem_limit_gib or 0.0, since=sim.now))
+        self.changed.add(pos)
+        if d.explored:
+            self.explored += 1
+        if len(g.occupants) > 1 and self.learn:
+            sim.schedule_probe(jid, sim.cfg.probe_s)
+        return "started"
+
+    # ---- the scheduling pass ---------------------------------------------------------
+    def schedule(self, sim: Sim) -> None:
+        if (self.learn and self._pending_obs
+                and sim.now - self._last_learn >= sim.cfg.relearn_s):
+            obs, self._pending_obs = self._pending_obs, {}
+            self._last_learn = sim.now
+            self.relearns += 1
+            self._apply(obs)
+        while True:
+            dirty, self.changed = self.changed, set()
+            if not self._pass(dirty):
+                break
+        self._reserve()
+
+    def _free_idle(self) -> bool:
+        return any(i not in self.reserved for i in self.sim.idle)
+
+    def _pass(self, dirty: set[int]) -> int:
+        """Start what can start. Phase 1: while there are idle GPUs, the oldest waiting jobs
+        get them (or a partner). Phase 2: signatures that a changed busy GPU may now
+        accept, oldest first. Refused signatures are not re-placed on the full view until
+        something they could use has changed (equal signatures, equal decisions)."""
+        idx = index_for(self.view, self.scores, self.cfg)
+        owners: dict[int, list[int]] = {}
+        for p in sorted(dirty):
+            if idx.open[p] and idx.count[p] > 0:
+                owners.setdefault(int(idx.owner[p]), []).append(p)
+        mps = self.cfg.cross_user == "never"
+        self._started = 0
+        self._hold_idle = False
+        if self._free_idle():
+            for _, jid in list(self.heads):
+                if self._hold_idle or not self._free_idle():
+                    break
+                self._serve(self.job_sid[jid], jid, owners, mps, idle_phase=True)
+        cand = set(self.fresh)
+        if mps:
+            for u in owners:
+                cand |= self.sids_by_uid.get(u, set())
+        elif owners:
+            cand |= self.sids_by_uid.get(None, set())
+        heads = sorted(self.queues[sid][0] for sid in cand if self.queues[sid])
+        for _, jid in heads:
+            self._serve(self.job_sid[jid], jid, owners, mps, idle_phase=False)
+        return self._started
+
+    def _serve(self, sid: int, head: int, owners: dict[int, list[int]], mps: bool,
+               idle_phase: bool) -> None:
+        q = self.queues[sid]
+        if not q or q[0][1] != head:
+            return
+        sig = self.sig_list[sid]
+        while q:
+            jid = q[0][1]
+            if isinstance(sig, tuple):
+                if not idle_phase:
+                    return
+                free = None if self._hold_idle else self._idle_for(sig[1])
+                if free is None:
+                    self._hold_idle = True
+                    return
+                self._pop(sid)
+                self._start_whole(jid, free)
+                self._started += 1
+                continue
+            if sid not in self.fresh:
+                # refused on the full view before: only GPUs changed since can help
+                idx = index_for(self.view, self.scores, self.cfg)
+                c = idx.cix.get(sig.cls)
+                if idle_phase:
+                    may = not self._hold_idle and any(
+                        self.sim.gpus[i].jobs == [] and idx.free[i] >= sig.est
+                        for i in self.sim.idle if i not in self.reserved)
+                else:
+                    near = owners.get(sig.uid, []) if mps else \
+                        [p for ps in owners.values() for p in ps]
+                    may = c is not None and any(
+                        idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p)
+                        == "share" for p in near)
+                if not may:
+                    return
+            res = self._try(jid, self._hold_idle)
+            if res == "started":
+                self._pop(sid)
+                self._started += 1
+                continue
+            if res == "refused":
+                self.fresh.discard(sid)
+            return
+
+    def _reserve(self) -> None:
+        """Close the GPU(s) expected to drain first to new partners, for the oldest waiting
+        job once it has waited ``reserve_after_s``."""
+        sim = self.sim
+        if self.reserved or not self.heads:
+            return
+        arrival, jid = self.heads[0]
+        if sim.now - arrival < sim.cfg.reserve_after_s:
+            return
+        need = sim.runs[jid].job.gpus - len(sim.idle)
+        if need <= 0:
+            return
+        drain = []
+        for g in sim.gpus:
+            if g.jobs and not g.exclusive:
+                t = max(sim.runs[j].remaining / sim.runs[j].rate for j in g.jobs)
+                drain.append((t, g.idx))
+        drain.sort()
+        for _, i in drain[:need]:
+            self.reserved[i] = jid
+            v = self.view.gpus[i]
+            v.available = False
+            self.view.touch(v)
+        self.reservations += 1
