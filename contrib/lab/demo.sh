@@ -9,7 +9,8 @@ LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
 DEMO_SECONDS=${DEMO_SECONDS:-40}
 bash "$REPO/contrib/lab/up.sh"
 export SLURM_COLO_CONFIG=/etc/slurm-colo/config.toml
-CLI=$REPO/.venv/bin/slurm-colo
+VENV=${VENV:-/opt/slurm-colo-lab/venv}
+CLI=$VENV/bin/slurm-colo
 
 scancel --full --state=PENDING 2>/dev/null || true
 scancel --full --state=RUNNING 2>/dev/null || true
@@ -45,7 +46,7 @@ sleep 6
 
 echo
 echo "== who runs where, read back from Slurm (squeue --json gres_detail) =="
-"$REPO/.venv/bin/python" - <<'EOP'
+"$VENV/bin/python" - <<'EOP'
 from collections import defaultdict
 from slurm_colo.slurm.json_backend import JsonBackend
 from slurm_colo.tags import parse_tag

@@ -11,9 +11,12 @@ LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
 LAB_GPUS=${LAB_GPUS:-4}
 LAB_SHARED=${LAB_SHARED:-0-1}
 NODE=$(hostname -s)
-VENV=${VENV:-$REPO/.venv}
+# The lab's own environment, outside the checkout: jobs' TaskProlog runs as the job user and
+# must be able to read the interpreter, the package and the shims wherever the repo lives.
+VENV=${VENV:-/opt/slurm-colo-lab/venv}
 PY=$VENV/bin/python
 t0=$(date +%s.%N)
+reinstalled=0
 log() { awk -v a="$t0" -v b="$(date +%s.%N)" -v m="$*" 'BEGIN{printf "[lab %5.1fs] %s\n", b-a, m}'; }
 [ "$(id -u)" -eq 0 ] || { echo "lab: run as root (it starts slurmctld/slurmd and creates device nodes)" >&2; exit 1; }
 
@@ -29,12 +32,20 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 log "packages: $(slurmctld -V)"
 
-# 2. python environment with slurm-colo
-if ! "$PY" -c 'import slurm_colo' 2>/dev/null; then
-  python3 -m venv "$VENV"
+# 2. python environment with slurm-colo (Debian's python3, readable by every user);
+#    reinstalled when the package sources changed since the last install
+if [ ! -x "$PY" ]; then
+  /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  "$VENV/bin/pip" install -q -e "$REPO" >/dev/null
 fi
+if [ ! -f "$VENV/.installed" ] || [ -n "$(find "$REPO/slurm_colo" "$REPO/pyproject.toml" -newer "$VENV/.installed" -print -quit)" ]; then
+  rm -rf "$REPO/build"
+  "$VENV/bin/pip" install -q --no-cache-dir "$REPO" >/dev/null
+  rm -rf "$REPO/build" "$REPO"/*.egg-info
+  touch "$VENV/.installed"
+  reinstalled=1
+fi
+chmod -R a+rX "$(dirname "$VENV")"
 log "python: $("$PY" -c 'import slurm_colo,sys; print(sys.executable, slurm_colo.__version__)')"
 
 # 3. munge
@@ -57,7 +68,13 @@ done
 for u in alice bob; do id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"; done
 
 # 6. slurm-colo config, hooks env, scores
-install -d -m 0755 /etc/slurm-colo "$LAB_DIR" "$LAB_DIR/state" "$LAB_DIR/spool" /run/slurm-colo
+install -d -m 0755 /etc/slurm-colo "$LAB_DIR" "$LAB_DIR/state" "$LAB_DIR/spool" "$LAB_DIR/libexec" /run/slurm-colo
+for h in prolog epilog taskprolog taskepilog; do install -m 0755 "$REPO/prolog/slurm-colo-$h" "$LAB_DIR/libexec/"; done
+install -m 0644 "$REPO/contrib/lab/nvml-scenario.json" "$LAB_DIR/libexec/"
+emu=$("$PY" -c 'import slurm_colo.node.mps_emulator as m; print(m.__file__)')
+printf '#!/bin/sh\n# lab stand-in for nvidia-cuda-mps-control (the slurm-colo MPS emulator)\nexec %s -I -S %s "$@"\n' \
+  "$PY" "$emu" > "$LAB_DIR/libexec/nvidia-cuda-mps-control"
+chmod 0755 "$LAB_DIR/libexec/nvidia-cuda-mps-control"
 install -d -m 1777 "$LAB_DIR/out"
 cat > /etc/slurm-colo/config.toml <<EOT
 # slurm-colo lab configuration (written by contrib/lab/up.sh)
@@ -82,9 +99,9 @@ path = "$LAB_DIR/state/scores.json"
 
 [node]
 mps_backend = "emulator"
-mps_control = "$REPO/contrib/lab/bin/nvidia-cuda-mps-control"
+mps_control = "$LAB_DIR/libexec/nvidia-cuda-mps-control"
 nvml_backend = "scenario"
-nvml_scenario = "$REPO/contrib/lab/nvml-scenario.json"
+nvml_scenario = "$LAB_DIR/libexec/nvml-scenario.json"
 run_dir = "/run/slurm-colo"
 spool_dir = "$LAB_DIR/spool"
 
@@ -98,8 +115,16 @@ shards_per_gpu = 4
 EOT
 printf 'SLURM_COLO_PYTHON=%s\nSLURM_COLO_CONFIG=/etc/slurm-colo/config.toml\n' "$PY" > /etc/slurm-colo/hooks.env
 export SLURM_COLO_CONFIG=/etc/slurm-colo/config.toml
-[ -s "$LAB_DIR/state/scores.json" ] || "$VENV/bin/slurm-colo" scores load --measured v100 >/dev/null
-log "config /etc/slurm-colo/config.toml, scores $LAB_DIR/state/scores.json"
+"$VENV/bin/slurm-colo" db upgrade >/dev/null
+if [ ! -s "$LAB_DIR/state/scores.json" ]; then
+  # bootstrap the scores the way a site does: import a profiling campaign, retrain
+  if ! { "$VENV/bin/slurm-colo" history import --gpu v100 >/dev/null &&
+         "$VENV/bin/slurm-colo" retrain >"$LAB_DIR/retrain.log" 2>&1; }; then
+    echo "lab: WARNING: retrain failed (see $LAB_DIR/retrain.log); loading the measured V100 table instead" >&2
+    "$VENV/bin/slurm-colo" scores load --measured v100 >/dev/null
+  fi
+fi
+log "config /etc/slurm-colo/config.toml, history $LAB_DIR/state/history.db, scores $LAB_DIR/state/scores.json"
 
 # 7. SPANK plugin and Lua hook
 make -s -C "$REPO/spank" >/dev/null
@@ -152,10 +177,10 @@ SlurmdParameters=config_overrides
 JobSubmitPlugins=lua
 GresTypes=gpu,shard
 PrologFlags=Alloc
-Prolog=$REPO/prolog/slurm-colo-prolog
-Epilog=$REPO/prolog/slurm-colo-epilog
-TaskProlog=$REPO/prolog/slurm-colo-taskprolog
-TaskEpilog=$REPO/prolog/slurm-colo-taskepilog
+Prolog=$LAB_DIR/libexec/slurm-colo-prolog
+Epilog=$LAB_DIR/libexec/slurm-colo-epilog
+TaskProlog=$LAB_DIR/libexec/slurm-colo-taskprolog
+TaskEpilog=$LAB_DIR/libexec/slurm-colo-taskepilog
 PrologEpilogTimeout=60
 NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=16 RealMemory=4000 Gres=$(cat "$LAB_DIR/gres.txt") State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -187,7 +212,11 @@ st=$(sinfo -h -n "$NODE" -o %T)
 case "$st" in idle|mixed|allocated) ;; *) scontrol update nodename="$NODE" state=resume 2>/dev/null || true ;; esac
 log "slurmctld $(cat /run/slurmctld.pid), slurmd $(cat /run/slurmd.pid), node $NODE $(sinfo -h -n "$NODE" -o '%T %G')"
 
-# 10. the agent
+# 10. the agent (restarted when the package was reinstalled)
+if [ $reinstalled -eq 1 ] && alive "$LAB_DIR/agent.pid"; then
+  kill "$(cat "$LAB_DIR/agent.pid")"
+  for _ in $(seq 1 50); do alive "$LAB_DIR/agent.pid" || break; sleep 0.1; done
+fi
 if ! alive "$LAB_DIR/agent.pid"; then
   nohup "$VENV/bin/slurm-colo" agent >>"$LAB_DIR/agent.log" 2>&1 &
   echo $! > "$LAB_DIR/agent.pid"

@@ -18,7 +18,8 @@ AGENT_PID = LAB_DIR / "agent.pid"
 SOCKET = Path("/run/slurm-colo/agent.sock")
 CTLD_LOG = Path("/var/log/slurm/slurmctld.log")
 SCORES = LAB_DIR / "state" / "scores.json"
-CLI = str(REPO / ".venv" / "bin" / "slurm-colo")
+#: the lab's installed copy (contrib/lab/up.sh), as the hooks and the agent run it
+CLI = os.environ.get("LAB_CLI", "/opt/slurm-colo-lab/venv/bin/slurm-colo")
 SHARED_GPUS = {0, 1}
 RETRY_AFTER_S = 2.0  # agent.retry_after_s in the lab config
 
