@@ -73,10 +73,10 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
         table.prior_n, table.prior_sd = 0.6, PRIOR_SD
         table.training["model"] = "prior-only (no pair data)"
         return table
-    mean = np.minimum(np.exp(gp.predict_grid()), n_max)
-    sd_log = gp.predict_sd_grid()
+    mean_log, sd_log = gp.predict()
+    mean = np.minimum(np.exp(mean_log), n_max)
     sd = mean * sd_log
-    e = gp.entries
+    e = gp.local if gp.local is not None else gp.entries
     cens = e.censored
     # censored entries are lower bounds
     obs_val = np.exp(e.y[cens])

@@ -14,10 +14,12 @@ from its features only; with little data the prediction falls back to the mean (
 and the posterior standard deviation grows. Noise per entry is ``noise / weight``.
 
 Hyper-parameters are fitted by maximising the marginal likelihood (analytic gradients) on
-at most :data:`HYPER_SUBSAMPLE` entries. Up to :data:`EXACT_LIMIT` entries are solved
-exactly (Cholesky); above that the mean uses conjugate gradients with a matrix-product
-trick (cost per step O(k^3) for k classes, independent of the number of entries), and
-standard deviations come from the subsample (an upper bound of the full-data ones).
+at most :data:`HYPER_SUBSAMPLE` entries. Up to :data:`EXACT_LIMIT` entries the posterior is
+exact. Above that (hundreds of classes) the structure comes from a stratified subsample of
+:data:`EXACT_LIMIT` entries (the heaviest entries of every class plus random ones; the
+standard deviation from :data:`VAR_SUBSAMPLE`, an upper bound), and then every observed
+pair's own aggregated value is folded in by a precision-weighted update: cost grows with
+the number of classes, not of episodes.
 """
 
 from __future__ import annotations
@@ -25,15 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
 from scipy.optimize import minimize
-from scipy.sparse.linalg import LinearOperator, cg
 from threadpoolctl import threadpool_limits
 
 from .data import Entries
 
 HYPER_SUBSAMPLE = 500
 EXACT_LIMIT = 2500
+VAR_SUBSAMPLE = 250
 N_GROUPS = 5
 # log-parameters: w_g (N_GROUPS), ident, s_int, s_row, s_col, noise
 _START = np.log([1.0, 1.0, 1.0, 1.0, 1.0, 0.1, 0.05, 0.05, 0.05, 1e-3])
@@ -94,11 +96,13 @@ class PairGP:
     theta: np.ndarray
     mean: float
     c: np.ndarray  # class kernel
-    entries: Entries
+    entries: Entries  # entries the mean is conditioned on (all, or a stratified subsample)
     alpha: np.ndarray
-    var_entries: Entries  # entries used for the variance (all, or the subsample)
+    var_entries: Entries  # entries the variance is conditioned on (all, or a subsample)
     var_factor: tuple[np.ndarray, bool]
     nll: float
+    #: large data only: every entry, folded in afterwards by a per-pair precision update
+    local: Entries | None = None
 
     @property
     def params(self) -> dict[str, float]:
@@ -106,20 +110,21 @@ class PairGP:
         names += ["ident", "s_int", "s_row", "s_col", "noise"]
         return {n: round(float(np.exp(t)), 6) for n, t in zip(names, self.theta)}
 
-    def _cross(self, qa: np.ndarray, qb: np.ndarray, e: Entries) -> np.ndarray:
-        s_int, s_row, s_col = np.exp(self.theta[N_GROUPS + 1:N_GROUPS + 4])
-        ka = self.c[np.ix_(qa, e.ia)]
-        kb = self.c[np.ix_(qb, e.ib)]
-        return s_int * ka * kb + s_row * ka + s_col * kb
-
-    def predict_grid(self) -> np.ndarray:
-        """Posterior mean of log n for every ordered pair of classes (k x k)."""
+    def predict(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior (mean, standard deviation) of log n for every ordered pair (k x k)."""
         with threadpool_limits(limits=1, user_api="blas"):
-            return self._predict_grid()
+            mean, sd = self._mean_grid(), self._sd_grid()
+            if self.local is not None:
+                mean, sd = self._fold_in(mean, sd, self.local)
+            return mean, sd
 
-    def _predict_grid(self) -> np.ndarray:
-        k = self.c.shape[0]
+    def _scales(self) -> tuple[float, float, float]:
         s_int, s_row, s_col = np.exp(self.theta[N_GROUPS + 1:N_GROUPS + 4])
+        return float(s_int), float(s_row), float(s_col)
+
+    def _mean_grid(self) -> np.ndarray:
+        k = self.c.shape[0]
+        s_int, s_row, s_col = self._scales()
         a = np.zeros((k, k))
         np.add.at(a, (self.entries.ia, self.entries.ib), self.alpha)
         grid = s_int * (self.c @ a @ self.c.T)
@@ -127,24 +132,42 @@ class PairGP:
         grid += s_col * (self.c @ a.sum(0))[None, :]
         return grid + self.mean
 
-    def predict_sd_grid(self, chunk: int = 20000) -> np.ndarray:
-        """Posterior standard deviation of log n for every ordered pair (k x k)."""
-        with threadpool_limits(limits=1, user_api="blas"):
-            return self._predict_sd_grid(chunk)
-
-    def _predict_sd_grid(self, chunk: int) -> np.ndarray:
+    def _sd_grid(self) -> np.ndarray:
+        """Row by row: k(x, X) for all pairs (a, .) is a broadcast of class-kernel rows."""
         k = self.c.shape[0]
-        s_int, s_row, s_col = np.exp(self.theta[N_GROUPS + 1:N_GROUPS + 4])
+        s_int, s_row, s_col = self._scales()
         dc = np.diag(self.c)
         prior = s_int * dc[:, None] * dc[None, :] + s_row * dc[:, None] + s_col * dc[None, :]
-        qa, qb = np.divmod(np.arange(k * k), k)
-        red = np.zeros(k * k)
-        for s in range(0, k * k, chunk):
-            kx = self._cross(qa[s:s + chunk], qb[s:s + chunk], self.var_entries)
-            v = cho_solve(self.var_factor, kx.T, check_finite=False)
-            red[s:s + chunk] = (kx * v.T).sum(1)
-        var = np.maximum(prior.ravel() - red, 1e-8)
-        return np.sqrt(var).reshape(k, k)
+        # float32 is plenty for a standard deviation and halves the cost
+        ca = self.c[:, self.var_entries.ia].astype(np.float32)  # k x m
+        cb = self.c[:, self.var_entries.ib].astype(np.float32)
+        lower = self.var_factor[0]
+        linv = solve_triangular(lower, np.eye(lower.shape[0]), lower=True,
+                                check_finite=False).T.astype(np.float32)
+        for arr in (ca, cb, linv):  # float32 denormals make every product crawl
+            arr[np.abs(arr) < 1e-15] = 0.0
+        red = np.empty((k, k))
+        cb_l = np.float32(s_col) * (cb @ linv)  # the column term, the same for every row
+        si, sr = np.float32(s_int), np.float32(s_row)
+        step = max(1, 8192 // max(k, 1))  # rows per block: one large product per block
+        for a0 in range(0, k, step):
+            blk = ca[a0:a0 + step, None, :]  # r x 1 x m
+            x = (si * blk * cb[None] + sr * blk).reshape(-1, ca.shape[1])
+            v = (x @ linv).reshape(blk.shape[0], k, -1) + cb_l[None]
+            red[a0:a0 + step] = np.einsum("rij,rij->ri", v, v)
+        return np.sqrt(np.maximum(prior - red, 1e-8))
+
+    def _fold_in(self, mean: np.ndarray, sd: np.ndarray, e: Entries) -> tuple[np.ndarray, np.ndarray]:
+        """Precision-weighted update of each observed pair with its own aggregated value."""
+        noise = float(np.exp(self.theta[-1]))
+        prec_obs = e.w / noise
+        var0 = sd[e.ia, e.ib] ** 2
+        prec = 1.0 / var0 + prec_obs
+        mean = mean.copy()
+        sd = sd.copy()
+        mean[e.ia, e.ib] = (mean[e.ia, e.ib] / var0 + e.y * prec_obs) / prec
+        sd[e.ia, e.ib] = np.sqrt(1.0 / prec)
+        return mean, sd
 
 
 def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,
@@ -155,6 +178,33 @@ def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,
     busy node is many times slower than one thread."""
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit_gp(e, dists, seed, optimise, theta)
+
+
+def _stratified(e: Entries, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Indexes of about ``size`` entries: the heaviest few of every row class, every column
+    class, then random ones, so that every class keeps some weight in the structure."""
+    k = int(max(e.ia.max(), e.ib.max())) + 1
+    per = max(1, size // (4 * k))
+    order = np.argsort(-e.w, kind="stable")
+    picked: list[np.ndarray] = []
+    for key in (e.ia, e.ib):
+        ranked = key[order]
+        first = np.zeros(len(order), bool)
+        # rank of each entry within its class, heaviest first
+        srt = np.argsort(ranked, kind="stable")
+        grp = ranked[srt]
+        starts = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
+        rank = np.arange(len(grp)) - np.repeat(starts, np.diff(np.r_[starts, len(grp)]))
+        first[srt[rank < per]] = True
+        picked.append(order[first])
+    chosen = np.unique(np.concatenate(picked))
+    if len(chosen) > size:  # more classes than budget: a random share of the heavy ones
+        chosen = rng.choice(chosen, size, replace=False)
+    rest = np.setdiff1d(np.arange(len(e)), chosen)
+    extra = max(0, size - len(chosen))
+    if extra and len(rest):
+        chosen = np.concatenate([chosen, rng.choice(rest, min(extra, len(rest)), replace=False)])
+    return np.sort(chosen)
 
 
 def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
@@ -177,38 +227,18 @@ def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
     s_int, s_row, s_col = np.exp(th[N_GROUPS + 1:N_GROUPS + 4])
     noise = np.exp(th[-1])
 
-    def gram(x: Entries) -> np.ndarray:
+    def factor(x: Entries) -> tuple[np.ndarray, bool]:
         ka = c[np.ix_(x.ia, x.ia)]
         kb = c[np.ix_(x.ib, x.ib)]
-        return s_int * ka * kb + s_row * ka + s_col * kb + np.diag(noise / x.w)
+        g = s_int * ka * kb + s_row * ka + s_col * kb + np.diag(noise / x.w)
+        return cho_factor(g, lower=True, check_finite=False)
 
-    var_e = e if len(e) <= EXACT_LIMIT else sub
-    var_factor = cho_factor(gram(var_e), lower=True, check_finite=False)
-    yc = e.y - mean
     if len(e) <= EXACT_LIMIT:
-        alpha = cho_solve(var_factor, yc, check_finite=False)
-    else:
-        alpha = _cg_solve(c, e, yc, s_int, s_row, s_col, noise)
-    return PairGP(th, mean, c, e, alpha, var_e, var_factor, nll)
-
-
-def _cg_solve(c: np.ndarray, e: Entries, yc: np.ndarray, s_int: float, s_row: float,
-              s_col: float, noise: float) -> np.ndarray:
-    k = c.shape[0]
-    nd = noise / e.w
-    m = len(e)
-
-    def mv(x: np.ndarray) -> np.ndarray:
-        a = np.zeros((k, k))
-        a[e.ia, e.ib] = x  # entries are unique per ordered pair
-        out = s_int * (c @ a @ c)[e.ia, e.ib]
-        out += s_row * (c @ a.sum(1))[e.ia]
-        out += s_col * (c @ a.sum(0))[e.ib]
-        return out + nd * x
-
-    dc = np.diag(c)
-    diag = s_int * dc[e.ia] * dc[e.ib] + s_row * dc[e.ia] + s_col * dc[e.ib] + nd
-    op = LinearOperator((m, m), matvec=mv, dtype=float)
-    pre = LinearOperator((m, m), matvec=lambda x: x / diag, dtype=float)
-    x, _info = cg(op, yc, M=pre, rtol=1e-6, maxiter=400)
-    return x
+        f = factor(e)
+        alpha = cho_solve(f, e.y - mean, check_finite=False)
+        return PairGP(th, mean, c, e, alpha, e, f, nll)
+    # large data: the structure from a stratified subsample, every entry folded in after
+    mean_e = _subset(e, _stratified(e, EXACT_LIMIT, rng))
+    alpha = cho_solve(factor(mean_e), mean_e.y - mean, check_finite=False)
+    var_e = _subset(e, _stratified(e, VAR_SUBSAMPLE, rng))
+    return PairGP(th, mean, c, mean_e, alpha, var_e, factor(var_e), nll, local=e)

@@ -1,0 +1,89 @@
+"""Retrain benchmark: 1 million co-location episodes over 500 classes (synthetic).
+
+Prints the time and peak memory of everything the nightly retrain does after reading the
+database: episodes -> observations (recency weights), held-out check, full fit, table.
+Target: under 30 s and under 1 GiB on a 2-core machine.
+
+    .venv/bin/python benchmarks/retrain_bench.py [--episodes 1000000] [--classes 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+
+from slurm_colo.model import Observations, fit_table
+from slurm_colo.model.history import PairEpisodes, add_pair_episodes, pair_episodes
+from slurm_colo.model.validate import holdout_mae
+
+
+def synthetic(n_episodes: int, n_classes: int, seed: int = 0) -> tuple[PairEpisodes, np.ndarray]:
+    """Classes in families with batch sizes; n(a|b) = 1 / (1 + u_a . v_b) plus noise."""
+    rng = np.random.default_rng(seed)
+    fams = max(1, n_classes // 10)
+    names = [f"fam{i % fams}-bs{2 ** (3 + (i // fams) % 8)}" + (f"v{i}" if i >= fams * 8 else "")
+             for i in range(n_classes)]
+    fam_u = rng.uniform(0.2, 1.0, (fams, 2))
+    scale = np.array([0.6 + 0.1 * ((i // fams) % 8) for i in range(n_classes)])
+    u = fam_u[np.arange(n_classes) % fams] * scale[:, None] + rng.normal(0, 0.05, (n_classes, 2))
+    u = np.clip(u, 0.05, None)
+    truth = 1.0 / (1.0 + 0.8 * u @ u.T)
+    # sites run some pairs a lot and most pairs never: Zipf-like pair popularity
+    a = rng.zipf(1.3, n_episodes) % n_classes
+    b = rng.integers(0, n_classes, n_episodes)
+    na = np.clip(truth[a, b] + rng.normal(0, 0.03, n_episodes), 0.02, 1.0)
+    nb = np.clip(truth[b, a] + rng.normal(0, 0.03, n_episodes), 0.02, 1.0)
+    nb[a == b] = na[a == b]
+    hours = rng.exponential(2.0, n_episodes) + 0.05
+    end = 1.8e9 - rng.uniform(0, 180 * 86400, n_episodes)
+    q = np.where(rng.random(n_episodes) < 0.8, 1.0, 0.3)
+    fault = rng.random(n_episodes) < 1e-4
+    ep = PairEpisodes(names, a.astype(np.int64), b.astype(np.int64), na, nb, hours, end, q, q.copy(),
+                      fault, np.zeros(n_episodes, bool))
+    return ep, truth
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--episodes", type=int, default=1_000_000)
+    ap.add_argument("--classes", type=int, default=500)
+    ap.add_argument("--tuples", type=int, default=100_000,
+                    help="also time the per-episode conversion of this many stored episodes")
+    args = ap.parse_args()
+    ep, truth = synthetic(args.episodes, args.classes)
+    t0 = time.perf_counter()
+    obs = Observations()
+    add_pair_episodes(obs, ep, now=1.8e9, half_life_days=30.0)
+    t1 = time.perf_counter()
+    mae, hidden = holdout_mae(obs, share=0.2, seed=0)
+    t2 = time.perf_counter()
+    table = fit_table(obs, seed=0)
+    t3 = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    names = ep.classes
+    err = np.mean([abs(table.pair(names[i], names[j]).n_a - truth[i, j])
+                   for i, j in np.random.default_rng(1).integers(0, len(names), (2000, 2))])
+    print(f"episodes {args.episodes:,}, classes {args.classes}, ordered entries {table.training['entries']:,}, "
+          f"pairs in table {len(table.pairs):,}")
+    print(f"observations {t1 - t0:6.2f} s")
+    print(f"held-out fit {t2 - t1:6.2f} s  (MAE {mae:.4f} on {hidden:,} pairs)")
+    print(f"full fit     {t3 - t2:6.2f} s")
+    print(f"total        {t3 - t0:6.2f} s  (target < 30 s)")
+    print(f"peak memory  {peak:6.0f} MiB (target < 1024 MiB)")
+    print(f"MAE of n vs the synthetic truth on 2000 random pairs: {err:.4f}")
+    if args.tuples:
+        k = args.tuples
+        rows = [(0.0, 3600.0, [(1, names[int(ep.a[i])], float(ep.n_a[i]), "progress"),
+                               (2, names[int(ep.b[i])], float(ep.n_b[i]), "progress")], False, False)
+                for i in range(k)]
+        t4 = time.perf_counter()
+        pair_episodes(rows)
+        t5 = time.perf_counter()
+        print(f"conversion of stored episodes to arrays: {k / (t5 - t4):,.0f} episodes/s")
+
+
+if __name__ == "__main__":
+    main()
