@@ -1,0 +1,145 @@
+"""Sampler: streaming summary (solo vs shared phases), bounded memory, job-process
+attribution, GPU lost mid-job, run loop and final flush."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+from slurm_colo.node import journal
+from slurm_colo.node.fsutil import atomic_write_json, read_json
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.node.nvml import NvmlGate
+from slurm_colo.node.nvml_scenario import ScenarioNvml
+from slurm_colo.node.profile_acc import GIB, ProfileAccumulator, Reading
+from slurm_colo.node.sampler import Sampler, dcgm_status, run
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_node_lifecycle import node_config  # noqa: E402
+
+
+def test_solo_and_shared_phases_are_summarised_apart() -> None:
+    acc = ProfileAccumulator(interval_s=1.0)
+    for _ in range(10):
+        acc.add(Reading(sm_util=90, mem_bw_util=40, mem_used=8 * GIB, power_w=250), shared=False)
+    for _ in range(30):
+        acc.add(Reading(sm_util=50, mem_bw_util=60, mem_used=14 * GIB, power_w=280), shared=True)
+    s = acc.summary()
+    assert (s["solo_s"], s["shared_s"], s["samples"]) == (10.0, 30.0, 40)
+    assert s["solo"]["sm_util_mean"] == 90.0 and s["shared"]["sm_util_mean"] == 50.0
+    assert s["sm_util_mean"] == 60.0 and s["sm_util_p95"] == 90.0
+    assert s["mem_peak_gib"] == 14.0 and s["solo"]["mem_peak_gib"] == 8.0
+    assert s["shared"]["power_w_mean"] == 280.0
+
+
+def test_p95_and_missing_readings() -> None:
+    acc = ProfileAccumulator()
+    for v in range(100):  # 0..99
+        acc.add(Reading(sm_util=v), shared=False)
+    acc.add(Reading(), shared=False)  # nothing readable this tick
+    s = acc.summary()
+    assert s["samples"] == 101 and s["sm_util_p95"] == 94.0
+    assert s["mem_used_mean_gib"] is None and s["power_w_mean"] is None
+
+
+def test_memory_is_bounded() -> None:
+    acc = ProfileAccumulator()
+    acc.add(Reading(sm_util=1, mem_used=1.0), shared=False)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(20000):
+        acc.add(Reading(sm_util=i % 100, mem_bw_util=5, mem_used=float(i), power_w=100.0),
+                shared=bool(i % 2))
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 16 * 1024  # 20k samples, a few KiB at most (no sample list)
+
+
+def _state(lay: NodeLayout, job: int, gpus: list[int]) -> None:
+    lay.job_dir(job).mkdir(parents=True)
+    atomic_write_json(lay.job_dir(job) / "state.json", {"gpus": gpus, "start": time.time()})
+    for g in gpus:
+        lay.gpu_dir(g).mkdir(parents=True, exist_ok=True)
+
+
+def test_sampler_follows_the_journal_and_attributes_job_processes(tmp_path: Path) -> None:
+    lay = NodeLayout(tmp_path / "run", tmp_path / "spool")
+    _state(lay, 7, [0])
+    # a process of job 7 (found by its SLURM_JOB_ID; cgroups are used where Slurm has them)
+    job_proc = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "7"})
+    try:
+        nv = ScenarioNvml({"gpus": [{"uuid": "GPU-0", "sm_util": 70, "mem_util": 30,
+                                     "memory_used_mib": 4096, "processes": [
+                                         {"pid": job_proc.pid, "used_mib": 3072, "sm_util": 55},
+                                         {"pid": os.getpid(), "used_mib": 512, "sm_util": 10}]}]})
+        s = Sampler(NvmlGate(nv, "scenario"), [0], 7, lay, 1.0)
+        journal.append(lay.journal(0), {"ev": "start", "job": 7, "cls": "a", "user": "u",
+                                        "uid": 1})
+        s.tick()
+        s.tick()
+        journal.append(lay.journal(0), {"ev": "start", "job": 8, "cls": "b", "user": "u",
+                                        "uid": 1})
+        s.tick()
+        out = s.summary()
+    finally:
+        job_proc.kill()
+        job_proc.wait()
+    assert (out["solo_s"], out["shared_s"]) == (2.0, 1.0)
+    assert out["job_mem_peak_gib"] == 3.0  # only the job's own process
+    assert out["job_sm_util_mean"] == 55.0
+    assert out["sm_util_mean"] == 70.0 and out["mem_peak_gib"] == 4.0
+    assert out["dcgm"] == dcgm_status() and out["gpu_lost"] == []
+
+
+def test_gpu_lost_mid_job(tmp_path: Path) -> None:
+    lay = NodeLayout(tmp_path / "run", tmp_path / "spool")
+    _state(lay, 3, [0, 1])
+    nv = ScenarioNvml({"t0": time.time(), "gpus": [{"uuid": "a", "sm_util": 40},
+                                                   {"uuid": "b", "sm_util": 80,
+                                                    "lost_after_s": 0.3}]})
+    s = Sampler(NvmlGate(nv, "scenario"), [0, 1], 3, lay, 1.0)
+    s.tick()
+    time.sleep(0.35)
+    s.tick()
+    s.tick()
+    out = s.summary()
+    assert out["gpu_lost"] == [1]
+    # first tick averages both GPUs (60), then only the surviving GPU 0 (40)
+    assert out["sm_util_mean"] == round((60 + 40 + 40) / 3, 2)
+    assert "GPU is lost" in " ".join(out["errors"])
+
+
+def test_not_supported_readings_are_listed(tmp_path: Path) -> None:
+    lay = NodeLayout(tmp_path / "run", tmp_path / "spool")
+    _state(lay, 4, [0])
+    nv = ScenarioNvml({"gpus": [{"uuid": "a", "not_supported": ["power", "utilization"]}]})
+    s = Sampler(NvmlGate(nv, "scenario"), [0], 4, lay, 1.0)
+    s.tick()
+    out = s.summary()
+    assert out["not_supported"] == ["power", "utilization"] and out["power_w_mean"] is None
+
+
+def test_run_loop_flushes_a_final_summary(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, interval_s=0.01)
+    lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
+    _state(lay, 5, [0])
+    assert run(cfg, 5, max_ticks=20) == 0
+    prof = read_json(lay.job_dir(5) / "profile.json")
+    assert prof["final"] is True and prof["samples"] == 20 and prof["sm_util_mean"] == 50.0
+
+
+def test_sampler_process_stops_on_sigterm(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, interval_s=0.05)
+    lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
+    _state(lay, 6, [1])
+    p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.sampler", "6"],
+                         env={**os.environ, "SLURM_COLO_CONFIG": cfg.source})
+    time.sleep(1.0)
+    p.terminate()
+    assert p.wait(timeout=10) == 0
+    prof = read_json(lay.job_dir(6) / "profile.json")
+    assert prof["final"] is True and prof["samples"] >= 2
