@@ -141,6 +141,11 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
             for o in outs:
                 if o.state != "ok":
                     log.warning("job %d: %s", info.job_id, o.message)
+                if not o.gpu_usable:
+                    res.refuse = True
+                    log.error("job %d: GPU left in EXCLUSIVE_PROCESS mode after an MPS failure "
+                              "and NVML cannot reset it; refusing the job (the node will "
+                              "drain: fix the GPU, then 'slurm-colo node cleanup')", info.job_id)
     jobstate.write_task(lay, info.job_id, info.uid, task)
     if launch_sampler and cfg.node.profile != "none":
         state["sampler_pid"] = start_sampler(cfg, info.job_id)

@@ -43,6 +43,10 @@ class MpsOutcome:
     log_dir: str = ""
     log_offset: int = 0
     events: list[str] = field(default_factory=list)
+    #: False when the GPU is left unusable for a job (still in EXCLUSIVE_PROCESS compute
+    #: mode after a failed reset): the Prolog then refuses the job (exit 100) instead of
+    #: letting it fail on a GPU it cannot open
+    gpu_usable: bool = True
 
 
 @dataclass
@@ -116,10 +120,11 @@ class GpuMps:
             self.clean_stale()
         now = time.time()
         if len(self._crashes(now)) >= MAX_CRASHES:
-            self._set_mode(COMPUTE_DEFAULT)
+            usable = self._set_mode(COMPUTE_DEFAULT) or not self._exclusive()
             return MpsOutcome("broken", f"MPS on GPU {self.index} crashed {MAX_CRASHES} times "
                               f"in {CRASH_WINDOW_S / 60:.0f} min (restart loop); job {job_id} "
-                              "runs time-sliced without MPS; run 'slurm-colo node cleanup'")
+                              "runs time-sliced without MPS; run 'slurm-colo node cleanup'",
+                              gpu_usable=usable)
         return self._start(uid)
 
     def _start(self, uid: int) -> MpsOutcome:
@@ -148,7 +153,8 @@ class GpuMps:
             self._note_crash("daemon_start_failed", str(e))
             self.stop(st, reason="start failed")
             return MpsOutcome("broken", f"MPS daemon for GPU {self.index} did not start: {e}; "
-                              "the job runs time-sliced without MPS")
+                              "the job runs time-sliced without MPS",
+                              gpu_usable=not self._exclusive())
         log.info("GPU %d: started MPS daemon %s for uid %d (%s)", self.index, st["pid"], uid, pipe)
         return MpsOutcome("ok", "", str(pipe), str(logd), ctl.log_size())
 
@@ -208,6 +214,10 @@ class GpuMps:
                 killed += left
             shutil.rmtree(pipe, ignore_errors=True)
         return killed
+
+    def _exclusive(self) -> bool:
+        """True when NVML says the GPU is (still) in EXCLUSIVE_PROCESS compute mode."""
+        return self.open_gpu(self.index).compute_mode() == COMPUTE_EXCLUSIVE_PROCESS
 
     def _set_mode(self, mode: int, gpu: Gpu | None = None) -> bool:
         g = gpu or self.open_gpu(self.index)

@@ -347,3 +347,31 @@ def test_all_faults_on_one_node_lose_and_duplicate_nothing(
     assert ingest_pending(cfg).ingested == 0
     assert db_job_ids(cfg) == list(range(101, 113))
     assert leftover_mps(cfg) == []
+
+
+def test_broken_mps_with_gpu_stuck_exclusive_refuses_the_job(
+        cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expected: when the daemon cannot start AND the GPU cannot be put back into DEFAULT
+    compute mode, the Prolog refuses the job (the one case it passes a failure on) rather
+    than let it start on a GPU it cannot open; while the reset works, it never refuses."""
+    from slurm_colo.node.nvml import Gpu
+
+    monkeypatch.setenv("SLURM_COLO_MPS_EMU_FAULT", "crash-after=0")
+    r = job_start(cfg, mps_job(1), launch_sampler=False)
+    assert r.mps[0].state == "broken" and not r.refuse
+    job_end(cfg, 1, 0, detach_stop=False)
+    stuck: list[int] = []
+    real = Gpu.set_compute_mode
+
+    def no_reset(self: Gpu, mode: int) -> bool:  # NVML refuses to leave EXCLUSIVE_PROCESS
+        if mode == 0:
+            return False
+        stuck.append(mode)
+        return real(self, mode)
+
+    monkeypatch.setattr(Gpu, "set_compute_mode", no_reset)
+    r = job_start(cfg, mps_job(2), launch_sampler=False)
+    assert stuck == [3] and r.mps[0].state == "broken" and r.refuse
+    monkeypatch.setattr(Gpu, "set_compute_mode", real)
+    job_end(cfg, 2, 0, detach_stop=False)
+    assert set(spooled(cfg)) == {1, 2}
