@@ -92,8 +92,8 @@ class AgentState:
             if p is not None:
                 p.running = j.active
         for token, p in list(self.placements.items()):
-            j = self.jobs.get(p.job_id) if p.job_id is not None else None
-            gone = p.job_id is not None and (j is None or not (j.active or j.state == "PENDING"))
+            sj = self.jobs.get(p.job_id) if p.job_id is not None else None
+            gone = p.job_id is not None and (sj is None or not (sj.active or sj.state == "PENDING"))
             stale = p.job_id is None and now - p.created > self.cfg.agent.pending_ttl_s
             if gone or stale:
                 self._drop(token)
