@@ -1,0 +1,85 @@
+"""The agent's own time per placement request (no socket), on a large simulated cluster.
+
+    .venv/bin/python benchmarks/agent_bench.py [--nodes 250] [--gpus 8] [--jobs 10000]
+
+Builds an agent state for NODES nodes with GPUS shared GPUs each, feeds it a Slurm snapshot
+with JOBS running shard jobs spread over them (classes of the bundled V100 data), then times
+PLACE handling (parse + policy + bookkeeping + reply formatting) for a stream of new jobs.
+Target (issue): well under 1 ms per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from slurm_colo.agent.protocol import format_request
+from slurm_colo.agent.server import Agent
+from slurm_colo.config import Config
+from slurm_colo.gavel import bundled_path, load_gavel
+from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.options import derive_class
+from slurm_colo.seed import table_from_measurements
+from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
+
+
+class _Backend:
+    name = "bench"
+
+    def __init__(self, jobs: list[SlurmJob], nodes: list[SlurmNode]) -> None:
+        self._jobs, self._nodes = jobs, nodes
+
+    def jobs(self) -> list[SlurmJob]:
+        return self._jobs
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return None
+
+    def nodes(self) -> list[SlurmNode]:
+        return self._nodes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=250)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=10000)
+    ap.add_argument("--requests", type=int, default=2000)
+    a = ap.parse_args()
+    rng = random.Random(1)
+    data = load_gavel(bundled_path(), "v100")
+    classes = data.classes
+    layout = NodeGpus(f"g[0001-{a.nodes:04d}]", a.gpus, "v100", 32.0, tuple(range(a.gpus)), 4)
+    names = layout.node_names
+    jobs = []
+    for k in range(a.jobs):
+        node, idx = rng.choice(names), rng.randrange(a.gpus)
+        jobs.append(SlurmJob(100000 + k, rng.choice(classes), f"u{rng.randrange(50)}", 1000 + rng.randrange(50),
+                             "RUNNING", nodes=node, gres=(GresAlloc("shard", "", 1, (idx,)),)))
+    agent = Agent(Config(gpus=(layout,)), backend=_Backend(jobs, [SlurmNode(n, "MIXED") for n in names]))
+    agent.state.scores = table_from_measurements(data)
+    t0 = time.perf_counter()
+    agent.refresh()
+    t_refresh = time.perf_counter() - t0
+    assert derive_class(classes[0]) == classes[0]
+    lat = []
+    shared = 0
+    for _ in range(a.requests):
+        uid = 1000 + rng.randrange(50)
+        line = format_request("PLACE", {"v": 1, "uid": uid, "user": f"u{uid - 1000}", "name": "train",
+                                        "mode": "auto", "class": rng.choice(classes)})
+        t = time.perf_counter()
+        reply = agent.handle(line, peer_uid=0)
+        lat.append((time.perf_counter() - t) * 1e6)
+        shared += b"action=share" in reply
+    lat.sort()
+    print(f"cluster: {a.nodes} nodes x {a.gpus} shared GPUs = {a.nodes * a.gpus} GPUs, {a.jobs} running jobs; "
+          f"snapshot rebuild {t_refresh * 1000:.0f} ms")
+    print(f"PLACE handling, {a.requests} requests ({shared} shared): median {statistics.median(lat):.0f} us, "
+          f"p99 {lat[int(0.99 * len(lat))]:.0f} us, max {lat[-1]:.0f} us (target: well under 1000 us)")
+
+
+if __name__ == "__main__":
+    main()
