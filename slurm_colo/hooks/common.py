@@ -4,12 +4,32 @@ rule that an unexpected error is logged and swallowed (exit 0) instead of draini
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import sys
 from typing import Callable
 
 log = logging.getLogger("slurm_colo.hooks")
+
+
+class _LazySyslog(logging.Handler):
+    """Opens /dev/log on the first message only: a quiet hook pays nothing for syslog."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inner: logging.Handler | None = None
+        self._failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._inner is None and not self._failed:
+            import logging.handlers
+
+            try:
+                self._inner = logging.handlers.SysLogHandler(address="/dev/log")
+                self._inner.setFormatter(self.formatter)
+            except OSError:
+                self._failed = True
+        if self._inner is not None:
+            self._inner.emit(record)
 
 
 def setup_logging(hook: str) -> None:
@@ -22,12 +42,9 @@ def setup_logging(hook: str) -> None:
     err.setFormatter(fmt)
     root.addHandler(err)
     if os.path.exists("/dev/log"):
-        try:
-            sl = logging.handlers.SysLogHandler(address="/dev/log")
-            sl.setFormatter(fmt)
-            root.addHandler(sl)
-        except OSError:
-            pass
+        sl = _LazySyslog()
+        sl.setFormatter(fmt)
+        root.addHandler(sl)
 
 
 def env_int(name: str, default: int | None = None) -> int | None:
