@@ -229,6 +229,22 @@ def check_job_submit_lua(etc_slurm: Path, expected: str | None) -> Check:
     return Check(name, FAIL, f"{main} is not the slurm-colo hook and does not call it", fix)
 
 
+LUA_SOCKET_GLOBS: tuple[str, ...] = (
+    "/usr/lib/*/lua/5.*/socket/unix.so",
+    "/usr/lib/lua/5.*/socket/unix.so",
+    "/usr/local/lib/lua/5.*/socket/unix.so",
+)
+
+
+def check_lua_socket(patterns: Iterable[str]) -> Check:
+    """The Lua hook needs LuaSocket's socket.unix module to reach the agent."""
+    found = sorted(f for pat in patterns for f in glob(pat))
+    if found:
+        return Check("lua-socket", OK, f"socket.unix found ({found[0]})")
+    return Check("lua-socket", WARN, "LuaSocket's socket.unix not found: on the controller every "
+                 "--colocate job would get the fallback", "apt-get install lua-socket")
+
+
 # ---- gres.conf -------------------------------------------------------------------------
 GresRecord = tuple[str, str, str, str, int]  # node, name, type, file, count
 
@@ -370,6 +386,7 @@ class System:
     hostname: str
     now: datetime | None = None
     hooks_env: Path = Path("/etc/slurm-colo/hooks.env")
+    lua_socket_globs: tuple[str, ...] = LUA_SOCKET_GLOBS
 
 
 def run_checks(config_path: Path, sys: System) -> list[Check]:
@@ -383,6 +400,7 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     gpu_node = cfg.layout_for(sys.hostname) is not None
     checks.append(check_node_hooks(read_text(slurm_conf), sys.hooks_env, gpu_node))
     checks.append(check_job_submit_lua(sys.etc_slurm, sys.render_lua(cfg)))
+    checks.append(check_lua_socket(sys.lua_socket_globs))
     gres = sys.etc_slurm / "gres.conf"
     checks.append(check_gres_conf(read_text(gres), gres, cfg))
     checks.append(check_agent(lambda: sys.ping(cfg), cfg.agent.socket))

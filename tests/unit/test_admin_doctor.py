@@ -184,6 +184,21 @@ def test_job_submit_lua_current_stale_merged_missing(tmp_path):
     assert doc.check_job_submit_lua(tmp_path, expected).status == doc.WARN
 
 
+def _lua_socket(tmp_path: Path) -> Path:
+    so = tmp_path / "lib" / "lua" / "5.1" / "socket" / "unix.so"
+    so.parent.mkdir(parents=True, exist_ok=True)
+    so.write_bytes(b"\x7fELF")
+    return so
+
+
+def test_lua_socket_check(tmp_path):
+    so = _lua_socket(tmp_path)
+    c = doc.check_lua_socket([str(tmp_path / "lib" / "lua" / "5.*" / "socket" / "unix.so")])
+    assert c.status == doc.OK and str(so) in c.message
+    c = doc.check_lua_socket([str(tmp_path / "nowhere" / "*.so")])
+    assert c.status == doc.WARN and c.fix == "apt-get install lua-socket"
+
+
 # ---- gres.conf -------------------------------------------------------------------------
 def test_parse_gres_conf_expands_ranges_and_nodeless_lines():
     recs = doc.parse_gres_conf(
@@ -301,7 +316,8 @@ def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
         etc_slurm=etc, runner=FakeRunner(SBATCH_OK), ping=lambda cfg: {"ok": True},
         store_probe=lambda cfg: (lambda: f"{cfg.store.url} ok"),
         load_scores=load_scores, render_lua=render_job_submit_lua,
-        which=lambda n: "/usr/bin/" + n, hostname="gpu01", hooks_env=hooks_env)
+        which=lambda n: "/usr/bin/" + n, hostname="gpu01", hooks_env=hooks_env,
+        lua_socket_globs=(str(_lua_socket(tmp_path)),))
     return conf, system
 
 
@@ -309,7 +325,8 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
     conf, system = _host(tmp_path)
     checks = doc.run_checks(conf, system)
     assert [c.name for c in checks] == ["config", "JobSubmitPlugins", "GresTypes", "SPANK plugin",
-                                        "sbatch --colocate", "node hooks", "job_submit.lua", "gres.conf", "agent",
+                                        "sbatch --colocate", "node hooks", "job_submit.lua",
+                                        "lua-socket", "gres.conf", "agent",
                                         "database", "scores", "MPS"]
     assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
     assert doc.exit_code(checks) == 0
@@ -358,7 +375,7 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     assert lines[0].startswith("[OK  ] config:")
     assert any(ln.startswith("[FAIL] agent:") and "none.sock" in ln for ln in lines)
     assert "[OK  ] gres.conf:" in r.output and "[OK  ] job_submit.lua:" in r.output
-    assert lines[-1].startswith("12 checks: ")
+    assert lines[-1].startswith("13 checks: ")
 
 
 def test_cli_doctor_json(tmp_path):
