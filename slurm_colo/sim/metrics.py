@@ -93,11 +93,12 @@ COLUMNS = [
     ("worst_decile_slowdown", "worst 10% slowdown", "{:.1f}"),
     ("gpu_hours", "GPU-hours", "{:.0f}"),
     ("colocated_share", "co-located", "{:.0%}"),
-    ("harmful_share", "harmful co-loc.", "{:.1%}"),
+    ("harmful_share", "harmful co-loc.", "{:.2%}"),
     ("max_stretch", "max stretch", "{:.2f}"),
     ("over_limit_jobs", "jobs >1.5x", "{}"),
     ("worst_class_slowdown", "worst class slowdown", "{:.2f}"),
     ("retractions", "retractions", "{}"),
+    ("explored", "explored", "{}"),
     ("wall_s", "sim s", "{:.1f}"),
 ]
 
