@@ -26,6 +26,13 @@ from ..scores import ScoreTable
 from .view import ClusterView, GpuView
 
 
+#: rows of the last index built, per class multiset: a view rebuilt from scratch (the agent
+#: does that on every Slurm snapshot) reuses them instead of recomputing every GPU
+_SHARED: dict[str, Any] = {"owner": None, "rows": {}}
+
+_Row = tuple[Any, ...]
+
+
 class PlacementIndex:
     def __init__(self, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> None:
         self.scores = scores
@@ -44,8 +51,15 @@ class PlacementIndex:
         self.owner = np.zeros(n, dtype=np.int64)  # uid; -1 mixed users; -2 idle
         self.before = np.zeros(n, dtype=float)
         self._alloc_rows()
-        for i in range(n):
-            self.update(i)
+        self._build()
+
+    def _build(self) -> None:
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, g in enumerate(self.gpus):
+            self._scalars(i, g)
+            groups.setdefault(tuple(sorted(o.cls for o in g.occupants)), []).append(i)
+        for key, pos in groups.items():
+            self._put(np.array(pos, dtype=np.int64), self._row(key))
 
     # ---- classes -----------------------------------------------------------------------
     def _set_classes(self, names: list[str]) -> None:
@@ -68,6 +82,13 @@ class PlacementIndex:
                 self.OBS[i, j] = p.observed
         self.NT = np.ascontiguousarray(self.N.T)
         self._lists = (self.N.tolist(), self.S2.tolist(), self.NEVER.tolist(), self.KNOWN.tolist())
+        owner = (self.scores, self.cfg, tuple(names))
+        shared = _SHARED["owner"]
+        if shared is None or shared[0] is not owner[0] or shared[1] != owner[1] \
+                or shared[2] != owner[2]:
+            _SHARED["owner"] = owner
+            _SHARED["rows"] = {}
+        self._rows: dict[tuple[str, ...], _Row] = _SHARED["rows"]
 
     def _alloc_rows(self) -> None:
         n, k = len(self.gpus), len(self.names)
@@ -90,40 +111,34 @@ class PlacementIndex:
             return i
         self._set_classes(sorted([*self.names, cls]))
         self._alloc_rows()
-        for g in range(len(self.gpus)):
-            self.update(g)
+        self._build()
         return self.cix[cls]
 
     # ---- rows --------------------------------------------------------------------------
-    def update(self, i: int) -> None:
-        g: GpuView = self.gpus[i]
-        cfg = self.cfg
+    def _scalars(self, i: int, g: GpuView) -> None:
         occ = g.occupants
-        for o in occ:
-            if o.cls not in self.cix:
-                self.ensure_class(o.cls)
-                return  # ensure_class recomputed every row
-        k = len(occ)
-        self.count[i] = k
+        self.count[i] = len(occ)
         self.open[i] = g.available and g.exclusive_job is None and g.free_slots > 0
-        self.free[i] = g.memory_gib * (1.0 - cfg.memory_headroom) - g.used_memory_gib()
-        if k == 0:
-            self.owner[i] = -2
-            self.before[i] = 0.0
-            self.new_rate[:, i] = 1.0
-            self.min_rate[:, i] = np.inf
-            self.sum_rate[:, i] = 1.0
-            self.var[:, i] = 0.0
-            self.never[:, i] = False
-            self.known[:, i] = True
-            self.unproven[:, i] = False
-            self.acc[:, i] = False
-            self.acc_explore[:, i] = False
-            return
+        self.free[i] = g.memory_gib * (1.0 - self.cfg.memory_headroom) - g.used_memory_gib()
         uids = {o.uid for o in occ}
-        self.owner[i] = next(iter(uids)) if len(uids) == 1 else -1
-        cix = self.cix
-        m = [cix[o.cls] for o in occ]
+        self.owner[i] = -2 if not uids else (next(iter(uids)) if len(uids) == 1 else -1)
+
+    def _row(self, key: tuple[str, ...]) -> _Row:
+        """Everything that depends only on the classes on a GPU, for every joining class."""
+        row = self._rows.get(key)
+        if row is not None:
+            return row
+        cfg = self.cfg
+        k = len(key)
+        ncls = len(self.names)
+        if k == 0:
+            row = (0.0, np.ones(ncls), np.full(ncls, np.inf), np.ones(ncls), np.zeros(ncls),
+                   np.zeros(ncls, dtype=bool), np.ones(ncls, dtype=bool),
+                   np.zeros(ncls, dtype=bool), np.zeros(ncls, dtype=bool),
+                   np.zeros(ncls, dtype=bool))
+            self._rows[key] = row
+            return row
+        m = [self.cix[c] for c in key]
         N, S2, NEVER, KNOWN = self._lists
         rates = [1.0] * k
         var0 = 0.0
@@ -138,23 +153,38 @@ class PlacementIndex:
                 var0 += S2[a][b]
                 never0 = never0 or NEVER[a][b]
                 known0 = known0 and KNOWN[a][b]
-        self.before[i] = sum(rates) if k > 1 else 1.0
-        rows = self.N[m]  # n(member | c), k x C
-        joined = np.asarray(rates)[:, None] * rows
-        new = self.NT[m].prod(axis=0)  # n(c | member), multiplied over members
-        self.new_rate[:, i] = new
-        self.min_rate[:, i] = joined.min(axis=0)
-        self.sum_rate[:, i] = new + joined.sum(axis=0)
-        self.var[:, i] = var0 + self.S2[m].sum(axis=0)
-        self.never[:, i] = never0 | self.NEVER[m].any(axis=0)
-        self.known[:, i] = known0 & self.KNOWN[m].all(axis=0)
-        self.unproven[:, i] = ~self.OBS[m].all(axis=0)
-        minn = np.minimum(new, self.min_rate[:, i])
+        joined = np.asarray(rates)[:, None] * self.N[m]  # members' rates with the newcomer
+        new = self.NT[m].prod(axis=0)  # the newcomer's rate, for every class
+        min_rate = joined.min(axis=0)
+        var = var0 + self.S2[m].sum(axis=0)
+        never = never0 | self.NEVER[m].any(axis=0)
+        known = known0 & self.KNOWN[m].all(axis=0)
+        unproven = ~self.OBS[m].all(axis=0)
+        minn = np.minimum(new, min_rate)
         delta = (k + 1) * minn
-        sure = delta - cfg.risk_aversion * (k + 1) * np.sqrt(self.var[:, i]) >= cfg.min_delta
-        base = ~self.never[:, i] & (minn >= 1.0 / cfg.max_slowdown)
-        self.acc[:, i] = base & self.known[:, i] & sure
-        self.acc_explore[:, i] = base & (sure | (self.unproven[:, i] & (delta >= cfg.min_delta)))
+        sure = delta - cfg.risk_aversion * (k + 1) * np.sqrt(var) >= cfg.min_delta
+        base = ~never & (minn >= 1.0 / cfg.max_slowdown)
+        row = (sum(rates) if k > 1 else 1.0, new, min_rate, new + joined.sum(axis=0), var,
+               never, known, unproven, base & known & sure,
+               base & (sure | (unproven & (delta >= cfg.min_delta))))
+        self._rows[key] = row
+        return row
+
+    def _put(self, pos: Any, row: _Row) -> None:
+        (self.before[pos], self.new_rate[:, pos], self.min_rate[:, pos], self.sum_rate[:, pos],
+         self.var[:, pos], self.never[:, pos], self.known[:, pos], self.unproven[:, pos],
+         self.acc[:, pos], self.acc_explore[:, pos]) = (
+            row[0], *(np.asarray(a)[:, None] if np.ndim(pos) else a for a in row[1:]))
+
+    def update(self, i: int) -> None:
+        """Recompute GPU ``i`` after its occupants or state changed."""
+        g: GpuView = self.gpus[i]
+        for o in g.occupants:
+            if o.cls not in self.cix:
+                self.ensure_class(o.cls)  # rebuilds every row
+                return
+        self._scalars(i, g)
+        self._put(i, self._row(tuple(sorted(o.cls for o in g.occupants))))
 
     # ---- queries -----------------------------------------------------------------------
     def candidates(self, c: int, uid: int | None, est: float, aggressive: bool,
