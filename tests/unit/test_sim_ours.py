@@ -1,0 +1,121 @@
+"""Our policy inside the simulator: submit-time decisions, learning, starvation guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from slurm_colo.cli import app
+from slurm_colo.config import PlacementConfig
+from slurm_colo.gavel import GavelData
+from slurm_colo.scores import PairScore, ScoreTable
+from slurm_colo.sim.engine import Sim, SimConfig
+from slurm_colo.sim.metrics import summarize
+from slurm_colo.sim.ours import PolicyScheduler
+from slurm_colo.sim.trace import SimJob
+from slurm_colo.sim.truth import Truth, oracle_scores
+
+
+def data() -> GavelData:
+    d = GavelData(gpu="test", solo={"a": 1.0, "b": 1.0, "x": 1.0})
+    pairs = {("a", "b"): (0.9, 0.9), ("a", "a"): (0.9, 0.9), ("b", "b"): (0.9, 0.9),
+             ("a", "x"): (0.3, 0.3), ("b", "x"): (0.3, 0.3), ("x", "x"): (0.3, 0.3)}
+    for (p, q), (np_, nq) in pairs.items():
+        d.pairs[(p, q)] = (np_, nq)
+        d.pairs[(q, p)] = (nq, np_)
+    return d
+
+
+CFG = PlacementConfig(cross_user="shard", explore_rate=0.0)
+
+
+def job(i: int, t: float, work: float, cls: str, uid: int = 1) -> SimJob:
+    return SimJob(i, t, work, cls, f"u{uid}", uid)
+
+
+def run(trace: list[SimJob], sched: PolicyScheduler, **kw: float) -> Sim:
+    return Sim(trace, Truth(data()), SimConfig(gpus=kw.pop("gpus", 1), **kw), sched).run()
+
+
+def test_compatible_jobs_share_and_incompatible_ones_wait() -> None:
+    tr = [job(0, 0, 100, "a"), job(1, 0, 100, "b"), job(2, 0, 100, "x")]
+    sim = run(tr, PolicyScheduler("oracle", oracle_scores(data()), CFG, learn=False))
+    assert sim.runs[0].end == pytest.approx(100 / 0.9)
+    assert sim.runs[1].end == pytest.approx(100 / 0.9)
+    assert sim.runs[2].first_start == pytest.approx(100 / 0.9)  # never next to a or b
+    assert summarize(sim).harmful_share == 0.0
+
+
+def test_submit_time_decisions_are_final() -> None:
+    # x arrives while a runs: no partner, no idle GPU -> it keeps a whole GPU of its own and
+    # waits; b, arriving later, is placed next to a at once
+    tr = [job(0, 0, 100, "a"), job(1, 1, 50, "x"), job(2, 2, 50, "b")]
+    sched = PolicyScheduler("ours-submit", oracle_scores(data()), CFG, learn=False,
+                            submit_time=True)
+    sim = run(tr, sched)
+    assert sim.runs[2].first_start == pytest.approx(2)
+    assert sim.runs[1].first_start == pytest.approx(sim.runs[0].end)
+    assert sim.runs[1].end == pytest.approx(sim.runs[1].first_start + 50)  # ran alone
+
+
+def test_a_wrong_prediction_is_retracted_and_learned() -> None:
+    wrong = oracle_scores(data())
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    sched = PolicyScheduler("ours", wrong, CFG, learn=True)
+    tr = [job(0, 0, 5000, "a"), job(1, 1, 5000, "x")]
+    sim = run(tr, sched, probe_s=60)
+    assert sched.retractions == 1 and sim.runs[1].evictions == 1
+    learned = sched.scores.pair("x", "a")
+    assert learned.observed and learned.n_a == pytest.approx(0.3)
+    # together from t=1 to the probe at t=61; then x waits for the GPU instead of the same
+    # bad pair and runs alone
+    assert sim.runs[0].end == pytest.approx(61 + 5000 - 1 - 60 * 0.3)
+    assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000 - 60 * 0.3)
+
+
+def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
+    # a steady stream of a/b keeps the GPU busy; x fits with nobody. Without the drain
+    # reservation it would wait for the whole stream.
+    tr = [job(0, 0, 4000, "a"), job(1, 10, 1000, "x")]
+    tr += [job(i, 500.0 * (i - 1), 3000, "a" if i % 2 else "b") for i in range(2, 40)]
+    tr.sort(key=lambda j: j.arrival)
+    tr = [SimJob(k, j.arrival, j.work_s, j.cls, j.user, j.uid) for k, j in enumerate(tr)]
+    x = next(j.id for j in tr if j.cls == "x")
+    last = max(j.arrival for j in tr)
+    sched = PolicyScheduler("oracle", oracle_scores(data()), CFG, learn=False)
+    sim = run(tr, sched, reserve_after_s=3600)
+    assert sched.reservations >= 1
+    assert sim.runs[x].first_start < last
+
+
+def test_mps_never_puts_two_users_on_one_gpu() -> None:
+    tr = [job(i, i, 1000, "a" if i % 2 else "b", uid=i % 3) for i in range(30)]
+    sched = PolicyScheduler("oracle", oracle_scores(data()),
+                            PlacementConfig(cross_user="never", explore_rate=0.0), learn=False)
+    sim = Sim(tr, Truth(data()), SimConfig(gpus=4), sched)
+    start = sim.start_shared
+
+    def checked(jid: int, gpu: int) -> bool:
+        users = {sim.runs[j].job.uid for j in sim.gpus[gpu].jobs} | {sim.runs[jid].job.uid}
+        assert len(users) == 1
+        return start(jid, gpu)
+
+    sim.start_shared = checked  # type: ignore[method-assign]
+    sim.run()
+    assert summarize(sim).colocated_share > 0
+
+
+def test_cli_replays_a_sacct_export(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.txt"
+    rows = ["JobID|User|JobName|Submit|Start|End|AllocTRES"]
+    for i in range(40):
+        m = 10 + i
+        rows.append(f"{100 + i}|u{i % 3}|lm-bs20|2026-01-01T10:{m:02d}:00|"
+                    f"2026-01-01T10:{m:02d}:30|2026-01-01T11:{m:02d}:30|gres/gpu=1")
+    f.write_text("\n".join(rows) + "\n")
+    r = CliRunner().invoke(app, ["simulate", "--sacct", str(f), "--gpus", "4", "--policies",
+                                 "exclusive-fifo,oracle"])
+    assert r.exit_code == 0, r.output
+    assert "oracle" in r.output
