@@ -10,7 +10,7 @@ from ..config import load_config
 
 
 def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
-    from ..node import journal, jobstate, procs
+    from ..node import jobstate, journal, procs
     from ..node.layout import NodeLayout
     from ..node.spool import pending
 

@@ -31,7 +31,7 @@ def main() -> int:
     from ..node.lifecycle import job_end, kick_ingest, recover
 
     code, sig = exit_status()
-    rec = job_end(cfg, job_id, code, sig, cluster=os.environ.get("SLURM_CLUSTER_NAME", "default"))
+    rec = job_end(cfg, job_id, code, sig)
     recovered = recover(cfg, skip=job_id)
     if rec is not None or recovered:
         kick_ingest(cfg)

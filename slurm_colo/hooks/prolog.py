@@ -67,7 +67,8 @@ def main() -> int:
     p = placement_for(cfg, job_id, node, gpus, user, uid)
     if p and not gpus and p.get("gpu") is not None:
         gpus = [int(p["gpu"])]
-    info = JobInfo(job_id, user, uid, node, gpus, p)
+    info = JobInfo(job_id, user, uid, node, gpus, p,
+                   cluster=os.environ.get("SLURM_CLUSTER_NAME") or "default")
     res = job_start(cfg, info)
     if res.profiled:
         log.info("job %d: prolog done in %.0f ms (mechanism %s)", job_id,

@@ -18,7 +18,12 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
     the target; on any error the temporary file is removed and the error re-raised.
     """
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.unlink(tmp)  # a leftover of a killed writer with our pid
+    except FileNotFoundError:
+        pass
+    # O_EXCL | O_NOFOLLOW: never write through a planted file or symlink
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         try:
             view = memoryview(data)
@@ -40,38 +45,74 @@ def atomic_write_json(path: Path, obj: Any, mode: int = 0o600, fsync: bool = Tru
     atomic_write_bytes(path, json.dumps(obj, sort_keys=True).encode() + b"\n", mode, fsync)
 
 
-def read_json(path: Path) -> Any | None:
-    """The JSON in ``path``, or None when it is missing or unreadable/corrupt."""
+def read_small(path: Path, limit: int = 1024 * 1024) -> bytes | None:
+    """Up to ``limit`` bytes of a regular file, not following a symlink at ``path``.
+
+    Safe for root to call on files in directories a job user can write (the user could
+    plant a symlink to a device or a secret): anything but a regular file gives None.
+    """
+    import stat
+
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, limit + 1)
+        return data if len(data) <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path, limit: int = 1024 * 1024) -> Any | None:
+    """The JSON in ``path``, or None when missing, not a regular file, too big or corrupt."""
+    raw = read_small(path, limit)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def try_lock(path: Path, timeout_s: float) -> int | None:
+    """Take an exclusive ``flock`` on ``path`` (created if missing), waiting up to
+    ``timeout_s``. Returns the held fd (release with :func:`unlock`) or None on timeout,
+    so a stuck holder cannot stall a hook forever; the caller decides what to do."""
+    import time
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.005)
+
+
+def unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def locked(path: Path, timeout_s: float = 5.0) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block.
-
-    Waits up to ``timeout_s``; raises TimeoutError after that, so a stuck holder cannot
-    stall a Prolog forever.
-    """
-    import time
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    """Hold the lock of :func:`try_lock` for the block; TimeoutError if it cannot be had."""
+    fd = try_lock(path, timeout_s)
+    if fd is None:
+        raise TimeoutError(f"lock {path} held for more than {timeout_s:.1f}s")
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"lock {path} held for more than {timeout_s:.1f}s") from None
-                time.sleep(0.005)
         yield
     finally:
-        os.close(fd)
+        unlock(fd)
 
 
 def chown_if_root(path: Path, uid: int, gid: int = -1) -> None:

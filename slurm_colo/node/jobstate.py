@@ -3,7 +3,6 @@ completed by the Epilog, removed only once the job's record is safely spooled.""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -27,10 +26,10 @@ def write_task(layout: NodeLayout, job_id: int, uid: int, task: dict[str, Any]) 
     """The TaskProlog's input, readable by the job's user only."""
     d = layout.user_dir(job_id)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    chown_if_root(d, uid)
     path = d / "task.json"
     atomic_write_json(path, task, mode=0o600, fsync=False)
     chown_if_root(path, uid)
+    chown_if_root(d, uid)  # last: the user gets the directory once root is done in it
     return path
 
 
@@ -60,13 +59,8 @@ def read_profile(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
 
 
 def read_progress(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
-    p = layout.user_dir(job_id) / "progress.json"
-    try:
-        if p.stat().st_size > 1024 * 1024:  # a job-written file: never trust its size
-            return None
-        return json.loads(p.read_bytes())
-    except (OSError, ValueError):
-        return None
+    # written by the job: no symlinks followed, size capped (read_json does both)
+    return read_json(layout.user_dir(job_id) / "progress.json")
 
 
 def job_ids(layout: NodeLayout) -> list[int]:

@@ -28,7 +28,7 @@ class NodeLayout:
     spool_dir: Path
 
     @classmethod
-    def of(cls, run_dir: str, spool_dir: str) -> "NodeLayout":
+    def of(cls, run_dir: str, spool_dir: str) -> NodeLayout:
         return cls(Path(run_dir), Path(spool_dir))
 
     def gpu_dir(self, index: int) -> Path:

@@ -12,13 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..config import Config
 from ..records import JobRecord
-from . import journal, jobstate, procs
-from .fsutil import ensure_dir, locked
+from . import jobstate, journal, procs
+from .fsutil import ensure_dir, locked, try_lock, unlock
 from .layout import NodeLayout
 from .mps import control_argv, format_mem_limit
 from .mps_daemon import GpuMps, MpsOutcome
@@ -37,6 +38,8 @@ class JobInfo:
     placement: dict[str, Any] | None = None
     cls: str = "default"
     mode: str = "off"
+    #: Slurm's cluster name: part of the record id, so it is fixed at the Prolog
+    cluster: str = "default"
 
 
 @dataclass
@@ -108,16 +111,22 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
         "job": info.job_id, "user": info.user, "uid": info.uid, "node": info.node,
         "gpus": info.gpus, "cls": p.get("cls", info.cls), "mode": p.get("mode", info.mode),
         "placement": p, "mechanism": mech, "start": now, "boot_id": procs.boot_id(),
-        "mps": {}, "gpu_uuids": [],
+        "mps": {}, "gpu_uuids": [], "cluster": info.cluster,
     }
     jobstate.write_state(lay, info.job_id, state)  # first: recovery can always find the job
     user_dir = lay.user_dir(info.job_id)
     task: dict[str, Any] = {"mechanism": mech,
                             "progress_file": str(user_dir / "progress.json"), "messages": []}
     for g in info.gpus:
-        with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+        token = try_lock(lay.gpu_lock(g), _lock_wait(cfg))
+        try:
             if mech == "mps":  # before the journal entry: faults found now predate the job
-                out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
+                if token is None:
+                    out = MpsOutcome("broken", f"GPU {g}: another slurm-colo hook held the GPU "
+                                     f"for over {_lock_wait(cfg):.0f}s; job {info.job_id} runs "
+                                     "without MPS")
+                else:
+                    out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
                 res.mps[g] = out
                 state["mps"][str(g)] = {"state": out.state, "log_offset": out.log_offset,
                                         "message": out.message}
@@ -125,9 +134,12 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                 if st.get("uuid"):
                     state["gpu_uuids"].append(st["uuid"])
             now = max(now, time.time())
+            # one O_APPEND write: safe even when the lock could not be had
             journal.append(lay.journal(g), {"ev": "start", "job": info.job_id, "t": now,
                                             "cls": state["cls"], "user": info.user,
                                             "uid": info.uid})
+        finally:
+            unlock(token)
     state["start"] = now
     if mech == "mps":
         outs = [res.mps[g] for g in info.gpus]
@@ -191,7 +203,7 @@ def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 
     return False
 
 
-def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0, cluster: str = "default",
+def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
             open_gpu: Callable[[int], Gpu] | None = None, detach_stop: bool = True
             ) -> JobRecord | None:
     """Epilog work: mark ended, stop the sampler, note MPS faults, close the journal
@@ -205,7 +217,7 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0, cluster: str
     stop_sampler(lay, job_id, st.get("sampler_pid"))
     opener = open_gpu or _LazyNvml(cfg)
     _close_stays(cfg, lay, st, float(ended["end"]), opener)
-    rec = finish_record(cfg, lay, job_id, cluster)
+    rec = finish_record(cfg, lay, job_id)
     for g in st.get("gpus", []):
         _maybe_stop(cfg, lay, int(g), opener, detach_stop)
     return rec
@@ -216,25 +228,30 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
     job_id = int(st["job"])
     for g in st.get("gpus", []):
         g = int(g)
-        with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+        token = try_lock(lay.gpu_lock(g), _lock_wait(cfg))
+        if token is None:
+            log.warning("GPU %d: lock busy; closing job %d's stay without the fault scan",
+                        g, job_id)
+        try:
             events = journal.read(lay.journal(g))
             if any(e["ev"] == "end" and int(e["job"]) == job_id for e in events):
                 continue  # an Epilog re-run: already closed
-            if st.get("mechanism") == "mps":
+            if st.get("mechanism") == "mps" and token is not None:
                 info = (st.get("mps") or {}).get(str(g), {})
                 if info.get("state") == "ok":
                     gpu_mps(cfg, g, opener).scan_faults(int(info.get("log_offset", 0)))
             journal.append(lay.journal(g), {"ev": "end", "job": job_id, "t": end})
+        finally:
+            unlock(token)
 
 
-def finish_record(cfg: Config, lay: NodeLayout, job_id: int, cluster: str = "default"
-                  ) -> JobRecord | None:
+def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None:
     """Build and spool the record of an ended job, then drop its state. If spooling fails
     everywhere the state stays, and the next hook run retries (nothing is lost)."""
     from .record_build import build_record
     from .spool import write_record
 
-    rec = build_record(lay, job_id, cluster)
+    rec = build_record(lay, job_id)
     if rec is None:
         return None
     try:
@@ -255,17 +272,22 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
     runs in a detached process that takes the GPU lock, so the Epilog does not wait for it;
     a Prolog arriving meanwhile waits on the lock and then finds the GPU clean.
     """
-    with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
-        events = journal.read(lay.journal(g))
-        if journal.active(events):
-            return
-        journal.compact(lay.journal(g), set(jobstate.job_ids(lay)))
-        gm = gpu_mps(cfg, g, opener)
-        if not gm.state():
-            return
-        if not detach:
-            gm.stop()
-            return
+    try:
+        with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
+            events = journal.read(lay.journal(g))
+            if journal.active(events):
+                return
+            journal.compact(lay.journal(g), set(jobstate.job_ids(lay)))
+            gm = gpu_mps(cfg, g, opener)
+            if not gm.state():
+                return
+            if not detach:
+                gm.stop()
+                return
+    except TimeoutError:
+        log.warning("GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node "
+                    "cleanup'", g)
+        return
     try:
         subprocess.Popen([sys.executable, "-m", "slurm_colo.node.mps_daemon", "stop", str(g)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -273,9 +295,15 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
                          env=_child_env(cfg))
     except OSError as e:
         log.warning("GPU %d: cannot start the MPS stop helper (%s); stopping inline", g, e)
-        with locked(lay.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+        with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
             if not journal.active(journal.read(lay.journal(g))):
                 gpu_mps(cfg, g, opener).stop()
+
+
+def _lock_wait(cfg: Config) -> float:
+    """How long a hook waits for a GPU's lock: a daemon start or stop by another hook
+    can take a few control-call timeouts."""
+    return max(5.0, 3 * cfg.node.mps_timeout_s)
 
 
 def _child_env(cfg: Config) -> dict[str, str]:
@@ -285,7 +313,7 @@ def _child_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def recover(cfg: Config, skip: int | None = None, cluster: str = "default") -> list[int]:
+def recover(cfg: Config, skip: int | None = None) -> list[int]:
     """Spool records of jobs whose Epilog was killed, and of jobs that died with the node.
 
     Cheap when nothing is pending (one directory listing). A job is recovered when it
@@ -310,7 +338,7 @@ def recover(cfg: Config, skip: int | None = None, cluster: str = "default") -> l
             continue  # its Epilog is at work right now
         opener = _LazyNvml(cfg)
         _close_stays(cfg, lay, st, float(ended["end"]), opener)
-        if finish_record(cfg, lay, job_id, cluster) is not None:
+        if finish_record(cfg, lay, job_id) is not None:
             done.append(job_id)
             log.warning("job %d: record recovered after an interrupted Epilog", job_id)
             for g in st.get("gpus", []):

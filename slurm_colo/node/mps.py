@@ -70,9 +70,7 @@ def parse_fault_lines(log_text: str) -> list[str]:
     out = []
     for line in log_text.splitlines():
         low = line.lower()
-        if "fatal" in low or " fault" in low:
-            out.append(line.strip())
-        elif "exited with status" in low and not low.rstrip().endswith("status 0"):
+        if "fatal" in low or " fault" in low or "exited with status" in low and not low.rstrip().endswith("status 0"):
             out.append(line.strip())
     return out
 
@@ -123,7 +121,8 @@ class MpsControl:
         argv = [*self.argv, *args]
         try:
             return subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                                  timeout=self.timeout_s, env=self.env(), close_fds=True)
+                                  timeout=self.timeout_s, env=self.env(), close_fds=True,
+                                  check=False)
         except subprocess.TimeoutExpired:
             raise MpsHung(f"MPS control '{' '.join(args) or (stdin or '').strip()}' on "
                           f"{self.pipe_dir} timed out after {self.timeout_s:.1f}s") from None
@@ -174,10 +173,16 @@ class MpsControl:
         self.command("quit")
 
     def daemon_pid(self) -> int | None:
-        """PID from the daemon's pid file in the pipe directory (None if absent)."""
+        """PID from the daemon's pid file in the pipe directory (None if absent).
+
+        The pipe directory belongs to the job user, so the file is read without following
+        symlinks and with a size cap; callers prefer the PID kept in root's state file."""
+        from .fsutil import read_small
+
+        raw = read_small(self.pipe_dir / PID_FILE, 64)
         try:
-            return int((self.pipe_dir / PID_FILE).read_text().strip())
-        except (OSError, ValueError):
+            return int(raw.strip()) if raw else None
+        except ValueError:
             return None
 
     def log_text(self, since_offset: int = 0) -> str:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..errors import MPSError
 from . import journal, procs
@@ -87,7 +87,7 @@ class GpuMps:
     def probe(self, st: dict) -> str:
         """``ok``, ``dead`` or ``hung`` for the recorded daemon."""
         ctl = self.control(st)
-        if not procs.alive(ctl.daemon_pid() or st.get("pid")):
+        if not procs.alive(st.get("pid") or ctl.daemon_pid()):
             return "dead"
         try:
             ctl.server_list()
@@ -135,7 +135,13 @@ class GpuMps:
         for d in (pipe, logd):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True, mode=0o700)
-            chown_if_root(d, uid)
+        # the pipe directory is the job user's (their server creates its pipes there);
+        # the log directory stays root's, so a user cannot redirect root's log writes
+        # through a symlink; the user's server may append to its own server.log
+        logd.chmod(0o755)
+        server_log = logd / "server.log"
+        server_log.touch(mode=0o600)
+        chown_if_root(server_log, uid)
         root.chmod(0o711)
         st = {"uuid": uuid, "device": uuid if uuid.startswith(("GPU-", "MIG-")) else str(self.index),
               "pipe_dir": str(pipe), "log_dir": str(logd), "uid": uid, "pid": None,
@@ -146,8 +152,9 @@ class GpuMps:
         ctl = self.control(st)
         try:
             ctl.start()
-            st["pid"] = ctl.daemon_pid()
+            st["pid"] = ctl.daemon_pid()  # read while the directory is still root's
             self._save(st)
+            chown_if_root(pipe, uid)
             ctl.start_server(uid)
         except MPSError as e:
             self._note_crash("daemon_start_failed", str(e))
@@ -166,7 +173,7 @@ class GpuMps:
         problems: list[str] = []
         if st.get("pipe_dir"):
             ctl = self.control(st)
-            if reason != "hung" and procs.alive(ctl.daemon_pid() or st.get("pid")):
+            if reason != "hung" and procs.alive(st.get("pid") or ctl.daemon_pid()):
                 try:
                     ctl.quit()
                 except MPSError as e:
@@ -246,7 +253,7 @@ class GpuMps:
                 found.append(ev)
             # liveness only (no control call): a hang is caught by the next Prolog's probe
             # or by the timed-out quit when the daemon is stopped
-            if not procs.alive(ctl.daemon_pid() or st.get("pid")):
+            if not procs.alive(st.get("pid") or ctl.daemon_pid()):
                 found.append({"ev": "fault", "kind": "daemon_dead",
                               "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} dead"})
         known = {e.get("detail") for e in journal.read(self.layout.journal(self.index))

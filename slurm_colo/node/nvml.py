@@ -14,17 +14,18 @@ back from real to scenario.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger("slurm_colo.node.nvml")
 T = TypeVar("T")
 
 
 class _NotSupported:
-    _inst: "_NotSupported | None" = None
+    _inst: _NotSupported | None = None
 
-    def __new__(cls) -> "_NotSupported":
+    def __new__(cls) -> _NotSupported:
         if cls._inst is None:
             cls._inst = super().__new__(cls)
         return cls._inst

@@ -77,7 +77,7 @@ class ScenarioNvml:
         self._modes: dict[str, int] = {}
 
     @classmethod
-    def from_file(cls, path: str, state_dir: str = "") -> "ScenarioNvml":
+    def from_file(cls, path: str, state_dir: str = "") -> ScenarioNvml:
         if not path:
             raise NVMLError("node.nvml_backend = scenario needs node.nvml_scenario = FILE")
         try:

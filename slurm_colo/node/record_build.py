@@ -3,6 +3,7 @@ reads files, writes nothing)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from ..records import CoRunner, JobRecord
@@ -33,7 +34,7 @@ def progress_summary(prog: dict[str, Any] | None,
     if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
         out["rate"] = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
         solo_it = solo_t = 0.0
-        for (t0, i0), (t1, i1) in zip(pts, pts[1:]):
+        for (t0, i0), (t1, i1) in pairwise(pts):
             mid = (t0 + t1) / 2
             if not any(lo <= mid <= hi for lo, hi in shared):
                 solo_it += i1 - i0
@@ -43,7 +44,7 @@ def progress_summary(prog: dict[str, Any] | None,
     return out
 
 
-def build_record(layout: NodeLayout, job_id: int, cluster: str = "default") -> JobRecord | None:
+def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
     """The record for a job whose Epilog has marked it ended; None if state is missing."""
     st = read_state(layout, job_id)
     ended = read_ended(layout, job_id)
@@ -70,7 +71,8 @@ def build_record(layout: NodeLayout, job_id: int, cluster: str = "default") -> J
     return JobRecord(
         job_id=job_id, node=st.get("node", ""), user=st.get("user", ""), uid=int(st.get("uid", -1)),
         cls=str(placement.get("cls") or st.get("cls") or "default"), start=start, end=end,
-        cluster=cluster, mode=str(placement.get("mode") or st.get("mode") or "off"),
+        cluster=str(st.get("cluster") or "default"),
+        mode=str(placement.get("mode") or st.get("mode") or "off"),
         gpus=[int(g) for g in st.get("gpus", [])], gpu_uuids=list(st.get("gpu_uuids", [])),
         shared=bool(placement.get("shared", False)), mechanism=st.get("mechanism"),
         thread_pct=placement.get("thread_pct"), mem_limit_gib=placement.get("mem_limit_gib"),

@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from ..config import Config, load_config

@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -17,7 +17,7 @@ from slurm_colo.config import Config
 from slurm_colo.node import procs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_node_lifecycle import leftover_mps, node_config  # noqa: E402
+from test_node_lifecycle import leftover_mps, node_config
 
 TAG = "slurm-colo[v=1 tok=t1 cls={cls} mode=auto mech={mech} gpu=n1:0 pct=50 mem=12]"
 

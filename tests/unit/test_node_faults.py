@@ -9,30 +9,28 @@ one GPU.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from slurm_colo.config import Config
 from slurm_colo.node import procs
 from slurm_colo.node.ingest import ingest_pending
-from slurm_colo.node.lifecycle import (JobInfo, gpu_mps, job_end, job_start, layout_of,
-                                       recover)
+from slurm_colo.node.lifecycle import JobInfo, gpu_mps, job_end, job_start, layout_of, recover
 from slurm_colo.node.nvml import NvmlGate
 from slurm_colo.node.nvml_scenario import ScenarioNvml
 from slurm_colo.node.sampler import Sampler
 from slurm_colo.store import make_engine, upgrade
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_node_lifecycle import leftover_mps, mps_job, node_config, spooled  # noqa: E402
+from test_node_lifecycle import leftover_mps, mps_job, node_config, spooled
 
 
 @pytest.fixture
@@ -375,3 +373,24 @@ def test_broken_mps_with_gpu_stuck_exclusive_refuses_the_job(
     monkeypatch.setattr(Gpu, "set_compute_mode", real)
     job_end(cfg, 2, 0, detach_stop=False)
     assert set(spooled(cfg)) == {1, 2}
+
+
+def test_gpu_lock_held_by_a_stuck_hook(cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expected: a Prolog that cannot get the GPU's lock (another hook stuck holding it)
+    does not hang and does not fail: the job runs without MPS and is told; its Epilog
+    still writes the record."""
+    import slurm_colo.node.lifecycle as lc
+    from slurm_colo.node.fsutil import try_lock, unlock
+
+    monkeypatch.setattr(lc, "_lock_wait", lambda cfg: 0.2)
+    lay = layout_of(cfg)
+    lay.gpu_dir(0).mkdir(parents=True)
+    holder = try_lock(lay.gpu_lock(0), 1.0)
+    assert holder is not None
+    try:
+        r = job_start(cfg, mps_job(1), launch_sampler=False)
+        assert r.mps[0].state == "broken" and "held the GPU" in r.task["messages"][0]
+        rec = job_end(cfg, 1, 0, detach_stop=False)
+    finally:
+        unlock(holder)
+    assert rec is not None and set(spooled(cfg)) == {1}

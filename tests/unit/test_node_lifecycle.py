@@ -4,8 +4,8 @@ one daemon per GPU, limits, co-runners, MPS semantics, records."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

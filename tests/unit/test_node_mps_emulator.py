@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from slurm_colo.errors import MPSError
 from slurm_colo.node import procs
-from slurm_colo.node.mps import (MpsControl, MpsHung, MpsNotRunning, emulator_argv,
-                                 parse_fault_lines)
+from slurm_colo.node.mps import MpsControl, MpsHung, MpsNotRunning, emulator_argv, parse_fault_lines
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from slurm_colo.node.profile_acc import GIB, ProfileAccumulator, Reading
 from slurm_colo.node.sampler import Sampler, dcgm_status, run
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_node_lifecycle import node_config  # noqa: E402
+from test_node_lifecycle import node_config
 
 
 def test_solo_and_shared_phases_are_summarised_apart() -> None:
