@@ -1,0 +1,74 @@
+"""Root (the Prolog/Epilog) works in directories a job user can write: it must never
+follow a planted symlink nor read an unbounded file there."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from slurm_colo.node import jobstate
+from slurm_colo.node.fsutil import atomic_write_json, read_json, read_small
+from slurm_colo.node.layout import NodeLayout
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_node_lifecycle import mps_job, node_config
+
+
+def test_progress_symlink_to_a_device_is_ignored(tmp_path: Path) -> None:
+    lay = NodeLayout(tmp_path / "run", tmp_path / "spool")
+    lay.user_dir(1).mkdir(parents=True)
+    (lay.user_dir(1) / "progress.json").symlink_to("/dev/zero")
+    t = time.monotonic()
+    assert jobstate.read_progress(lay, 1) is None
+    assert time.monotonic() - t < 1.0
+
+
+def test_secret_behind_symlink_is_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"password": "x"}')
+    link = tmp_path / "progress.json"
+    link.symlink_to(secret)
+    assert read_json(link) is None and read_json(secret) == {"password": "x"}
+
+
+def test_oversized_and_fifo_files_are_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_bytes(b"[" + b"1," * 600_000 + b"1]")
+    assert read_json(big) is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert read_small(fifo) is None  # no blocking open, not a regular file
+
+
+def test_planted_temp_symlink_is_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    target = tmp_path / "task.json"
+    (tmp_path / f".tmp-task.json-{os.getpid()}").symlink_to(victim)
+    atomic_write_json(target, {"ok": True})
+    assert victim.read_text() == "precious" and read_json(target) == {"ok": True}
+
+
+def test_mps_directories_permissions(tmp_path: Path) -> None:
+    from slurm_colo.node import procs
+    from slurm_colo.node.lifecycle import gpu_mps, job_end, job_start
+
+    cfg = node_config(tmp_path)
+    try:
+        job_start(cfg, mps_job(1), launch_sampler=False)
+        st = gpu_mps(cfg, 0).state()
+        pipe, log = Path(st["pipe_dir"]), Path(st["log_dir"])
+        assert pipe.stat().st_mode & 0o777 == 0o700
+        assert log.stat().st_mode & 0o777 == 0o755 and log.stat().st_uid == os.geteuid()
+        assert (log / "server.log").stat().st_mode & 0o777 == 0o600
+        if os.geteuid() == 0:  # as root (the real Prolog) the pipe dir goes to the job user
+            assert pipe.stat().st_uid == 1000 and (log / "server.log").stat().st_uid == 1000
+            assert (pipe / "nvidia-cuda-mps-control.pid").stat().st_uid == 0
+        user_dir = Path(cfg.node.run_dir) / "jobs" / "1" / "user"
+        assert user_dir.stat().st_mode & 0o777 == 0o700
+        assert (user_dir / "task.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        job_end(cfg, 1, 0, detach_stop=False)
+        assert procs.mps_processes(st["pipe_dir"]) == []
