@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,13 +12,20 @@ import typer
 from ..config import PlacementConfig, load_config
 from ..errors import ColoError
 from ..gavel import bundled_path, load_gavel
+from ..sim.metrics import Result
+
+_SACCT = typer.Option(None, "--sacct", help="Replay a `sacct --parsable2` export instead of "
+                      "generating a Philly-like trace (see docs/simulator.md).")
+_OUT = typer.Option(None, "--out", "-o", help="Directory for results.md, results.json, "
+                    "per-job CSV and PNG plots.")
+_CONFIG = typer.Option(None, "--config", "-c", help="Site config whose [placement] section the "
+                       "policy uses (default: built-in defaults).")
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
-        sacct: Path = typer.Option(None, "--sacct", help="Replay a `sacct --parsable2` export "
-                                   "instead of generating a Philly-like trace (see docs/simulator.md)."),
+        sacct: Path = _SACCT,
         jobs: int = typer.Option(10000, help="Jobs to generate."),
         gpus: int = typer.Option(256, help="GPUs in the simulated cluster."),
         load: float = typer.Option(1.5, help="Offered load: GPU-seconds of work arriving per second, "
@@ -40,16 +46,15 @@ def register(app: typer.Typer) -> None:
         hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
                                            "model (it must predict them)."),
         gpu: str = typer.Option("v100", help="GPU type of the measured data."),
-        out: Path = typer.Option(None, "--out", "-o", help="Directory for results.md, "
-                                 "results.json, per-job CSV and PNG plots."),
-        config: Path = typer.Option(None, "--config", "-c", help="Site config whose [placement] "
-                                    "section the policy uses (default: built-in defaults)."),
+        out: Path = _OUT,
+        config: Path = _CONFIG,
     ) -> None:
         """Simulate exclusive, untargeted-shard, Gandiva-random, our policy and an oracle side
         by side on one trace; print makespan, JCT, slowdown, GPU-hours and harmful sharing."""
         from ..sim.engine import SimConfig, SimError
         from ..sim.metrics import table, versus
-        from ..sim.run import POLICIES, Setup, simulate as run_all
+        from ..sim.run import POLICIES, Setup
+        from ..sim.run import simulate as run_all
         from ..sim.trace import offered_load, philly_trace, read_philly, read_sacct
 
         names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -79,7 +84,22 @@ def register(app: typer.Typer) -> None:
         typer.echo(table(results, markdown=False))
         typer.echo(versus(results))
         if out:
-            _write(out, results, table(results), versus(results))
+            cmd = ["slurm-colo simulate"]
+            if sacct:
+                cmd.append(f"--sacct {shlex.quote(str(sacct))}")
+            else:
+                cmd.append(f"--jobs {jobs} --load {load:g} --users {users} "
+                           f"--max-duration-h {max_duration_h:g}")
+                if multi_gpu:
+                    cmd.append("--multi-gpu")
+                if aggressive_share:
+                    cmd.append(f"--aggressive-share {aggressive_share:g}")
+            cmd.append(f"--gpus {gpus} --seed {seed} --cross-user {pcfg.cross_user} "
+                       f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
+                       f"--hidden-share {hidden_share:g} --policies {','.join(names)}")
+            if config:
+                cmd.append(f"--config {shlex.quote(str(config))}")
+            _write(out, results, " ".join(cmd), table(results), versus(results))
             typer.echo(f"results and plots written to {out}", err=True)
 
 
@@ -88,21 +108,20 @@ def _policies() -> list[str]:
     return list(POLICIES)
 
 
-def _write(out: Path, results: list, md: str, vs: str) -> None:  # type: ignore[type-arg]
-    from ..sim.plots import write_plots
+def _write(out: Path, results: list[Result], cmd: str, md: str, vs: str) -> None:
+    from ..sim.plots import render_plots
 
     try:
         out.mkdir(parents=True, exist_ok=True)
-        cmd = "slurm-colo simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
         (out / "results.md").write_text(f"```\n{cmd}\n```\n\n{md}\n\n```\n{vs}\n```\n")
         (out / "results.json").write_text(json.dumps([r.row() for r in results], indent=1))
         with open(out / "jobs.csv", "w", encoding="utf-8") as f:
             f.write("policy,job,cls,user,jct_s,slowdown,stretch\n")
             for r in results:
                 pj = r.per_job
-                for i in range(len(pj["jct_s"])):
-                    f.write(f"{r.policy},{i},{pj['cls'][i]},{pj['user'][i]},"
-                            f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n")
-        write_plots(results, out)
+                f.writelines(f"{r.policy},{i},{pj['cls'][i]},{pj['user'][i]},"
+                            f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n" for i in range(len(pj["jct_s"])))
+        for name, png in render_plots(results).items():
+            (out / name).write_bytes(png)
     except OSError as e:
         raise ColoError(f"cannot write results to {out}: {e.strerror}") from None

@@ -17,6 +17,7 @@ new table rebuilds it. Pure: numpy arithmetic only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,6 @@ import numpy as np
 from ..config import PlacementConfig
 from ..scores import ScoreTable
 from .view import ClusterView, GpuView
-
 
 #: rows of the last index built, per class multiset: a view rebuilt from scratch (the agent
 #: does that on every Slurm snapshot) reuses them instead of recomputing every GPU
@@ -188,7 +188,7 @@ class PlacementIndex:
 
     # ---- queries -----------------------------------------------------------------------
     def candidates(self, c: int, uid: int | None, est: float, aggressive: bool,
-                   explore: bool, rows: np.ndarray | None = None) -> "Candidates":
+                   explore: bool, rows: np.ndarray | None = None) -> Candidates:
         """The GPUs that would take a job of class column ``c`` (only positions ``rows``
         if given): ``idle`` ones, and ``busy`` ones whose new set is accepted, with their
         predictions. ``auto`` jobs use the acceptance rows kept by :meth:`update`, so the
@@ -250,15 +250,19 @@ class PlacementIndex:
         return busy, int((mask & (self.free < est)).sum())
 
 
+@dataclass(slots=True)
 class Candidates:
     """Result of :meth:`PlacementIndex.candidates`: positions of idle GPUs, positions of
     accepted busy GPUs (``busy``) and, aligned with ``busy``, their predictions."""
 
-    __slots__ = ("idle", "busy", "delta", "sd", "gain", "score", "rate", "explored")
-
-    def __init__(self, **kw: Any) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
+    idle: np.ndarray
+    busy: np.ndarray
+    delta: np.ndarray
+    sd: np.ndarray
+    gain: np.ndarray
+    score: np.ndarray
+    rate: np.ndarray
+    explored: np.ndarray
 
     def best(self) -> int:
         """Index into ``busy`` of the highest score (lowest position on ties), or -1."""

@@ -10,5 +10,18 @@ from .metrics import Result, summarize, table
 from .run import POLICIES, Setup, simulate
 from .trace import SimJob, TraceError, philly_trace, sacct_trace
 
-__all__ = ["Sim", "SimConfig", "SimError", "Result", "summarize", "table", "POLICIES", "Setup",
-           "simulate", "SimJob", "TraceError", "philly_trace", "sacct_trace"]
+__all__ = [
+           "POLICIES",
+           "Result",
+           "Setup",
+           "Sim",
+           "SimConfig",
+           "SimError",
+           "SimJob",
+           "TraceError",
+           "philly_trace",
+           "sacct_trace",
+           "simulate",
+           "summarize",
+           "table",
+]

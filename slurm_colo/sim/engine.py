@@ -11,8 +11,9 @@ broken by event kind and sequence number, randomness lives in seeded schedulers.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ..errors import ColoError
 from .trace import SimJob
@@ -43,8 +44,20 @@ class SimConfig:
 class Run:
     """Mutable state of one job in the simulation."""
 
-    __slots__ = ("job", "remaining", "rate", "t", "first_start", "seg_start", "end",
-                 "gpus", "version", "run_time", "evictions", "joined")
+    __slots__ = (
+        "end",
+        "evictions",
+        "first_start",
+        "gpus",
+        "job",
+        "joined",
+        "rate",
+        "remaining",
+        "run_time",
+        "seg_start",
+        "t",
+        "version",
+    )
 
     def __init__(self, job: SimJob) -> None:
         self.job = job
@@ -62,8 +75,17 @@ class Run:
 
 
 class Gpu:
-    __slots__ = ("idx", "jobs", "exclusive", "since", "busy", "colo", "harmful", "is_harmful",
-                 "version")
+    __slots__ = (
+        "busy",
+        "colo",
+        "exclusive",
+        "harmful",
+        "idx",
+        "is_harmful",
+        "jobs",
+        "since",
+        "version",
+    )
 
     def __init__(self, idx: int) -> None:
         self.idx = idx
@@ -80,11 +102,11 @@ class Gpu:
 class Scheduler(Protocol):
     name: str
 
-    def attach(self, sim: "Sim") -> None: ...
-    def arrive(self, sim: "Sim", jid: int) -> None: ...
-    def finished(self, sim: "Sim", jid: int, gpus: list[int]) -> None: ...
-    def probe(self, sim: "Sim", jid: int, token: tuple[int, int]) -> None: ...
-    def schedule(self, sim: "Sim") -> None: ...
+    def attach(self, sim: Sim) -> None: ...
+    def arrive(self, sim: Sim, jid: int) -> None: ...
+    def finished(self, sim: Sim, jid: int, gpus: list[int]) -> None: ...
+    def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None: ...
+    def schedule(self, sim: Sim) -> None: ...
 
 
 _FINISH, _PROBE, _ARRIVE = 0, 1, 2
@@ -246,7 +268,7 @@ class Sim:
         self.sched.finished(self, jid, gpus)
 
     # ---- main loop -------------------------------------------------------------------
-    def run(self) -> "Sim":
+    def run(self) -> Sim:
         self.sched.attach(self)
         for r in self.runs:
             self._push(r.job.arrival, _ARRIVE, r.job.id)

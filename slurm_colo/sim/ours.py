@@ -27,7 +27,7 @@ from typing import Any
 
 from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView, JobRequest, Occupant, place
-from ..placement.policy import gpu_outcome, index_for, job_signature
+from ..placement.policy import index_for, job_signature
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
 

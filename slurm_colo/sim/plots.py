@@ -1,16 +1,18 @@
-"""PNG plots of a comparison (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of a comparison (matplotlib, Agg backend: no display needed). The functions
+return PNG bytes; the CLI writes them."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Sequence
+import io
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .metrics import Result
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,7 +21,7 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
-def plot_summary(results: Sequence[Result], path: Path) -> Path:
+def plot_summary(results: Sequence[Result]) -> bytes:
     """Bars: makespan, average JCT, p99 JCT, average slowdown, per policy."""
     plt = _plt()
     names = [r.policy for r in results]
@@ -32,12 +34,10 @@ def plot_summary(results: Sequence[Result], path: Path) -> Path:
         ax.set_xticks(range(len(vals)), names, rotation=40, ha="right", fontsize=8)
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _png(plt, fig)
 
 
-def plot_slowdown_cdf(results: Sequence[Result], path: Path) -> Path:
+def plot_slowdown_cdf(results: Sequence[Result]) -> bytes:
     """Per-job slowdown (JCT / solo duration), cumulative distribution per policy."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -50,12 +50,10 @@ def plot_slowdown_cdf(results: Sequence[Result], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _png(plt, fig)
 
 
-def plot_class_slowdown(results: Sequence[Result], path: Path) -> Path:
+def plot_class_slowdown(results: Sequence[Result]) -> bytes:
     """Mean slowdown per job class and policy (fairness between classes)."""
     plt = _plt()
     classes = sorted(set(results[0].per_job["cls"]))
@@ -70,9 +68,7 @@ def plot_class_slowdown(results: Sequence[Result], path: Path) -> Path:
     ax.set_yscale("log")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _png(plt, fig)
 
 
 _COLORS = {"exclusive-fifo": "#7f7f7f", "exclusive-backfill": "#bcbd22", "slurm-shard": "#d62728",
@@ -83,8 +79,15 @@ def _color(name: str) -> str:
     return _COLORS.get(name, "#9467bd")
 
 
-def write_plots(results: Sequence[Result], out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return [plot_summary(results, out_dir / "summary.png"),
-            plot_slowdown_cdf(results, out_dir / "slowdown_cdf.png"),
-            plot_class_slowdown(results, out_dir / "class_slowdown.png")]
+def _png(plt: Any, fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_plots(results: Sequence[Result]) -> dict[str, bytes]:
+    """File name -> PNG bytes of every plot."""
+    return {"summary.png": plot_summary(results),
+            "slowdown_cdf.png": plot_slowdown_cdf(results),
+            "class_slowdown.png": plot_class_slowdown(results)}

@@ -4,8 +4,8 @@ except for the wall-clock time it measures."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from ..config import PlacementConfig
 from ..errors import ModelError

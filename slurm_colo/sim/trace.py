@@ -27,10 +27,10 @@ import math
 import random
 import re
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..errors import ColoError
 from ..options import derive_class

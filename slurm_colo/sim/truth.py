@@ -10,7 +10,7 @@ Pairs Gavel could not run (out of memory) cannot co-locate; pairs measured at ex
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..gavel import GavelData
 from ..scores import ClassInfo, PairScore, ScoreTable
@@ -78,7 +78,7 @@ def split_pairs(data: GavelData, hidden_share: float, seed: int) -> tuple[list[t
     rng = random.Random(seed)
     idx = list(range(len(pairs)))
     rng.shuffle(idx)
-    n_hidden = int(round(hidden_share * len(pairs)))
+    n_hidden = round(hidden_share * len(pairs))
     hidden = sorted(pairs[i] for i in idx[:n_hidden])
     train = sorted(pairs[i] for i in idx[n_hidden:])
     return train, hidden

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from slurm_colo.cli import app
 from slurm_colo.config import PlacementConfig
 from slurm_colo.gavel import GavelData
-from slurm_colo.scores import PairScore, ScoreTable
+from slurm_colo.scores import PairScore
 from slurm_colo.sim.engine import Sim, SimConfig
 from slurm_colo.sim.metrics import summarize
 from slurm_colo.sim.ours import PolicyScheduler

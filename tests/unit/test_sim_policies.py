@@ -13,7 +13,7 @@ from slurm_colo.config import PlacementConfig
 from slurm_colo.gavel import GavelData, bundled_path, load_gavel
 from slurm_colo.scores import ClassInfo, PairScore, ScoreTable
 from slurm_colo.sim.engine import Sim, SimConfig
-from slurm_colo.sim.metrics import summarize, table
+from slurm_colo.sim.metrics import table
 from slurm_colo.sim.policies import GandivaRandom, SlurmShard
 from slurm_colo.sim.run import Setup, simulate
 from slurm_colo.sim.trace import philly_trace, read_philly

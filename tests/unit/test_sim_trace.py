@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from slurm_colo.gavel import bundled_path
-from slurm_colo.sim.trace import (TraceError, class_for_name, offered_load, philly_trace,
-                                  read_philly, sacct_trace)
+from slurm_colo.sim.trace import (
+    TraceError,
+    class_for_name,
+    offered_load,
+    philly_trace,
+    read_philly,
+    sacct_trace,
+)
 
 CLASSES = ["resnet18-bs64", "lm-bs20", "a3c"]
 ROWS = [(3600.0, 1), (7200.0, 1), (36000.0, 1), (500000.0, 1), (1800.0, 4)]
@@ -17,7 +25,7 @@ def test_philly_trace_is_seeded_sorted_and_single_gpu_by_default() -> None:
     t2 = philly_trace(ROWS, CLASSES, jobs=500, gpus=16, load=1.5, seed=4)
     assert t1 == t2
     assert t1 != philly_trace(ROWS, CLASSES, jobs=500, gpus=16, load=1.5, seed=5)
-    assert all(a.arrival <= b.arrival for a, b in zip(t1, t1[1:]))
+    assert all(a.arrival <= b.arrival for a, b in itertools.pairwise(t1))
     assert {j.gpus for j in t1} == {1} and {j.cls for j in t1} <= set(CLASSES)
     assert [j.id for j in t1] == list(range(500))
 
