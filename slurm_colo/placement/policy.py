@@ -61,6 +61,9 @@ def explore_draw(key: str) -> float:
 
 def _evaluate(j: _Job, key: tuple[Any, ...], scores: ScoreTable,
               cfg: PlacementConfig) -> tuple[Any, ...]:
+    """The rules for one GPU state (``GpuView.state_key``), written out with
+    :meth:`ScoreTable.set_throughputs`; :func:`place` uses the cached, vectorised form in
+    :mod:`.index` and this only to explain a refusal in words."""
     classes, uids, used, mem = key
     if j.uid is not None and uids and uids != {j.uid}:
         return (_REFUSE, "", "")  # MPS serves one user per GPU; not worth a message
