@@ -16,6 +16,7 @@ from ..config import Config, load_config
 from ..errors import StoreError
 from .fsutil import ensure_dir, locked
 from .layout import NodeLayout
+from .spool import pending
 
 log = logging.getLogger("slurm_colo.node.ingest")
 
@@ -45,17 +46,23 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
             engine = make_engine(cfg.store.url, busy_timeout_s if busy_timeout_s is not None
                                  else cfg.store.busy_timeout_s)
             try:
-                for d in (lay.spool_dir, lay.fallback_spool()):
-                    if not d.is_dir():
-                        continue
-                    try:
-                        r = ingest_spool(engine, d)
-                    except StoreError as e:
-                        rep.errors.append(f"{d}: {e}")
-                        continue
-                    rep.ingested += r.ingested
-                    rep.duplicates += r.duplicates
-                    rep.bad += len(r.bad)
+                # a few passes: records spooled by Epilogs that ran while this ingest held
+                # the lock (their own ingest gave up at once) are picked up too
+                for _ in range(3):
+                    before = rep.ingested + rep.duplicates
+                    for d in (lay.spool_dir, lay.fallback_spool()):
+                        if not d.is_dir():
+                            continue
+                        try:
+                            r = ingest_spool(engine, d)
+                        except StoreError as e:
+                            rep.errors.append(f"{d}: {e}")
+                            continue
+                        rep.ingested += r.ingested
+                        rep.duplicates += r.duplicates
+                        rep.bad += len(r.bad)
+                    if rep.errors or rep.ingested + rep.duplicates == before or not pending(lay):
+                        break
             finally:
                 engine.dispose()
     except TimeoutError:

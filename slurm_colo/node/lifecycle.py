@@ -169,11 +169,7 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
 def start_sampler(cfg: Config, job_id: int) -> int | None:
     """Start the job's NVML sampler as a detached process; its PID (None on failure)."""
     try:
-        p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.sampler", str(job_id)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                             env=_child_env(cfg))
-        return p.pid
+        return _detached(cfg, "slurm_colo.node.sampler", str(job_id))
     except OSError as e:
         log.warning("job %d: sampler not started: %s", job_id, e)
         return None
@@ -289,10 +285,7 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
                     "cleanup'", g)
         return
     try:
-        subprocess.Popen([sys.executable, "-m", "slurm_colo.node.mps_daemon", "stop", str(g)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                         env=_child_env(cfg))
+        _detached(cfg, "slurm_colo.node.mps_daemon", "stop", str(g))
     except OSError as e:
         log.warning("GPU %d: cannot start the MPS stop helper (%s); stopping inline", g, e)
         with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
@@ -304,6 +297,23 @@ def _lock_wait(cfg: Config) -> float:
     """How long a hook waits for a GPU's lock: a daemon start or stop by another hook
     can take a few control-call timeouts."""
     return max(5.0, 3 * cfg.node.mps_timeout_s)
+
+
+def _detached(cfg: Config, module: str, *args: str) -> int:
+    """Start ``python -m module args`` in its own session at lower CPU priority (it must
+    not slow the hook that started it or the job), detached from our stdio."""
+    p = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True, close_fds=True, env=_child_env(cfg),
+                         preexec_fn=_lower_priority)
+    return p.pid
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(10)
+    except OSError:
+        pass
 
 
 def _child_env(cfg: Config) -> dict[str, str]:
@@ -356,11 +366,7 @@ def _last_seen(lay: NodeLayout, job_id: int, start: float) -> float:
 def kick_ingest(cfg: Config) -> int | None:
     """Start a detached ``slurm_colo.node.ingest`` so the Epilog never waits on the DB."""
     try:
-        p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.ingest"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                             env=_child_env(cfg))
-        return p.pid
+        return _detached(cfg, "slurm_colo.node.ingest")
     except OSError as e:
         log.warning("ingest not started: %s", e)
         return None
