@@ -17,8 +17,11 @@ VERBS = ("PLACE", "JOBSTART", "JOBEND", "EXPLAIN", "STATUS", "PING", "RELOAD")
 KV_VERBS = ("PLACE",)
 
 
+_SEPARATORS = str.maketrans("\t\r\n", "   ")
+
+
 def _clean(v: object) -> str:
-    return "".join(" " if c in "\t\r\n" else c for c in str(v))
+    return str(v).translate(_SEPARATORS)
 
 
 def parse_request(line: bytes | str) -> tuple[str, dict[str, Any]]:

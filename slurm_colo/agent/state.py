@@ -14,6 +14,7 @@ from ..errors import OptionError
 from ..gres_layout import NodeGpus, expand_hostlist
 from ..options import derive_class, parse_mode
 from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant, place
+from ..placement.policy import index_for
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
@@ -155,6 +156,7 @@ class AgentState:
             if g is not None:
                 g.occupants.append(self._occupant_for_placement(p))
         self.view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
+        index_for(self.view, self.scores, self.cfg.placement)  # built here, off the request path
 
     def _occupant_for_placement(self, p: Placement) -> Occupant:
         d = p.decision
