@@ -11,6 +11,10 @@ queued until the active server has no clients, then that server is stopped and a
 for the queued UID is started. Servers are real (forked, idle) processes named
 ``nvidia-cuda-mps-server`` so process scans see them.
 
+``slurm-colo-mps-emulator run -- CMD`` makes CMD an MPS client (the lab's stand-in for a
+CUDA program under MPS: it registers its PID, waits in the queue if another UID is
+served, then execs CMD).
+
 Emulator-only commands (prefix ``emu_``): ``emu_client_connect UID PID``,
 ``emu_client_exit PID``, ``emu_fault hang|crash|client_fatal``, ``emu_state`` (JSON).
 Start-up fault switch: ``SLURM_COLO_MPS_EMU_FAULT`` = ``hang`` (never answers),
@@ -394,11 +398,59 @@ def _client() -> int:
     return rc
 
 
+def _ask(line: str) -> str | None:
+    """One command to the daemon of $CUDA_MPS_PIPE_DIRECTORY; None if none answers."""
+    pipe_dir, _ = _dirs()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5.0)
+            s.connect(os.path.join(pipe_dir, SOCKET))
+            s.sendall(line.encode() + b"\n")
+            out = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+    except OSError:
+        return None
+    return out.decode(errors="replace").strip()
+
+
+def _run_client(cmd: list[str]) -> int:
+    """``run -- CMD``: become an MPS client of the daemon, then exec CMD (same PID).
+
+    Like a CUDA program under MPS: with no daemon the command runs without MPS; a client
+    of another UID than the active server's waits in the queue until it is served.
+    """
+    if not cmd:
+        print("usage: slurm-colo-mps-emulator run -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    pid = os.getpid()
+    reply = _ask(f"emu_client_connect {os.getuid()} {pid}")
+    while reply == "QUEUED":
+        time.sleep(0.2)
+        state = _ask("emu_state")
+        if state is None:
+            break
+        try:
+            servers = json.loads(state)["servers"].values()
+        except (ValueError, KeyError):
+            break
+        if any(pid in s["clients"] for s in servers):
+            break
+    os.execvp(cmd[0], cmd)
+    return 127  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if "-h" in args or "--help" in args:
         print(__doc__)
         return 0
+    if args[:1] == ["run"]:
+        rest = args[1:]
+        return _run_client(rest[1:] if rest[:1] == ["--"] else rest)
     if "-d" in args:
         return _run_daemon(background=True)
     if "-f" in args:

@@ -163,3 +163,30 @@ def test_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
     ctl = _ctl(tmp_path, argv=[str(tmp_path / "nvidia-cuda-mps-control")])
     with pytest.raises(MPSError, match="cannot run MPS control program"):
         ctl.server_list()
+
+
+def test_run_wrapper_makes_a_command_an_mps_client(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path)
+    ctl.start()
+    try:
+        p = subprocess.Popen([*emulator_argv(), "run", "--", "sleep", "30"], env=ctl.env())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not ctl.server_list():
+            time.sleep(0.05)
+        server = ctl.server_list()[0]
+        assert ctl.client_list(server) == [p.pid]  # same PID after exec
+        p.kill()
+        p.wait()
+        deadline = time.monotonic() + 3
+        while ctl.client_list(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ctl.client_list(server) == []  # a dead client is dropped
+    finally:
+        ctl.quit()
+
+
+def test_run_wrapper_without_daemon_just_runs(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path)
+    cp = subprocess.run([*emulator_argv(), "run", "--", "echo", "hi"], env=ctl.env(),
+                        capture_output=True, text=True, check=False)
+    assert cp.returncode == 0 and cp.stdout == "hi\n"
