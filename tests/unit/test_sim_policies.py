@@ -130,3 +130,17 @@ def test_cli_simulate_writes_table_and_plots(tmp_path: Path) -> None:
 def test_cli_rejects_an_unknown_policy() -> None:
     r = CliRunner().invoke(app, ["simulate", "--jobs", "10", "--policies", "magic"])
     assert r.exit_code != 0
+
+
+def test_ours_uses_the_retraining_model_trained_on_part_of_the_pairs(data: GavelData) -> None:
+    from slurm_colo.sim.run import predicted_scores
+    train, hidden = split_pairs(data, 0.3, 5)
+    assert len(hidden) == round(0.3 * len(data.unordered_pairs()))
+    t = predicted_scores(data, train, 5)
+    assert all(t.pair(a, b).observed for a, b in train[:20])
+    assert not any(t.pair(a, b).observed for a, b in hidden[:20])
+    rows = read_philly(bundled_path("philly_job_distribution.csv"))
+    small = philly_trace(rows, data.classes, jobs=200, gpus=8, load=1.5, seed=5,
+                         max_duration_s=24 * 3600)
+    res = simulate(small, data, Setup(SimConfig(gpus=8, seed=5), PlacementConfig()), ["ours"])
+    assert res[0].jobs == 200 and res[0].policy == "ours"
