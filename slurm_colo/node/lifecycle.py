@@ -340,7 +340,7 @@ def recover(cfg: Config, skip: int | None = None) -> list[int]:
         if st is None:
             continue
         if ended is None:
-            if procs.job_alive(job_id, str(st.get("boot_id", ""))):
+            if procs.job_alive(job_id, str(st.get("boot_id", "")), float(st["start"])):
                 continue  # still running (or its Epilog has not started yet)
             ended = jobstate.mark_ended(lay, job_id, exit_code=-1, signal=0,
                                         end=_last_seen(lay, job_id, float(st["start"])))

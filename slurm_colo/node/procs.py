@@ -92,28 +92,32 @@ def boot_id() -> str:
         return ""
 
 
-#: where Slurm's cgroup plugins put a job's cgroup (v2, then v1 layouts)
-_CGROUP_GLOBS = ("/sys/fs/cgroup/system.slice/slurmstepd.scope/job_{job}",
-                 "/sys/fs/cgroup/memory/slurm/uid_*/job_{job}",
-                 "/sys/fs/cgroup/cpuset/slurm/uid_*/job_{job}")
+#: where Slurm's cgroup plugins put job cgroups (v2, then v1 layouts): directories job_<id>
+_CGROUP_ROOTS = ("/sys/fs/cgroup/system.slice/slurmstepd.scope",
+                 "/sys/fs/cgroup/memory/slurm/uid_*", "/sys/fs/cgroup/cpuset/slurm/uid_*")
 
 
-def job_alive(job_id: int, prolog_boot_id: str) -> bool:
-    """Best guess whether a job still runs on this node (used to clean up after crashes).
+def job_alive(job_id: int, prolog_boot_id: str, since: float | None = None,
+              roots: tuple[str, ...] = _CGROUP_ROOTS) -> bool:
+    """Best guess whether a job still runs on this node (to clean up after crashes).
 
-    A job from before the last reboot is dead. Otherwise, when a Slurm cgroup tree exists
-    the job is alive iff its cgroup exists; without cgroups we cannot tell and say alive.
+    A job from before the last reboot is dead. Otherwise the job is dead only when Slurm's
+    cgroup tree is evidently in use here (it holds ``job_*`` directories of other jobs),
+    the job has none, and the job started more than a minute ago (its cgroup may not exist
+    yet right after the Prolog). In every other case we cannot tell, and say alive: a
+    wrong "dead" would end a running job's record early.
     """
     import glob
+    import time
 
     if prolog_boot_id and prolog_boot_id != boot_id():
         return False
-    roots = [p for p in ("/sys/fs/cgroup/system.slice/slurmstepd.scope",
-                         "/sys/fs/cgroup/memory/slurm", "/sys/fs/cgroup/cpuset/slurm")
-             if os.path.isdir(p)]
-    if not roots:
+    if since is not None and time.time() - since < 60:
         return True
-    return any(glob.glob(g.format(job=job_id)) for g in _CGROUP_GLOBS)
+    jobs = [p for r in roots for p in glob.glob(f"{r}/job_*")]
+    if not jobs:
+        return True
+    return any(os.path.basename(p) == f"job_{job_id}" for p in jobs)
 
 
 def job_of_pid(pid: int) -> int | None:

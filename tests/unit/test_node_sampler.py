@@ -72,6 +72,10 @@ def test_sampler_follows_the_journal_and_attributes_job_processes(tmp_path: Path
     # a process of job 7 (found by its SLURM_JOB_ID; cgroups are used where Slurm has them)
     job_proc = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "7"})
     try:
+        deadline = time.monotonic() + 5  # until exec: before it the child shows our environ
+        while Path(f"/proc/{job_proc.pid}/comm").read_text().strip() != "sleep":
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
         nv = ScenarioNvml({"gpus": [{"uuid": "GPU-0", "sm_util": 70, "mem_util": 30,
                                      "memory_used_mib": 4096, "processes": [
                                          {"pid": job_proc.pid, "used_mib": 3072, "sm_util": 55},
