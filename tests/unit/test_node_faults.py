@@ -394,3 +394,19 @@ def test_gpu_lock_held_by_a_stuck_hook(cfg: Config, monkeypatch: pytest.MonkeyPa
     finally:
         unlock(holder)
     assert rec is not None and set(spooled(cfg)) == {1}
+
+
+def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
+    """Expected: state left by a job from before a reboot (its Epilog never ran) becomes
+    one record with exit code -1 at the next hook run; a second run adds nothing."""
+    from slurm_colo.node import jobstate
+
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    lay = layout_of(cfg)
+    st = jobstate.read_state(lay, 1)
+    st["boot_id"] = "boot-before-the-crash"
+    jobstate.write_state(lay, 1, st)
+    assert recover(cfg, skip=2) == [1]
+    assert recover(cfg, skip=2) == []
+    rec = spooled(cfg)[1]
+    assert rec.exit_code == -1 and rec.state == "FAILED" and rec.end >= rec.start
