@@ -129,6 +129,7 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                     out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
                 res.mps[g] = out
                 state["mps"][str(g)] = {"state": out.state, "log_offset": out.log_offset,
+                                        "server_log_offset": out.server_log_offset,
                                         "message": out.message}
                 st = gpu_mps(cfg, g, opener).state()
                 if st.get("uuid"):
@@ -212,7 +213,7 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
     ended = jobstate.mark_ended(lay, job_id, exit_code, sig)
     stop_sampler(lay, job_id, st.get("sampler_pid"))
     opener = open_gpu or _LazyNvml(cfg)
-    _close_stays(cfg, lay, st, float(ended["end"]), opener)
+    _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)
     for g in st.get("gpus", []):
         _maybe_stop(cfg, lay, int(g), opener, detach_stop)
@@ -220,7 +221,9 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
 
 
 def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
-                 opener: Callable[[int], Gpu]) -> None:
+                 opener: Callable[[int], Gpu], failed: bool = False) -> None:
+    """Close the job's stay in each GPU journal, after noting MPS faults there
+    (``failed``: the job did not exit cleanly, so MPS servers are also asked for FAULT)."""
     job_id = int(st["job"])
     for g in st.get("gpus", []):
         g = int(g)
@@ -235,7 +238,9 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
             if st.get("mechanism") == "mps" and token is not None:
                 info = (st.get("mps") or {}).get(str(g), {})
                 if info.get("state") == "ok":
-                    gpu_mps(cfg, g, opener).scan_faults(int(info.get("log_offset", 0)))
+                    gpu_mps(cfg, g, opener).scan_faults(
+                        int(info.get("log_offset", 0)), int(info.get("server_log_offset", 0)),
+                        query_servers=failed)
             journal.append(lay.journal(g), {"ev": "end", "job": job_id, "t": end})
         finally:
             unlock(token)

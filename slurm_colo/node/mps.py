@@ -185,16 +185,23 @@ class MpsControl:
         except ValueError:
             return None
 
-    def log_text(self, since_offset: int = 0) -> str:
+    def log_text(self, since_offset: int = 0, name: str = "control.log") -> str:
+        """What the daemon (or, ``server.log``, its servers) logged after ``since_offset``;
+        at most 4 MiB, never through a symlink."""
         try:
-            with open(self.log_dir / "control.log", "rb") as f:
-                f.seek(since_offset)
-                return f.read(4 * 1024 * 1024).decode(errors="replace")
+            fd = os.open(self.log_dir / name, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return ""
-
-    def log_size(self) -> int:
         try:
-            return (self.log_dir / "control.log").stat().st_size
+            os.lseek(fd, since_offset, os.SEEK_SET)
+            return os.read(fd, 4 * 1024 * 1024).decode(errors="replace")
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
+
+    def log_size(self, name: str = "control.log") -> int:
+        try:
+            return (self.log_dir / name).stat().st_size
         except OSError:
             return 0

@@ -42,6 +42,7 @@ class MpsOutcome:
     pipe_dir: str = ""
     log_dir: str = ""
     log_offset: int = 0
+    server_log_offset: int = 0
     events: list[str] = field(default_factory=list)
     #: False when the GPU is left unusable for a job (still in EXCLUSIVE_PROCESS compute
     #: mode after a failed reset): the Prolog then refuses the job (exit 100) instead of
@@ -110,7 +111,8 @@ class GpuMps:
             health = self.probe(st) if st.get("uid") == uid else "other-user"
             if health == "ok":
                 ctl = self.control(st)
-                return MpsOutcome("ok", "", st["pipe_dir"], st["log_dir"], ctl.log_size())
+                return MpsOutcome("ok", "", st["pipe_dir"], st["log_dir"], ctl.log_size(),
+                                  ctl.log_size("server.log"))
             if health in ("dead", "hung"):
                 self._note_crash(f"daemon_{health}",
                                  f"MPS daemon {st.get('pid')} on GPU {self.index} {health}")
@@ -163,7 +165,8 @@ class GpuMps:
                               "the job runs time-sliced without MPS",
                               gpu_usable=not self._exclusive())
         log.info("GPU %d: started MPS daemon %s for uid %d (%s)", self.index, st["pid"], uid, pipe)
-        return MpsOutcome("ok", "", str(pipe), str(logd), ctl.log_size())
+        return MpsOutcome("ok", "", str(pipe), str(logd), ctl.log_size(),
+                          ctl.log_size("server.log"))
 
     def stop(self, st: dict | None = None, reason: str = "last job left") -> list[str]:
         """Quit the daemon, make sure no MPS process of this GPU is left, reset the GPU.
@@ -235,8 +238,10 @@ class GpuMps:
         return ok
 
     # -- faults --------------------------------------------------------------------------
-    def scan_faults(self, log_offset: int) -> list[dict]:
-        """Fault events since ``log_offset`` in control.log, plus a dead/hung daemon.
+    def scan_faults(self, log_offset: int, server_log_offset: int = 0,
+                    query_servers: bool = False) -> list[dict]:
+        """Fault events since the offsets in control.log and server.log, a dead daemon,
+        and (``query_servers``, used when the job failed) servers in FAULT state.
 
         New ones are appended to the GPU journal once (deduplicated by their text), so
         every job that shared the GPU at that moment is flagged, whichever Epilog runs first.
@@ -245,7 +250,9 @@ class GpuMps:
         found: list[dict] = []
         if st.get("pipe_dir"):
             ctl = self.control(st)
-            for line in parse_fault_lines(ctl.log_text(log_offset)):
+            lines = (parse_fault_lines(ctl.log_text(log_offset))
+                     + parse_fault_lines(ctl.log_text(server_log_offset, "server.log")))
+            for line in lines:
                 ev = {"ev": "fault", "kind": "client_fatal", "detail": line}
                 t = log_line_time(line)  # when it happened, not when we noticed
                 if t is not None:
@@ -256,6 +263,15 @@ class GpuMps:
             if not procs.alive(st.get("pid") or ctl.daemon_pid()):
                 found.append({"ev": "fault", "kind": "daemon_dead",
                               "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} dead"})
+            elif query_servers:
+                try:
+                    for spid in ctl.server_list():
+                        if ctl.server_status(spid) == "FAULT":
+                            found.append({"ev": "fault", "kind": "client_fatal",
+                                          "detail": f"MPS server {spid} on GPU {self.index} "
+                                                    "in FAULT state"})
+                except MPSError:
+                    pass  # a hung daemon is dealt with by the next Prolog's probe
         known = {e.get("detail") for e in journal.read(self.layout.journal(self.index))
                  if e["ev"] == "fault"}
         for ev in found:

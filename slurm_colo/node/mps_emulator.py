@@ -16,7 +16,8 @@ CUDA program under MPS: it registers its PID, waits in the queue if another UID 
 served, then execs CMD).
 
 Emulator-only commands (prefix ``emu_``): ``emu_client_connect UID PID``,
-``emu_client_exit PID``, ``emu_fault hang|crash|client_fatal``, ``emu_state`` (JSON).
+``emu_client_exit PID``, ``emu_fault hang|crash|client_fatal|client_fatal_slow``,
+``emu_state`` (JSON).
 Start-up fault switch: ``SLURM_COLO_MPS_EMU_FAULT`` = ``hang`` (never answers),
 ``crash-after=SECONDS`` (dies without cleanup; repeated starts give a restart loop).
 """
@@ -218,14 +219,17 @@ class Daemon:
         elif kind == "crash":
             self.log("emulator: simulated crash")
             os._exit(137)
-        elif kind == "client_fatal":
+        elif kind in ("client_fatal", "client_fatal_slow"):
+            # _slow: the clients get the error but take their time to exit (the server
+            # stays in FAULT state meanwhile)
             for pid, s in self.servers.items():
                 if s["clients"]:
                     s["status"] = "FAULT"
                     self.log(f"Server {pid} received a fatal GPU exception from a client; "
                              f"terminating clients {' '.join(map(str, sorted(s['clients'])))}")
-                    for c in s["clients"]:
-                        _kill(c)
+                    if kind == "client_fatal":
+                        for c in s["clients"]:
+                            _kill(c)
         else:
             return f"Unknown fault: {kind}"
         return ""

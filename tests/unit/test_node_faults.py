@@ -410,3 +410,30 @@ def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
     assert recover(cfg, skip=2) == []
     rec = spooled(cfg)[1]
     assert rec.exit_code == -1 and rec.state == "FAILED" and rec.end >= rec.start
+
+
+def test_fault_seen_in_server_log_or_server_state(cfg: Config, clients: list) -> None:
+    """Expected: a fatal fault reported only in server.log, or only by a server still in
+    FAULT state when a failed job's Epilog asks, flags the job's record too."""
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    gm = gpu_mps(cfg, 0)
+    st = gm.state()
+    time.sleep(0.01)
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    with open(Path(st["log_dir"]) / "server.log", "a") as f:
+        f.write(f"[{stamp} Server 1] fatal exception reported to clients\n")
+    rec = job_end(cfg, 1, 1, detach_stop=False)
+    assert rec is not None and rec.mps_fault
+
+    job_start(cfg, mps_job(2), launch_sampler=False)
+    ctl = gm.control(gm.state())
+    p = subprocess.Popen(["sleep", "60"])
+    clients.append(p)
+    ctl.command(f"emu_client_connect 1000 {p.pid}")
+    ctl.command("emu_fault client_fatal_slow")  # clients still exiting: server in FAULT
+    found = gm.scan_faults(ctl.log_size(), ctl.log_size("server.log"), query_servers=True)
+    assert [f["kind"] for f in found] == ["client_fatal"] and "FAULT state" in found[0]["detail"]
+    p.kill()
+    rec = job_end(cfg, 2, 1, detach_stop=False)
+    assert rec is not None and rec.mps_fault
