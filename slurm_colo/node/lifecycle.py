@@ -307,18 +307,15 @@ def _lock_wait(cfg: Config) -> float:
 def _detached(cfg: Config, module: str, *args: str) -> int:
     """Start ``python -m module args`` in its own session at lower CPU priority (it must
     not slow the hook that started it or the job), detached from our stdio."""
-    p = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True, close_fds=True, env=_child_env(cfg),
-                         preexec_fn=_lower_priority)
+    import shutil
+
+    nice = shutil.which("nice")
+    prefix = [nice, "-n", "10"] if nice else []  # nice execs python: same PID
+    p = subprocess.Popen([*prefix, sys.executable, "-m", module, *args],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                         env=_child_env(cfg))
     return p.pid
-
-
-def _lower_priority() -> None:
-    try:
-        os.nice(10)
-    except OSError:
-        pass
 
 
 def _child_env(cfg: Config) -> dict[str, str]:
