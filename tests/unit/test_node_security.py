@@ -72,3 +72,63 @@ def test_mps_directories_permissions(tmp_path: Path) -> None:
     finally:
         job_end(cfg, 1, 0, detach_stop=False)
         assert procs.mps_processes(st["pipe_dir"]) == []
+
+
+def test_taskprolog_as_the_job_user_reads_its_file_and_others_cannot(tmp_path: Path) -> None:
+    """As root (the real Prolog): the TaskProlog, run as the job's uid, prints the exports;
+    another uid cannot read the job's task file. Without root the files simply stay the
+    caller's (nothing to hand over)."""
+    import tempfile
+
+    from slurm_colo.node.lifecycle import JobInfo, job_end, job_start
+
+    base = Path(tempfile.mkdtemp(prefix="colo-perm-", dir="/tmp"))
+    base.chmod(0o755)  # reachable by other users, like /run/slurm-colo
+    try:
+        cfg = node_config(base)
+        (base / "config.toml").chmod(0o644)
+        (base / "scenario.json").chmod(0o644)
+        uid = 65534 if os.geteuid() == 0 else os.geteuid()
+        info = JobInfo(3, "nobody", uid, "n1", [0],
+                       {"shared": True, "mechanism": "shard", "cls": "x", "mode": "auto"})
+        job_start(cfg, info, launch_sampler=False)
+        task = base / "run" / "jobs" / "3" / "user" / "task.json"
+        assert task.stat().st_uid == uid
+
+        def as_user(u: int) -> str:
+            """Run the TaskProlog's main in a forked child that drops to uid ``u`` (the
+            interpreter of this venv lives under /root, out of other users' reach)."""
+            from slurm_colo.hooks import taskprolog
+
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # child
+                try:
+                    sys.stdout = os.fdopen(w, "w")  # pytest's capture is not fd 1
+                    if os.geteuid() == 0:
+                        os.setgroups([])
+                        os.setgid(u)
+                        os.setuid(u)
+                    os.environ.update(SLURM_JOB_ID="3", SLURM_COLO_CONFIG=cfg.source)
+                    rc = taskprolog.main()
+                    sys.stdout.flush()
+                finally:
+                    os._exit(locals().get("rc", 99))
+            os.close(w)
+            with os.fdopen(r) as f:
+                out = f.read()
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            return out
+
+        out = as_user(uid)
+        assert out.strip() == f"export SLURM_COLO_PROGRESS_FILE={task.parent}/progress.json"
+        if os.geteuid() == 0:
+            other = as_user(65533)
+            assert other.startswith("print slurm-colo: warning: cannot read")
+            assert "SLURM_COLO_PROGRESS_FILE" not in other
+        job_end(cfg, 3, 0)
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
