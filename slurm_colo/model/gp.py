@@ -3,10 +3,13 @@
 Kernel between entries (a, b) and (a', b')::
 
     k = s_int * C[a, a'] * C[b, b']  +  s_row * C[a, a']  +  s_col * C[b, b']
+        + s_self * [a = b][a' = b']  +  s_swap * C[a, b'] * C[b, a']
     C = exp(-sum_g w_g^2 D_g / 2) + ident * I          (class similarity)
 
 ``s_row`` is "how much a class suffers", ``s_col`` "how much a class disturbs", ``s_int`` the
-pair-specific interaction; ``D_g`` are the feature-group distances of
+pair-specific interaction, ``s_self`` what all self-pairs (two jobs of one class) share,
+``s_swap = rho * s_int`` (rho <= 1 keeps the kernel valid) ties ``n(a | b)`` to
+``n(b | a)``; ``D_g`` are the feature-group distances of
 :mod:`.features` and ``ident`` lets each class keep an identity of its own beyond its
 features. This is matrix completion with side information: a pair never measured borrows
 from rows and columns of similar classes; a class with no pair data at all is predicted
@@ -31,34 +34,68 @@ from scipy.linalg import cho_factor, cho_solve, solve_triangular
 from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
+from ..errors import ModelError
 from .data import Entries
 
 HYPER_SUBSAMPLE = 500
 EXACT_LIMIT = 2500
 VAR_SUBSAMPLE = 250
 N_GROUPS = 5
-# log-parameters: w_g (N_GROUPS), ident, s_int, s_row, s_col, noise
-_START = np.log([1.0, 1.0, 1.0, 1.0, 1.0, 0.1, 0.05, 0.05, 0.05, 1e-3])
-_BOUNDS = [(-5.0, 3.0)] * N_GROUPS + [(-6.0, 2.0)] * 4 + [(-9.0, 0.0)]
+# log-parameters: w_g (N_GROUPS), ident, s_int, s_row, s_col, s_self, s_swap, noise
+I_IDENT, I_INT, I_ROW, I_COL, I_SELF, I_SWAP = range(N_GROUPS, N_GROUPS + 6)
+# the swap term is s_int * rho with rho <= 1: only then is the kernel positive semi-definite
+# (C x C)(s_int + s_swap P) with P the swap of a pair has eigenvalues s_int -+ s_swap)
+_START = np.log([1.0] * N_GROUPS + [0.1, 0.05, 0.05, 0.05, 0.01, 0.3, 1e-3])
+_BOUNDS = ([(-5.0, 3.0)] * N_GROUPS + [(-6.0, 2.0)] * 4 + [(-9.0, 2.0), (-9.0, 0.0)]
+           + [(float(np.log(1e-3)), 0.0)])
+PARAM_NAMES = ("w_family", "w_batch", "w_solo_rate", "w_sm_util", "w_memory", "ident",
+               "s_int", "s_row", "s_col", "s_self", "rho_swap", "noise")
 
 
 def _class_kernel(theta: np.ndarray, dists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     w2 = np.exp(2.0 * theta[:N_GROUPS])
     d = sum(wg * dg for wg, dg in zip(w2, dists))
     rbf = np.exp(-0.5 * d)
-    c = rbf + np.exp(theta[N_GROUPS]) * np.eye(rbf.shape[0])
+    c = rbf + np.exp(theta[I_IDENT]) * np.eye(rbf.shape[0])
     return c, rbf
+
+
+def _scales(theta: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(s_int, s_row, s_col, s_self, s_swap) with s_swap = s_int * rho_swap."""
+    v = np.exp(theta[I_INT:I_SWAP + 1])
+    return float(v[0]), float(v[1]), float(v[2]), float(v[3]), float(v[0] * v[4])
+
+
+def _parts(c: np.ndarray, x1: Entries, x2: Entries) -> tuple[np.ndarray, ...]:
+    """The class-kernel blocks between two entry sets: C[a,a'], C[b,b'], C[a,b'], C[b,a'],
+    and the self-pair indicator product."""
+    ka = c[np.ix_(x1.ia, x2.ia)]
+    kb = c[np.ix_(x1.ib, x2.ib)]
+    xs = c[np.ix_(x1.ia, x2.ib)]
+    xt = c[np.ix_(x1.ib, x2.ia)]
+    ss = np.outer(x1.ia == x1.ib, x2.ia == x2.ib).astype(float)
+    return ka, kb, xs, xt, ss
+
+
+def cross_kernel(theta: np.ndarray, c: np.ndarray, x1: Entries, x2: Entries) -> np.ndarray:
+    """Kernel matrix between two entry sets (no noise).
+
+    Beyond the row/column/interaction terms: ``s_self`` is shared by all self-pairs (two
+    jobs of one class), ``s_swap`` ties ``n(a | b)`` to ``n(b | a)`` (contention hurts both).
+    """
+    s_int, s_row, s_col, s_self, s_swap = _scales(theta)
+    ka, kb, xs, xt, ss = _parts(c, x1, x2)
+    return s_int * ka * kb + s_row * ka + s_col * kb + s_self * ss + s_swap * xs * xt
 
 
 def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
                   yc: np.ndarray) -> tuple[float, np.ndarray]:
     c, rbf = _class_kernel(theta, dists)
-    s_int, s_row, s_col = np.exp(theta[N_GROUPS + 1:N_GROUPS + 4])
+    s_int, s_row, s_col, s_self, s_swap = _scales(theta)
     noise = np.exp(theta[-1])
-    ka = c[np.ix_(e.ia, e.ia)]
-    kb = c[np.ix_(e.ib, e.ib)]
+    ka, kb, xs, xt, ss = _parts(c, e, e)
     nd = noise / e.w
-    k = s_int * ka * kb + s_row * ka + s_col * kb + np.diag(nd)
+    k = s_int * ka * kb + s_row * ka + s_col * kb + s_self * ss + s_swap * xs * xt + np.diag(nd)
     try:
         f = cho_factor(k, lower=True, check_finite=False)
     except np.linalg.LinAlgError:
@@ -68,21 +105,24 @@ def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
     kinv = cho_solve(f, np.eye(len(yc)), check_finite=False)
     wmat = 0.5 * (np.outer(alpha, alpha) - kinv)  # d nll / dK = -wmat
     grad = np.zeros_like(theta)
-    da_common = s_int * kb + s_row  # dK/dKa
-    db_common = s_int * ka + s_col  # dK/dKb
+    da = s_int * kb + s_row  # dK/dKa
+    db = s_int * ka + s_col  # dK/dKb
+    ds = s_swap * xt  # dK/dXs
+    dt = s_swap * xs  # dK/dXt
+
+    def chain(dc: np.ndarray) -> float:
+        return -float((wmat * (da * dc[np.ix_(e.ia, e.ia)] + db * dc[np.ix_(e.ib, e.ib)]
+                               + ds * dc[np.ix_(e.ia, e.ib)] + dt * dc[np.ix_(e.ib, e.ia)])).sum())
+
     w2 = np.exp(2.0 * theta[:N_GROUPS])
     for g in range(N_GROUPS):
-        dc = -w2[g] * dists[g] * rbf
-        dka = dc[np.ix_(e.ia, e.ia)]
-        dkb = dc[np.ix_(e.ib, e.ib)]
-        grad[g] = -float((wmat * (da_common * dka + db_common * dkb)).sum())
-    ident = np.exp(theta[N_GROUPS])
-    eq_a = (e.ia[:, None] == e.ia[None, :]) * ident
-    eq_b = (e.ib[:, None] == e.ib[None, :]) * ident
-    grad[N_GROUPS] = -float((wmat * (da_common * eq_a + db_common * eq_b)).sum())
-    grad[N_GROUPS + 1] = -float((wmat * (s_int * ka * kb)).sum())
-    grad[N_GROUPS + 2] = -float((wmat * (s_row * ka)).sum())
-    grad[N_GROUPS + 3] = -float((wmat * (s_col * kb)).sum())
+        grad[g] = chain(-w2[g] * dists[g] * rbf)
+    grad[I_IDENT] = chain(np.exp(theta[I_IDENT]) * np.eye(c.shape[0]))
+    grad[I_INT] = -float((wmat * (s_int * ka * kb + s_swap * xs * xt)).sum())
+    grad[I_ROW] = -float((wmat * (s_row * ka)).sum())
+    grad[I_COL] = -float((wmat * (s_col * kb)).sum())
+    grad[I_SELF] = -float((wmat * (s_self * ss)).sum())
+    grad[I_SWAP] = -float((wmat * (s_swap * xs * xt)).sum())
     grad[-1] = -float((np.diag(wmat) * nd).sum())
     return nll, grad
 
@@ -106,9 +146,7 @@ class PairGP:
 
     @property
     def params(self) -> dict[str, float]:
-        names = [f"w_{g}" for g in ("family", "batch", "solo_rate", "sm_util", "memory")]
-        names += ["ident", "s_int", "s_row", "s_col", "noise"]
-        return {n: round(float(np.exp(t)), 6) for n, t in zip(names, self.theta)}
+        return {n: round(float(np.exp(t)), 6) for n, t in zip(PARAM_NAMES, self.theta)}
 
     def predict(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior (mean, standard deviation) of log n for every ordered pair (k x k)."""
@@ -118,26 +156,26 @@ class PairGP:
                 mean, sd = self._fold_in(mean, sd, self.local)
             return mean, sd
 
-    def _scales(self) -> tuple[float, float, float]:
-        s_int, s_row, s_col = np.exp(self.theta[N_GROUPS + 1:N_GROUPS + 4])
-        return float(s_int), float(s_row), float(s_col)
-
     def _mean_grid(self) -> np.ndarray:
         k = self.c.shape[0]
-        s_int, s_row, s_col = self._scales()
+        s_int, s_row, s_col, s_self, s_swap = _scales(self.theta)
         a = np.zeros((k, k))
         np.add.at(a, (self.entries.ia, self.entries.ib), self.alpha)
         grid = s_int * (self.c @ a @ self.c.T)
+        grid += s_swap * (self.c @ a.T @ self.c.T)
         grid += s_row * (self.c @ a.sum(1))[:, None]
         grid += s_col * (self.c @ a.sum(0))[None, :]
+        grid[np.diag_indices(k)] += s_self * float(np.trace(a))
         return grid + self.mean
 
     def _sd_grid(self) -> np.ndarray:
         """Row by row: k(x, X) for all pairs (a, .) is a broadcast of class-kernel rows."""
         k = self.c.shape[0]
-        s_int, s_row, s_col = self._scales()
+        s_int, s_row, s_col, s_self, s_swap = _scales(self.theta)
         dc = np.diag(self.c)
         prior = s_int * dc[:, None] * dc[None, :] + s_row * dc[:, None] + s_col * dc[None, :]
+        prior += s_swap * self.c * self.c.T + s_self * np.eye(k)
+        selfm = (self.var_entries.ia == self.var_entries.ib).astype(np.float32) * np.float32(s_self)
         # float32 is plenty for a standard deviation and halves the cost
         ca = self.c[:, self.var_entries.ia].astype(np.float32)  # k x m
         cb = self.c[:, self.var_entries.ib].astype(np.float32)
@@ -148,12 +186,14 @@ class PairGP:
             arr[np.abs(arr) < 1e-15] = 0.0
         red = np.empty((k, k))
         cb_l = np.float32(s_col) * (cb @ linv)  # the column term, the same for every row
-        si, sr = np.float32(s_int), np.float32(s_row)
+        si, sr, sw = np.float32(s_int), np.float32(s_row), np.float32(s_swap)
         step = max(1, 8192 // max(k, 1))  # rows per block: one large product per block
         for a0 in range(0, k, step):
             blk = ca[a0:a0 + step, None, :]  # r x 1 x m
-            x = (si * blk * cb[None] + sr * blk).reshape(-1, ca.shape[1])
-            v = (x @ linv).reshape(blk.shape[0], k, -1) + cb_l[None]
+            x = si * blk * cb[None] + sr * blk + sw * cb[a0:a0 + step, None, :] * ca[None]
+            r = np.arange(x.shape[0])
+            x[r, a0 + r, :] += selfm  # the query (a, a) is a self-pair
+            v = (x.reshape(-1, ca.shape[1]) @ linv).reshape(blk.shape[0], k, -1) + cb_l[None]
             red[a0:a0 + step] = np.einsum("rij,rij->ri", v, v)
         return np.sqrt(np.maximum(prior - red, 1e-8))
 
@@ -224,14 +264,17 @@ def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
                        method="L-BFGS-B", bounds=_BOUNDS, options={"maxiter": 150})
         th, nll = res.x, float(res.fun)
     c, _ = _class_kernel(th, dists)
-    s_int, s_row, s_col = np.exp(th[N_GROUPS + 1:N_GROUPS + 4])
     noise = np.exp(th[-1])
 
     def factor(x: Entries) -> tuple[np.ndarray, bool]:
-        ka = c[np.ix_(x.ia, x.ia)]
-        kb = c[np.ix_(x.ib, x.ib)]
-        g = s_int * ka * kb + s_row * ka + s_col * kb + np.diag(noise / x.w)
-        return cho_factor(g, lower=True, check_finite=False)
+        g = cross_kernel(th, c, x, x) + np.diag(noise / x.w)
+        jitter = 0.0
+        for _ in range(6):  # round-off can leave a valid kernel a hair short of definite
+            try:
+                return cho_factor(g + jitter * np.eye(len(g)), lower=True, check_finite=False)
+            except np.linalg.LinAlgError:
+                jitter = max(jitter * 10.0, 1e-8 * float(np.trace(g)) / len(g))
+        raise ModelError("the model's kernel matrix is not positive definite (degenerate data)")
 
     if len(e) <= EXACT_LIMIT:
         f = factor(e)
