@@ -73,7 +73,9 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="slurm-colo ingest: %(message)s")
+    from ..hooks.common import setup_logging
+
+    setup_logging("ingest")  # detached: syslog is where an admin looks
     try:
         cfg = load_config()
     except Exception as e:

@@ -293,7 +293,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "stop" or not argv[1].isdigit():
         print("usage: python -m slurm_colo.node.mps_daemon stop GPU_INDEX", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="slurm-colo mps: %(message)s")
+    from ..hooks.common import setup_logging
+
+    setup_logging("mps-stop")  # detached: syslog is where an admin looks
     cfg = load_config()
     g = int(argv[1])
     gm = gpu_mps(cfg, g)
