@@ -169,6 +169,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python -m slurm_colo.node.sampler JOB_ID", file=sys.stderr)
         return 2
+    from ..hooks.common import setup_logging
+
+    setup_logging("sampler")  # detached: syslog is where an admin looks
     try:
         cfg = load_config()
     except Exception as e:
