@@ -33,6 +33,19 @@ def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: st
     return p
 
 
+def job_class() -> str:
+    """The class of a job without placement (``profile = "all"``): its --colocate-class,
+    else derived from its name, as the agent does; never raises."""
+    from ..errors import OptionError
+    from ..options import derive_class
+
+    name = os.environ.get("SLURM_JOB_NAME")
+    try:
+        return derive_class(name, os.environ.get("SPANK_COLOCATE_CLASS"))
+    except OptionError:
+        return derive_class(name)
+
+
 def pending_jobs(run_dir: str, job_id: int) -> bool:
     """Any other job's state on this node (cheap check before importing the node side)."""
     try:
@@ -67,7 +80,7 @@ def main() -> int:
     p = placement_for(cfg, job_id, node, gpus, user, uid)
     if p and not gpus and p.get("gpu") is not None:
         gpus = [int(p["gpu"])]
-    info = JobInfo(job_id, user, uid, node, gpus, p,
+    info = JobInfo(job_id, user, uid, node, gpus, p, cls=job_class(),
                    cluster=os.environ.get("SLURM_CLUSTER_NAME") or "default")
     res = job_start(cfg, info)
     if res.profiled:

@@ -143,3 +143,13 @@ def test_prolog_and_taskprolog_stay_light(cfg: Config) -> None:
     assert lines[-1] == "HEAVY:"
     for j in (40, 41):
         hook(cfg, "epilog", j)
+
+
+def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, profile="all")
+    assert hook(cfg, "prolog", 51, SLURM_JOB_NAME="ResNet50 train.sh",
+                SPANK_COLOCATE_CLASS="bad class!").returncode == 0
+    assert hook(cfg, "taskprolog", 51).stdout.startswith("export SLURM_COLO_PROGRESS_FILE=")
+    assert hook(cfg, "epilog", 51).returncode == 0
+    (rec,) = spool_records(cfg)
+    assert rec["cls"] == "resnet50-train" and rec["shared"] is False and rec["mechanism"] is None
