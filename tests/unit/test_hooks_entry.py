@@ -153,3 +153,16 @@ def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> 
     assert hook(cfg, "epilog", 51).returncode == 0
     (rec,) = spool_records(cfg)
     assert rec["cls"] == "resnet50-train" and rec["shared"] is False and rec["mechanism"] is None
+
+
+def test_missing_mps_binary_never_drains_and_the_job_is_told(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path)
+    text = Path(cfg.source).read_text().replace(
+        'mps_backend = "emulator"', f'mps_backend = "real"\nmps_control = "{tmp_path}/no-such-binary"')
+    Path(cfg.source).write_text(text)
+    p = hook(cfg, "prolog", 61, **colocated())
+    assert p.returncode == 0 and "did not start" in p.stderr
+    out = hook(cfg, "taskprolog", 61).stdout.splitlines()
+    assert not any("CUDA_MPS" in line for line in out)
+    assert any("cannot run MPS control program" in line for line in out if line.startswith("print"))
+    assert hook(cfg, "epilog", 61).returncode == 0 and len(spool_records(cfg)) == 1
