@@ -195,6 +195,12 @@ def _views(engine: Engine, since: float | None) -> list[JobView]:
 
 def rebuild_episodes(engine: Engine, since: float | None = None) -> BuildReport:
     """Recompute the episodes table from the jobs (ending at or after ``since``)."""
+    return rebuild_and_return(engine, since)[1]
+
+
+def rebuild_and_return(engine: Engine, since: float | None = None
+                       ) -> tuple[list[EpisodeView], BuildReport]:
+    """:func:`rebuild_episodes`, also returning the episodes (saves reading them back)."""
     require_schema(engine)
     eps, rep = build_episodes(_views(engine, since))
     rows: list[dict[str, Any]] = [
@@ -208,7 +214,7 @@ def rebuild_episodes(engine: Engine, since: float | None = None) -> BuildReport:
     if rep.skewed_intervals:
         log.warning("%d co-runner interval(s) lie outside their job's run by more than %.0f s "
                     "(clock skew or corrupt records): ignored", rep.skewed_intervals, SKEW_TOLERANCE_S)
-    return rep
+    return eps, rep
 
 
 def load_episodes(engine: Engine, since: float | None = None) -> list[EpisodeView]:
@@ -216,9 +222,17 @@ def load_episodes(engine: Engine, since: float | None = None) -> list[EpisodeVie
     if since is not None:
         q = q.where(Episode.end_time >= since)
     out = []
+    bad = 0
     with db_errors(engine), engine.connect() as conn:
         for r in conn.execute(q):
-            members = [(int(m[0]), str(m[1]), m[2], str(m[3])) for m in json.loads(r.members)]
+            try:
+                members = [(int(m[0]), str(m[1]), None if m[2] is None else float(m[2]), str(m[3]))
+                           for m in json.loads(r.members)]
+            except (ValueError, TypeError, IndexError, KeyError):
+                bad += 1
+                continue
             out.append(EpisodeView(r.node, r.gpu, r.start_time, r.end_time, members,
                                    bool(r.mps_fault), bool(r.oom)))
+    if bad:
+        log.warning("%d corrupt episode row(s) skipped (slurm-colo retrain rebuilds them)", bad)
     return out

@@ -27,7 +27,7 @@ from ..model.history import add_pair_episodes, pair_episodes
 from ..model.validate import holdout_mae
 from ..scores import ScoreTable, publish_scores, scores_from_dict
 from .engine import db_errors, require_schema
-from .episodes import load_episodes, rebuild_episodes
+from .episodes import rebuild_and_return
 from .schema import ClassSolo, Job, PairObservation, Profile
 from .scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
 
@@ -53,21 +53,26 @@ def resolve_gpu_model(engine: Engine, gpu: str | None, cfg: Config) -> str:
 
 
 def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
-    """Median memory peak / SM utilisation of each class's solo runs (any run if none)."""
+    """Per class: peak memory of any run, median SM utilisation and progress rate of its solo
+    runs (a campaign's figures, added first, take precedence)."""
     q = (select(Job.cls, Job.shared, Job.progress_rate, Profile.mem_peak_gib, Profile.sm_util_mean)
          .join(Profile, Profile.record_id == Job.record_id, isouter=True)
          .where(Job.end_time >= since))
     mem: dict[str, list[float]] = {}
     util: dict[str, list[float]] = {}
+    rate: dict[str, list[float]] = {}
     with db_errors(engine), engine.connect() as conn:
         for r in conn.execute(q):
             if r.mem_peak_gib:
                 mem.setdefault(r.cls, []).append(r.mem_peak_gib)
             if r.sm_util_mean is not None and not r.shared:
                 util.setdefault(r.cls, []).append(r.sm_util_mean)
-    for c in set(mem) | set(util):
+            if r.progress_rate and not r.shared:
+                rate.setdefault(r.cls, []).append(r.progress_rate)
+    for c in set(mem) | set(util) | set(rate):
         obs.add_class(c, memory_gib=max(mem[c]) if c in mem else None,
-                      sm_util=statistics.median(util[c]) if c in util else None)
+                      sm_util=statistics.median(util[c]) if c in util else None,
+                      solo_rate=statistics.median(rate[c]) if c in rate else None)
 
 
 def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
@@ -90,8 +95,7 @@ def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
             if r.n_a is not None and r.n_b is not None:
                 obs.add_pair(r.a, r.b, r.n_a, r.n_b, weight=r.weight, censored=r.censored)
     _class_profiles(engine, obs, since)
-    rep = rebuild_episodes(engine, since=since)
-    eps = load_episodes(engine, since=since)
+    eps, rep = rebuild_and_return(engine, since=since)
     pe = pair_episodes((e.start, e.end, e.members, e.mps_fault, e.oom) for e in eps)
     kept = add_pair_episodes(obs, pe, now, half_life_days)
     info = {"window_start": since, "window_end": now, "episodes": len(eps),

@@ -83,3 +83,17 @@ def test_rebuild_from_the_database(tmp_path: Path) -> None:
     assert sorted(m[1] for m in eps[0].members) == ["x", "y"]
     assert load_episodes(e, since=900) == []
     assert SKEW_TOLERANCE_S > 0
+
+
+def test_corrupt_episode_rows_are_skipped(tmp_path: Path) -> None:
+    from sqlalchemy import text
+    e = make_engine(f"sqlite:///{tmp_path}/h.db")
+    upgrade(e)
+    with e.begin() as c:
+        c.execute(text("INSERT INTO episodes (node, gpu, start_time, end_time, n_members, members, "
+                       "mps_fault, oom) VALUES ('n', '0', 0, 10, 2, :m, 0, 0)"), {"m": "[[1, \"x\""})
+        c.execute(text("INSERT INTO episodes (node, gpu, start_time, end_time, n_members, members, "
+                       "mps_fault, oom) VALUES ('n', '0', 0, 10, 2, :m, 0, 0)"),
+                  {"m": '[[1, "x", 0.5, "progress"], [2, "y", null, "null"]]'})
+    eps = load_episodes(e)
+    assert len(eps) == 1 and eps[0].members[1] == (2, "y", None, "null")
