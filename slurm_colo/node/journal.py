@@ -132,17 +132,20 @@ def compact(path: Path, keep_jobs: set[int]) -> None:
     if not live:
         path.write_bytes(b"")
         return
-    oldest = min((s.start for s in stays(events).values() if s.job in live), default=time.time())
+    all_stays = stays(events)
+    oldest = min((s.start for s in all_stays.values() if s.job in live), default=time.time())
+
+    def ends(job: int) -> float:
+        s = all_stays.get(job)
+        return float("inf") if s is None or s.end is None else s.end
+
+    # keep what a live or pending job's record can still need: stays overlapping them
     kept = [ev for ev in events
-            if (ev["ev"] in ("start", "end") and int(ev["job"]) in live)
-            or (ev["ev"] in ("start", "end") and _stay_end(events, int(ev["job"])) >= oldest)
+            if (ev["ev"] in ("start", "end")
+                and (int(ev["job"]) in live or ends(int(ev["job"])) >= oldest))
             or (ev["ev"] == "fault" and float(ev["t"]) >= oldest - 60)]
     from .fsutil import atomic_write_bytes
 
     atomic_write_bytes(path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode()
                                       for e in kept), fsync=False)
 
-
-def _stay_end(events: list[dict[str, Any]], job: int) -> float:
-    s = stays(events).get(job)
-    return float("inf") if s is None or s.end is None else s.end

@@ -275,10 +275,11 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
     """
     try:
         with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
-            events = journal.read(lay.journal(g))
-            if journal.active(events):
-                return
+            # compact always (a GPU that is never idle would grow its journal forever);
+            # a no-op while the journal is small and jobs are on the GPU
             journal.compact(lay.journal(g), set(jobstate.job_ids(lay)))
+            if journal.active(journal.read(lay.journal(g))):
+                return
             gm = gpu_mps(cfg, g, opener)
             if not gm.state():
                 return

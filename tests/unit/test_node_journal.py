@@ -56,3 +56,23 @@ def test_compaction_when_idle_and_keep_pending(tmp_path: Path) -> None:
     assert {e.get("job") for e in journal.read(p)} >= {2}
     journal.compact(p, keep_jobs=set())
     assert journal.read(p) == []
+
+
+def test_big_journal_is_compacted_to_what_live_jobs_need(tmp_path: Path) -> None:
+    import time as _t
+
+    p = tmp_path / "journal.jsonl"
+    lines = []
+    for j in range(3000):  # a long history of short jobs, all ended
+        lines.append({"ev": "start", "job": j, "t": float(j), "cls": "c", "user": "u", "uid": 1})
+        lines.append({"ev": "end", "job": j, "t": j + 0.5})
+    lines.append({"ev": "start", "job": 5000, "t": 2999.2, "cls": "c", "user": "u", "uid": 1})
+    import json
+
+    p.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    assert p.stat().st_size > journal.MAX_BYTES
+    t = _t.monotonic()
+    journal.compact(p, keep_jobs=set())
+    assert _t.monotonic() - t < 2.0
+    kept = journal.stays(journal.read(p))
+    assert set(kept) == {2999, 5000}  # the live job and the one stay overlapping it
