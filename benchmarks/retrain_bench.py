@@ -52,7 +52,13 @@ def main() -> None:
     ap.add_argument("--classes", type=int, default=500)
     ap.add_argument("--tuples", type=int, default=100_000,
                     help="also time the per-episode conversion of this many stored episodes")
+    ap.add_argument("--full-path", type=int, default=0, metavar="RECORDS",
+                    help="instead: store this many job records (pairs sharing a GPU) in SQLite "
+                    "and time `retrain` end to end (episode rebuild included)")
     args = ap.parse_args()
+    if args.full_path:
+        full_path(args.full_path)
+        return
     ep, truth = synthetic(args.episodes, args.classes)
     t0 = time.perf_counter()
     obs = Observations()
@@ -83,6 +89,34 @@ def main() -> None:
         pair_episodes(rows)
         t5 = time.perf_counter()
         print(f"conversion of stored episodes to arrays: {k / (t5 - t4):,.0f} episodes/s")
+
+
+def full_path(n_records: int) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from slurm_colo.config import Config, ScoresConfig
+    from slurm_colo.store import ingest_records, make_engine, upgrade
+    from slurm_colo.store.retrain import retrain
+    sys_path = Path(__file__).parent
+    import sys
+    sys.path.insert(0, str(sys_path))
+    from ingest_bench import records  # type: ignore[import-not-found]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{tmp}/h.db")
+        upgrade(engine)
+        t0 = time.perf_counter()
+        for s in range(0, n_records, 100_000):
+            ingest_records(engine, records(min(100_000, n_records - s), first_id=1 + s))
+        t1 = time.perf_counter()
+        cfg = Config(scores=ScoresConfig(path=f"{tmp}/live.json", window_days=10_000))
+        res = retrain(engine, cfg, now=1.8e9 + 86400 * 30)
+        t2 = time.perf_counter()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        print(f"stored {n_records:,} records in {t1 - t0:.1f} s")
+        print(f"retrain end to end: {res.info['episodes']:,} episodes, {t2 - t1:.1f} s, "
+              f"peak memory {peak:.0f} MiB, published={res.published}")
 
 
 if __name__ == "__main__":
