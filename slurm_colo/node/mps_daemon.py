@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import MPSError
 from . import journal, procs
@@ -253,7 +254,7 @@ class GpuMps:
             lines = (parse_fault_lines(ctl.log_text(log_offset))
                      + parse_fault_lines(ctl.log_text(server_log_offset, "server.log")))
             for line in lines:
-                ev = {"ev": "fault", "kind": "client_fatal", "detail": line}
+                ev: dict[str, Any] = {"ev": "fault", "kind": "client_fatal", "detail": line}
                 t = log_line_time(line)  # when it happened, not when we noticed
                 if t is not None:
                     ev["t"] = t

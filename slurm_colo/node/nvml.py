@@ -92,12 +92,14 @@ class Gpu:
     def memory(self) -> tuple[int, int] | None:
         """(used bytes, total bytes)."""
         m = self._call("nvmlDeviceGetMemoryInfo", self.handle)
-        return (int(m.used), int(m.total)) if m not in (None, NOT_SUPPORTED) else None
+        if m is None or isinstance(m, _NotSupported):
+            return None
+        return int(m.used), int(m.total)
 
     def utilization(self) -> tuple[int, int] | _NotSupported | None:
         """(SM busy %, memory-bandwidth busy %) over the driver's last sample period."""
         u = self._call("nvmlDeviceGetUtilizationRates", self.handle)
-        if u is None or u is NOT_SUPPORTED:
+        if u is None or isinstance(u, _NotSupported):
             return u
         return int(u.gpu), int(u.memory)
 
@@ -106,12 +108,14 @@ class Gpu:
 
     def power_w(self) -> float | _NotSupported | None:
         mw = self._call("nvmlDeviceGetPowerUsage", self.handle)
-        return mw if mw is None or mw is NOT_SUPPORTED else mw / 1000.0
+        if mw is None or isinstance(mw, _NotSupported):
+            return mw
+        return float(mw) / 1000.0
 
     def processes(self) -> dict[int, int] | None:
         """Compute processes on this GPU: pid -> used bytes (0 when NVML can't tell)."""
         ps = self._call("nvmlDeviceGetComputeRunningProcesses", self.handle)
-        if ps is None or ps is NOT_SUPPORTED:
+        if ps is None or isinstance(ps, _NotSupported):
             return None
         return {int(p.pid): int(p.usedGpuMemory or 0) for p in ps}
 

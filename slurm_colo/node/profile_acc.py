@@ -57,6 +57,10 @@ class _Num:
         return self.total / self.n if self.n else None
 
 
+def _div(x: float | None, d: float) -> float | None:
+    return None if x is None else x / d
+
+
 @dataclass
 class _Phase:
     ticks: int = 0
@@ -77,7 +81,7 @@ class _Phase:
             "samples": self.ticks, "seconds": round(self.seconds, 1),
             "sm_util_mean": r(self.sm.mean()), "sm_util_p95": self.sm.p95(),
             "mem_bw_util_mean": r(self.bw.mean()),
-            "mem_used_mean_gib": r(None if self.mem.mean() is None else self.mem.mean() / GIB, 3),
+            "mem_used_mean_gib": r(_div(self.mem.mean(), GIB), 3),
             "mem_peak_gib": r(self.mem.peak / GIB if self.mem.n else None, 3),
             "power_w_mean": r(self.power.mean(), 1), "sm_clock_mhz_mean": r(self.clock.mean(), 0),
             "job_mem_peak_gib": r(self.job_mem.peak / GIB if self.job_mem.n else None, 3),

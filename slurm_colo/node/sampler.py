@@ -77,14 +77,20 @@ class Sampler:
         return self._job_pids[pid]
 
     def read(self) -> Reading:
-        sm, bw, mem, pw, clk, jm, jsm = [], [], [], [], [], [], []
+        sm: list[float] = []
+        bw: list[float] = []
+        mem: list[float] = []
+        pw: list[float] = []
+        clk: list[float] = []
+        jm: list[float] = []
+        jsm: list[float] = []
         for g in self.gpus:
             if g.lost:
                 continue
             u = g.utilization()
             if u is NOT_SUPPORTED:
                 self.not_supported.add("utilization")
-            elif u is not None:
+            elif isinstance(u, tuple):
                 sm.append(u[0])
                 bw.append(u[1])
             m = g.memory()
@@ -93,8 +99,8 @@ class Sampler:
             for name, v, dest in (("power", g.power_w(), pw), ("clocks", g.sm_clock_mhz(), clk)):
                 if v is NOT_SUPPORTED:
                     self.not_supported.add(name)
-                elif v is not None:
-                    dest.append(v)
+                elif isinstance(v, (int, float)):
+                    dest.append(float(v))
             ps = g.processes()
             if ps is not None:
                 mine = [used for pid, used in ps.items() if self._mine(pid)]
@@ -103,7 +109,7 @@ class Sampler:
             pu = g.process_sm_util(self._since_us)
             if pu is NOT_SUPPORTED:
                 self.not_supported.add("process_utilization")
-            elif pu:
+            elif isinstance(pu, dict) and pu:
                 jsm.append(sum(v for pid, v in pu.items() if self._mine(pid)))
         self._since_us = int(time.time() * 1e6) - int(2e6)
 

@@ -33,7 +33,7 @@ def write_record(layout: NodeLayout, rec: JobRecord) -> Path:
     import json
 
     data = json.dumps(rec.to_dict(), sort_keys=True).encode() + b"\n"
-    errors = []
+    errors: list[str] = []
     for d in (layout.spool_dir, layout.fallback_spool()):
         try:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
