@@ -4,9 +4,9 @@ scores export/show/heatmap, model evaluate."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -27,7 +27,7 @@ def _engine(cfg: Config, url: str | None) -> Any:
 def _ts(t: float | None) -> str:
     if t is None:
         return "-"
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:
@@ -52,7 +52,7 @@ def _register_db(app: typer.Typer) -> None:
     app.add_typer(db_app, name="db")
 
     @db_app.command("upgrade")
-    def upgrade_cmd(url: Optional[str] = UrlOpt, config: Optional[Path] = ConfigOpt) -> None:
+    def upgrade_cmd(url: str | None = UrlOpt, config: Path | None = ConfigOpt) -> None:
         """Create the history database or migrate it to this version's schema."""
         from ..store import upgrade
         from ..store.engine import safe_url
@@ -65,7 +65,7 @@ def _register_db(app: typer.Typer) -> None:
             typer.echo(f"{safe_url(engine)}: schema {before or '(empty)'} -> {after}")
 
     @db_app.command("status")
-    def status_cmd(url: Optional[str] = UrlOpt, config: Optional[Path] = ConfigOpt) -> None:
+    def status_cmd(url: str | None = UrlOpt, config: Path | None = ConfigOpt) -> None:
         """Print the schema revision and row counts; exit non-zero if an upgrade is needed."""
         from ..store import current_revision, head_revision, require_schema
         from ..store.engine import safe_url
@@ -86,15 +86,15 @@ def _register_history(app: typer.Typer) -> None:
     @hist.callback()
     def query(
         ctx: typer.Context,
-        user: Optional[str] = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
-        cls: Optional[str] = typer.Option(None, "--class", help="Only jobs of this class."),
-        node: Optional[str] = typer.Option(None, "--node", "-n", help="Only jobs on this node."),
-        since: Optional[str] = typer.Option(None, "--since", help="Ended after: 2026-11-01, 7d, 12h."),
-        until: Optional[str] = typer.Option(None, "--until", help="Started before (same forms)."),
+        user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
+        cls: str | None = typer.Option(None, "--class", help="Only jobs of this class."),
+        node: str | None = typer.Option(None, "--node", "-n", help="Only jobs on this node."),
+        since: str | None = typer.Option(None, "--since", help="Ended after: 2026-11-01, 7d, 12h."),
+        until: str | None = typer.Option(None, "--until", help="Started before (same forms)."),
         limit: int = typer.Option(50, "--limit", help="At most this many jobs, newest first."),
         as_json: bool = typer.Option(False, "--json", help="JSON lines instead of a table."),
-        url: Optional[str] = UrlOpt,
-        config: Optional[Path] = ConfigOpt,
+        url: str | None = UrlOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Show recorded jobs (filters: --user, --class, --node, --since, --until)."""
         if ctx.invoked_subcommand:
@@ -121,11 +121,11 @@ def _register_history(app: typer.Typer) -> None:
 
     @hist.command("import")
     def import_cmd(
-        gavel: Optional[Path] = typer.Option(None, "--gavel", help="Gavel throughputs JSON "
+        gavel: Path | None = typer.Option(None, "--gavel", help="Gavel throughputs JSON "
                                              "(default: the copy bundled with slurm-colo)."),
         gpu: str = typer.Option(..., "--gpu", help="GPU type in the file: v100, k80."),
-        url: Optional[str] = UrlOpt,
-        config: Optional[Path] = ConfigOpt,
+        url: str | None = UrlOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Bootstrap observations from a profiling campaign (replaces an earlier import)."""
         from ..gavel import bundled_path, load_gavel
@@ -138,10 +138,10 @@ def _register_history(app: typer.Typer) -> None:
 
     @hist.command("ingest")
     def ingest_cmd(
-        spool: Optional[Path] = typer.Option(None, "--spool", help="Spool directory (default: [node] spool_dir)."),
+        spool: Path | None = typer.Option(None, "--spool", help="Spool directory (default: [node] spool_dir)."),
         delete: bool = typer.Option(False, "--delete", help="Delete ingested files instead of moving them to done/."),
-        url: Optional[str] = UrlOpt,
-        config: Optional[Path] = ConfigOpt,
+        url: str | None = UrlOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Ingest the per-job record files of a spool directory (idempotent)."""
         from ..store import ingest_spool
@@ -155,12 +155,12 @@ def _register_history(app: typer.Typer) -> None:
 def _register_retrain(app: typer.Typer) -> None:
     @app.command("retrain")
     def retrain_cmd(
-        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU model of the imported campaign to use."),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU model of the imported campaign to use."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Train and validate, publish nothing."),
         force: bool = typer.Option(False, "--force", help="Publish even if the held-out check regresses."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Publish here instead of [scores] path."),
-        url: Optional[str] = UrlOpt,
-        config: Optional[Path] = ConfigOpt,
+        out: Path | None = typer.Option(None, "--out", help="Publish here instead of [scores] path."),
+        url: str | None = UrlOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Retrain compatibility scores from the history (nightly); publish only if they validate."""
         from ..store.retrain import retrain
@@ -187,8 +187,8 @@ def _register_scores(app: typer.Typer) -> None:
     @scores_app.command("export")
     def export_cmd(
         as_json: bool = typer.Option(True, "--json/--csv", help="JSON (default) or CSV."),
-        file: Optional[Path] = ScoreFileOpt,
-        config: Optional[Path] = ConfigOpt,
+        file: Path | None = ScoreFileOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Every pair of known classes: predicted n of each member, S, delta, uncertainty."""
         from ..model.report import export_rows
@@ -205,11 +205,11 @@ def _register_scores(app: typer.Typer) -> None:
 
     @scores_app.command("show")
     def show_cmd(
-        cls: Optional[str] = typer.Option(None, "--class", help="Only pairs with this class."),
+        cls: str | None = typer.Option(None, "--class", help="Only pairs with this class."),
         sort: str = typer.Option("delta", "--sort", help="delta, S or sd."),
         limit: int = typer.Option(40, "--limit", help="At most this many rows (0: all)."),
-        file: Optional[Path] = ScoreFileOpt,
-        config: Optional[Path] = ConfigOpt,
+        file: Path | None = ScoreFileOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """A table of the live score set, best pairs first."""
         from ..model.report import export_rows, text_report
@@ -229,8 +229,8 @@ def _register_scores(app: typer.Typer) -> None:
     def heatmap_cmd(
         out: Path = typer.Option(..., "--out", help="PNG file to write."),
         metric: str = typer.Option("delta", "--metric", help="delta or S."),
-        file: Optional[Path] = ScoreFileOpt,
-        config: Optional[Path] = ConfigOpt,
+        file: Path | None = ScoreFileOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Draw a classes x classes heatmap (PNG) and print a short text report."""
         from ..model.report import text_report
@@ -255,7 +255,7 @@ def _heatmap(table: Any, metric: str, out: Path) -> None:
     size = max(5.0, 0.28 * len(cl) + 2.5)
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#404040")
-    im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0.0, vmax=2.0 if metric == "delta" else 2.0)
+    im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0.0, vmax=2.0)
     ax.set_xticks(range(len(cl)), cl, rotation=90, fontsize=7)
     ax.set_yticks(range(len(cl)), cl, fontsize=7)
     ax.set_title(f"{metric} of each pair, score set {table.id} (grey: never)", fontsize=9)
@@ -278,7 +278,7 @@ def _register_model(app: typer.Typer) -> None:
         gpu: str = typer.Option("v100", "--gpu", help="GPU type of the measured data: v100, k80."),
         hide: float = typer.Option(0.3, "--hide", help="Share of measured pairs hidden from training."),
         seeds: int = typer.Option(5, "--seeds", help="Number of seeded splits to average."),
-        gavel: Optional[Path] = typer.Option(None, "--gavel", help="Gavel throughputs JSON (default: bundled)."),
+        gavel: Path | None = typer.Option(None, "--gavel", help="Gavel throughputs JSON (default: bundled)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Hide a seeded share of measured pairs, train on the rest, score the hidden ones."""

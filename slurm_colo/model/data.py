@@ -167,13 +167,13 @@ class Observations:
                 out[k] = out.get(k, 0.0) + float(c)
         return out
 
-    def copy(self) -> "Observations":
+    def copy(self) -> Observations:
         return Observations(classes=self.classes, never=set(self.never), faults=dict(self.faults),
                             _a=list(self._a), _b=list(self._b), _n=list(self._n),
                             _w=list(self._w), _c=list(self._c), rejected=self.rejected,
                             _chunks=list(self._chunks))
 
-    def aggregate(self, class_order: list[str]) -> "Entries":
+    def aggregate(self, class_order: list[str]) -> Entries:
         """One entry per ordered pair: weighted mean of log n, summed weight; censored only
         if every contributing value was."""
         ix = {c: i for i, c in enumerate(class_order)}

@@ -9,8 +9,8 @@ and "row effect + column effect" (ridge-regularised additive model).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy.stats import spearmanr

@@ -15,7 +15,7 @@ Rules applied on top of the GP (documented in docs/model.md):
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,7 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
     k = len(classes)
     info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate)
             for c, p in obs.classes.items()}
-    created = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    created = datetime.now(UTC).replace(microsecond=0).isoformat()
     table = ScoreTable(classes=info, gpu_model=gpu_model, created=created,
                        training=dict(training or {}))
     if gp is None:

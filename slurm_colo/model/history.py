@@ -11,8 +11,8 @@ Fatal MPS faults count per pair; out-of-memory while sharing marks the pair neve
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import re
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -26,7 +27,7 @@ from ..errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 UPGRADE_HINT = "slurm-colo db upgrade"
-_checked: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_checked: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def safe_url(engine_or_url: Engine | str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -35,7 +35,7 @@ def parse_when(text: str, now: float | None = None) -> float:
         raise StoreError(f"cannot read time {text!r}: use 2026-11-01, 2026-11-01T12:00, 7d, 12h "
                          "or epoch seconds") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 

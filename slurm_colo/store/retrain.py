@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | No
                          f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
                          hint="slurm-colo history import --gavel FILE --gpu MODEL")
     mae, n_hidden = holdout_mae(obs, share=sc.holdout_share, seed=0)
-    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info)
     table.id = f"{gpu_model or 'site'}-{stamp}"
     live = live_score_set(engine, gpu_model)

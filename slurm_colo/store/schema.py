@@ -6,8 +6,16 @@ The schema is created and changed only by the Alembic migrations in ``migrations
 
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Boolean, Float, ForeignKey, Integer, String, Text,
-                        UniqueConstraint)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 

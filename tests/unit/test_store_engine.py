@@ -10,8 +10,14 @@ from sqlalchemy import text
 
 from slurm_colo.errors import StoreError
 from slurm_colo.records import JobRecord
-from slurm_colo.store import (current_revision, head_revision, ingest_records, make_engine,
-                              require_schema, upgrade)
+from slurm_colo.store import (
+    current_revision,
+    head_revision,
+    ingest_records,
+    make_engine,
+    require_schema,
+    upgrade,
+)
 from slurm_colo.store.engine import safe_url
 
 

@@ -8,8 +8,13 @@ import pytest
 
 from slurm_colo.records import CoRunner, JobRecord
 from slurm_colo.store import ingest_records, make_engine, upgrade
-from slurm_colo.store.episodes import (SKEW_TOLERANCE_S, JobView, build_episodes, load_episodes,
-                                       rebuild_episodes)
+from slurm_colo.store.episodes import (
+    SKEW_TOLERANCE_S,
+    JobView,
+    build_episodes,
+    load_episodes,
+    rebuild_episodes,
+)
 
 
 def view(jid: int, cls: str, start: float, end: float, co: list[tuple[int, str, float, float]],

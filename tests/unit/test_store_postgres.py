@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -21,8 +21,14 @@ from slurm_colo.errors import StoreError
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.records import CoRunner, JobRecord
 from slurm_colo.scores import load_scores
-from slurm_colo.store import (head_revision, ingest_records, ingest_spool, make_engine,
-                              require_schema, upgrade)
+from slurm_colo.store import (
+    head_revision,
+    ingest_records,
+    ingest_spool,
+    make_engine,
+    require_schema,
+    upgrade,
+)
 from slurm_colo.store.episodes import load_episodes, rebuild_episodes
 from slurm_colo.store.retrain import retrain
 from slurm_colo.store.scoresets import import_gavel, live_score_set
