@@ -249,10 +249,15 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
 def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None:
     """Build and spool the record of an ended job, then drop its state. If spooling fails
     everywhere the state stays, and the next hook run retries (nothing is lost)."""
-    from .record_build import build_record
+    from .record_build import build_minimal_record, build_record
     from .spool import write_record
 
-    rec = build_record(lay, job_id)
+    try:
+        rec = build_record(lay, job_id)
+    except Exception as e:  # a bug or a damaged file must not wedge the record forever
+        log.error("job %d: full record could not be built (%s); writing a minimal one",
+                  job_id, e)
+        rec = build_minimal_record(lay, job_id, f"{type(e).__name__}: {e}")
     if rec is None:
         return None
     try:

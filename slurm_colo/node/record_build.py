@@ -3,6 +3,7 @@ reads files, writes nothing)."""
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 from typing import Any
 
@@ -27,9 +28,16 @@ def progress_summary(prog: dict[str, Any] | None,
     """
     if not isinstance(prog, dict):
         return None
-    pts = [(float(t), float(i)) for t, i in prog.get("points", [])
-           if isinstance(t, (int, float)) and isinstance(i, (int, float))]
-    iterations = prog.get("iterations", pts[-1][1] if pts else None)
+    raw = prog.get("points")
+    # written by the job: anything malformed is skipped, never an error
+    pts = sorted((float(p[0]), float(p[1])) for p in (raw if isinstance(raw, list) else [])
+                 if isinstance(p, list) and len(p) == 2
+                 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                         and math.isfinite(x) for x in p))
+    iterations = prog.get("iterations")
+    if not isinstance(iterations, (int, float)) or isinstance(iterations, bool) \
+            or not math.isfinite(iterations):
+        iterations = pts[-1][1] if pts else None
     out: dict[str, Any] = {"iterations": iterations, "rate": None, "solo_rate": None}
     if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
         out["rate"] = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
@@ -42,6 +50,14 @@ def progress_summary(prog: dict[str, Any] | None,
         if solo_t > 0:
             out["solo_rate"] = solo_it / solo_t
     return out
+
+
+def _profile(p: Any) -> dict[str, Any]:
+    if p is None:
+        return {}
+    if not isinstance(p, dict):
+        return {"record_error": f"sampler summary is a {type(p).__name__}, not an object"}
+    return p
 
 
 def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
@@ -77,9 +93,29 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
         shared=bool(placement.get("shared", False)), mechanism=st.get("mechanism"),
         thread_pct=placement.get("thread_pct"), mem_limit_gib=placement.get("mem_limit_gib"),
         co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
-        profile=read_profile(layout, job_id) or {},
+        profile=_profile(read_profile(layout, job_id)),
         progress=progress_summary(read_progress(layout, job_id), shared_iv),
         exit_code=int(ended.get("exit_code", 0)),
         state=exit_state(int(ended.get("exit_code", 0)), int(ended.get("signal", 0))),
         mps_fault=fault,
+    )
+
+
+def build_minimal_record(layout: NodeLayout, job_id: int, error: str) -> JobRecord | None:
+    """The record without journal, profile and progress (used when building the full one
+    failed): the job is still counted, and ``profile.record_error`` says why it is thin."""
+    st = read_state(layout, job_id)
+    ended = read_ended(layout, job_id)
+    if not st or not ended:
+        return None
+    placement = st.get("placement") or {}
+    code = int(ended.get("exit_code", 0))
+    return JobRecord(
+        job_id=job_id, node=str(st.get("node", "")), user=str(st.get("user", "")),
+        uid=int(st.get("uid", -1)), cls=str(placement.get("cls") or st.get("cls") or "default"),
+        start=float(st["start"]), end=float(ended["end"]),
+        cluster=str(st.get("cluster") or "default"), mode=str(placement.get("mode") or "off"),
+        gpus=[int(g) for g in st.get("gpus", [])], shared=bool(placement.get("shared", False)),
+        mechanism=st.get("mechanism"), profile={"record_error": error[:500]},
+        exit_code=code, state=exit_state(code, int(ended.get("signal", 0))),
     )

@@ -437,3 +437,28 @@ def test_fault_seen_in_server_log_or_server_state(cfg: Config, clients: list) ->
     p.kill()
     rec = job_end(cfg, 2, 1, detach_stop=False)
     assert rec is not None and rec.mps_fault
+
+
+def test_damaged_files_or_a_builder_bug_never_wedge_a_record(
+        cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expected: a damaged sampler summary gives a record with the reason in its profile;
+    a bug in building the record gives a minimal record; either way exactly one record and
+    the job's state is gone (no retry loop on every hook run)."""
+    import slurm_colo.node.record_build as rb
+
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    lay = layout_of(cfg)
+    (lay.job_dir(1) / "profile.json").write_text("[1, 2, 3]")
+    rec = job_end(cfg, 1, 0)
+    assert rec is not None and "not an object" in rec.profile["record_error"]
+
+    def broken(*a: object) -> None:
+        raise KeyError("start")
+
+    monkeypatch.setattr(rb, "build_record", broken)
+    job_start(cfg, mps_job(2, mech="shard"), launch_sampler=False)
+    rec = job_end(cfg, 2, 0)
+    assert rec is not None and "KeyError" in rec.profile["record_error"]
+    assert set(spooled(cfg)) == {1, 2} and not lay.job_dir(2).exists()
+    init_db(cfg)
+    assert ingest_pending(cfg).ingested == 2

@@ -50,3 +50,12 @@ def test_rates_solo_and_overall() -> None:
     assert progress_summary(prog, [(0.0, 40.0)])["solo_rate"] is None
     assert progress_summary(None, []) is None
     assert progress_summary({"points": [[1, 5]]}, [])["rate"] is None
+
+
+def test_malformed_progress_never_breaks_the_record() -> None:
+    bad = {"iterations": "lots", "points": [[1, 2, 3], "x", [0, 0], [None, 1], [10, 50],
+                                           [float("nan"), 1], [True, 5]]}
+    s = progress_summary(bad, [])
+    assert s == {"iterations": 50.0, "rate": 5.0, "solo_rate": 5.0}
+    assert progress_summary({"points": "nope"}, []) == {"iterations": None, "rate": None,
+                                                         "solo_rate": None}
