@@ -190,3 +190,13 @@ def test_run_wrapper_without_daemon_just_runs(tmp_path: Path) -> None:
     cp = subprocess.run([*emulator_argv(), "run", "--", "echo", "hi"], env=ctl.env(),
                         capture_output=True, text=True, check=False)
     assert cp.returncode == 0 and cp.stdout == "hi\n"
+
+
+def test_console_script_is_declared() -> None:
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["slurm-colo-mps-emulator"] == "slurm_colo.node.mps_emulator:main"
+    from slurm_colo.node.mps_emulator import main
+
+    assert main(["--help"]) == 0
