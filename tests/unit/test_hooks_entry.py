@@ -166,3 +166,24 @@ def test_missing_mps_binary_never_drains_and_the_job_is_told(tmp_path: Path) -> 
     assert not any("CUDA_MPS" in line for line in out)
     assert any("cannot run MPS control program" in line for line in out if line.startswith("print"))
     assert hook(cfg, "epilog", 61).returncode == 0 and len(spool_records(cfg)) == 1
+
+
+def test_epilog_record_reaches_the_database_through_the_detached_ingest(cfg: Config) -> None:
+    import sqlite3
+
+    from slurm_colo.store import make_engine, upgrade
+
+    upgrade(make_engine(cfg.store.url))
+    assert hook(cfg, "prolog", 71, **colocated(mech="shard")).returncode == 0
+    assert hook(cfg, "epilog", 71, SLURM_JOB_EXIT_CODE="0").returncode == 0
+    db = cfg.store.url.removeprefix("sqlite:///")
+    deadline = time.monotonic() + 20
+    rows: list = []
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as c:
+            rows = c.execute("SELECT job_id, cls FROM jobs").fetchall()
+        if rows:
+            break
+        time.sleep(0.1)
+    assert rows == [(71, "resnet50")]
+    assert list(Path(cfg.node.spool_dir).glob("*.json")) == []  # moved to done/
