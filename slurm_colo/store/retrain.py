@@ -141,6 +141,11 @@ def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | No
         raise ModelError(f"score set {table.id} not published: {verdict}; "
                          f"{'the previous set stays live' if live else 'no set is live'}")
     record_score_set(engine, table, "candidate", "", window, len(obs))
-    out = publish_scores(table, path or sc.path)
+    dest = Path(path or sc.path)
+    try:
+        out = publish_scores(table, dest)
+    except OSError as e:
+        raise ModelError(f"score set {table.id} validated but cannot be written to {dest}: "
+                         f"{e.strerror}; the previous set stays live") from None
     set_live(engine, table.id, gpu_model)
     return RetrainResult(table, True, out, info)

@@ -175,3 +175,13 @@ def test_bad_rows_unknown_classes_and_skew_do_not_break_the_night(engine: Engine
     t2 = load_scores(res.path)  # type: ignore[arg-type]
     p = t2.pair("newcomer", "gamma")
     assert math.isfinite(p.n_a) and 0 <= p.n_a <= 1 and p.sd > 0
+
+
+def test_an_unwritable_destination_is_a_clear_error(engine: Engine, tmp_path: Path) -> None:
+    ingest_records(engine, history(noise=0.01))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    c = Config(scores=ScoresConfig(path=str(blocker / "live.json")))
+    with pytest.raises(ModelError, match="cannot be written"):
+        retrain(engine, c, now=NOW)
+    assert live_score_set(engine, "") is None
