@@ -9,7 +9,7 @@ serves. Snapshot shape::
                "predicted_delta": 1.3, "observed_slowdown": 1.1}],
      "decisions": {"share:compatible": 12},   # "<action>:<reason_code>" -> count
      "fallbacks": {"agent_timeout": 1},       # reason -> count
-     "scores": {"id": "2026-11-22T03", "age_s": 3600.0},
+     "scores": {"id": "2026-11-22T03", "age_s": 3600.0},  # or "created": ISO time
      "requests_total": 40,
      "request_seconds": {"sum": 0.8, "count": 40}}
 
@@ -20,7 +20,9 @@ Missing keys are treated as empty; ``None`` values produce no sample.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -84,8 +86,23 @@ def _num(v: Any) -> float | int | None:
     return None
 
 
-def render(snapshot: Mapping[str, Any]) -> str:
-    """Render ``snapshot`` as Prometheus text exposition; ends with a newline."""
+def _score_age(scores: Mapping[str, Any], now: float | None) -> float | None:
+    """``age_s`` if given, else the age of the ISO ``created`` time at ``now`` (epoch s)."""
+    age = _num(scores.get("age_s"))
+    if age is not None or not scores.get("created"):
+        return age
+    try:
+        created = datetime.fromisoformat(str(scores["created"]))
+    except ValueError:
+        return None
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    return max(0.0, (time.time() if now is None else now) - created.timestamp())
+
+
+def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
+    """Render ``snapshot`` as Prometheus text exposition; ends with a newline. ``now``
+    (epoch seconds, default the current time) dates a score set given only ``created``."""
     occupants = _Family("gpu_occupants", "gauge",
                         "Jobs running on a shared GPU (placed, not pending).")
     pending = _Family("gpu_pending_occupants", "gauge",
@@ -134,7 +151,7 @@ def render(snapshot: Mapping[str, Any]) -> str:
     score_age = _Family("scores_age_seconds", "gauge", "Age of the live score set in seconds.")
     if scores.get("id") is not None:
         score_info.add(1, {"id": scores["id"]})
-    score_age.add(_num(scores.get("age_s")))
+    score_age.add(_score_age(scores, now))
 
     pending_total = _Family("pending_placements", "gauge",
                             "Placements handed out and not yet seen in Slurm.")

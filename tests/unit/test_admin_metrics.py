@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC
 
 from slurm_colo.metrics import escape_label, format_value, render
 
@@ -141,3 +142,13 @@ def test_optional_capacity_exclusive_and_pending():
     assert _values(samples, "slurm_colo_gpu_exclusive") == [
         ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")]
     assert _values(samples, "slurm_colo_pending_placements") == [({}, "2")]
+
+
+def test_score_age_from_created_time():
+    from datetime import datetime
+    created = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    snap = {"scores": {"id": "s", "created": created.isoformat()}}
+    _, samples = parse(render(snap, now=created.timestamp() + 5400.0))
+    assert _values(samples, "slurm_colo_scores_age_seconds") == [({}, "5400.0")]
+    _, samples = parse(render({"scores": {"id": "s", "created": "yesterday"}}))
+    assert _values(samples, "slurm_colo_scores_age_seconds") == []
