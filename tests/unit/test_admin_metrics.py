@@ -152,3 +152,12 @@ def test_score_age_from_created_time():
     assert _values(samples, "slurm_colo_scores_age_seconds") == [({}, "5400.0")]
     _, samples = parse(render({"scores": {"id": "s", "created": "yesterday"}}))
     assert _values(samples, "slurm_colo_scores_age_seconds") == []
+
+
+def test_pending_placements_without_job_id_keep_unique_series():
+    occ = [{"job_id": None, "key": f"tok{i}", "cls": "c", "user": "u", "pending": True,
+            "thread_pct": 50} for i in range(2)]
+    snap = {"gpus": [{"node": "n", "index": 0, "gres_type": "s0", "occupants": occ}]}
+    _, samples = parse(render(snap))
+    ids = [l["job_id"] for l, _ in _values(samples, "slurm_colo_gpu_occupant_thread_percent")]
+    assert ids == ["tok0", "tok1"]
