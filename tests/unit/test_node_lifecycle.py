@@ -153,8 +153,11 @@ def test_sampler_runs_detached_and_its_summary_lands_in_the_record(tmp_path: Pat
 
     cfg = node_config(tmp_path, profile="all", interval_s=0.05)
     r = job_start(cfg, JobInfo(12, "u", 1000, "n1", [0], None))
-    time.sleep(1.0)
+    from test_node_sampler import wait_for_first_sample
+
+    wait_for_first_sample(Path(cfg.node.run_dir) / "jobs" / "12" / "profile.json")
+    time.sleep(0.3)
     rec = job_end(cfg, 12, 0)
     assert rec is not None and r.profiled
-    assert rec.profile.get("final") is True and rec.profile["samples"] >= 3
+    assert rec.profile.get("final") is True and rec.profile["samples"] >= 2
     assert rec.profile["sm_util_mean"] == 50.0 and rec.profile["solo_s"] > 0
