@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,45 +101,69 @@ def _segments(j: JobView, rep: BuildReport) -> list[tuple[float, float, frozense
     return out
 
 
-def _job_n(jobs: list[JobView]) -> tuple[dict[int, tuple[float | None, str]], dict[str, float]]:
-    """Per job: (n while shared, source); plus the duration-proxy error per class."""
-    solo_rates: dict[str, list[float]] = {}
-    solo_durs: dict[str, list[float]] = {}
-    shared_s: dict[int, float] = {}
-    for j in jobs:
-        t = sum(max(0.0, min(e, j.end) - max(s, j.start)) for _, _, s, e in j.co_runners)
-        shared_s[j.job_id] = min(t, j.end - j.start)
-        if t <= 0 and j.end > j.start and not j.oom:
-            if j.rate:
-                solo_rates.setdefault(j.cls, []).append(j.rate)
-            solo_durs.setdefault(j.cls, []).append(j.end - j.start)
-    med_rate = {c: statistics.median(v) for c, v in solo_rates.items()}
-    med_dur = {c: statistics.median(v) for c, v in solo_durs.items()}
-    cv = {c: (statistics.pstdev(v) / statistics.mean(v)) for c, v in solo_durs.items()
-          if len(v) >= 2 and statistics.mean(v) > 0}
+@dataclass
+class SoloRef:
+    """Per class, from its solo runs: median progress rate, median duration, and the
+    coefficient of variation of durations (the error of the duration proxy)."""
+
+    rate: dict[str, float] = field(default_factory=dict)
+    duration: dict[str, float] = field(default_factory=dict)
+    cv: dict[str, float] = field(default_factory=dict)
+
+
+def solo_reference(solo_runs: Iterable[tuple[str, float | None, float]]) -> SoloRef:
+    """(class, progress rate or None, duration) of solo runs -> :class:`SoloRef`."""
+    rates: dict[str, list[float]] = {}
+    durs: dict[str, list[float]] = {}
+    for cls, rate, dur in solo_runs:
+        if dur <= 0:
+            continue
+        if rate:
+            rates.setdefault(cls, []).append(rate)
+        durs.setdefault(cls, []).append(dur)
+    return SoloRef(
+        rate={c: statistics.median(v) for c, v in rates.items()},
+        duration={c: statistics.median(v) for c, v in durs.items()},
+        cv={c: statistics.pstdev(v) / statistics.mean(v) for c, v in durs.items()
+            if len(v) >= 2 and statistics.mean(v) > 0})
+
+
+def _shared_s(j: JobView) -> float:
+    t = sum(max(0.0, min(e, j.end) - max(s, j.start)) for _, _, s, e in j.co_runners)
+    return min(t, j.end - j.start)
+
+
+def _job_n(jobs: list[JobView], ref: SoloRef) -> dict[int, tuple[float | None, str]]:
+    """Per job: (n while shared, source)."""
     out: dict[int, tuple[float | None, str]] = {}
     for j in jobs:
         total = j.end - j.start
-        sh = shared_s[j.job_id]
+        sh = _shared_s(j)
         if total <= 0 or sh <= 0:
             continue
-        solo = j.solo_rate or med_rate.get(j.cls)
+        solo = j.solo_rate or ref.rate.get(j.cls)
         if j.rate and solo:
             n_job, src = j.rate / solo, "progress"
-        elif j.cls in med_dur and med_dur[j.cls] > 0:
-            n_job, src = min(1.0, med_dur[j.cls] / total), "duration"
+        elif ref.duration.get(j.cls, 0.0) > 0:
+            n_job, src = min(1.0, ref.duration[j.cls] / total), "duration"
         else:
             out[j.job_id] = (None, "null")
             continue
         n = (n_job * total - (total - sh)) / sh
         out[j.job_id] = (max(0.0, min(n, 1.5)), src)
-    return out, cv
+    return out
 
 
-def build_episodes(jobs: list[JobView]) -> tuple[list[EpisodeView], BuildReport]:
-    """Pure: episodes (2+ jobs on one GPU) from job views."""
+def build_episodes(jobs: list[JobView], ref: SoloRef | None = None
+                   ) -> tuple[list[EpisodeView], BuildReport]:
+    """Pure: episodes (2+ jobs on one GPU) from job views. ``ref`` gives the classes' solo
+    figures (default: from the solo runs among ``jobs``)."""
+    if ref is None:
+        ref = solo_reference((j.cls, j.rate, j.end - j.start) for j in jobs
+                             if not j.oom and _shared_s(j) <= 0)
     rep = BuildReport(jobs=len(jobs))
-    nvals, rep.proxy_cv = _job_n(jobs)
+    rep.proxy_cv = dict(ref.cv)
+    nvals = _job_n(jobs, ref)
     by_id = {j.job_id: j for j in jobs}
     groups: dict[tuple[str, str, frozenset[int]], list[tuple[float, float]]] = {}
     names: dict[int, str] = {}
@@ -170,51 +195,78 @@ def build_episodes(jobs: list[JobView]) -> tuple[list[EpisodeView], BuildReport]
     return eps, rep
 
 
-def _views(engine: Engine, since: float | None) -> list[JobView]:
-    q = select(Job.record_id, Job.job_id, Job.node, Job.gpus, Job.gpu_uuids, Job.cls,
-               Job.start_time, Job.end_time, Job.progress_rate, Job.progress_solo_rate,
-               Job.mps_fault, Job.state)
+def _views(engine: Engine, since: float | None, node: str) -> list[JobView]:
+    q = (select(Job.record_id, Job.job_id, Job.node, Job.gpus, Job.gpu_uuids, Job.cls,
+                Job.start_time, Job.end_time, Job.progress_rate, Job.progress_solo_rate,
+                Job.mps_fault, Job.state)
+         .where(Job.node == node))
+    cq = (select(CoRunnerRow.record_id, CoRunnerRow.co_job_id, CoRunnerRow.co_cls,
+                 CoRunnerRow.start_time, CoRunnerRow.end_time)
+          .join(Job, Job.record_id == CoRunnerRow.record_id).where(Job.node == node))
     if since is not None:
         q = q.where(Job.end_time >= since)
+        cq = cq.where(Job.end_time >= since)
     views: dict[str, JobView] = {}
     with db_errors(engine), engine.connect() as conn:
-        for r in conn.execute(q):
-            gpu = r.gpu_uuids or r.gpus or "?"
-            views[r.record_id] = JobView(r.job_id, r.node, gpu, r.cls, r.start_time, r.end_time,
-                                         rate=r.progress_rate, solo_rate=r.progress_solo_rate,
-                                         mps_fault=bool(r.mps_fault),
-                                         oom=str(r.state).upper() in _OOM_STATES)
-        cq = select(CoRunnerRow.record_id, CoRunnerRow.co_job_id, CoRunnerRow.co_cls,
-                    CoRunnerRow.start_time, CoRunnerRow.end_time)
-        for r in conn.execute(cq):
-            v = views.get(r.record_id)
+        # fetchall and plain tuples: several times faster than row-by-row attribute access
+        for rid, jid, nd, gpus, uuids, cls, st, en, rate, solo, fault, state in conn.execute(q).all():
+            views[rid] = JobView(jid, nd, uuids or gpus or "?", cls, st, en, rate=rate,
+                                 solo_rate=solo, mps_fault=bool(fault),
+                                 oom=str(state).upper() in _OOM_STATES)
+        for rid, cid, ccls, st, en in conn.execute(cq).all():
+            v = views.get(rid)
             if v is not None:
-                v.co_runners.append((r.co_job_id, r.co_cls, r.start_time, r.end_time))
+                v.co_runners.append((cid, ccls, st, en))
     return list(views.values())
+
+
+def _db_solo_reference(engine: Engine, since: float | None) -> SoloRef:
+    """Solo figures over all nodes: runs with no co-runner that did not run out of memory."""
+    has_co = select(CoRunnerRow.id).where(CoRunnerRow.record_id == Job.record_id).exists()
+    q = (select(Job.cls, Job.progress_rate, Job.start_time, Job.end_time)
+         .where(~has_co, Job.state.not_in(_OOM_STATES)))
+    if since is not None:
+        q = q.where(Job.end_time >= since)
+    with db_errors(engine), engine.connect() as conn:
+        return solo_reference((cls, rate, en - st) for cls, rate, st, en in conn.execute(q).all())
+
+
+def iter_rebuild(engine: Engine, since: float | None, rep: BuildReport) -> Iterator[list[EpisodeView]]:
+    """Rewrite the episodes table node by node (episodes never span nodes), yielding each
+    node's episodes; memory stays bounded by one node's history. ``rep`` is filled in."""
+    require_schema(engine)
+    ref = _db_solo_reference(engine, since)
+    rep.proxy_cv = dict(ref.cv)
+    nq = select(Job.node).distinct()
+    if since is not None:
+        nq = nq.where(Job.end_time >= since)
+    with db_errors(engine), engine.begin() as conn:
+        nodes = sorted(conn.scalars(nq))
+        conn.execute(delete(Episode))
+    for node in nodes:
+        eps, r = build_episodes(_views(engine, since, node), ref)
+        rep.jobs += r.jobs
+        rep.episodes += r.episodes
+        rep.skewed_intervals += r.skewed_intervals
+        rows: list[dict[str, Any]] = [
+            {"node": e.node, "gpu": e.gpu, "start_time": e.start, "end_time": e.end,
+             "n_members": len(e.members), "members": json.dumps(e.members),
+             "mps_fault": e.mps_fault, "oom": e.oom} for e in eps]
+        if rows:
+            with db_errors(engine), engine.begin() as conn:
+                conn.execute(insert(Episode), rows)
+        yield eps
+    if rep.skewed_intervals:
+        log.warning("%d co-runner interval(s) lie outside their job's run by more than %.0f s "
+                    "(clock skew or corrupt records): ignored", rep.skewed_intervals, SKEW_TOLERANCE_S)
 
 
 def rebuild_episodes(engine: Engine, since: float | None = None) -> BuildReport:
     """Recompute the episodes table from the jobs (ending at or after ``since``)."""
-    return rebuild_and_return(engine, since)[1]
-
-
-def rebuild_and_return(engine: Engine, since: float | None = None
-                       ) -> tuple[list[EpisodeView], BuildReport]:
-    """:func:`rebuild_episodes`, also returning the episodes (saves reading them back)."""
-    require_schema(engine)
-    eps, rep = build_episodes(_views(engine, since))
-    rows: list[dict[str, Any]] = [
-        {"node": e.node, "gpu": e.gpu, "start_time": e.start, "end_time": e.end,
-         "n_members": len(e.members), "members": json.dumps(e.members),
-         "mps_fault": e.mps_fault, "oom": e.oom} for e in eps]
-    with db_errors(engine), engine.begin() as conn:
-        conn.execute(delete(Episode))
-        if rows:
-            conn.execute(insert(Episode), rows)
-    if rep.skewed_intervals:
-        log.warning("%d co-runner interval(s) lie outside their job's run by more than %.0f s "
-                    "(clock skew or corrupt records): ignored", rep.skewed_intervals, SKEW_TOLERANCE_S)
-    return eps, rep
+    rep = BuildReport()
+    for _ in iter_rebuild(engine, since, rep):
+        pass
+    return rep
 
 
 def load_episodes(engine: Engine, since: float | None = None) -> list[EpisodeView]:

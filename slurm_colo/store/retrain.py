@@ -27,7 +27,7 @@ from ..model.history import add_pair_episodes, pair_episodes
 from ..model.validate import holdout_mae
 from ..scores import ScoreTable, publish_scores, scores_from_dict
 from .engine import db_errors, require_schema
-from .episodes import rebuild_and_return
+from .episodes import BuildReport, iter_rebuild
 from .schema import ClassSolo, Job, PairObservation, Profile
 from .scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
 
@@ -62,13 +62,13 @@ def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
     util: dict[str, list[float]] = {}
     rate: dict[str, list[float]] = {}
     with db_errors(engine), engine.connect() as conn:
-        for r in conn.execute(q):
-            if r.mem_peak_gib:
-                mem.setdefault(r.cls, []).append(r.mem_peak_gib)
-            if r.sm_util_mean is not None and not r.shared:
-                util.setdefault(r.cls, []).append(r.sm_util_mean)
-            if r.progress_rate and not r.shared:
-                rate.setdefault(r.cls, []).append(r.progress_rate)
+        for cls, shared, prate, peak, util_mean in conn.execute(q).all():
+            if peak:
+                mem.setdefault(cls, []).append(peak)
+            if util_mean is not None and not shared:
+                util.setdefault(cls, []).append(util_mean)
+            if prate and not shared:
+                rate.setdefault(cls, []).append(prate)
     for c in set(mem) | set(util) | set(rate):
         obs.add_class(c, memory_gib=max(mem[c]) if c in mem else None,
                       sm_util=statistics.median(util[c]) if c in util else None,
@@ -95,10 +95,12 @@ def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
             if r.n_a is not None and r.n_b is not None:
                 obs.add_pair(r.a, r.b, r.n_a, r.n_b, weight=r.weight, censored=r.censored)
     _class_profiles(engine, obs, since)
-    eps, rep = rebuild_and_return(engine, since=since)
-    pe = pair_episodes((e.start, e.end, e.members, e.mps_fault, e.oom) for e in eps)
-    kept = add_pair_episodes(obs, pe, now, half_life_days)
-    info = {"window_start": since, "window_end": now, "episodes": len(eps),
+    rep = BuildReport()
+    kept = 0
+    for eps in iter_rebuild(engine, since, rep):  # one node at a time
+        pe = pair_episodes((e.start, e.end, e.members, e.mps_fault, e.oom) for e in eps)
+        kept += add_pair_episodes(obs, pe, now, half_life_days)
+    info = {"window_start": since, "window_end": now, "episodes": rep.episodes,
             "history_entries": kept, "campaign_pairs": n_campaign,
             "skewed_intervals": rep.skewed_intervals, "rejected_entries": obs.rejected,
             "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(rep.proxy_cv.items())}}
