@@ -89,7 +89,7 @@ url = "sqlite:///{tmp}/history.db"
         t["epilog_plain"].append(run_hook("epilog", {**ec, "SLURM_JOB_EXIT_CODE": "0"},
                                           "epilog_plain"))
         time.sleep(0.5)  # let the detached daemon stop finish before the next round
-    spooled = len(list((tmp / "spool").glob("*.json"))) + len(list((tmp / "spool" / "done").glob("*.json")))
+    spooled = sum(len(list(d.glob("*.json"))) for d in (tmp / "spool", tmp / "spool" / "done"))
     print(f"hook wall time over {args.pairs} rounds (ms; fresh interpreter each; "
           f"{os.cpu_count()} CPUs)")
     print(f"{'hook':24s} {'median':>8s} {'p90':>8s} {'max':>8s} {'CPU med':>8s}")

@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"run dir {s['run_dir']}  mps={s['mps_backend']}  nvml={s['nvml_backend']}")
         for g, i in s["gpus"].items():
             d = (f"MPS daemon {i['mps_daemon']} uid {i['mps_uid']} "
-                 f"({'alive' if i['mps_alive'] else 'DEAD'})" if i["mps_daemon"] else "no MPS daemon")
+                 f"({'alive' if i['mps_alive'] else 'DEAD'})" if i["mps_daemon"]
+                 else "no MPS daemon")
             typer.echo(f"GPU {g}: jobs {i['jobs'] or '-'}; {d}; crashes (10 min) "
                        f"{i['recent_crashes']}")
             for f in i["faults"]:

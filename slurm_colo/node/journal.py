@@ -5,7 +5,8 @@ line is one event, appended with a single ``write`` under the GPU lock:
 
 - ``{"ev": "start", "t": ..., "job": 12, "cls": "resnet50", "user": "ana", "uid": 1000}``
 - ``{"ev": "end", "t": ..., "job": 12}``
-- ``{"ev": "fault", "t": ..., "kind": "client_fatal" | "daemon_dead" | "daemon_hung", "detail": "..."}``
+- ``{"ev": "fault", "t": ..., "kind": "client_fatal" | "daemon_dead" | "daemon_hung",
+  "detail": "..."}``
 
 The pure functions below turn events into co-runner overlap intervals and fault flags; the
 journal is truncated when the last job leaves the GPU and no record is still pending.

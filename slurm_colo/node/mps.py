@@ -70,7 +70,9 @@ def parse_fault_lines(log_text: str) -> list[str]:
     out = []
     for line in log_text.splitlines():
         low = line.lower()
-        if "fatal" in low or " fault" in low or "exited with status" in low and not low.rstrip().endswith("status 0"):
+        fault = "fatal" in low or " fault" in low
+        died = "exited with status" in low and not low.rstrip().endswith("status 0")
+        if fault or died:
             out.append(line.strip())
     return out
 

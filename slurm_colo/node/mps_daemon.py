@@ -117,7 +117,8 @@ class GpuMps:
             if health in ("dead", "hung"):
                 self._note_crash(f"daemon_{health}",
                                  f"MPS daemon {st.get('pid')} on GPU {self.index} {health}")
-            log.warning("GPU %d: MPS daemon %s is %s; cleaning up", self.index, st.get("pid"), health)
+            log.warning("GPU %d: MPS daemon %s is %s; cleaning up", self.index, st.get("pid"),
+                        health)
             self.stop(st, reason=health)
         else:
             self.clean_stale()
@@ -146,7 +147,8 @@ class GpuMps:
         server_log.touch(mode=0o600)
         chown_if_root(server_log, uid)
         root.chmod(0o711)
-        st = {"uuid": uuid, "device": uuid if uuid.startswith(("GPU-", "MIG-")) else str(self.index),
+        device = uuid if uuid.startswith(("GPU-", "MIG-")) else str(self.index)
+        st = {"uuid": uuid, "device": device,
               "pipe_dir": str(pipe), "log_dir": str(logd), "uid": uid, "pid": None,
               "started": time.time(), "boot_id": procs.boot_id()}
         mode_set = self._set_mode(COMPUTE_EXCLUSIVE_PROCESS, gpu)

@@ -168,7 +168,8 @@ class Daemon:
                 return "\n".join(str(c) for c in sorted(s["clients"])) if s else ""
             if cmd == "get_device_client_list":
                 pids = [int(args[0])] if args else list(self.servers)
-                clients = sorted(c for p in pids for c in self.servers.get(p, {}).get("clients", ()))
+                clients = sorted(c for p in pids
+                                 for c in self.servers.get(p, {}).get("clients", ()))
                 return f"{self.uuid} " + " ".join(map(str, clients)) if clients else ""
             if cmd == "set_default_active_thread_percentage":
                 self.default_pct = max(0.0, min(100.0, float(args[0])))

@@ -155,7 +155,8 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         while not stop.is_set():
             s.tick()
             ticks += 1
-            if ticks == 1 or time.monotonic() - last_flush >= FLUSH_EVERY_S:  # 1st: proof of life
+            # the first summary right away: proof of life, and a profile for short jobs
+            if ticks == 1 or time.monotonic() - last_flush >= FLUSH_EVERY_S:
                 if not state_path.exists():
                     return 0  # the Epilog has finished with this job
                 s.flush()

@@ -158,7 +158,8 @@ def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> 
 def test_missing_mps_binary_never_drains_and_the_job_is_told(tmp_path: Path) -> None:
     cfg = node_config(tmp_path)
     text = Path(cfg.source).read_text().replace(
-        'mps_backend = "emulator"', f'mps_backend = "real"\nmps_control = "{tmp_path}/no-such-binary"')
+        'mps_backend = "emulator"',
+        f'mps_backend = "real"\nmps_control = "{tmp_path}/no-such-binary"')
     Path(cfg.source).write_text(text)
     p = hook(cfg, "prolog", 61, **colocated())
     assert p.returncode == 0 and "did not start" in p.stderr
