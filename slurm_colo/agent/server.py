@@ -30,6 +30,7 @@ from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "RELOAD")
+IDLE_CONNECTION_S = 300.0
 
 
 def _peer_uid(sock: socket.socket) -> int | None:
@@ -186,19 +187,23 @@ class Agent:
         agent = self
 
         class Handler(socketserver.StreamRequestHandler):
-            timeout = 2.0
+            # one request per line; the Lua hook keeps its connection open between jobs,
+            # an idle connection is closed after this long
+            timeout = IDLE_CONNECTION_S
 
             def handle(self) -> None:
-                try:
-                    line = self.rfile.readline(64 * 1024 + 1)
-                except (socket.timeout, OSError):
-                    return
-                if not line:
-                    return
-                try:
-                    self.wfile.write(agent.handle(line, _peer_uid(self.request)))
-                except OSError:
-                    pass
+                uid = _peer_uid(self.request)
+                while not agent.stop.is_set():
+                    try:
+                        line = self.rfile.readline(64 * 1024 + 1)
+                    except (socket.timeout, OSError):
+                        return
+                    if not line:
+                        return
+                    try:
+                        self.wfile.write(agent.handle(line, uid))
+                    except OSError:
+                        return
 
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True

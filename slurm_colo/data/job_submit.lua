@@ -94,21 +94,45 @@ local function nodes_requested(job_desc)
   return n
 end
 
+-- One request/reply on a connection kept open between submissions (slurmctld runs this
+-- script one job at a time). Any error closes it, so a late reply can never be taken for
+-- the answer to the next job; a connection the agent closed (restart) is retried once.
+local conn = nil
+
+local function drop_conn()
+  if conn then conn:close() end
+  conn = nil
+end
+
 local function ask_agent(line)
   if not have_socket then return nil, "lua-socket (socket.unix) not installed" end
   local deadline = now() + CONF.timeout_s
-  local c = unix()
-  c:settimeout(CONF.timeout_s)
-  local ok, err = c:connect(CONF.socket)
-  if not ok then c:close(); return nil, "connect: " .. tostring(err) end
-  c:settimeout(math.max(0.001, deadline - now()))
-  ok, err = c:send(line .. "\n")
-  if not ok then c:close(); return nil, "send: " .. tostring(err) end
-  c:settimeout(math.max(0.001, deadline - now()))
-  local reply, rerr = c:receive("*l")
-  c:close()
-  if not reply then return nil, "receive: " .. tostring(rerr) end
-  return reply
+  local last_err = "no attempt"
+  for attempt = 1, 2 do
+    local reused = conn ~= nil
+    if not conn then
+      local c = unix()
+      c:settimeout(math.max(0.001, deadline - now()))
+      local ok, err = c:connect(CONF.socket)
+      if not ok then c:close(); return nil, "connect: " .. tostring(err) end
+      conn = c
+    end
+    conn:settimeout(math.max(0.001, deadline - now()))
+    local ok, err = conn:send(line .. "\n")
+    if ok then
+      conn:settimeout(math.max(0.001, deadline - now()))
+      local reply, rerr = conn:receive("*l")
+      if reply then return reply end
+      err = "receive: " .. tostring(rerr)
+    else
+      err = "send: " .. tostring(err)
+    end
+    drop_conn()
+    last_err = err
+    -- only a kept connection the agent had closed is worth one more try
+    if not (reused and err:find("closed", 1, true)) or now() >= deadline then break end
+  end
+  return nil, last_err
 end
 
 local function parse_reply(reply)

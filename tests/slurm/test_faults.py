@@ -38,17 +38,21 @@ def restore_agent(clean: None) -> Iterator[None]:
     time.sleep(lt.RETRY_AFTER_S + 0.5)  # let the Lua hook's circuit breaker close
 
 
-def test_agent_stopped(restore_agent: None) -> None:
-    lt.stop_agent()
+def test_agent_stopped_socket_gone(restore_agent: None) -> None:
+    lt.stop_agent()  # a clean stop removes the socket
+    assert not lt.SOCKET.exists()
     mark = lt.ctld_log_mark()
-    _submit_and_check(mark, "f-stopped", "connect:")
+    _submit_and_check(mark, "f-stopped", "No such file")
 
 
-def test_socket_missing_while_agent_runs(restore_agent: None) -> None:
-    lt.SOCKET.unlink()
+def test_agent_killed_stale_socket_left(restore_agent: None) -> None:
+    pid = lt.agent_pid()
+    assert pid
+    os.kill(pid, signal.SIGKILL)  # the socket file stays, nobody listens on it
+    lt.wait_for(lambda: lt.agent_pid() is None, 10, 0.1, "agent gone")
+    assert lt.SOCKET.exists()
     mark = lt.ctld_log_mark()
-    _submit_and_check(mark, "f-nosock", "No such file")
-    lt.stop_agent()
+    _submit_and_check(mark, "f-killed", "connect:")
 
 
 def test_agent_hung(restore_agent: None) -> None:

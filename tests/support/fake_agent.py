@@ -11,8 +11,10 @@ from pathlib import Path
 
 
 class FakeAgent:
-    def __init__(self, path: Path, reply: bytes | None, delay: float = 0.0) -> None:
+    def __init__(self, path: Path, reply: bytes | None, delay: float = 0.0, keep_open: bool = False) -> None:
         self.path = Path(path)
+        self.keep_open = keep_open
+        self.connections = 0
         self.reply, self.delay = reply, delay
         self.requests: list[str] = []
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -30,13 +32,20 @@ class FakeAgent:
                 c, _ = self.sock.accept()
             except OSError:
                 continue
+            self.connections += 1
             with c:
                 c.settimeout(2)
                 try:
-                    self.requests.append(c.recv(65536).decode("utf-8", "replace"))
-                    time.sleep(self.delay)
-                    if self.reply is not None:
-                        c.sendall(self.reply)
+                    while True:
+                        data = c.recv(65536)
+                        if not data:
+                            break
+                        self.requests.append(data.decode("utf-8", "replace"))
+                        time.sleep(self.delay)
+                        if self.reply is not None:
+                            c.sendall(self.reply)
+                        if not self.keep_open:
+                            break
                 except OSError:
                     pass
 

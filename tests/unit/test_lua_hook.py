@@ -143,3 +143,23 @@ def test_hook_bug_never_rejects(tmp_path: Path, cfg: Config, agent: FakeAgent) -
     # a job_desc whose spank env is not a table makes the hook's own code fail inside pcall
     out, err, _ = _run(tmp_path, dict(BATCH, spank_job_env="oops", spank_job_env_size="abc"), [], cfg)
     assert out["rc"] == "0" and "internal error" in err and out["tres_per_node"] == "gres:gpu:1"
+
+
+def test_connection_is_kept_between_submissions(tmp_path: Path, cfg: Config) -> None:
+    a = FakeAgent(tmp_path / "a.sock", SHARE, keep_open=True)
+    try:
+        out, err, _ = _run(tmp_path, BATCH, COLO, cfg, calls=3)
+        assert out["tres_per_node"] == "gres:shard:v100_s1:1" and "fallback" not in err
+        assert len(a.requests) == 3 and a.connections == 1
+    finally:
+        a.close()
+
+
+def test_a_connection_closed_by_the_agent_is_reopened(tmp_path: Path, cfg: Config) -> None:
+    a = FakeAgent(tmp_path / "a.sock", SHARE, keep_open=False)  # closes after each answer
+    try:
+        out, err, _ = _run(tmp_path, BATCH, COLO, cfg, calls=3)
+        assert out["tres_per_node"] == "gres:shard:v100_s1:1" and "fallback" not in err
+        assert len(a.requests) == 3 and a.connections == 3
+    finally:
+        a.close()
