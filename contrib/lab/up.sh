@@ -38,11 +38,12 @@ if [ ! -x "$PY" ]; then
   /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 fi
-if [ ! -f "$VENV/.installed" ] || [ -n "$(find "$REPO/slurm_colo" "$REPO/pyproject.toml" -newer "$VENV/.installed" -print -quit)" ]; then
+if [ ! -f "$VENV/.installed" ] || [ "$(cat "$VENV/.installed")" != "$REPO" ] ||
+   [ -n "$(find "$REPO/slurm_colo" "$REPO/pyproject.toml" -newer "$VENV/.installed" -print -quit)" ]; then
   rm -rf "$REPO/build"
   "$VENV/bin/pip" install -q --no-cache-dir "$REPO" >/dev/null
   rm -rf "$REPO/build" "$REPO"/*.egg-info
-  touch "$VENV/.installed"
+  echo "$REPO" > "$VENV/.installed"  # installed from this checkout, at this time
   reinstalled=1
 fi
 chmod -R a+rX "$(dirname "$VENV")"
