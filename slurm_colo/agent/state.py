@@ -69,7 +69,7 @@ class AgentState:
         self.fallbacks: Counter[str] = Counter()
         self.snapshot_time: float = 0.0
         #: GPUs that the node hooks reported as taken by jobs we did not place
-        self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...]]] = {}
+        self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -98,7 +98,12 @@ class AgentState:
             stale = p.job_id is None and now - p.created > self.cfg.agent.pending_ttl_s
             if gone or stale:
                 self._drop(token)
-        for job_id in [k for k, j in self.unplaced_gpus.items() if k in self.jobs and not self.jobs[k].active]:
+        # forget reported jobs Slurm shows ended, or no longer shows at all (after a grace
+        # period: the report may be newer than the snapshot)
+        grace = 3 * self.cfg.agent.refresh_interval_s
+        for job_id in [k for k, (_, _, t) in self.unplaced_gpus.items()
+                       if (k in self.jobs and not self.jobs[k].active)
+                       or (k not in self.jobs and now - t > grace)]:
             del self.unplaced_gpus[job_id]
         self.rebuild()
 
@@ -143,7 +148,7 @@ class AgentState:
                         token = self.by_job.get(j.job_id)
                         if token:
                             placed.add(token)
-        for job_id, (node, idxs) in self.unplaced_gpus.items():
+        for job_id, (node, idxs, _) in self.unplaced_gpus.items():
             if job_id in self.jobs and self.jobs[job_id].active:
                 continue  # the snapshot already knows this job
             for i in idxs:
@@ -252,7 +257,7 @@ class AgentState:
                 self._link(self.placements[token], job_id)
         if token is None or token not in self.placements or not self.placements[token].decision.shared:
             if node and gpus:  # not ours: the GPU is taken whole until the job ends
-                self.unplaced_gpus[job_id] = (node, tuple(gpus))
+                self.unplaced_gpus[job_id] = (node, tuple(gpus), now)
                 self.rebuild()
             return None
         p = self.placements[token]

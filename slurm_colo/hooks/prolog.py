@@ -46,6 +46,22 @@ def job_class() -> str:
         return derive_class(name)
 
 
+def announce_if_on_shared_gpu(cfg: object, job_id: int) -> None:
+    """A job we did not place that holds a GPU of the shared pool (an untyped exclusive
+    request can take an idle one): tell the agent at once, so it aims no new job there
+    before its next look at Slurm. Best effort, short time limit."""
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    layout = cfg.layout_for(node)  # type: ignore[attr-defined]
+    gpus = job_gpus()
+    if layout is None or not any(layout.is_shared(g) for g in gpus):
+        return
+    from ..agent.client import job_started
+
+    uid = env_int("SLURM_JOB_UID", -1)
+    job_started(cfg, job_id, node, gpus, os.environ.get("SLURM_JOB_USER", ""),  # type: ignore[arg-type]
+                -1 if uid is None else uid, timeout_s=0.2)
+
+
 def pending_jobs(run_dir: str, job_id: int) -> bool:
     """Any other job's state on this node (cheap check before importing the node side)."""
     try:
@@ -69,6 +85,7 @@ def main() -> int:
         recover(cfg, skip=job_id)
     if ("SPANK_COLOCATE" not in os.environ and cfg.node.profile != "all"
             and "slurm-colo[" not in os.environ.get("SLURM_JOB_COMMENT", "")):
+        announce_if_on_shared_gpu(cfg, job_id)
         return 0  # not a co-location job: untouched
     from ..node.lifecycle import JobInfo, job_start
 

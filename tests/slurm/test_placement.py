@@ -126,3 +126,15 @@ def test_metrics_endpoint_is_scraped_for_real(clean: None) -> None:
     occ = [ln for ln in lines if ln.startswith("slurm_colo_gpu_occupants{") and f'gpu="{idx}"' in ln]
     assert occ and occ[0].rsplit(" ", 1)[1] == "2"
     assert any(ln.startswith("slurm_colo_decisions_total{action=\"share\"") for ln in lines)
+
+
+def test_an_exclusive_job_on_an_idle_shared_gpu_keeps_shared_jobs_away(clean: None) -> None:
+    ex = sbatch("--gres=gpu:1", sleep=12)  # untyped: Slurm gives it the lowest free GPU, shared GPU 0
+    q = wait_running(ex.job_id)
+    held = gpu_of(q[ex.job_id])
+    assert held <= SHARED_GPUS
+    c = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")
+    qc = wait_running(c.job_id)
+    assert gpu_of(qc[c.job_id]).isdisjoint(held)
+    st = json.loads(agent_cli("status", "--json").stdout)
+    assert any(g["exclusive_job"] == ex.job_id for g in st["gpus"] if g["index"] in held)

@@ -146,3 +146,12 @@ def test_server_checks_who_may_place() -> None:
     assert agent.handle(b'PING\t{}\n', peer_uid=424242).startswith(b"OK\t")
     assert agent.handle(b"garbage\n", peer_uid=0).startswith(b"ERR\t")
     assert agent.handle(b'JOBEND\t{"nojob": 1}\n', peer_uid=0).startswith(b"ERR\tJOBEND failed")
+
+
+def test_reported_jobs_are_forgotten_when_slurm_no_longer_lists_them() -> None:
+    s = _state()
+    s.job_started(6, None, 10.0, "n1", [0])
+    s.apply_snapshot([], [], 11.0)  # snapshot older than the report: keep it
+    assert s.view.gpus[0].exclusive_job == 6
+    s.apply_snapshot([], [], 10.0 + 3 * s.cfg.agent.refresh_interval_s + 1)
+    assert s.view.gpus[0].exclusive_job is None
