@@ -133,8 +133,12 @@ def test_an_exclusive_job_on_an_idle_shared_gpu_keeps_shared_jobs_away(clean: No
     q = wait_running(ex.job_id)
     held = gpu_of(q[ex.job_id])
     assert held <= SHARED_GPUS
+
+    def agent_knows() -> bool:
+        st = json.loads(agent_cli("status", "--json").stdout)
+        return any(g["exclusive_job"] == ex.job_id for g in st["gpus"] if g["index"] in held)
+    # the Prolog's report (or, at the latest, the next look at Slurm) tells the agent
+    wait_for(agent_knows, 5, 0.2, "agent sees the exclusive job")
     c = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")
     qc = wait_running(c.job_id)
     assert gpu_of(qc[c.job_id]).isdisjoint(held)
-    st = json.loads(agent_cli("status", "--json").stdout)
-    assert any(g["exclusive_job"] == ex.job_id for g in st["gpus"] if g["index"] in held)
