@@ -1,6 +1,6 @@
 """The GRES layout: which GPUs are shared and how Slurm sees them.
 
-Design (Slurm 22.05 facts in docs/admin/gres-layout.md):
+Design (Slurm 22.05 facts in docs/gres-layout.md):
 
 * Every GPU gets a GRES *type*, so a job can be aimed at exactly one GPU and so Slurm never
   starts an exclusive ``gpu`` job on a GPU whose shards are in use (untyped shared GRES
