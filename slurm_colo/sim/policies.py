@@ -31,11 +31,10 @@ def _lowest_idle(sim: Sim, k: int) -> list[int] | None:
     return sorted(sim.idle)[:k]
 
 
-class ExclusiveFifo:
-    def __init__(self, backfill: bool = False, depth: int = 200) -> None:
-        self.backfill = backfill
-        self.depth = depth
-        self.name = "exclusive-backfill" if backfill else "exclusive-fifo"
+class _QueuedPolicy:
+    """Shared part of the baseline policies: a FIFO queue of waiting jobs and no-op hooks."""
+
+    def __init__(self) -> None:
         self.queue: deque[int] = deque()
 
     def attach(self, sim: Sim) -> None:
@@ -49,6 +48,14 @@ class ExclusiveFifo:
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
         pass
+
+
+class ExclusiveFifo(_QueuedPolicy):
+    def __init__(self, backfill: bool = False, depth: int = 200) -> None:
+        super().__init__()
+        self.backfill = backfill
+        self.depth = depth
+        self.name = "exclusive-backfill" if backfill else "exclusive-fifo"
 
     def schedule(self, sim: Sim) -> None:
         q = self.queue
@@ -84,23 +91,8 @@ class ExclusiveFifo:
                 q.remove(jid)
 
 
-class SlurmShard:
+class SlurmShard(_QueuedPolicy):
     name = "slurm-shard"
-
-    def __init__(self) -> None:
-        self.queue: deque[int] = deque()
-
-    def attach(self, sim: Sim) -> None:
-        self.queue.clear()
-
-    def arrive(self, sim: Sim, jid: int) -> None:
-        self.queue.append(jid)
-
-    def finished(self, sim: Sim, jid: int, gpus: list[int]) -> None:
-        pass
-
-    def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
-        pass
 
     def schedule(self, sim: Sim) -> None:
         q = self.queue
@@ -123,23 +115,14 @@ class SlurmShard:
                 return
 
 
-class GandivaRandom:
+class GandivaRandom(_QueuedPolicy):
     name = "gandiva-random"
 
     def __init__(self, seed: int) -> None:
+        super().__init__()
         self.rng = random.Random(seed)
-        self.queue: deque[int] = deque()
         self.bad: set[tuple[str, str]] = set()
         self.retractions = 0
-
-    def attach(self, sim: Sim) -> None:
-        self.queue.clear()
-
-    def arrive(self, sim: Sim, jid: int) -> None:
-        self.queue.append(jid)
-
-    def finished(self, sim: Sim, jid: int, gpus: list[int]) -> None:
-        pass
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
         g = sim.gpus[token[0]]
