@@ -44,9 +44,13 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _explain_from_slurm(job_id: int) -> dict[str, Any]:
-    from ..slurm.json_backend import JsonBackend
-    j = JsonBackend().job(job_id)
+def _explain_from_slurm(job_id: int, backend_kind: str) -> dict[str, Any]:
+    from ..errors import SlurmError
+    from ..slurm import open_backend
+    try:
+        j = open_backend(backend_kind).job(job_id)
+    except SlurmError:
+        j = None
     if j is None:
         return {"job_id": job_id, "known": False, "reason": "job not found in Slurm and agent unreachable"}
     tag = parse_tag(j.admin_comment) or parse_tag(j.comment)
@@ -88,7 +92,7 @@ def register(app: typer.Typer) -> None:
         try:
             ex = client.explain(cfg, job_id)
         except AgentError as e:
-            ex = _explain_from_slurm(job_id)
+            ex = _explain_from_slurm(job_id, cfg.agent.slurm_backend)
             ex["note"] = f"agent unreachable ({e.message}); read from the job's Slurm record"
         if json_out:
             typer.echo(json.dumps(ex, indent=1, default=str))
