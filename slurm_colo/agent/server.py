@@ -15,22 +15,30 @@ import signal
 import socket
 import socketserver
 import struct
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
 from ..errors import ColoError, ProtocolError, ScoresError, SlurmError
 from ..scores import ScoreTable, load_scores
 from ..slurm import SlurmBackend, open_backend
+from ..slurm.snapshot import ChildSnapshots
 from .protocol import format_error, format_reply, parse_request
 from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "RELOAD")
 IDLE_CONNECTION_S = 300.0
+SWITCH_INTERVAL_S = 0.0005
+
+
+def _nothing() -> None:
+    return None
 
 
 def _peer_uid(sock: socket.socket) -> int | None:
@@ -55,6 +63,10 @@ class Agent:
     def __init__(self, cfg: Config, backend: SlurmBackend | None = None) -> None:
         self.cfg = cfg
         self.backend = backend or open_backend(cfg.agent.slurm_backend)
+        # the periodic refresh reads Slurm in a child process (see slurm/snapshot.py), so
+        # parsing a large squeue output never holds up placement requests; a backend
+        # handed in (tests, embedding) is read in-process
+        self.snapshots = ChildSnapshots(self.backend.name) if backend is None else None
         self.state = AgentState(cfg)
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -92,8 +104,10 @@ class Agent:
 
     def refresh(self) -> None:
         try:
-            jobs = self.backend.jobs()
-            nodes = self.backend.nodes()
+            if self.snapshots is not None:
+                jobs, nodes = self.snapshots.take()
+            else:
+                jobs, nodes = self.backend.jobs(), self.backend.nodes()
         except SlurmError as e:
             log.warning("slurm refresh failed, keeping the previous view: %s", e)
             return
@@ -107,32 +121,62 @@ class Agent:
 
     # ---- requests ---------------------------------------------------------------------
     def handle(self, line: bytes, peer_uid: int | None) -> bytes:
+        reply, after = self.answer(line, peer_uid)
+        after()
+        return reply
+
+    def answer(self, line: bytes, peer_uid: int | None) -> tuple[bytes, Callable[[], None]]:
+        """The reply to one request line, and what must run right after it is sent.
+
+        A PLACE request is answered first and recorded afterwards, so slurmctld (which
+        waits, holding its locks) gets its answer before the bookkeeping runs; the agent's
+        lock is held from the decision until ``after`` has run, so no other request is
+        decided on a view that lacks this placement. ``after`` must always be called.
+        """
         t0 = time.perf_counter()
         try:
             verb, payload = parse_request(line)
         except ProtocolError as e:
-            return format_error(str(e))
+            return format_error(str(e)), _nothing
         if verb in PRIVILEGED_VERBS and peer_uid is not None and peer_uid not in self.trusted:
-            return format_error(f"{verb} is reserved to slurmctld and the node hooks")
+            return format_error(f"{verb} is reserved to slurmctld and the node hooks"), _nothing
+        if verb == "PLACE":
+            self.lock.acquire()
+            try:
+                reply, record = self.state.decide(payload, time.time())
+            except BaseException as e:
+                self.lock.release()
+                if not isinstance(e, (ColoError, KeyError, ValueError, TypeError)):
+                    raise
+                log.warning("PLACE failed: %s", e)
+                return format_error(f"PLACE failed: {e}"), _nothing
+            self.req_count += 1
+            self.req_seconds += time.perf_counter() - t0
+
+            def after() -> None:
+                try:
+                    record()
+                except Exception:  # bookkeeping must never take the agent down
+                    log.exception("recording a placement failed")
+                finally:
+                    self.lock.release()
+            return format_reply(verb, reply), after
         try:
             reply = self._dispatch(verb, payload)
         except (ColoError, KeyError, ValueError, TypeError) as e:
             log.warning("%s failed: %s", verb, e)
-            return format_error(f"{verb} failed: {e}")
+            return format_error(f"{verb} failed: {e}"), _nothing
         dt = time.perf_counter() - t0
         with self.lock:
             self.req_count += 1
             self.req_seconds += dt
-        return format_reply(verb, reply)
+        return format_reply(verb, reply), _nothing
 
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
         if verb == "PING":
             return {"pong": True, "pid": os.getpid(), "backend": self.backend.name,
                     "scores": self.state.scores.id}
-        if verb == "PLACE":
-            with self.lock:
-                return self.state.place_request(p, now)
         if verb == "JOBSTART":
             job_id = int(p["job"])
             with self.lock:
@@ -200,10 +244,13 @@ class Agent:
                         return
                     if not line:
                         return
+                    reply, after = agent.answer(line, uid)
                     try:
-                        self.wfile.write(agent.handle(line, uid))
+                        self.wfile.write(reply)
                     except OSError:
                         return
+                    finally:
+                        after()
 
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
@@ -216,6 +263,9 @@ class Agent:
         self._start_metrics()
         log.info("agent listening on %s (backend %s, %d shared GPU(s) configured)",
                  path, self.backend.name, len(self.state.view.gpus))
+        # requests from slurmctld must not wait out the default 5 ms interpreter-lock
+        # interval while another thread (metrics, a job lookup) runs Python code
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: threading.Thread(target=self.shutdown, daemon=True).start())
         signal.signal(signal.SIGHUP, lambda *_: self.reload_scores(force=True))

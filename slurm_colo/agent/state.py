@@ -7,6 +7,7 @@ import logging
 import secrets
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
@@ -43,6 +44,14 @@ def _decision_from_tag(tag: dict[str, Any]) -> Decision:
     )
 
 
+def _new_token() -> str:
+    return "p" + secrets.token_hex(4)
+
+
+def _nothing() -> None:
+    return None
+
+
 def _partner_text(keys: tuple[str, ...]) -> str:
     """Job ids where known; a placement not yet seen in Slurm has only its token."""
     ids = [k for k in keys if k.isdigit()]
@@ -70,6 +79,9 @@ class AgentState:
         self.snapshot_time: float = 0.0
         #: GPUs that the node hooks reported as taken by jobs we did not place
         self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
+        #: (request key, view, view version, scores, token, decision) prepared after the
+        #: last placement for the next request of the same kind; see :meth:`decide`
+        self._prepared: tuple[Any, ...] | None = None
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -200,40 +212,81 @@ class AgentState:
         if part:
             gpus = [g for g in gpus if g.node not in self.nodes
                     or not self.nodes[g.node].partitions or part in self.nodes[g.node].partitions]
-        return ClusterView(gpus=gpus) if gpus is not self.view.gpus else self.view
+        if len(gpus) == len(self.view.gpus):
+            return self.view  # nothing filtered out: keep the view and its placement index
+        return ClusterView(gpus=gpus)
 
     def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
-        token = "p" + secrets.token_hex(4)
-        user = fields.get("user", "")
+        """Decide and record in one go (see :meth:`decide` for the split form)."""
+        reply, record = self.decide(fields, now)
+        record()
+        return reply
+
+    def decide(self, fields: dict[str, str], now: float) -> tuple[dict[str, str], Callable[[], None]]:
+        """The answer to one PLACE request, and the bookkeeping to run once it is sent.
+
+        The caller must run the returned ``record`` before deciding anything else (the
+        agent holds its lock across both): it adds the placement to the view, writes the
+        explanation and the log line, and prepares the answer to the next request of the
+        same kind (same user, class, mode and filters), which :meth:`decide` then returns
+        at once if nothing in the view, the scores or the config changed meanwhile -- the
+        same decision :func:`~slurm_colo.placement.place` would compute, with its token
+        drawn in advance.
+        """
         try:
             uid = int(fields.get("uid", "-1"))
             mode = parse_mode(fields.get("mode"))
             cls = derive_class(fields.get("name"), fields.get("class") or None)
         except (OptionError, ValueError) as e:
             self.decisions["exclusive:bad-input"] += 1
-            return {"action": "exclusive", "comment": f"colo: not shared ({e})"}
-        req = JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode,
-                         partition=fields.get("partition", ""))
-        d = place(req, self._candidate_view(fields), self.scores, self.cfg.placement)
-        self._remember(token, fields.get("name", ""), user, cls, mode, d, now)
+            return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, _nothing
+        key = (uid, fields.get("user", ""), cls, mode, fields.get("partition", ""),
+               fields.get("gpu_type", ""), fields.get("req_nodes", ""), fields.get("exc_nodes", ""))
+        ready = self._prepared
+        self._prepared = None
+        if ready is not None and ready[0] == key and ready[1] is self.view \
+                and ready[2] == self.view.version and ready[3] is self.scores:
+            token, d = ready[4], ready[5]
+        else:
+            token = _new_token()
+            d = self._place(token, key, fields)
         tag = make_tag(token, cls, mode, d)
         if not d.shared:
+            reply = {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
+        else:
+            short = f"colo: GPU {d.index} of {d.node}" + (
+                f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}" if d.partners
+                else " (opened for sharing)")
+            reply = {"action": "share", "gres": self.layouts[d.node or ""].shard_request(d.index or 0),
+                     "node": d.node or "", "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
+
+        def record() -> None:
+            self._record(token, key, fields, d, now)
+        return reply, record
+
+    def _request(self, token: str, key: tuple[Any, ...]) -> JobRequest:
+        uid, user, cls, mode, partition = key[:5]
+        return JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode, partition=partition)
+
+    def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> Decision:
+        return place(self._request(token, key), self._candidate_view(fields), self.scores, self.cfg.placement)
+
+    def _record(self, token: str, key: tuple[Any, ...], fields: dict[str, str], d: Decision, now: float) -> None:
+        req = self._request(token, key)
+        self._remember(token, fields.get("name", ""), req.user, req.cls, req.mode, d, now)
+        log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), req.user, req.cls, d.reason)
+        if not d.shared:
             self.decisions["exclusive:" + d.reason.split(":")[0]] += 1
-            log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), user, cls, d.reason)
-            return {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
-        p = Placement(token, req, d, created=now)
-        self.placements[token] = p
-        g = self.view.find(d.node or "", d.index if d.index is not None else -1)
-        if g is not None:
-            self.view.add_occupant(g, self._occupant_for_placement(p))
-        self.decisions["share:" + ("partner" if d.partners else "open")] += 1
-        ng = self.layouts[d.node or ""]
-        log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), user, cls, d.reason)
-        short = f"colo: GPU {d.index} of {d.node}" + (
-            f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}" if d.partners
-            else " (opened for sharing)")
-        return {"action": "share", "gres": ng.shard_request(d.index or 0), "node": d.node or "",
-                "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
+        else:
+            p = Placement(token, req, d, created=now)
+            self.placements[token] = p
+            g = self.view.find(d.node or "", d.index if d.index is not None else -1)
+            if g is not None:
+                self.view.add_occupant(g, self._occupant_for_placement(p))
+            self.decisions["share:" + ("partner" if d.partners else "open")] += 1
+        # the next job of a stream (job arrays, sweeps) usually asks the same question
+        nxt = _new_token()
+        self._prepared = (key, self.view, self.view.version, self.scores, nxt, self._place(nxt, key, fields))
 
     def _remember(self, token: str, name: str, user: str, cls: str, mode: str, d: Decision, now: float) -> None:
         self.explanations[token] = {

@@ -232,7 +232,7 @@ local function place(job_desc, submit_uid)
   if ans.comment and ans.comment ~= "" then add_comment(job_desc, ans.comment) end
   if ans.tag and ans.tag ~= "" then job_desc.admin_comment = ans.tag end
   if ans.user_msg and ans.user_msg ~= "" then slurm.log_user("%s", ans.user_msg) end
-  log("job %s %s %s", clean(job_desc.name), clean(ans.action), clean(ans.comment))
+  slurm.log_debug("slurm-colo: job %s %s %s", clean(job_desc.name), clean(ans.action), clean(ans.comment))
 end
 
 local M = {}

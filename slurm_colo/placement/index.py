@@ -30,6 +30,10 @@ from .view import ClusterView, GpuView
 #: does that on every Slurm snapshot) reuses them instead of recomputing every GPU
 _SHARED: dict[str, Any] = {"owner": None, "rows": {}}
 
+#: the class x class matrices of the last (score table, class list) seen: an index built for
+#: a filtered view (one partition, one GPU model) reuses them
+_CLASSES: dict[str, Any] = {}
+
 _Row = tuple[Any, ...]
 
 
@@ -65,7 +69,26 @@ class PlacementIndex:
     def _set_classes(self, names: list[str]) -> None:
         self.names = names
         self.cix = {c: i for i, c in enumerate(names)}
-        k = len(names)
+        key = tuple(names)
+        cached = _CLASSES.get("key")
+        if cached is not None and cached[0] is self.scores and cached[1] == key:
+            (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists) = _CLASSES["val"]
+        else:
+            self._class_matrices()
+            _CLASSES["key"] = (self.scores, key)
+            _CLASSES["val"] = (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists)
+        owner = (self.scores, self.cfg, tuple(names))
+        shared = _SHARED["owner"]
+        if shared is None or shared[0] is not owner[0] or shared[1] != owner[1] \
+                or shared[2] != owner[2]:
+            _SHARED["owner"] = owner
+            _SHARED["rows"] = {}
+        self._rows: dict[tuple[str, ...], _Row] = _SHARED["rows"]
+
+    def _class_matrices(self) -> None:
+        """Pair predictions between every two classes (read-only once built: shared by
+        every index of the same score table and class list)."""
+        k = len(self.names)
         s = self.scores
         self.N = np.ones((k, k))
         self.S2 = np.zeros((k, k))
@@ -82,13 +105,6 @@ class PlacementIndex:
                 self.OBS[i, j] = p.observed
         self.NT = np.ascontiguousarray(self.N.T)
         self._lists = (self.N.tolist(), self.S2.tolist(), self.NEVER.tolist(), self.KNOWN.tolist())
-        owner = (self.scores, self.cfg, tuple(names))
-        shared = _SHARED["owner"]
-        if shared is None or shared[0] is not owner[0] or shared[1] != owner[1] \
-                or shared[2] != owner[2]:
-            _SHARED["owner"] = owner
-            _SHARED["rows"] = {}
-        self._rows: dict[tuple[str, ...], _Row] = _SHARED["rows"]
 
     def _alloc_rows(self) -> None:
         n, k = len(self.gpus), len(self.names)

@@ -96,6 +96,9 @@ class ClusterView:
         self.policy_state: Any = None
         #: positions of GPUs changed since the policy last looked
         self.dirty: set[int] = set()
+        #: bumped on every change made through this view (add/remove/touch/invalidate), so
+        #: a caller can tell whether an answer computed on it still holds
+        self.version = 0
 
     def position(self, node: str, index: int) -> int | None:
         """Position of a GPU in ``gpus``."""
@@ -113,6 +116,7 @@ class ClusterView:
 
     def touch(self, gpu: GpuView) -> None:
         """Tell the policy's cache that ``gpu`` (one of ``self.gpus``) was changed by hand."""
+        self.version += 1
         if self.policy_state is None:
             return
         i = self.position(gpu.node, gpu.index)
@@ -123,6 +127,7 @@ class ClusterView:
 
     def invalidate(self) -> None:
         """Forget cached policy state (after editing many GPUs by hand)."""
+        self.version += 1
         self.policy_state = None
         self.dirty.clear()
 

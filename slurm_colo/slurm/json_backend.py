@@ -118,7 +118,12 @@ class JsonBackend:
 
     def job(self, job_id: int) -> SlurmJob | None:
         try:
-            found = parse_squeue(self._run([self.squeue, "--json", "--all", "--jobs", str(job_id)]))
+            doc = self._run([self.squeue, "--json", "--all", "--jobs", str(job_id)])
+            if isinstance(doc, dict) and isinstance(doc.get("jobs"), list):
+                # Slurm 22.05 ignores --jobs with --json: pick the job before parsing
+                doc = {"jobs": [j for j in doc["jobs"]
+                                if isinstance(j, dict) and _num(j.get("job_id")) == job_id]}
+            found = parse_squeue(doc)
         except SlurmError:
             return None
         return next((j for j in found if j.job_id == job_id), None)

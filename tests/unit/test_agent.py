@@ -155,3 +155,54 @@ def test_reported_jobs_are_forgotten_when_slurm_no_longer_lists_them() -> None:
     assert s.view.gpus[0].exclusive_job == 6
     s.apply_snapshot([], [], 10.0 + 3 * s.cfg.agent.refresh_interval_s + 1)
     assert s.view.gpus[0].exclusive_job is None
+
+
+def _fresh_decision(s: AgentState, token: str, req: dict[str, str]):  # type: ignore[no-untyped-def]
+    from slurm_colo.placement import JobRequest, place
+    r = JobRequest(key=token, user=req["user"], uid=int(req["uid"]), cls=req["class"], mode=req["mode"])
+    return place(r, s.view, s.scores, s.cfg.placement)
+
+
+def test_prepared_answer_is_the_decision_a_fresh_placement_would_make() -> None:
+    s = AgentState(Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.5)), SCORES)
+    s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
+    for k in range(6):  # a stream of identical requests: each after the first is prepared
+        prepared = s._prepared
+        req = _req("good" if k % 3 else "bad")
+        reply, record = s.decide(req, 1.0 + k)
+        token = reply["tag"].split("tok=")[1].split()[0]
+        hit = prepared is not None and prepared[4] == token
+        assert hit == (k % 3 == 2)  # prepared for the same kind of request only
+        want = _fresh_decision(s, token, req)
+        assert reply["action"] == want.action
+        if want.shared:
+            assert reply["gres"] == f"gres:shard:{want.gres_type}:1"
+        record()
+        assert s._prepared is not None
+
+
+def test_prepared_answer_is_dropped_when_the_view_changes() -> None:
+    s = _state()
+    s.place_request(_req("good"), 1.0)
+    before = s._prepared
+    assert before is not None and before[5].shared
+    # the hooks report a job we did not place on the prepared GPU: the view is rebuilt
+    gpu = before[5].index
+    s.job_started(77, None, 2.0, node="n1", gpus=[gpu])
+    reply, record = s.decide(_req("good"), 3.0)
+    record()
+    assert before[4] not in reply["tag"]  # not the stale answer
+    assert reply["gres"] != f"gres:shard:v100_s{gpu}:1"
+
+
+def test_server_answers_place_before_recording_it() -> None:
+    agent = Agent(Config(gpus=LAYOUT), backend=_Backend())
+    agent.state.scores = SCORES
+    agent.refresh()
+    line = format_request("PLACE", {"uid": "1000", "user": "alice", "name": "j", "mode": "auto",
+                                    "class": "good"})
+    reply, after = agent.answer(line, peer_uid=0)
+    assert reply.startswith(b"OK\taction=share")
+    assert agent.lock.locked() and not agent.state.placements  # recorded only by `after`
+    after()
+    assert not agent.lock.locked() and len(agent.state.placements) == 1

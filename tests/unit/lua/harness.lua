@@ -6,6 +6,7 @@ local script = arg[1]
 slurm = {
   SUCCESS = 0, ERROR = -1,
   log_info = function(fmt, ...) io.stderr:write("INFO ", string.format(fmt, ...), "\n") end,
+  log_debug = function(fmt, ...) io.stderr:write("DEBUG ", string.format(fmt, ...), "\n") end,
   log_user = function(fmt, ...) io.stderr:write("USER ", string.format(fmt, ...), "\n") end,
 }
 dofile(script)
