@@ -159,16 +159,20 @@ def _register_retrain(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Train and validate, publish nothing."),
         force: bool = typer.Option(False, "--force", help="Publish even if the held-out check regresses."),
         out: Path | None = typer.Option(None, "--out", help="Publish here instead of [scores] path."),
+        rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild every co-location episode "
+                                     "from the job records (default: only those of new records)."),
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
         """Retrain compatibility scores from the history (nightly); publish only if they validate."""
         from ..store.retrain import retrain
         cfg = load_config(config)
-        res = retrain(_engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out)
+        res = retrain(_engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out,
+                      rebuild=rebuild)
         t, info = res.table, res.info
         typer.echo(f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
-                   f"{info.get('episodes', 0)} episodes, {info.get('campaign_pairs', 0)} campaign pairs")
+                   f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
+                   f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs")
         m = t.metrics
         typer.echo(f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on {m.get('holdout_pairs', 0)} "
                    f"pairs; live set: {m.get('live_id') or '(none)'} {_f(m.get('live_holdout_mae'), '.4f')}")

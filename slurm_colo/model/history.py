@@ -66,6 +66,44 @@ def pair_episodes(episodes: Iterable[tuple[float, float, Sequence[tuple[int, str
                         arr[3], arr[4], arr[5], arr[6], arr[7], arr[8] > 0, arr[9] > 0)
 
 
+def member_pair_episodes(classes: list[str], start: np.ndarray, end: np.ndarray,
+                         fault: np.ndarray, oom: np.ndarray, episode: np.ndarray,
+                         cls: np.ndarray, n: np.ndarray, quality: np.ndarray) -> PairEpisodes:
+    """:func:`pair_episodes` on arrays: episodes (``start``, ``end``, ``fault``, ``oom``)
+    and their members grouped by episode (``episode`` indexes the episode arrays, ``cls``
+    indexes ``classes``, ``n`` is NaN when unknown, ``quality`` the member's source factor)."""
+    k = np.bincount(episode, minlength=len(start))
+    first = np.cumsum(k) - k
+    cols: list[list[np.ndarray]] = [[] for _ in range(10)]
+    for kk in np.unique(k[k >= 2]).tolist():
+        eps = np.nonzero((k == kk) & (end > start))[0]
+        if len(eps) == 0:
+            continue
+        i, j = np.triu_indices(kk, 1)
+        ia = (first[eps][:, None] + i[None, :]).ravel()
+        ib = (first[eps][:, None] + j[None, :]).ravel()
+        e = np.repeat(eps, len(i))
+        share = 1.0 / (kk - 1)
+        half = 1.0 if kk == 2 else 0.5
+        with np.errstate(invalid="ignore"):
+            na = np.where(n[ia] >= 0, n[ia] ** share, np.nan)
+            nb = np.where(n[ib] >= 0, n[ib] ** share, np.nan)
+        for c, v in zip(cols, (cls[ia], cls[ib], na, nb, (end[e] - start[e]) / 3600.0 * share,
+                               end[e], quality[ia] * half, quality[ib] * half, fault[e], oom[e]),
+                        strict=True):
+            c.append(v)
+    if not cols[0]:
+        z = np.zeros(0)
+        return PairEpisodes([], np.zeros(0, np.int64), np.zeros(0, np.int64), z, z, z, z, z, z,
+                            np.zeros(0, bool), np.zeros(0, bool))
+    a, b, na, nb, hours, e_end, qa, qb, f, o = (np.concatenate(c) for c in cols)
+    # only the classes that take part in a pair, as pair_episodes does
+    used, inv = np.unique(np.concatenate([a, b]), return_inverse=True)
+    return PairEpisodes([classes[int(x)] for x in used], inv[:len(a)].astype(np.int64),
+                        inv[len(a):].astype(np.int64), na, nb, hours, e_end, qa, qb,
+                        f.astype(bool), o.astype(bool))
+
+
 def add_pair_episodes(obs: Observations, ep: PairEpisodes, now: float,
                       half_life_days: float) -> int:
     """Add the entries, faults and never-pairs of ``ep`` to ``obs``; returns entries kept."""

@@ -1,8 +1,9 @@
 """The nightly retrain: history -> observations -> fitted table -> validated publish.
 
-Reads the co-location episodes of the training window (rebuilt from the records first),
-the imported profiling campaigns of the GPU model and the classes' solo profiles; fits the
-model; runs the held-out check; publishes atomically to ``[scores] path`` and marks the set
+Brings the co-location episodes up to date with the records first (incrementally: only
+the episodes of jobs with new records are rebuilt; ``rebuild`` rebuilds all), then reads
+those of the training window in bulk, the imported profiling campaigns of the GPU model
+and the classes' solo profiles; fits the model; runs the held-out check; publishes atomically to ``[scores] path`` and marks the set
 live in the database only when the check passes. Otherwise the old set stays live, the
 new one is recorded as rejected, and :class:`ModelError` says why (non-zero exit).
 """
@@ -16,19 +17,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+import numpy as np
+from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Engine
 
 from ..config import Config
 from ..errors import ModelError, ScoresError
 from ..model.data import Observations
 from ..model.fit import fit_table
-from ..model.history import add_pair_episodes, pair_episodes
+from ..model.history import SOURCE_WEIGHT, add_pair_episodes, member_pair_episodes
 from ..model.validate import holdout_mae
 from ..scores import ScoreTable, publish_scores, scores_from_dict
 from .engine import db_errors, require_schema
-from .episodes import BuildReport, iter_rebuild
-from .schema import ClassSolo, Job, PairObservation, Profile
+from .episode_read import SOURCES
+from .episodes import read_window, rebuild_episodes, update_episodes
+from .schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
 from .scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
 
 
@@ -54,29 +57,49 @@ def resolve_gpu_model(engine: Engine, gpu: str | None, cfg: Config) -> str:
 
 def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
     """Per class: peak memory of any run, median SM utilisation and progress rate of its solo
-    runs (a campaign's figures, added first, take precedence)."""
-    q = (select(Job.cls, Job.shared, Job.progress_rate, Profile.mem_peak_gib, Profile.sm_util_mean)
-         .join(Profile, Profile.record_id == Job.record_id, isouter=True)
-         .where(Job.end_time >= since))
-    mem: dict[str, list[float]] = {}
+    runs (a campaign's figures, added first, take precedence). Peak memory comes from the
+    records the episodes were built from (all of them, after the update), aggregated by
+    the database; only solo runs come back as rows."""
+    peak_q = (select(EpisodeSource.cls, func.max(EpisodeSource.mem_peak_gib))
+              .where(EpisodeSource.end_time >= since, EpisodeSource.mem_peak_gib > 0)
+              .group_by(EpisodeSource.cls))
+    solo_q = (select(Job.cls, Profile.sm_util_mean, Job.progress_rate)
+              .join(Profile, Profile.record_id == Job.record_id, isouter=True)
+              .where(Job.end_time >= since, ~Job.shared,
+                     or_(Profile.sm_util_mean.is_not(None), Job.progress_rate > 0)))
     util: dict[str, list[float]] = {}
     rate: dict[str, list[float]] = {}
     with db_errors(engine), engine.connect() as conn:
-        for cls, shared, prate, peak, util_mean in conn.execute(q).all():
-            if peak:
-                mem.setdefault(cls, []).append(peak)
-            if util_mean is not None and not shared:
+        mem = {c: p for c, p in conn.execute(peak_q).all() if p is not None}
+        for cls, util_mean, prate in conn.execute(solo_q).all():
+            if util_mean is not None:
                 util.setdefault(cls, []).append(util_mean)
-            if prate and not shared:
+            if prate:
                 rate.setdefault(cls, []).append(prate)
     for c in set(mem) | set(util) | set(rate):
-        obs.add_class(c, memory_gib=max(mem[c]) if c in mem else None,
+        obs.add_class(c, memory_gib=mem.get(c),
                       sm_util=statistics.median(util[c]) if c in util else None,
                       solo_rate=statistics.median(rate[c]) if c in rate else None)
 
 
+def _history(engine: Engine, obs: Observations, since: float, now: float,
+             half_life_days: float, rebuild: bool) -> dict[str, Any]:
+    """Update (or rebuild) the episodes, add the class profiles and the episodes of the
+    window to ``obs``."""
+    built = rebuild_episodes(engine) if rebuild else update_episodes(engine)
+    _class_profiles(engine, obs, since)
+    w = read_window(engine, since)
+    quality = np.array([SOURCE_WEIGHT.get(s, 0.0) for s in SOURCES])[w.source]
+    pe = member_pair_episodes(w.classes, w.start, w.end, w.fault, w.oom, w.episode, w.cls,
+                              w.n, quality)
+    kept = add_pair_episodes(obs, pe, now, half_life_days)
+    return {"episodes": len(w), "history_entries": kept, "records_built": built.jobs,
+            "skewed_intervals": w.skewed_intervals,
+            "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(w.ref.cv.items())}}
+
+
 def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
-           half_life_days: float) -> tuple[Observations, dict[str, Any]]:
+           half_life_days: float, rebuild: bool = False) -> tuple[Observations, dict[str, Any]]:
     """All training observations of ``gpu_model`` (campaigns) plus the site history."""
     require_schema(engine)
     since = now - window_days * 86400.0
@@ -85,34 +108,33 @@ def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
         for r in conn.execute(select(ClassSolo).where(ClassSolo.gpu_model == gpu_model)):
             obs.add_class(r.cls, solo_rate=r.solo_rate, memory_gib=r.memory_gib, sm_util=r.sm_util)
         n_campaign = 0
-        for r in conn.execute(select(PairObservation).where(PairObservation.gpu_model == gpu_model)):
+        for p in conn.execute(select(PairObservation).where(PairObservation.gpu_model == gpu_model)):
             n_campaign += 1
-            if r.never:
-                obs.add_never(r.a, r.b)
+            if p.never:
+                obs.add_never(p.a, p.b)
                 continue
-            if r.faults:
-                obs.add_fault(r.a, r.b, r.faults)
-            if r.n_a is not None and r.n_b is not None:
-                obs.add_pair(r.a, r.b, r.n_a, r.n_b, weight=r.weight, censored=r.censored)
-    _class_profiles(engine, obs, since)
-    rep = BuildReport()
-    kept = 0
-    for eps in iter_rebuild(engine, since, rep):  # one node at a time
-        pe = pair_episodes((e.start, e.end, e.members, e.mps_fault, e.oom) for e in eps)
-        kept += add_pair_episodes(obs, pe, now, half_life_days)
-    info = {"window_start": since, "window_end": now, "episodes": rep.episodes,
-            "history_entries": kept, "campaign_pairs": n_campaign,
-            "skewed_intervals": rep.skewed_intervals, "rejected_entries": obs.rejected,
-            "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(rep.proxy_cv.items())}}
+            if p.faults:
+                obs.add_fault(p.a, p.b, p.faults)
+            if p.n_a is not None and p.n_b is not None:
+                obs.add_pair(p.a, p.b, p.n_a, p.n_b, weight=p.weight, censored=p.censored)
+    hist = _history(engine, obs, since, now, half_life_days, rebuild)
+    info = {"window_start": since, "window_end": now, "episodes": hist["episodes"],
+            "history_entries": hist["history_entries"], "campaign_pairs": n_campaign,
+            "skewed_intervals": hist["skewed_intervals"], "rejected_entries": obs.rejected,
+            "duration_proxy_cv": hist["duration_proxy_cv"],
+            "records_built": hist["records_built"]}
     return obs, info
 
 
 def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | None = None,
-            dry_run: bool = False, force: bool = False, path: str | Path | None = None) -> RetrainResult:
+            dry_run: bool = False, force: bool = False, path: str | Path | None = None,
+            rebuild: bool = False) -> RetrainResult:
+    """Train, validate and publish (see the module); ``rebuild``: rebuild every episode
+    from the records instead of updating them."""
     now = time.time() if now is None else now
     sc = cfg.scores
     gpu_model = resolve_gpu_model(engine, gpu, cfg)
-    obs, info = gather(engine, gpu_model, now, sc.window_days, sc.half_life_days)
+    obs, info = gather(engine, gpu_model, now, sc.window_days, sc.half_life_days, rebuild)
     if len(obs) == 0 and not obs.never:
         raise ModelError("no training data: the history has no co-location episodes in the window "
                          f"({sc.window_days:g} days) and no profiling campaign is imported for "
@@ -131,10 +153,10 @@ def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | No
         scores_from_dict(table.to_dict(), f"score set {table.id}")
     except ScoresError as e:
         verdict = f"new score set is invalid: {e}"
-    if not verdict and mae is not None and isinstance(live_mae, (int, float)) and not force:
-        if mae > live_mae + sc.max_regression:
-            verdict = (f"held-out error {mae:.4f} is worse than the live set {live.id if live else ''}"
-                       f" ({live_mae:.4f}) by more than {sc.max_regression:g}")
+    if (not verdict and mae is not None and isinstance(live_mae, (int, float)) and not force
+            and mae > live_mae + sc.max_regression):
+        verdict = (f"held-out error {mae:.4f} is worse than the live set {live.id if live else ''}"
+                   f" ({live_mae:.4f}) by more than {sc.max_regression:g}")
     if dry_run:
         return RetrainResult(table, False, None, info | {"verdict": verdict or "would publish"})
     window = (info["window_start"], info["window_end"])

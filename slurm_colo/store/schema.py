@@ -86,19 +86,56 @@ class CoRunnerRow(Base):
 
 
 class Episode(Base):
-    """An interval during which the set of jobs on one GPU was constant (2+ jobs)."""
+    """An interval during which the set of jobs on one GPU was constant (2+ jobs).
+
+    Built incrementally from the records (``episode_sources`` says which records are in);
+    its members are rows of ``episode_members``."""
 
     __tablename__ = "episodes"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     node: Mapped[str] = mapped_column(String(128), index=True)
     gpu: Mapped[str] = mapped_column(String(200))
-    start_time: Mapped[float] = mapped_column(Float, index=True)
-    end_time: Mapped[float] = mapped_column(Float)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float] = mapped_column(Float, index=True)
     n_members: Mapped[int] = mapped_column(Integer)
-    #: JSON list of [job_id, class, n or null, source] per member
-    members: Mapped[str] = mapped_column(Text)
     mps_fault: Mapped[bool] = mapped_column(Boolean, default=False)
     oom: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class EpisodeMember(Base):
+    """One job of an episode with the figures of its record on that node (all None when the
+    record is missing): the normalised throughput ``n`` is computed from them at read time,
+    against the current solo reference of the class."""
+
+    __tablename__ = "episode_members"
+    episode_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, index=True)
+    #: the episode's end, so that a window is read without a join
+    end_time: Mapped[float] = mapped_column(Float)
+    cls: Mapped[str] = mapped_column(String(64))
+    rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    solo_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    total_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    shared_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class EpisodeSource(Base):
+    """A job record the episodes were built from (the build's watermark), with the figures
+    the retrain reads per record: solo run or not, duration, progress rate, peak memory,
+    skewed intervals."""
+
+    __tablename__ = "episode_sources"
+    record_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    cls: Mapped[str] = mapped_column(String(64))
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float] = mapped_column(Float)
+    rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mem_peak_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: no co-runner listed at all and not out of memory: counts for the solo reference
+    solo: Mapped[bool] = mapped_column(Boolean)
+    skewed: Mapped[int] = mapped_column(Integer)
 
 
 class PairObservation(Base):

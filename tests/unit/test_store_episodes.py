@@ -95,10 +95,13 @@ def test_corrupt_episode_rows_are_skipped(tmp_path: Path) -> None:
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     upgrade(e)
     with e.begin() as c:
-        c.execute(text("INSERT INTO episodes (node, gpu, start_time, end_time, n_members, members, "
-                       "mps_fault, oom) VALUES ('n', '0', 0, 10, 2, :m, 0, 0)"), {"m": "[[1, \"x\""})
-        c.execute(text("INSERT INTO episodes (node, gpu, start_time, end_time, n_members, members, "
-                       "mps_fault, oom) VALUES ('n', '0', 0, 10, 2, :m, 0, 0)"),
-                  {"m": '[[1, "x", 0.5, "progress"], [2, "y", null, "null"]]'})
-    eps = load_episodes(e)
-    assert len(eps) == 1 and eps[0].members[1] == (2, "y", None, "null")
+        for eid in (1, 2):
+            c.execute(text("INSERT INTO episodes (id, node, gpu, start_time, end_time, n_members, "
+                           "mps_fault, oom) VALUES (:i, 'n', '0', 0, 10, 2, 0, 0)"), {"i": eid})
+        ins = text("INSERT INTO episode_members (episode_id, end_time, job_id, cls, rate, solo_rate, total_s, "
+                   "shared_s) VALUES (:e, 10, :j, :c, :r, :s, :t, :sh)")
+        c.execute(ins, {"e": 1, "j": 1, "c": "x", "r": 5.0, "s": 10.0, "t": 10.0, "sh": 10.0})
+        c.execute(ins, {"e": 1, "j": 2, "c": "y", "r": None, "s": None, "t": None, "sh": None})
+        c.execute(ins, {"e": 2, "j": 3, "c": "x", "r": 5.0, "s": 10.0, "t": 10.0, "sh": 10.0})
+    eps = load_episodes(e)  # episode 2 lost a member: skipped
+    assert len(eps) == 1 and eps[0].members == [(1, "x", 0.5, "progress"), (2, "y", None, "null")]

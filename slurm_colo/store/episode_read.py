@@ -1,0 +1,189 @@
+"""Read the stored episodes of a time window in bulk, as arrays.
+
+Members are stored with their records' figures; their normalised throughput ``n`` is
+computed here, vectorised, against the solo reference of the window (which moves as solo
+runs arrive), with the same rules as :func:`.episode_build.job_n`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Engine
+
+from .engine import db_errors, require_schema
+from .episode_build import SKEW_TOLERANCE_S, EpisodeView, SoloRef, solo_reference
+from .schema import Episode, EpisodeSource
+
+log = logging.getLogger("slurm_colo.store")
+
+#: source codes of :attr:`WindowEpisodes.source`
+SOURCES = ("null", "progress", "duration")
+#: rows converted to arrays at a time (bounds the memory of Python row objects)
+FETCH = 100_000
+
+
+@dataclass
+class WindowEpisodes:
+    """Episodes (arrays per episode) and their members (arrays per member, grouped by
+    episode, by job id within one); ``n`` is NaN and ``source`` 0 when unknown."""
+
+    classes: list[str]
+    ids: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    fault: np.ndarray
+    oom: np.ndarray
+    episode: np.ndarray
+    job_id: np.ndarray
+    cls: np.ndarray
+    n: np.ndarray
+    source: np.ndarray
+    ref: SoloRef = field(default_factory=SoloRef)
+    skewed_intervals: int = 0
+    #: episode rows skipped for having fewer than two member rows
+    corrupt: int = 0
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+
+def db_solo_reference(conn: Connection, since: float | None) -> SoloRef:
+    """Solo figures over all nodes: built records with no co-runner that did not run out
+    of memory (ending at or after ``since``)."""
+    q = select(EpisodeSource.cls, EpisodeSource.rate, EpisodeSource.start_time,
+               EpisodeSource.end_time).where(EpisodeSource.solo)
+    if since is not None:
+        q = q.where(EpisodeSource.end_time >= since)
+    return solo_reference((c, r, en - st) for c, r, st, en in conn.execute(q))
+
+
+def member_n(cls: np.ndarray, rate: np.ndarray, solo: np.ndarray, total: np.ndarray,
+             shared: np.ndarray, ref_rate: np.ndarray, ref_dur: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised :func:`.episode_build.job_n`: (n, source code) per member; NaN for
+    unknown figures, ``ref_*`` per class index (NaN: none)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (total > 0) & (shared > 0)  # False for NaN: no record
+        own = np.isfinite(solo) & (solo != 0)
+        s = np.where(own, solo, ref_rate[cls])
+        prog = ok & np.isfinite(rate) & (rate != 0) & np.isfinite(s) & (s != 0)
+        d = ref_dur[cls]
+        dur = ok & ~prog & (d > 0)
+        n_job = np.where(prog, rate / s, np.minimum(1.0, d / total))
+        n = np.clip((n_job * total - (total - shared)) / shared, 0.0, 1.5)
+    src = np.where(prog, 1, np.where(dur, 2, 0)).astype(np.int8)
+    n[src == 0] = np.nan
+    return n, src
+
+
+#: one row per member with its episode's figures; members scanned (their ``end_time`` is
+#: the episode's), episodes looked up by key
+_WINDOW_SQL = ("SELECT m.episode_id, m.job_id, m.cls, m.rate, m.solo_rate, m.total_s, "
+               "m.shared_s, e.start_time, e.end_time, e.mps_fault, e.oom "
+               "FROM episode_members m JOIN episodes e ON e.id = m.episode_id")
+
+
+def _rows(conn: Connection, since: float | None) -> Iterator[np.ndarray]:
+    """The window's member rows, as object arrays of up to :data:`FETCH` rows: plain DB-API
+    tuples (a third of the cost of result rows at a million members)."""
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    sql, args = (_WINDOW_SQL, ()) if since is None else \
+        (f"{_WINDOW_SQL} WHERE m.end_time >= {mark}", (since,))
+    cur = conn.connection.cursor()
+    try:
+        cur.execute(sql, args)
+        while part := cur.fetchmany(FETCH):
+            yield np.array(part, dtype=object).reshape(len(part), 11)
+    finally:
+        cur.close()
+
+
+def _floats(col: np.ndarray) -> np.ndarray:
+    return np.array(col.tolist(), dtype=float)  # None -> NaN
+
+
+class _Index(dict[str, int]):
+    """Class name -> index, numbering new names as they come (lookups of known names stay
+    in C: a million members cost a few hundredths of a second)."""
+
+    def __missing__(self, key: str) -> int:
+        self[key] = len(self)
+        return self[key]
+
+
+def _columns(conn: Connection, since: float | None, ix: _Index) -> list[np.ndarray]:
+    """episode id, job id, class index (into ``ix``, filled in), rate, solo rate, total
+    and shared seconds, episode start, end, fault and out-of-memory flags, per member."""
+    types = (np.int64, np.int64, np.int64) + (float,) * 6 + (bool, bool)
+    cols: list[list[np.ndarray]] = [[] for _ in types]
+    for o in _rows(conn, since):
+        o[:, 2] = np.fromiter(map(ix.__getitem__, o[:, 2].tolist()), np.int64, len(o))
+        for k, t in enumerate(types):
+            cols[k].append(_floats(o[:, k]) if t is float else o[:, k].astype(t))
+    return [np.concatenate(c) if c else np.zeros(0, t) for c, t in zip(cols, types, strict=True)]
+
+
+def read_window(engine: Engine, since: float | None) -> WindowEpisodes:
+    """The stored episodes ending at or after ``since`` (all if None) and their members."""
+    require_schema(engine)
+    sq = select(func.coalesce(func.sum(EpisodeSource.skewed), 0))
+    if since is not None:
+        sq = sq.where(EpisodeSource.end_time >= since)
+    ix = _Index()
+    with db_errors(engine), engine.connect() as conn:
+        ref = db_solo_reference(conn, since)
+        skewed = int(conn.execute(sq).scalar() or 0)
+        m_eid, m_jid, m_cls, rate, solo, total, shared, start, end, fault, oom = \
+            _columns(conn, since, ix)
+    classes = list(ix)
+    # members by episode (in id order), then job id; an episode needs two members
+    mo = np.lexsort((m_jid, m_eid))
+    m_eid = m_eid[mo]
+    first = np.flatnonzero(np.r_[True, m_eid[1:] != m_eid[:-1]]) if len(m_eid) else \
+        np.zeros(0, np.int64)
+    k = np.diff(np.r_[first, len(m_eid)])
+    keep_e = k >= 2
+    episode = np.repeat(np.cumsum(keep_e) - 1, k)
+    keep_m = np.repeat(keep_e, k)
+    mo, episode = mo[keep_m], episode[keep_m]
+    e_at = mo[np.searchsorted(episode, np.arange(int(keep_e.sum())))]  # a member per episode
+    ref_rate = np.array([ref.rate.get(c, np.nan) for c in classes], float)
+    ref_dur = np.array([ref.duration.get(c, np.nan) for c in classes], float)
+    n, src = member_n(m_cls[mo], rate[mo], solo[mo], total[mo], shared[mo], ref_rate, ref_dur)
+    corrupt = int((~keep_e).sum())
+    if corrupt:
+        log.warning("%d episode row(s) with fewer than two members skipped "
+                    "(slurm-colo retrain --rebuild rebuilds them)", corrupt)
+    if skewed:
+        log.warning("%d co-runner interval(s) lie outside their job's run by more than %.0f s "
+                    "(clock skew or corrupt records): ignored", skewed, SKEW_TOLERANCE_S)
+    return WindowEpisodes(classes, m_eid[first[keep_e]], start[e_at], end[e_at], fault[e_at],
+                          oom[e_at], episode, m_jid[mo], m_cls[mo], n, src, ref, skewed, corrupt)
+
+
+def load_episodes(engine: Engine, since: float | None = None) -> list[EpisodeView]:
+    """The stored episodes ending at or after ``since`` (all if None) as views, ``n``
+    against the solo reference of the records ending at or after ``since``. For
+    inspection and tests: the retrain reads :func:`read_window`."""
+    w = read_window(engine, since)
+    with db_errors(engine), engine.connect() as conn:
+        where = {eid: (node, gpu) for eid, node, gpu in
+                 conn.execute(select(Episode.id, Episode.node, Episode.gpu))}
+    bounds = np.searchsorted(w.episode, np.arange(len(w) + 1))
+    out = []
+    for i, eid in enumerate(w.ids.tolist()):
+        sl = slice(int(bounds[i]), int(bounds[i + 1]))
+        members = [(j, w.classes[c], None if math.isnan(x) else x, SOURCES[s]) for j, c, x, s in
+                   zip(w.job_id[sl].tolist(), w.cls[sl].tolist(), w.n[sl].tolist(),
+                       w.source[sl].tolist(), strict=True)]
+        node, gpu = where.get(eid, ("?", "?"))
+        out.append(EpisodeView(node, gpu, float(w.start[i]), float(w.end[i]), members,
+                               bool(w.fault[i]), bool(w.oom[i])))
+    out.sort(key=lambda e: (e.start, e.node, e.gpu))
+    return out
