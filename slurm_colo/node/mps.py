@@ -28,8 +28,14 @@ class MpsHung(MPSError):
     """An MPS control call did not finish within its timeout."""
 
 
+class MpsReplyMismatch(MPSError):
+    """A batched control session did not give one reply line per command."""
+
+
 def emulator_argv() -> list[str]:
-    """The emulator run as a plain file with -I -S: standard library only, fast start."""
+    """The emulator run as a plain file with -I -S: standard library only, fast start (it
+    stands in for NVIDIA's small C program; its command path imports only ``os`` and
+    ``_socket``)."""
     return [sys.executable, "-I", "-S", str(Path(__file__).with_name("mps_emulator.py"))]
 
 
@@ -142,22 +148,51 @@ class MpsControl:
             raise MPSError(f"MPS control daemon for {self.device} did not start (exit "
                            f"{cp.returncode}): {(cp.stderr or cp.stdout).strip()[:200]}")
 
-    def command(self, line: str) -> str:
-        """Send one command on stdin; the reply text. Raises MpsNotRunning / MpsHung."""
-        cp = self._run([], line.rstrip("\n") + "\n")
+    def _session(self, lines: list[str]) -> str:
+        """One control session (one program start, one timeout): the commands on stdin, one
+        per line, as in NVIDIA's interactive mode; the replies, in order, without
+        delimiters. Raises MpsNotRunning / MpsHung / MPSError."""
+        cp = self._run([], "".join(line.rstrip("\n") + "\n" for line in lines))
         out = cp.stdout.strip()
         if any(m in (out + cp.stderr).lower() for m in _NOT_RUNNING_MARKERS):
             raise MpsNotRunning(f"no MPS control daemon answers on {self.pipe_dir}")
         if cp.returncode != 0:
-            raise MPSError(f"MPS control '{line.strip()}' failed (exit {cp.returncode}): "
-                           f"{(out or cp.stderr).strip()[:200]}")
+            raise MPSError(f"MPS control '{'; '.join(x.strip() for x in lines)}' failed (exit "
+                           f"{cp.returncode}): {(out or cp.stderr).strip()[:200]}")
         return out
+
+    def command(self, line: str) -> str:
+        """Send one command on stdin; the reply text. Raises MpsNotRunning / MpsHung."""
+        return self._session([line])
+
+    def commands(self, lines: list[str]) -> list[str]:
+        """Several one-line-reply commands in one session: one program start instead of
+        ``len(lines)``. Replies carry no delimiter, so this is only for commands whose
+        reply is exactly one line (``get_server_status``, the ``get_*_percentage`` ones);
+        a reply count that does not match raises :class:`MpsReplyMismatch`."""
+        if not lines:
+            return []
+        out = self._session(lines)
+        replies = out.splitlines() if out else []
+        if len(replies) != len(lines):
+            raise MpsReplyMismatch(f"{len(lines)} MPS control commands got {len(replies)} "
+                                   f"reply lines: {out[:200]!r}")
+        return [r.strip() for r in replies]
 
     def server_list(self) -> list[int]:
         return parse_pid_list(self.command("get_server_list"))
 
     def server_status(self, pid: int) -> str:
         return parse_server_status(self.command(f"get_server_status {pid}"))
+
+    def server_statuses(self, pids: list[int]) -> dict[int, str]:
+        """Status of each server, asked in one session; one call per server only if the
+        replies cannot be told apart."""
+        try:
+            replies = self.commands([f"get_server_status {pid}" for pid in pids])
+        except MpsReplyMismatch:
+            return {pid: self.server_status(pid) for pid in pids}
+        return {pid: parse_server_status(r) for pid, r in zip(pids, replies)}
 
     def client_list(self, server_pid: int) -> list[int]:
         return parse_pid_list(self.command(f"get_client_list {server_pid}"))

@@ -12,7 +12,14 @@ import pytest
 
 from slurm_colo.errors import MPSError
 from slurm_colo.node import procs
-from slurm_colo.node.mps import MpsControl, MpsHung, MpsNotRunning, emulator_argv, parse_fault_lines
+from slurm_colo.node.mps import (
+    MpsControl,
+    MpsHung,
+    MpsNotRunning,
+    MpsReplyMismatch,
+    emulator_argv,
+    parse_fault_lines,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -200,3 +207,46 @@ def test_console_script_is_declared() -> None:
     from slurm_colo.node.mps_emulator import main
 
     assert main(["--help"]) == 0
+
+
+def test_batched_session_one_start_replies_in_order(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    ctl = _ctl(tmp_path)
+    ctl = MpsControl(ctl.argv, ctl.pipe_dir, ctl.log_dir, ctl.device, ctl.timeout_s,
+                     (("SLURM_COLO_MPS_EMU_TRACE", str(trace)),))
+    ctl.start()
+    try:
+        ctl.start_server(1000)
+        (server,) = ctl.server_list()
+        before = len(trace.read_text().splitlines())
+        assert ctl.commands([f"get_server_status {server}", "get_default_active_thread_percentage",
+                             "get_server_status 1"]) == ["ACTIVE", "100.0", "Server 1 not found"]
+        assert ctl.server_statuses([server, 1]) == {server: "ACTIVE", 1: "UNKNOWN"}
+        calls = trace.read_text().splitlines()[before:]
+        assert [c.split()[1:] for c in calls] == [["cmd", "3"], ["cmd", "2"]]  # one run each
+        with pytest.raises(MpsReplyMismatch):  # no server: an empty reply, nothing to pair
+            ctl.commands(["get_client_list 1", "get_default_active_thread_percentage"])
+    finally:
+        ctl.quit()
+
+
+def test_command_path_imports_only_what_a_small_binary_would_need(tmp_path: Path) -> None:
+    """The emulator stands in for NVIDIA's C program, started once per control call: its
+    command path must not import json, socket, signal or the daemon module."""
+    import sys
+
+    cp = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime",
+                         str(REPO / "slurm_colo" / "node" / "mps_emulator.py")],
+                        input="get_server_list\n", capture_output=True, text=True,
+                        env={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}, check=False)
+    assert cp.returncode == 1 and cp.stdout.strip() == "Cannot find MPS control daemon process"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in cp.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert not imported & {"json", "socket", "signal", "typing", "mps_emulator_daemon"}
+
+
+def test_front_and_daemon_module_agree_on_names() -> None:
+    from slurm_colo.node import mps_emulator, mps_emulator_daemon
+
+    assert mps_emulator.PID_FILE == mps_emulator_daemon.PID_FILE
+    assert mps_emulator.SOCKET == mps_emulator_daemon.SOCKET
