@@ -1,8 +1,9 @@
 """Epilog (root, once per job per node): record first, then cleanup and notifications.
 
 Order: mark ended → stop sampler → MPS fault scan and journal → record to the spool
-(atomic) → stop the GPU's MPS daemon if the last job left → detached ingest → tell the
-agent. A locked database or a dead agent never fails the Epilog.
+(atomic) → recover interrupted jobs → one detached helper (:mod:`..node.handoff`) stops
+the GPU's MPS daemon if the last job left and ingests the spool → tell the agent. A locked
+database or a dead agent never fails the Epilog, and it waits for neither.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ def main() -> int:
 
             job_ended(cfg, job_id, _node(), exit_status()[0])
         return 0  # a job the Prolog left alone, and nothing to recover
-    from ..node.lifecycle import job_end, kick_ingest, recover
+    from ..node.lifecycle import Handoff, job_end, recover, start_handoff
 
     code, sig = exit_status()
-    rec = job_end(cfg, job_id, code, sig)
-    recovered = recover(cfg, skip=job_id)
-    if rec is not None or recovered:
-        kick_ingest(cfg)
+    handoff = Handoff()
+    rec = job_end(cfg, job_id, code, sig, handoff=handoff)
+    recovered = recover(cfg, skip=job_id, handoff=handoff)
+    handoff.ingest = rec is not None or bool(recovered)
+    start_handoff(cfg, handoff)
     if rec is not None or "SPANK_COLOCATE" in os.environ:
         from ..agent.client import job_ended
 

@@ -3,6 +3,7 @@ completed by the Epilog, removed only once the job's record is safely spooled.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -71,6 +72,39 @@ def job_ids(layout: NodeLayout) -> list[int]:
 
 
 def remove(layout: NodeLayout, job_id: int) -> None:
+    """Drop the job's directory (its record is spooled). It is renamed into
+    ``<run_dir>/trash/`` (root only): one metadata operation, after which recovery, the
+    sampler and the job user no longer see it; :func:`empty_trash` (the Epilog's detached
+    helper) deletes it, so the Epilog does not wait for the deletion of every file, however
+    many the job left in its ``user/`` directory. Deleted at once if the rename fails."""
+    src = layout.job_dir(job_id)
+    trash = layout.trash_dir()
+    try:
+        trash.mkdir(mode=0o700, exist_ok=True)
+        os.rename(src, trash / f"{job_id}.{os.getpid()}.{time.time_ns()}")
+        return
+    except FileNotFoundError:
+        if not src.exists():
+            return
+    except OSError:
+        pass
     import shutil
 
-    shutil.rmtree(layout.job_dir(job_id), ignore_errors=True)
+    shutil.rmtree(src, ignore_errors=True)
+
+
+def empty_trash(layout: NodeLayout) -> int:
+    """Delete what :func:`remove` moved aside; the number of entries deleted."""
+    import shutil
+
+    try:
+        entries = list(os.scandir(layout.trash_dir()))
+    except OSError:
+        return 0
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(e.path)
+    return len(entries)

@@ -14,6 +14,7 @@
     <run_dir>/jobs/<id>/user/progress.json  written by slurm_colo.progress in the job
     <spool_dir>/<record id>.json          records waiting for ingest
     <run_dir>/spool-fallback/             used when the spool is full or unwritable
+    <run_dir>/trash/                      job directories of spooled jobs, to be deleted
 """
 
 from __future__ import annotations
@@ -60,3 +61,6 @@ class NodeLayout:
 
     def fallback_spool(self) -> Path:
         return self.run_dir / "spool-fallback"
+
+    def trash_dir(self) -> Path:
+        return self.run_dir / "trash"

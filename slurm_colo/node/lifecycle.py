@@ -14,16 +14,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
-from ..records import JobRecord
 from . import jobstate, journal, procs
 from .fsutil import ensure_dir, locked, try_lock, unlock
 from .layout import NodeLayout
 from .mps import control_argv, format_mem_limit
 from .mps_daemon import GpuMps, MpsOutcome
 from .nvml import Gpu, NullGpu
+
+if TYPE_CHECKING:
+    from ..records import JobRecord
 
 log = logging.getLogger("slurm_colo.node")
 
@@ -48,6 +50,20 @@ class StartResult:
     task: dict[str, Any] = field(default_factory=dict)
     mps: dict[int, MpsOutcome] = field(default_factory=dict)
     refuse: bool = False
+
+
+@dataclass
+class Handoff:
+    """What an Epilog leaves to one detached helper (:mod:`.handoff`) once the records are
+    spooled: stop the MPS daemons of the GPUs the last job left, then ingest the spool.
+    One process for all of it instead of one per GPU plus one for the ingest."""
+
+    stop_gpus: list[int] = field(default_factory=list)
+    ingest: bool = False
+
+    def args(self) -> list[str]:
+        out = [a for g in self.stop_gpus for a in ("--stop", str(g))]
+        return out + (["--ingest"] if self.ingest else [])
 
 
 def layout_of(cfg: Config) -> NodeLayout:
@@ -201,11 +217,12 @@ def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 
 
 
 def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
-            open_gpu: Callable[[int], Gpu] | None = None, detach_stop: bool = True
-            ) -> JobRecord | None:
+            open_gpu: Callable[[int], Gpu] | None = None, detach_stop: bool = True,
+            handoff: Handoff | None = None) -> JobRecord | None:
     """Epilog work: mark ended, stop the sampler, note MPS faults, close the journal
     stay, stop MPS if the last job left, build and spool the record. Returns the record
-    (None for jobs the Prolog did not handle)."""
+    (None for jobs the Prolog did not handle). With ``handoff`` a detached MPS stop is
+    noted there (for :func:`start_handoff`) instead of started at once."""
     lay = layout_of(cfg)
     st = jobstate.read_state(lay, job_id)
     if st is None:
@@ -216,7 +233,7 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
     _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)
     for g in st.get("gpus", []):
-        _maybe_stop(cfg, lay, int(g), opener, detach_stop)
+        _maybe_stop(cfg, lay, int(g), opener, detach_stop, handoff)
     return rec
 
 
@@ -271,12 +288,13 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None
 
 
 def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu],
-                detach: bool = True) -> None:
+                detach: bool = True, handoff: Handoff | None = None) -> None:
     """The last job left GPU ``g``: stop its MPS daemon and compact the journal.
 
     ``detach``: the stop (quit, process check, compute mode back to DEFAULT through NVML)
     runs in a detached process that takes the GPU lock, so the Epilog does not wait for it;
-    a Prolog arriving meanwhile waits on the lock and then finds the GPU clean.
+    a Prolog arriving meanwhile waits on the lock and then finds the GPU clean. With
+    ``handoff`` the GPU is only noted there; :func:`start_handoff` starts that process.
     """
     try:
         with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
@@ -295,13 +313,42 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
         log.warning("GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node "
                     "cleanup'", g)
         return
+    if handoff is not None:
+        if g not in handoff.stop_gpus:
+            handoff.stop_gpus.append(g)
+        return
     try:
         _detached(cfg, "slurm_colo.node.mps_daemon", "stop", str(g))
     except OSError as e:
         log.warning("GPU %d: cannot start the MPS stop helper (%s); stopping inline", g, e)
+        _stop_inline(cfg, lay, g, opener)
+
+
+def _stop_inline(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu]) -> None:
+    try:
         with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
             if not journal.active(journal.read(lay.journal(g))):
                 gpu_mps(cfg, g, opener).stop()
+    except TimeoutError:
+        log.warning("GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node "
+                    "cleanup'", g)
+
+
+def start_handoff(cfg: Config, handoff: Handoff) -> int | None:
+    """Start the detached helper for ``handoff`` (nothing to do: None). If it cannot be
+    started, the MPS stops run inline and the ingest is left to the next Epilog or
+    ``slurm-colo spool ingest`` (the records are in the spool already)."""
+    if not handoff.stop_gpus and not handoff.ingest:
+        return None
+    try:
+        return _detached(cfg, "slurm_colo.node.handoff", *handoff.args())
+    except OSError as e:
+        log.warning("cannot start the detached helper (%s): MPS stop inline, ingest later", e)
+        lay = layout_of(cfg)
+        opener = _LazyNvml(cfg)
+        for g in handoff.stop_gpus:
+            _stop_inline(cfg, lay, g, opener)
+        return None
 
 
 def _lock_wait(cfg: Config) -> float:
@@ -310,12 +357,19 @@ def _lock_wait(cfg: Config) -> float:
     return max(5.0, 3 * cfg.node.mps_timeout_s)
 
 
+def _which(name: str) -> str | None:
+    """``shutil.which`` without importing shutil (hook start-up time)."""
+    for d in os.get_exec_path():
+        path = os.path.join(d, name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
 def _detached(cfg: Config, module: str, *args: str) -> int:
     """Start ``python -m module args`` in its own session at lower CPU priority (it must
     not slow the hook that started it or the job), detached from our stdio."""
-    import shutil
-
-    nice = shutil.which("nice")
+    nice = _which("nice")
     prefix = [nice, "-n", "10"] if nice else []  # nice execs python: same PID
     p = subprocess.Popen([*prefix, sys.executable, "-m", module, *args],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -331,12 +385,14 @@ def _child_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def recover(cfg: Config, skip: int | None = None) -> list[int]:
+def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
+            ) -> list[int]:
     """Spool records of jobs whose Epilog was killed, and of jobs that died with the node.
 
     Cheap when nothing is pending (one directory listing). A job is recovered when it
     has an ``ended.json`` whose Epilog process is gone, or when it is no longer alive
-    (:func:`procs.job_alive`). Returns the recovered job ids.
+    (:func:`procs.job_alive`). Returns the recovered job ids. ``handoff``: as for
+    :func:`job_end`.
     """
     lay = layout_of(cfg)
     done: list[int] = []
@@ -360,7 +416,7 @@ def recover(cfg: Config, skip: int | None = None) -> list[int]:
             done.append(job_id)
             log.warning("job %d: record recovered after an interrupted Epilog", job_id)
             for g in st.get("gpus", []):
-                _maybe_stop(cfg, lay, int(g), opener)
+                _maybe_stop(cfg, lay, int(g), opener, handoff=handoff)
     return done
 
 
@@ -372,9 +428,6 @@ def _last_seen(lay: NodeLayout, job_id: int, start: float) -> float:
 
 
 def kick_ingest(cfg: Config) -> int | None:
-    """Start a detached ``slurm_colo.node.ingest`` so the Epilog never waits on the DB."""
-    try:
-        return _detached(cfg, "slurm_colo.node.ingest")
-    except OSError as e:
-        log.warning("ingest not started: %s", e)
-        return None
+    """Start a detached ingest (:mod:`.handoff` ``--ingest``) so the caller never waits on
+    the DB. The Epilog uses :func:`start_handoff`, which also stops idle MPS daemons."""
+    return start_handoff(cfg, Handoff(ingest=True))

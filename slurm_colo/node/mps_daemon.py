@@ -15,12 +15,11 @@ Outcomes of :func:`ensure_daemon` (never raises for a problem it can handle):
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MPSError
 from . import journal, procs
@@ -28,6 +27,9 @@ from .fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
 from .mps import MpsControl, MpsHung, log_line_time, parse_fault_lines
 from .nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 log = logging.getLogger("slurm_colo.node.mps_daemon")
 
@@ -132,6 +134,8 @@ class GpuMps:
         return self._start(uid)
 
     def _start(self, uid: int) -> MpsOutcome:
+        import shutil
+
         gpu = self.open_gpu(self.index)
         uuid = gpu.uuid() or f"gpu{self.index}"
         root = self.layout.mps_root(uuid)
@@ -175,6 +179,8 @@ class GpuMps:
         """Quit the daemon, make sure no MPS process of this GPU is left, reset the GPU.
 
         Returns problems found (empty when the shutdown was clean)."""
+        import shutil
+
         st = st if st is not None else self.state()
         problems: list[str] = []
         if st.get("pipe_dir"):
@@ -207,6 +213,8 @@ class GpuMps:
 
     def clean_stale(self) -> list[int]:
         """Kill MPS processes of this GPU left from before (crashed node/daemon)."""
+        import shutil
+
         killed: list[int] = []
         mps_dir = self.layout.run_dir / "mps"
         if not mps_dir.is_dir():
@@ -267,9 +275,9 @@ class GpuMps:
                 found.append({"ev": "fault", "kind": "daemon_dead",
                               "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} dead"})
             elif query_servers:
-                try:
-                    for spid in ctl.server_list():
-                        if ctl.server_status(spid) == "FAULT":
+                try:  # two control calls: the list, then every server's status at once
+                    for spid, status in ctl.server_statuses(ctl.server_list()).items():
+                        if status == "FAULT":
                             found.append({"ev": "fault", "kind": "client_fatal",
                                           "detail": f"MPS server {spid} on GPU {self.index} "
                                                     "in FAULT state"})
@@ -284,14 +292,27 @@ class GpuMps:
         return found
 
 
+def stop_if_idle(cfg: Config, g: int) -> list[str]:
+    """Stop GPU ``g``'s daemon if no job uses it any more, under the GPU lock (run by the
+    detached helper the Epilog starts). Returns the problems of the shutdown (empty when
+    clean or when there was nothing to stop: a new job arrived first and reuses the daemon,
+    or it is already stopped). TimeoutError when the lock cannot be had."""
+    from .fsutil import locked
+    from .lifecycle import gpu_mps
+
+    gm = gpu_mps(cfg, g)
+    with locked(gm.layout.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+        if journal.active(journal.read(gm.layout.journal(g))) or not gm.state():
+            return []
+        return gm.stop()
+
+
 def main(argv: list[str]) -> int:
-    """``python -m slurm_colo.node.mps_daemon stop GPU``: stop the GPU's daemon if no job
-    uses it any more (run detached by the Epilog, under the GPU lock)."""
+    """``python -m slurm_colo.node.mps_daemon stop GPU``: :func:`stop_if_idle` by hand
+    (the Epilog's helper is :mod:`.handoff`, which also ingests)."""
     import sys
 
     from ..config import load_config
-    from .fsutil import locked
-    from .lifecycle import gpu_mps
 
     if len(argv) != 2 or argv[0] != "stop" or not argv[1].isdigit():
         print("usage: python -m slurm_colo.node.mps_daemon stop GPU_INDEX", file=sys.stderr)
@@ -299,14 +320,7 @@ def main(argv: list[str]) -> int:
     from ..hooks.common import setup_logging
 
     setup_logging("mps-stop")  # detached: syslog is where an admin looks
-    cfg = load_config()
-    g = int(argv[1])
-    gm = gpu_mps(cfg, g)
-    with locked(gm.layout.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
-        if journal.active(journal.read(gm.layout.journal(g))) or not gm.state():
-            return 0  # a new job arrived first (and reuses the daemon), or already stopped
-        problems = gm.stop()
-    return 1 if problems else 0
+    return 1 if stop_if_idle(load_config(), int(argv[1])) else 0
 
 
 if __name__ == "__main__":

@@ -107,13 +107,12 @@ def job_alive(job_id: int, prolog_boot_id: str, since: float | None = None,
     yet right after the Prolog). In every other case we cannot tell, and say alive: a
     wrong "dead" would end a running job's record early.
     """
-    import glob
-    import time
-
     if prolog_boot_id and prolog_boot_id != boot_id():
         return False
     if since is not None and time.time() - since < 60:
         return True
+    import glob
+
     jobs = [p for r in roots for p in glob.glob(f"{r}/job_*")]
     if not jobs:
         return True

@@ -77,10 +77,16 @@ def test_colocated_pair_from_comment_tag_when_agent_is_down(cfg: Config) -> None
     assert (recs[11]["cls"], recs[11]["exit_code"], recs[11]["state"]) == ("resnet50", 1, "FAILED")
     assert recs[12]["state"] == "SIGNALED"
     assert [c["job_id"] for c in recs[12]["co_runners"]] == [11]
+    run = Path(cfg.node.run_dir)
     deadline = time.monotonic() + 10  # the daemon stop runs detached after the Epilog
-    while leftover_mps(cfg) and time.monotonic() < deadline:
+
+    def settled() -> bool:
+        return not leftover_mps(cfg) and not any((run / "trash").iterdir())
+
+    while not settled() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert leftover_mps(cfg) == []
+    assert list((run / "jobs").iterdir()) == [] and list((run / "trash").iterdir()) == []
 
 
 def test_shard_job_exports_only_the_progress_file(cfg: Config) -> None:
@@ -120,16 +126,20 @@ def test_usage_error_for_unknown_hook() -> None:
 
 _IMPORTS = """
 import os, sys
-from slurm_colo.hooks import prolog, taskprolog
+from slurm_colo.hooks import epilog, prolog, taskprolog
 assert prolog.run() == 0
 assert taskprolog.run() == 0
+if os.environ.get("RUN_EPILOG"):
+    os.environ["SLURM_JOB_EXIT_CODE"] = "0"
+    assert epilog.run() == 0
 heavy = sorted(m for m in ("typer", "sqlalchemy", "numpy", "matplotlib", "pynvml", "alembic")
                if m in sys.modules)
 print("HEAVY:" + ",".join(heavy))
 """
 
 
-def test_prolog_and_taskprolog_stay_light(cfg: Config) -> None:
+def test_prolog_taskprolog_and_epilog_stay_light(cfg: Config) -> None:
+    """The database ingest and the MPS stop (NVML) run in the Epilog's detached helper."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
     env.update(SLURM_COLO_CONFIG=cfg.source, SLURM_JOB_ID="41", SLURM_JOB_USER="alice",
                SLURM_JOB_UID="1000", SLURM_JOB_GPUS="0", **colocated())
@@ -141,8 +151,15 @@ def test_prolog_and_taskprolog_stay_light(cfg: Config) -> None:
     lines = cp.stdout.splitlines()
     assert lines[0].startswith("export CUDA_MPS_PIPE_DIRECTORY=")  # the real path ran
     assert lines[-1] == "HEAVY:"
-    for j in (40, 41):
-        hook(cfg, "epilog", j)
+    assert hook(cfg, "epilog", 40).returncode == 0
+    # the last job's Epilog (record, MPS stop and ingest handed off), in process
+    cp = subprocess.run([sys.executable, "-c", _IMPORTS], env={**env, "RUN_EPILOG": "1"},
+                        capture_output=True, text=True, check=False)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.splitlines()[-1] == "HEAVY:"
+    assert {r["job_id"] for r in spool_records(cfg)} | {
+        json.loads(p.read_text())["job_id"]
+        for p in (Path(cfg.node.spool_dir) / "done").glob("*.json")} == {40, 41}
 
 
 def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> None:

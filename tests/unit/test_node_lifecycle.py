@@ -161,3 +161,38 @@ def test_sampler_runs_detached_and_its_summary_lands_in_the_record(tmp_path: Pat
     assert rec is not None and r.profiled
     assert rec.profile.get("final") is True and rec.profile["samples"] >= 2
     assert rec.profile["sm_util_mean"] == 50.0 and rec.profile["solo_s"] > 0
+
+
+def test_spooled_job_directory_goes_to_the_trash_then_away(cfg: Config) -> None:
+    from slurm_colo.node import jobstate
+
+    lay = layout_of(cfg)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    (lay.user_dir(1) / "many").mkdir()
+    for i in range(50):  # whatever the job left behind: not deleted while the Epilog waits
+        (lay.user_dir(1) / "many" / str(i)).write_text("x")
+    assert job_end(cfg, 1, 0, detach_stop=False) is not None
+    assert not lay.job_dir(1).exists() and set(spooled(cfg)) == {1}
+    (moved,) = list(lay.trash_dir().iterdir())
+    assert moved.name.startswith("1.") and (moved / "user" / "many" / "49").exists()
+    assert lay.trash_dir().stat().st_mode & 0o777 == 0o700
+    assert jobstate.empty_trash(lay) == 1 and list(lay.trash_dir().iterdir()) == []
+
+
+def test_job_directory_is_deleted_at_once_when_the_trash_is_unusable(cfg: Config) -> None:
+    lay = layout_of(cfg)
+    job_start(cfg, mps_job(2, mech="shard"), launch_sampler=False)
+    lay.trash_dir().write_text("not a directory")
+    assert job_end(cfg, 2, 0, detach_stop=False) is not None
+    assert not lay.job_dir(2).exists() and set(spooled(cfg)) == {2}
+
+
+def test_handoff_arguments() -> None:
+    from slurm_colo.node.handoff import parse_args
+    from slurm_colo.node.lifecycle import Handoff
+
+    h = Handoff([0, 3], ingest=True)
+    assert parse_args(h.args()) == ([0, 3], True)
+    assert parse_args([]) == ([], False)
+    assert parse_args(["--stop"]) is None and parse_args(["--stop", "x"]) is None
+    assert parse_args(["--nope"]) is None
