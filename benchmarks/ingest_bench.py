@@ -23,13 +23,14 @@ from slurm_colo.store.episodes import rebuild_episodes
 CLASSES = [f"model{i}-bs{2 ** (4 + i % 5)}" for i in range(40)]
 
 
-def records(n: int, first_id: int = 1) -> list[JobRecord]:
+def records(n: int, first_id: int = 1, classes: list[str] | None = None) -> list[JobRecord]:
+    classes = classes or CLASSES
     rng = random.Random(first_id)
     out = []
     for k in range(0, n, 2):
         t = 1.8e9 + k * 30.0
         a, b = first_id + k, first_id + k + 1
-        ca, cb = rng.choice(CLASSES), rng.choice(CLASSES)
+        ca, cb = rng.choice(classes), rng.choice(classes)
         for jid, cls, pid, pcls in ((a, ca, b, cb), (b, cb, a, ca)):
             out.append(JobRecord(
                 job_id=jid, node=f"gpu{k % 64:03d}", user=f"user{jid % 50}", uid=1000 + jid % 50,

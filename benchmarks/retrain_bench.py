@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--tuples", type=int, default=100_000,
                     help="also time the per-episode conversion of this many stored episodes")
     ap.add_argument("--full-path", type=int, default=0, metavar="RECORDS",
-                    help="instead: store this many job records (pairs sharing a GPU) in SQLite "
+                    help="instead: store this many job records (pairs sharing a GPU; --classes classes) in SQLite "
                     "and time `retrain` end to end: the first (cold) run, then a nightly one")
     ap.add_argument("--nightly-share", type=float, default=0.01,
                     help="with --full-path: new records before the nightly run, as a share")
@@ -77,7 +77,7 @@ def main() -> None:
         _retrain_child(args.retrain_child, args.now, args.scores)
         return
     if args.full_path:
-        full_path(args.full_path, args.nightly_share)
+        full_path(args.full_path, args.nightly_share, args.classes)
         return
     ep, truth = synthetic(args.episodes, args.classes)
     t0 = time.perf_counter()
@@ -147,7 +147,7 @@ def _later(recs: list[Any], dt: float) -> list[Any]:
     return recs
 
 
-def full_path(n_records: int, nightly_share: float) -> None:
+def full_path(n_records: int, nightly_share: float, n_classes: int = 40) -> None:
     """Store ``n_records`` job records in SQLite, then time the first retrain (cold: every
     episode built) and a nightly one after ``nightly_share`` more records arrived (only
     their episodes rebuilt), each in its own process."""
@@ -162,16 +162,18 @@ def full_path(n_records: int, nightly_share: float) -> None:
         engine = make_engine(url)
         upgrade(engine)
         t0 = time.perf_counter()
+        classes = [f"model{i}-bs{2 ** (4 + i % 5)}" for i in range(n_classes)]
         for s in range(0, n_records, 100_000):
-            ingest_records(engine, records(min(100_000, n_records - s), first_id=1 + s))
+            ingest_records(engine, records(min(100_000, n_records - s), first_id=1 + s, classes=classes))
         t1 = time.perf_counter()
         span = n_records * 30.0 + 3600.0  # records() starts a pair every 60 s
         now = 1.8e9 + span + 86400.0
         cold = _timed_retrain(url, now, f"{tmp}/live.json")
         n_new = max(2, int(n_records * nightly_share))
-        ingest_records(engine, _later(records(n_new, first_id=n_records + 1), span))
+        ingest_records(engine, _later(records(n_new, first_id=n_records + 1, classes=classes), span))
         nightly = _timed_retrain(url, now + 86400.0, f"{tmp}/live.json")
-        print(f"stored {n_records:,} job records (pairs sharing a GPU, 32 nodes) in {t1 - t0:.1f} s")
+        print(f"stored {n_records:,} job records (pairs sharing a GPU, 32 nodes, {n_classes} classes) "
+              f"in {t1 - t0:.1f} s")
         for name, what, r in (
                 ("first retrain (cold)", f"every episode built from {n_records:,} records", cold),
                 ("nightly retrain", (f"{n_new:,} new records ({n_new / n_records:.1%}) ingested: "
