@@ -81,7 +81,9 @@ HELP: dict[str, str] = {
     "node.spool_dir": "Spool directory on the node for job records not yet sent to the "
     "history database.",
     "node.sampler_interval_s": "Seconds between two GPU utilisation samples of a running job.",
-    "node.sampler_max_samples": "Most samples kept per job; older ones are thinned out.",
+    "node.sampler_max_samples": (
+        "No effect (accepted so older config files stay valid): the sampler keeps only "
+        "streaming summaries, so its memory does not grow with the job's length."),
     "node.profile": "Which GPU jobs the node side profiles: \"colocated\" (jobs placed on a "
     "shared GPU), \"all\" (exclusive jobs too: their solo profiles feed the model) or "
     "\"none\".",
