@@ -35,7 +35,7 @@ from test_node_lifecycle import leftover_mps, mps_job, node_config, spooled
 
 @pytest.fixture
 def cfg(tmp_path: Path) -> Iterator[Config]:
-    c = node_config(tmp_path, timeout_s=1.0)
+    c = node_config(tmp_path, timeout_s=2.0)  # short, for the hang tests; roomy enough for a loaded CI machine
     yield c
     procs.kill_all(leftover_mps(c))
 
