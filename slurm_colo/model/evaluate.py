@@ -5,10 +5,15 @@ Metrics (averaged over seeds): mean absolute error of n (both members), Spearman
 correlation of the combined throughput S = n_a + n_b, and the accuracy of the decisions
 "S > 1" and "delta > 1" (delta = 2 min(n_a, n_b)). Baselines: "mean of observed pairs"
 and "row effect + column effect" (ridge-regularised additive model).
+
+:func:`synthetic_like` makes other data of the same shape (the same classes, measured and
+out-of-memory pairs, from a seeded low-rank model), so that a change to the model can be
+checked beyond the two bundled measurement sets.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +22,7 @@ from scipy.stats import spearmanr
 
 from ..errors import ModelError
 from ..gavel import GavelData
+from .data import family_and_batch
 from .fit import fit_gavel
 
 Predictor = Callable[[str, str], tuple[float, float]]
@@ -141,4 +147,58 @@ def evaluate(data: GavelData, hide: float = 0.3, seeds: int = 5,
         keys = rs[0].keys()
         out[name] = {k: float(np.mean([r[k] for r in rs])) for k in keys}
         out[name].update({f"{k}_sd": float(np.std([r[k] for r in rs])) for k in keys})
+    return out
+
+
+SYNTHETIC_KINDS = ("time-slice", "contention")
+
+
+def _standardised(x: np.ndarray) -> np.ndarray:
+    s = float(x.std())
+    return (x - x.mean()) / s if s > 0 else np.zeros_like(x)
+
+
+def synthetic_like(data: GavelData, seed: int, kind: str = "contention",
+                   noise: float = 0.03) -> GavelData:
+    """Seeded data of the same shape as ``data``: the same classes (names, solo rates, so the
+    same features), the same measured and out-of-memory pairs, values from a low-rank model.
+
+    Every class gets a latent vector of 3: a random vector of its family, a random linear
+    function of its log batch size and log solo rate, and a part of its own. ``time-slice``
+    (jobs take turns, like K80): ``n(a | b) = w_a / (w_a + w_b) * overlap(a, b)``, so that
+    ``S`` stays near 1. ``contention`` (like V100 with MPS):
+    ``n(a | b) = 1 / (1 + demand_b * sensitivity_a * interaction(a, b))``, values clipped at 1.0,
+    and a pair with both members clipped is censored, as in the Gavel reader. Each value
+    carries a multiplicative measurement noise of ``noise`` (log scale).
+    """
+    if kind not in SYNTHETIC_KINDS:
+        raise ModelError(f"unknown synthetic kind {kind!r}; known: {', '.join(SYNTHETIC_KINDS)}")
+    rng = np.random.default_rng(seed)
+    cl = data.classes
+    fam = [family_and_batch(c)[0] for c in cl]
+    batch = np.log2([family_and_batch(c)[1] or 1 for c in cl])
+    solo = np.log([data.solo[c] for c in cl])
+    fam_vec = {f: rng.normal(size=3) for f in sorted(set(fam))}
+    feats = np.c_[_standardised(batch), _standardised(solo)]
+    z = (0.8 * np.array([fam_vec[f] for f in fam]) + feats @ (0.6 * rng.normal(size=(2, 3)))
+         + 0.4 * rng.normal(size=(len(cl), 3)))
+    ix = {c: i for i, c in enumerate(cl)}
+
+    def truth(a: str, b: str) -> float:
+        i, j = ix[a], ix[b]
+        if kind == "time-slice":
+            wi, wj = math.exp(0.25 * z[i, 0]), math.exp(0.25 * z[j, 0])
+            overlap = math.exp(0.05 + 0.06 * (z[i, 1] + z[j, 1]) + 0.06 * z[i, 2] * z[j, 2])
+            return wi / (wi + wj) * overlap
+        demand = math.exp(0.6 * z[j, 0] - 0.4)
+        sensitivity = math.exp(0.6 * (0.5 * z[i, 0] + 0.87 * z[i, 1]) - 0.4)
+        return 1.0 / (1.0 + demand * sensitivity * math.exp(0.5 * z[i, 2] * z[j, 2]))
+
+    out = GavelData(gpu=f"{data.gpu}-{kind}-{seed}", solo=dict(data.solo), never=set(data.never))
+    for a, b in data.unordered_pairs():
+        na = min(1.0, truth(a, b) * math.exp(noise * rng.normal()))
+        nb = na if a == b else min(1.0, truth(b, a) * math.exp(noise * rng.normal()))
+        out.pairs[(a, b)], out.pairs[(b, a)] = (na, nb), (nb, na)
+        if na >= 1.0 and nb >= 1.0:
+            out.censored.update({(a, b), (b, a)})
     return out

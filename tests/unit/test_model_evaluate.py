@@ -6,7 +6,15 @@ import pytest
 
 from slurm_colo.errors import ModelError
 from slurm_colo.gavel import bundled_path, load_gavel
-from slurm_colo.model.evaluate import evaluate, score, split_pairs, train_mean, train_row_col
+from slurm_colo.model.evaluate import (
+    SYNTHETIC_KINDS,
+    evaluate,
+    score,
+    split_pairs,
+    synthetic_like,
+    train_mean,
+    train_row_col,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +55,26 @@ def test_model_beats_both_baselines_by_a_wide_margin(k80) -> None:  # type: igno
     assert m["acc_delta_gt_1"] > rc["acc_delta_gt_1"]
 
 
+@pytest.mark.parametrize("kind", SYNTHETIC_KINDS)
+def test_other_data_of_the_same_shape(k80, kind) -> None:  # type: ignore[no-untyped-def]
+    syn = synthetic_like(k80, seed=1, kind=kind)
+    assert syn.classes == k80.classes and syn.solo == k80.solo and syn.never == k80.never
+    assert syn.unordered_pairs() == k80.unordered_pairs()
+    assert synthetic_like(k80, seed=1, kind=kind).pairs == syn.pairs  # seeded
+    assert synthetic_like(k80, seed=2, kind=kind).pairs != syn.pairs
+    assert all(0.0 < n <= 1.0 for pair in syn.pairs.values() for n in pair)
+    res = evaluate(syn, hide=0.3, seeds=1)
+    m, rc, mean = res["model"], res["row effect + column effect"], res["mean of observed pairs"]
+    assert m["mae_n"] < 0.75 * rc["mae_n"] and m["mae_n"] < 0.3 * mean["mae_n"]
+    assert m["spearman_s"] > rc["spearman_s"]
+    assert m["acc_delta_gt_1"] > rc["acc_delta_gt_1"]
+
+
 def test_bad_arguments() -> None:
     data = load_gavel(bundled_path(), "v100")
     with pytest.raises(ModelError, match="--hide"):
         split_pairs(data, 1.5, 0)
     with pytest.raises(ModelError, match="--seeds"):
         evaluate(data, seeds=0)
+    with pytest.raises(ModelError, match="synthetic kind"):
+        synthetic_like(data, seed=0, kind="mig")
