@@ -11,7 +11,7 @@ the first retrain, which builds every episode (cold), and a nightly one after 1 
 records arrived, which rebuilds only their episodes; each runs in its own process, as the
 nightly job does, and reports its own time and peak memory.
 
-    .venv/bin/python benchmarks/retrain_bench.py --full-path 1000000 [--nightly-share 0.01]
+    .venv/bin/python benchmarks/retrain_bench.py --full-path 2000000 [--classes 500] [--nightly-share 0.01]
 """
 
 from __future__ import annotations
