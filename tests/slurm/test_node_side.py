@@ -27,7 +27,13 @@ def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> 
     idx = min(gpu_of(q[a.job_id]))
     assert gpu_of(q[b.job_id]) == {idx}
 
-    st = wait_for(lambda: (s := _node_status()) and s["gpus"][str(idx)]["mps_alive"] and s, 10, 0.5, "MPS daemon")
+    # the Prolog may first wait on the GPU's lock (up to 3 MPS timeouts, 15 s) while the
+    # previous test's last job has its daemon stopped by the Epilog's detached helper
+    try:
+        st = wait_for(lambda: (s := _node_status()) and s["gpus"][str(idx)]["mps_alive"] and s, 30, 0.5,
+                      "MPS daemon")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; node status: {json.dumps(_node_status())}") from None
     g = st["gpus"][str(idx)]
     assert set(g["jobs"]) == {a.job_id, b.job_id} and g["mps_uid"] == int(run(["id", "-u", "alice"]).stdout)
     assert sum(1 for x in st["gpus"].values() if x["mps_alive"]) == 1  # one daemon, for the GPU in use
