@@ -97,6 +97,8 @@ class NodeConfig:
     spool_dir: str = "/var/spool/slurm-colo"
     sampler_interval_s: float = 1.0
     sampler_max_samples: int = 3600
+    #: ingested record files stay in ``<spool_dir>/done/`` this many days (0: kept forever)
+    spool_keep_days: float = 14.0
     #: which GPU jobs the node side profiles: "colocated" (jobs placed on a shared GPU),
     #: "all" (also exclusive jobs: their solo profiles feed the model) or "none"
     profile: str = "colocated"

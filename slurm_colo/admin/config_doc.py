@@ -84,6 +84,10 @@ HELP: dict[str, str] = {
     "node.sampler_max_samples": (
         "No effect (accepted so older config files stay valid): the sampler keeps only "
         "streaming summaries, so its memory does not grow with the job's length."),
+    "node.spool_keep_days": (
+        "Days an ingested record file stays in <spool_dir>/done/ (a copy for audits and "
+        "re-imports; the database holds the record) before the node's ingest deletes it; 0 "
+        "keeps them forever."),
     "node.profile": "Which GPU jobs the node side profiles: \"colocated\" (jobs placed on a "
     "shared GPU), \"all\" (exclusive jobs too: their solo profiles feed the model) or "
     "\"none\".",

@@ -16,7 +16,7 @@ from ..config import Config, load_config
 from ..errors import StoreError
 from .fsutil import ensure_dir, locked
 from .layout import NodeLayout
-from .spool import pending
+from .spool import pending, prune_done
 
 log = logging.getLogger("slurm_colo.node.ingest")
 
@@ -26,10 +26,14 @@ class IngestReport:
     ingested: int = 0
     duplicates: int = 0
     bad: int = 0
+    #: ingested files older than node.spool_keep_days deleted from done/
+    pruned: int = 0
     errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         s = f"{self.ingested} new, {self.duplicates} already stored, {self.bad} bad"
+        if self.pruned:
+            s += f", {self.pruned} old ingested file(s) deleted"
         return s + (f"; errors: {'; '.join(self.errors)}" if self.errors else "")
 
 
@@ -63,6 +67,8 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
                         rep.bad += len(r.bad)
                     if rep.errors or rep.ingested + rep.duplicates == before or not pending(lay):
                         break
+                for d in (lay.spool_dir, lay.fallback_spool()):
+                    rep.pruned += prune_done(d, cfg.node.spool_keep_days)
             finally:
                 engine.dispose()
     except TimeoutError:

@@ -67,3 +67,27 @@ def pending(layout: NodeLayout) -> list[Path]:
             elif e.name.endswith(".json"):
                 out.append(Path(e.path))
     return sorted(out, key=lambda p: (p.stat().st_mtime if p.exists() else 0, p.name))
+
+
+def prune_done(spool_dir: Path, keep_days: float, now: float | None = None) -> int:
+    """Delete ingested record files in ``spool_dir/done/`` older than ``keep_days``
+    (by modification time: when the ingest moved them there). ``keep_days <= 0`` keeps
+    everything. Returns how many were deleted; an unreadable directory deletes nothing."""
+    if keep_days <= 0:
+        return 0
+    cutoff = (time.time() if now is None else now) - keep_days * 86400.0
+    n = 0
+    try:
+        entries = list(os.scandir(spool_dir / "done"))
+    except OSError:
+        return 0
+    for e in entries:
+        if not e.name.endswith(".json"):
+            continue
+        try:
+            if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(e.path)
+                n += 1
+        except OSError:
+            continue
+    return n
