@@ -18,9 +18,9 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
@@ -29,16 +29,12 @@ from ..scores import ScoreTable, load_scores
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.snapshot import ChildSnapshots
 from .protocol import format_error, format_reply, parse_request
-from .state import AgentState
+from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "RELOAD")
 IDLE_CONNECTION_S = 300.0
 SWITCH_INTERVAL_S = 0.0005
-
-
-def _nothing() -> None:
-    return None
 
 
 def _peer_uid(sock: socket.socket) -> int | None:
@@ -137,19 +133,20 @@ class Agent:
         try:
             verb, payload = parse_request(line)
         except ProtocolError as e:
-            return format_error(str(e)), _nothing
+            return format_error(str(e)), nothing
         if verb in PRIVILEGED_VERBS and peer_uid is not None and peer_uid not in self.trusted:
-            return format_error(f"{verb} is reserved to slurmctld and the node hooks"), _nothing
+            return format_error(f"{verb} is reserved to slurmctld and the node hooks"), nothing
         if verb == "PLACE":
             self.lock.acquire()
             try:
                 reply, record = self.state.decide(payload, time.time())
-            except BaseException as e:
+            except (ColoError, KeyError, ValueError, TypeError) as e:
                 self.lock.release()
-                if not isinstance(e, (ColoError, KeyError, ValueError, TypeError)):
-                    raise
                 log.warning("PLACE failed: %s", e)
-                return format_error(f"PLACE failed: {e}"), _nothing
+                return format_error(f"PLACE failed: {e}"), nothing
+            except BaseException:
+                self.lock.release()
+                raise
             self.req_count += 1
             self.req_seconds += time.perf_counter() - t0
 
@@ -165,12 +162,12 @@ class Agent:
             reply = self._dispatch(verb, payload)
         except (ColoError, KeyError, ValueError, TypeError) as e:
             log.warning("%s failed: %s", verb, e)
-            return format_error(f"{verb} failed: {e}"), _nothing
+            return format_error(f"{verb} failed: {e}"), nothing
         dt = time.perf_counter() - t0
         with self.lock:
             self.req_count += 1
             self.req_seconds += dt
-        return format_reply(verb, reply), _nothing
+        return format_reply(verb, reply), nothing
 
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import Config
@@ -48,8 +48,8 @@ def _new_token() -> str:
     return "p" + secrets.token_hex(4)
 
 
-def _nothing() -> None:
-    return None
+def nothing() -> None:
+    """The follow-up of a request that has nothing to record."""
 
 
 def _partner_text(keys: tuple[str, ...]) -> str:
@@ -239,7 +239,7 @@ class AgentState:
             cls = derive_class(fields.get("name"), fields.get("class") or None)
         except (OptionError, ValueError) as e:
             self.decisions["exclusive:bad-input"] += 1
-            return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, _nothing
+            return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, nothing
         key = (uid, fields.get("user", ""), cls, mode, fields.get("partition", ""),
                fields.get("gpu_type", ""), fields.get("req_nodes", ""), fields.get("exc_nodes", ""))
         ready = self._prepared

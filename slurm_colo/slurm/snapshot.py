@@ -19,7 +19,6 @@ import json
 import subprocess
 import sys
 from dataclasses import asdict
-from typing import Any
 
 from ..errors import SlurmError
 from .model import GresAlloc, SlurmJob, SlurmNode
