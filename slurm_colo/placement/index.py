@@ -26,13 +26,12 @@ from ..config import PlacementConfig
 from ..scores import ScoreTable
 from .view import ClusterView, GpuView
 
-#: rows of the last index built, per class multiset: a view rebuilt from scratch (the agent
-#: does that on every Slurm snapshot) reuses them instead of recomputing every GPU
-_SHARED: dict[str, Any] = {"owner": None, "rows": {}}
-
-#: the class x class matrices of the last (score table, class list) seen: an index built for
-#: a filtered view (one partition, one GPU model) reuses them
-_CLASSES: dict[str, Any] = {}
+#: what the last index built shares with the next one of the same score table and class
+#: list: the class x class matrices (an index for a filtered view -- one partition, one GPU
+#: model -- reuses them) and, for the same config too, the rows per class multiset (a view
+#: rebuilt from scratch, as the agent does on every Slurm snapshot, reuses them instead of
+#: recomputing every GPU)
+_SHARED: dict[str, Any] = {"classes": None, "matrices": None, "cfg": None, "rows": {}}
 
 _Row = tuple[Any, ...]
 
@@ -69,19 +68,17 @@ class PlacementIndex:
     def _set_classes(self, names: list[str]) -> None:
         self.names = names
         self.cix = {c: i for i, c in enumerate(names)}
-        key = tuple(names)
-        cached = _CLASSES.get("key")
-        if cached is not None and cached[0] is self.scores and cached[1] == key:
-            (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists) = _CLASSES["val"]
+        classes = (self.scores, tuple(names))
+        same = _SHARED["classes"] is not None and _SHARED["classes"][0] is self.scores \
+            and _SHARED["classes"][1] == classes[1]
+        if same:
+            (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists) = _SHARED["matrices"]
         else:
             self._class_matrices()
-            _CLASSES["key"] = (self.scores, key)
-            _CLASSES["val"] = (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists)
-        owner = (self.scores, self.cfg, tuple(names))
-        shared = _SHARED["owner"]
-        if shared is None or shared[0] is not owner[0] or shared[1] != owner[1] \
-                or shared[2] != owner[2]:
-            _SHARED["owner"] = owner
+            _SHARED["classes"] = classes
+            _SHARED["matrices"] = (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists)
+        if not same or _SHARED["cfg"] != self.cfg:
+            _SHARED["cfg"] = self.cfg
             _SHARED["rows"] = {}
         self._rows: dict[tuple[str, ...], _Row] = _SHARED["rows"]
 
