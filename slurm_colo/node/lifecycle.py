@@ -425,9 +425,3 @@ def _last_seen(lay: NodeLayout, job_id: int, start: float) -> float:
         return max(start, (lay.job_dir(job_id) / "profile.json").stat().st_mtime)
     except OSError:
         return start
-
-
-def kick_ingest(cfg: Config) -> int | None:
-    """Start a detached ingest (:mod:`.handoff` ``--ingest``) so the caller never waits on
-    the DB. The Epilog uses :func:`start_handoff`, which also stops idle MPS daemons."""
-    return start_handoff(cfg, Handoff(ingest=True))
