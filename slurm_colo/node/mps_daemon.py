@@ -298,10 +298,10 @@ def stop_if_idle(cfg: Config, g: int) -> list[str]:
     clean or when there was nothing to stop: a new job arrived first and reuses the daemon,
     or it is already stopped). TimeoutError when the lock cannot be had."""
     from .fsutil import locked
-    from .lifecycle import gpu_mps
+    from .lifecycle import _lock_wait, gpu_mps
 
     gm = gpu_mps(cfg, g)
-    with locked(gm.layout.gpu_lock(g), timeout_s=max(5.0, 3 * cfg.node.mps_timeout_s)):
+    with locked(gm.layout.gpu_lock(g), timeout_s=_lock_wait(cfg)):
         if journal.active(journal.read(gm.layout.journal(g))) or not gm.state():
             return []
         return gm.stop()
