@@ -78,11 +78,10 @@ def main(argv: list[str]) -> int:
                 log.exception("GPU %d: MPS stop failed", g)
                 rc = 1
     if ingest:
-        from .ingest import ingest_pending
+        from .ingest import ingest_logged
 
-        rep = ingest_pending(cfg)
-        (log.warning if rep.errors else log.info)("%s", rep.summary())
-        rc = rc or (1 if rep.errors else 0)
+        if ingest_logged(cfg).errors:
+            rc = 1
     from .jobstate import empty_trash
     from .layout import NodeLayout
 

@@ -1,9 +1,10 @@
 """Ingest spooled records into the history store (``slurm_colo.store``).
 
-Run detached by the Epilog (``python -m slurm_colo.node.ingest``) so the Epilog never waits
-on SQLAlchemy or a locked database, and by ``slurm-colo spool ingest``. One run at a time
-per node (a lock file); a locked or unreachable database leaves the files in the spool for
-the next run. Both the spool and the fallback spool are ingested.
+Run detached by the Epilog (through :mod:`.handoff`) so the Epilog never waits on
+SQLAlchemy or a locked database, by ``slurm-colo spool ingest``, and by hand
+(``python -m slurm_colo.node.ingest``). One run at a time per node (a lock file); a locked
+or unreachable database leaves the files in the spool for the next run. Both the spool and
+the fallback spool are ingested.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
     return rep
 
 
+def ingest_logged(cfg: Config) -> IngestReport:
+    """:func:`ingest_pending`, its summary logged (a warning when there were errors)."""
+    rep = ingest_pending(cfg)
+    (log.warning if rep.errors else log.info)("%s", rep.summary())
+    return rep
+
+
 def main() -> int:
     from ..hooks.common import setup_logging
 
@@ -87,8 +95,7 @@ def main() -> int:
     except Exception as e:
         log.error("%s", e)
         return 1
-    rep = ingest_pending(cfg)
-    (log.warning if rep.errors else log.info)("%s", rep.summary())
+    ingest_logged(cfg)
     return 0
 
 
