@@ -16,6 +16,11 @@ machine noise and drift fall evenly on all of them:
 
 Jobs are submitted held and cancelled at the end. Targets: median ratio with/without
 <= 1.05, p99 difference <= +5 ms.
+
+``--floor`` measures what Slurm itself charges for such a job: for the run, the installed
+job_submit.lua is replaced by a minimal script that gives every --colocate job a fixed
+placement (typed shard, ReqNodeList, comment, tag) without asking the agent and without
+any of the hook's checks; the original script is put back afterwards.
 """
 
 from __future__ import annotations
@@ -31,6 +36,20 @@ import time
 from pathlib import Path
 
 SLURM_CONF = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+HOOK = Path("/etc/slurm/job_submit.lua")
+FLOOR_LUA = """\
+function slurm_job_submit(j, p, u)
+  if j.spank_job_env and (j.spank_job_env_size or 0) > 0 then
+    j.tres_per_node = "gres:shard:{gres_type}:1"
+    j.req_nodes = "{node}"
+    j.comment = "colo: fixed placement (benchmark floor)"
+    j.admin_comment = "colo-floor"
+  end
+  return slurm.SUCCESS
+end
+function slurm_job_modify(j, r, p, u) return slurm.SUCCESS end
+return slurm.SUCCESS
+"""
 WARMUP = 3
 KINDS = ("without", "plugin", "with")
 
@@ -50,7 +69,7 @@ def client_conf_without_plugins(src: Path, workdir: Path) -> Path:
 def _submit(args: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
     p = subprocess.run(["sbatch", "--hold", "--parsable", "-o", "/dev/null", *args, "--wrap", "true"],
-                       capture_output=True, text=True, cwd="/tmp", env=env)
+                       check=False, capture_output=True, text=True, cwd="/tmp", env=env)
     dt = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"sbatch failed: {p.stderr.strip()}")
@@ -59,7 +78,7 @@ def _submit(args: list[str], env: dict[str, str]) -> float:
 
 def _p(xs: list[float], q: float) -> float:
     s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
 def main() -> None:
@@ -67,7 +86,26 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300, help="submissions of each kind")
     ap.add_argument("--cls", default="resnet18-bs32", help="--colocate-class of the 'with' jobs")
     ap.add_argument("--seed", type=int, default=1, help="seed of the interleaving order")
+    ap.add_argument("--floor", metavar="NODE:GRES_TYPE",
+                    help="measure Slurm's own cost: a minimal hook places every --colocate job "
+                         "on this shared GPU (e.g. vm:v100_s0) without asking the agent")
     a = ap.parse_args()
+    saved = HOOK.read_text() if a.floor else None
+    if a.floor:
+        node, _, gres_type = a.floor.partition(":")
+        if not node or not gres_type:
+            raise SystemExit("--floor wants NODE:GRES_TYPE, e.g. vm:v100_s0")
+        HOOK.write_text(FLOOR_LUA.format(node=node, gres_type=gres_type))
+        time.sleep(1.1)  # a new mtime: slurmctld reloads the script on the next submission
+    try:
+        res = _run(a)
+    finally:
+        if saved is not None:
+            HOOK.write_text(saved)
+    _report(res, a.n, floor=bool(a.floor))
+
+
+def _run(a: argparse.Namespace) -> dict[str, list[float]]:
     plain = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="colo-bench-") as tmp:
         bare = dict(os.environ, SLURM_CONF=str(client_conf_without_plugins(SLURM_CONF, Path(tmp))))
@@ -85,9 +123,14 @@ def main() -> None:
                     if i >= WARMUP:
                         res[k].append(dt)
         finally:
-            subprocess.run(["scancel", "--state=PENDING", "--full"], capture_output=True)
+            subprocess.run(["scancel", "--state=PENDING", "--full"], check=False, capture_output=True)
+    return res
+
+
+def _report(res: dict[str, list[float]], n: int, floor: bool) -> None:
     base = statistics.median(res["without"])
-    print(f"sbatch submit latency, {a.n} submissions of each kind, interleaved one by one")
+    what = " (floor: minimal hook, no agent)" if floor else ""
+    print(f"sbatch submit latency, {n} submissions of each kind, interleaved one by one{what}")
     print(f"{'':10} {'min':>7} {'median':>7} {'p90':>7} {'p99':>7}  (ms)   median ratio")
     for k in KINDS:
         xs = res[k]
