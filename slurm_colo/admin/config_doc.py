@@ -50,6 +50,9 @@ HELP: dict[str, str] = {
     "subtracted before it is compared with min_delta. 0 trusts the mean.",
     "placement.explore_rate": "Share of placements that may try a pair of classes with no "
     "data yet (exploration). 0 disables exploration.",
+    "placement.reserve_after_h": "Starvation guard: once a job has waited this many hours "
+    "for whole GPUs (untyped gres:gpu), the shared GPUs expected to drain first take no new "
+    "partners until it has started. 0 disables the guard.",
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
     "postgresql+psycopg://...).",

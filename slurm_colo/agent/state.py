@@ -19,6 +19,7 @@ from ..placement.policy import index_for
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
+from .drain import Reservation, plan, starving_job
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -82,6 +83,8 @@ class AgentState:
         #: (request key, view, view version, scores, token, decision) prepared after the
         #: last placement for the next request of the same kind; see :meth:`decide`
         self._prepared: tuple[Any, ...] | None = None
+        #: shared GPUs drained for a job waiting too long for whole GPUs (see drain.py)
+        self.reservation: Reservation | None = None
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -117,7 +120,7 @@ class AgentState:
                        if (k in self.jobs and not self.jobs[k].active)
                        or (k not in self.jobs and now - t > grace)]:
             del self.unplaced_gpus[job_id]
-        self.rebuild()
+        self.rebuild(plan_at=now)
 
     def _link(self, p: Placement, job_id: int) -> None:
         p.job_id = job_id
@@ -134,7 +137,9 @@ class AgentState:
             self.by_job.pop(p.job_id, None)
 
     # ---- the view ------------------------------------------------------------------------
-    def rebuild(self) -> None:
+    def rebuild(self, plan_at: float | None = None) -> None:
+        """The view from the last snapshot, the hooks' reports and our placements; with
+        ``plan_at`` (a new snapshot) the starvation guard is planned afresh too."""
         gpus: dict[tuple[str, int], GpuView] = {}
         for node, ng in self.layouts.items():
             sn = self.nodes.get(node)
@@ -172,8 +177,39 @@ class AgentState:
             g = gpus.get((p.decision.node or "", p.decision.index if p.decision.index is not None else -1))
             if g is not None:
                 g.occupants.append(self._occupant_for_placement(p))
-        self.view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
+        view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
+        if plan_at is not None:
+            self._plan_reservation(view, plan_at)
+        self._close_reserved(view)
+        self.view = view
         index_for(self.view, self.scores, self.cfg.placement)  # built here, off the request path
+
+    def _plan_reservation(self, view: ClusterView, now: float) -> None:
+        job = starving_job(self.jobs.values(), now, self.cfg.placement.reserve_after_h * 3600.0)
+        ends = {j.job_id: j.end_time for j in self.jobs.values() if j.active}
+        parts = {name: n.partitions for name, n in self.nodes.items()}
+        new = plan(job, view, ends, parts) if job is not None else None
+        old = self.reservation
+        if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
+            log.info("job %s has waited %.1f h for whole GPUs: GPU(s) %s of %s take no new partners "
+                     "until it starts", new.job_id, (now - new.waiting_since) / 3600.0,
+                     ",".join(map(str, new.gpus)), new.node)
+        elif new is None and old is not None:
+            log.info("job %s: GPUs of %s open to partners again", old.job_id, old.node)
+        self.reservation = new
+
+    def _close_reserved(self, view: ClusterView) -> None:
+        r = self.reservation
+        if r is None:
+            return
+        sj = self.jobs.get(r.job_id)
+        if sj is None or sj.state != "PENDING" or r.job_id in self.unplaced_gpus:
+            log.info("job %s: no longer waiting; GPUs of %s open to partners again", r.job_id, r.node)
+            self.reservation = None
+            return
+        for g in view.gpus:
+            if g.node == r.node and g.index in r.gpus:
+                g.closed_for = r.job_id
 
     def _occupant_for_placement(self, p: Placement) -> Occupant:
         d = p.decision
@@ -368,7 +404,7 @@ class AgentState:
             delta = self.scores.delta(classes)[0] if len(classes) >= 2 else None
             gpus.append({
                 "node": g.node, "index": g.index, "gres_type": g.gres_type, "available": g.available,
-                "exclusive_job": g.exclusive_job, "slots": g.slots, "predicted_delta": delta,
+                "closed_for": g.closed_for, "exclusive_job": g.exclusive_job, "slots": g.slots, "predicted_delta": delta,
                 "observed_slowdown": None,
                 "occupants": [{"job_id": o.job_id, "key": o.key, "user": o.user, "cls": o.cls,
                                "pending": o.pending, "thread_pct": o.thread_pct,
@@ -379,6 +415,10 @@ class AgentState:
         return {
             "gpus": gpus,
             "pending_placements": sum(1 for p in self.placements.values() if not p.running),
+            "reservation": None if self.reservation is None else {
+                "job_id": self.reservation.job_id, "node": self.reservation.node,
+                "gpus": list(self.reservation.gpus), "waiting_s": now - self.reservation.waiting_since,
+                "drained_by": self.reservation.drained_by},
             "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.scores_error},
             "decisions": dict(self.decisions),
             "fallbacks": dict(self.fallbacks),

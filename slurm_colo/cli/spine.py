@@ -116,6 +116,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"score set: {sc.get('id')} (created {sc.get('created') or '?'})"
                    + (f"  ERROR: {sc['error']}" if sc.get("error") else ""))
         typer.echo(f"pending placements: {st.get('pending_placements', 0)}")
+        r = st.get("reservation")
+        if r:
+            typer.echo(f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "
+                       f"waiting {r['waiting_s'] / 3600:.1f} h for whole GPUs: no new partners there")
         for g in st.get("gpus", []):
             occ = g.get("occupants", [])
             head = f"{g['node']}:{g['index']} [{g['gres_type']}]"
@@ -124,7 +128,8 @@ def register(app: typer.Typer) -> None:
                 continue
             delta = f"  delta {g['predicted_delta']:.2f}" if g.get("predicted_delta") else ""
             typer.echo(f"{head}  {len(occ)}/{g['slots']} slot(s){delta}"
-                       + ("" if g.get("available", True) else "  (node unavailable)"))
+                       + ("" if g.get("available", True) else "  (node unavailable)")
+                       + (f"  (kept free for job {g['closed_for']})" if g.get("closed_for") else ""))
             for o in occ:
                 state = "pending" if o["pending"] else f"running {int(now - o['since'])}s" if o.get("since") else "running"
                 typer.echo(f"    job {o['job_id'] or o['key']:>8}  {o['user']:<10} {o['cls']:<24} "

@@ -131,7 +131,7 @@ class PlacementIndex:
     def _scalars(self, i: int, g: GpuView) -> None:
         occ = g.occupants
         self.count[i] = len(occ)
-        self.open[i] = g.available and g.exclusive_job is None and g.free_slots > 0
+        self.open[i] = g.open()
         self.free[i] = g.memory_gib * (1.0 - self.cfg.memory_headroom) - g.used_memory_gib()
         uids = {o.uid for o in occ}
         self.owner[i] = -2 if not uids else (next(iter(uids)) if len(uids) == 1 else -1)

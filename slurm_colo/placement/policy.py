@@ -168,9 +168,12 @@ def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,
 def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable,
              cfg: PlacementConfig) -> str:
     """One line saying why no shared GPU was taken."""
+    closed = sorted({g.closed_for for g in view.gpus if g.closed_for is not None})
+    note = (f"; shared GPU(s) kept free for job {','.join(map(str, closed))}, waiting for whole GPUs"
+            if closed else "")
     busy, unfit = idx.refusal_counts(j.uid, j.est)
     if busy == 0:
-        return "no shared GPU with a free slot" + (" for this user" if j.uid is not None else "")
+        return "no shared GPU with a free slot" + (" for this user" if j.uid is not None else "") + note
     if busy <= 3:
         mask = idx.open & (idx.count > 0)
         if j.uid is not None:
@@ -180,9 +183,9 @@ def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable
             g = view.gpus[int(i)]
             ev = _evaluate(j, g.state_key(), scores, cfg)
             parts.append(f"{g.name}: {ev[2] if ev[0] == _REFUSE else 'not accepted'}")
-        return "; ".join(parts)
+        return "; ".join(parts) + note
     return (f"none of {busy} shared GPUs with a free slot fits ({unfit} lack memory, "
-            f"{busy - unfit} predicted too slow or too risky together)")
+            f"{busy - unfit} predicted too slow or too risky together)") + note
 
 
 def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Decision:

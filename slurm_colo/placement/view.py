@@ -57,6 +57,8 @@ class GpuView:
     exclusive_job: int | None = None
     #: node usable (not down/drained)
     available: bool = True
+    #: draining for this waiting whole-GPU job: no new partners (see agent/drain.py)
+    closed_for: int | None = None
 
     @property
     def name(self) -> str:
@@ -74,7 +76,8 @@ class GpuView:
 
     def open(self) -> bool:
         """Could take another shared job (ignoring memory and compatibility)."""
-        return self.available and self.exclusive_job is None and self.free_slots > 0
+        return (self.available and self.closed_for is None and self.exclusive_job is None
+                and self.free_slots > 0)
 
     def state_key(self) -> tuple[Any, ...]:
         """What the policy looks at on this GPU; equal keys are interchangeable."""

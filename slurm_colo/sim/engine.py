@@ -36,8 +36,6 @@ class SimConfig:
     probe_s: float = 600.0
     #: how often observations are folded into the score table ("nightly retrain")
     relearn_s: float = 86400.0
-    #: the oldest waiting job gets GPUs drained for it after waiting this long (0: at once)
-    reserve_after_s: float = 6 * 3600.0
     seed: int = 0
 
 

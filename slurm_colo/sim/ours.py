@@ -11,7 +11,7 @@ Two ways to drive it (see docs/simulator.md):
   whole idle GPU (first come, first served).
 
 Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
-``reserve_after_s``, the busy shared GPU(s) expected to drain first are closed to new
+``placement.reserve_after_h``, the busy shared GPU(s) expected to drain first are closed to new
 partners until they are idle (like a Slurm backfill reservation). With ``learn``, a new set
 is observed after ``probe_s``: if it is harmful (combined throughput below 1, or a job
 below ``1 / max_slowdown`` of its solo speed) the newcomer is retracted (checkpointed and
@@ -155,7 +155,7 @@ class PolicyScheduler:
         if i in self.reserved and not self.sim.gpus[i].jobs:
             del self.reserved[i]
             g = self.view.gpus[i]
-            g.available = True
+            g.closed_for = None
             self.view.touch(g)
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
@@ -346,12 +346,13 @@ class PolicyScheduler:
 
     def _reserve(self) -> None:
         """Close the GPU(s) expected to drain first to new partners, for the oldest waiting
-        job once it has waited ``reserve_after_s``."""
+        job once it has waited ``placement.reserve_after_h`` (the agent's guard, agent/drain.py)."""
         sim = self.sim
         if self.reserved or not self.heads:
             return
         arrival, jid = self.heads[0]
-        if sim.now - arrival < sim.cfg.reserve_after_s:
+        after = self.cfg.reserve_after_h * 3600.0
+        if after <= 0 or sim.now - arrival < after:
             return
         need = sim.runs[jid].job.gpus - len(sim.idle)
         if need <= 0:
@@ -365,6 +366,6 @@ class PolicyScheduler:
         for _, i in drain[:need]:
             self.reserved[i] = jid
             v = self.view.gpus[i]
-            v.available = False
+            v.closed_for = jid
             self.view.touch(v)
         self.reservations += 1

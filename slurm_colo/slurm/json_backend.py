@@ -54,6 +54,9 @@ def parse_squeue(doc: Any) -> list[SlurmJob]:
                 admin_comment=_str(j.get("admin_comment")),
                 start_time=_num(j.get("start_time")),
                 submit_time=_num(j.get("submit_time")),
+                end_time=_num(j.get("end_time")),
+                state_reason=_str(j.get("state_reason")),
+                partition=_str(j.get("partition")),
             ))
         except (KeyError, TypeError, ValueError):
             continue  # one odd record must not hide the others

@@ -57,6 +57,12 @@ class SlurmJob:
     admin_comment: str = ""
     start_time: float = 0.0
     submit_time: float = 0.0
+    #: running: start + time limit (Slurm's expected end); 0 when unknown
+    end_time: float = 0.0
+    #: why a pending job waits ("Resources", "Priority", "JobHeldUser", ...)
+    state_reason: str = ""
+    #: partition(s), comma-separated while pending
+    partition: str = ""
 
     @property
     def active(self) -> bool:

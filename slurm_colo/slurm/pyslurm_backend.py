@@ -47,6 +47,13 @@ def _s(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _tres_text(gres: Any) -> str:
+    """The request as Slurm's ``tres_per_node`` text (``gres:gpu:1``), as squeue shows it."""
+    if not isinstance(gres, dict):
+        return ""
+    return ",".join(f"gres:{k}:{v}" for k, v in gres.items())
+
+
 def job_from_pyslurm(j: Any) -> SlurmJob:
     return SlurmJob(
         job_id=int(j.id),
@@ -57,10 +64,14 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         nodes=_s(getattr(j, "nodes", "")),
         node_count=int(getattr(j, "num_nodes", 1) or 1),
         gres=_gres_items(getattr(j, "gres_per_node", None)),
+        tres_per_node=_tres_text(getattr(j, "gres_per_node", None)),
         comment=_s(getattr(j, "comment", "")),
         admin_comment=_s(getattr(j, "admin_comment", "")),
         start_time=float(getattr(j, "start_time", 0) or 0),
         submit_time=float(getattr(j, "submit_time", 0) or 0),
+        end_time=float(getattr(j, "end_time", 0) or 0),
+        state_reason=_s(getattr(j, "state_reason", "")),
+        partition=_s(getattr(j, "partition", "")),
     )
 
 

@@ -18,6 +18,7 @@ AGENT_PID = LAB_DIR / "agent.pid"
 SOCKET = Path("/run/slurm-colo/agent.sock")
 CTLD_LOG = Path("/var/log/slurm/slurmctld.log")
 SCORES = LAB_DIR / "state" / "scores.json"
+LAB_CONFIG = Path("/etc/slurm-colo/config.toml")
 #: the lab's installed copy (contrib/lab/up.sh), as the hooks and the agent run it
 CLI = os.environ.get("LAB_CLI", "/opt/slurm-colo-lab/venv/bin/slurm-colo")
 SHARED_GPUS = {0, 1}
@@ -148,10 +149,11 @@ def start_agent() -> None:
     lab_up()  # idempotent: starts only what is missing
 
 
-def start_agent_only() -> None:
-    """Start just the agent (up.sh would also re-create a missing score file)."""
+def start_agent_only(config: Path = LAB_CONFIG) -> None:
+    """Start just the agent (up.sh would also re-create a missing score file), optionally
+    with another configuration file."""
     from slurm_colo.agent.client import request
-    env = dict(os.environ, SLURM_COLO_CONFIG="/etc/slurm-colo/config.toml")
+    env = dict(os.environ, SLURM_COLO_CONFIG=str(config))
     with (LAB_DIR / "agent.log").open("ab") as log:
         p = subprocess.Popen([CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True)
     AGENT_PID.write_text(f"{p.pid}\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,10 +85,16 @@ def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
     tr = [SimJob(k, j.arrival, j.work_s, j.cls, j.user, j.uid) for k, j in enumerate(tr)]
     x = next(j.id for j in tr if j.cls == "x")
     last = max(j.arrival for j in tr)
-    sched = PolicyScheduler("oracle", oracle_scores(data()), CFG, learn=False)
-    sim = run(tr, sched, reserve_after_s=3600)
+    cfg = PlacementConfig(cross_user="shard", explore_rate=0.0, reserve_after_h=1.0)
+    sched = PolicyScheduler("oracle", oracle_scores(data()), cfg, learn=False)
+    sim = run(tr, sched)
     assert sched.reservations >= 1
     assert sim.runs[x].first_start < last
+    # the guard switched off (reserve_after_h = 0): x waits for the whole stream
+    off = PolicyScheduler("oracle", oracle_scores(data()), replace(cfg, reserve_after_h=0.0), learn=False)
+    sim = run(tr, off)
+    assert off.reservations == 0
+    assert sim.runs[x].first_start > last
 
 
 def test_mps_never_puts_two_users_on_one_gpu() -> None:

@@ -33,6 +33,8 @@ def test_recorded_squeue() -> None:
     assert jobs[4].state == "PENDING" and "slurm-colo[v=1" in jobs[4].admin_comment
     assert jobs[6].tres_per_job == "gres:gpu:2"
     assert not jobs[1].active and jobs[5].active
+    assert jobs[4].state_reason == "Resources" and jobs[4].partition == "debug"
+    assert jobs[3].end_time == 1826862126.0  # start + time limit
 
 
 def test_recorded_sinfo() -> None:
@@ -65,7 +67,8 @@ def _fake_pyslurm(version: str) -> types.ModuleType:
     m.__version__ = version  # type: ignore[attr-defined]
     job = types.SimpleNamespace(id=7, name="train", user_name="alice", user_id=1000, state="RUNNING",
                                 nodes="gpu01", num_nodes=1, gres_per_node={"shard:a100_s1": 1},
-                                comment="c", admin_comment="slurm-colo[v=1 tok=x]", start_time=10, submit_time=5)
+                                comment="c", admin_comment="slurm-colo[v=1 tok=x]", start_time=10, submit_time=5,
+                                end_time=3610, state_reason="None", partition="gpu")
     node = types.SimpleNamespace(name="gpu01", state="MIXED", configured_gres={"gpu:a100_s1": 1},
                                  allocated_gres={}, active_features=["colo"])
     m.Jobs = types.SimpleNamespace(load=lambda: {7: job})  # type: ignore[attr-defined]
@@ -79,6 +82,8 @@ def test_pyslurm_backend_maps_the_new_api() -> None:
     (j,) = b.jobs()
     assert (j.job_id, j.user, j.state, j.nodes) == (7, "alice", "RUNNING", "gpu01")
     assert j.gres[0].name == "shard" and j.gres[0].type == "a100_s1" and j.gres[0].indices == ()
+    assert j.tres_per_node == "gres:shard:a100_s1:1"
+    assert (j.end_time, j.state_reason, j.partition) == (3610.0, "None", "gpu")
     assert b.job(7) == j
     (n,) = b.nodes()
     assert n.gres == "gpu:a100_s1:1" and n.features == ("colo",)

@@ -1,0 +1,110 @@
+"""Starvation guard: shared GPUs are drained for a job that has waited too long for whole GPUs.
+
+A job that asks for whole GPUs (``--gres=gpu:N``, untyped, on one node) can wait a long
+time when every GPU it could use is shared and new ``--colocate`` jobs keep joining the
+busy ones. Once the oldest such job has waited ``placement.reserve_after_h``, the agent
+closes the shared GPU(s) expected to drain first to new partners -- like a backfill
+reservation -- until the job has started. The simulator's ``ours`` policies do the same.
+
+Pure: works on the agent's Slurm snapshot and view; :class:`~.state.AgentState` applies the
+result at every refresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..placement import ClusterView, GpuView
+from ..slurm.model import SlurmJob
+
+#: pending reasons that mean "waiting for resources" (not held, not a dependency, not a
+#: begin time): only such a job can be helped by draining GPUs
+WAITING_REASONS = frozenset({"Resources", "Priority"})
+#: drain time assumed for a GPU whose occupants' end is unknown (a placement not started)
+UNKNOWN_END = float("inf")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Shared GPUs closed to new partners until ``job_id`` starts."""
+
+    job_id: int
+    node: str
+    gpus: tuple[int, ...]
+    waiting_since: float
+    #: when the last of the closed GPUs is expected to be free (from the occupants' end times)
+    drained_by: float
+
+
+def whole_gpu_count(job: SlurmJob) -> int | None:
+    """GPUs per node an untyped whole-GPU request asks for, else None.
+
+    Typed requests (``gpu:a100:1``) cannot use a shared GPU, whose GRES type is its own;
+    requests with shards or MPS are shared jobs themselves.
+    """
+    count = None
+    for field in (job.tres_per_node, job.tres_per_job):
+        for item in filter(None, (s.strip() for s in field.split(","))):
+            body = item.split("gres:", 1)[-1].split("gres/", 1)[-1]
+            parts = body.split(":")
+            if parts[0] in ("shard", "mps"):
+                return None
+            if parts[0] != "gpu":
+                continue
+            if len(parts) != 2 or not parts[1].isdigit() or count is not None:
+                return None  # typed, malformed, or asked for twice
+            count = int(parts[1])
+    return count if count else None
+
+
+def starving_job(jobs: Iterable[SlurmJob], now: float, after_s: float) -> SlurmJob | None:
+    """The oldest single-node job waiting at least ``after_s`` for whole GPUs, if any."""
+    if after_s <= 0:
+        return None
+    waiting = [j for j in jobs
+               if j.state == "PENDING" and j.state_reason in WAITING_REASONS
+               and j.node_count <= 1 and j.submit_time > 0 and now - j.submit_time >= after_s
+               and whole_gpu_count(j) is not None]
+    return min(waiting, key=lambda j: (j.submit_time, j.job_id)) if waiting else None
+
+
+def _drain_time(g: GpuView, ends: Mapping[int, float]) -> float:
+    times = [ends.get(o.job_id, 0.0) if o.job_id is not None and not o.pending else UNKNOWN_END
+             for o in g.occupants]
+    return max((t if t > 0 else UNKNOWN_END for t in times), default=0.0)
+
+
+def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
+         partitions: Mapping[str, tuple[str, ...]]) -> Reservation | None:
+    """The shared GPUs to close for ``job``: on the node where its GPU count is expected to
+    be free soonest, the idle shared GPUs there and the busy ones that drain first. None
+    when the job could already start on idle shared GPUs (it then waits for something
+    else: CPUs, memory, a limit) or no node has enough shared GPUs. ``ends`` maps running job ids to their end times
+    (start + time limit); ``partitions`` maps node names to their partitions."""
+    need = whole_gpu_count(job)
+    if need is None:
+        return None
+    wanted = set(job.partition.split(",")) - {""}
+    by_node: dict[str, list[GpuView]] = {}
+    for g in view.gpus:
+        if g.available and g.exclusive_job is None:
+            by_node.setdefault(g.node, []).append(g)
+    best: tuple[float, str, tuple[int, ...]] | None = None
+    for node, gpus in sorted(by_node.items()):
+        if wanted and partitions.get(node) and not wanted & set(partitions[node]):
+            continue
+        idle = [g.index for g in gpus if not g.occupants]
+        if len(idle) >= need:
+            return None
+        busy = sorted((_drain_time(g, ends), g.index) for g in gpus if g.occupants)
+        short = need - len(idle)
+        if len(busy) < short:
+            continue
+        t = busy[short - 1][0]
+        if best is None or t < best[0]:
+            # idle ones too: a new partner must not take them while the others drain
+            best = (t, node, tuple(sorted([*idle, *(i for _, i in busy[:short])])))
+    if best is None:
+        return None
+    return Reservation(job.job_id, best[1], best[2], job.submit_time, best[0])

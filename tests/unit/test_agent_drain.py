@@ -1,0 +1,141 @@
+"""The starvation guard: shared GPUs drained for a job waiting too long for whole GPUs."""
+
+from __future__ import annotations
+
+from slurm_colo.agent.drain import plan, starving_job, whole_gpu_count
+from slurm_colo.agent.state import AgentState
+from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.placement import ClusterView, GpuView, Occupant
+from slurm_colo.scores import ClassInfo, table_from_pairs
+from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
+
+HOUR = 3600.0
+LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
+SCORES = table_from_pairs([("good", "good", 1.0, 1.0)], classes={"good": ClassInfo(memory_gib=4.0)})
+
+
+def waiting(job_id: int = 50, submit: float = 0.0, gres: str = "gres:gpu:1", reason: str = "Resources",
+            partition: str = "gpu") -> SlurmJob:
+    return SlurmJob(job_id, "train", "bob", 1001, "PENDING", tres_per_node=gres, submit_time=submit,
+                    state_reason=reason, partition=partition)
+
+
+def shard_job(job_id: int, idx: int, end: float) -> SlurmJob:
+    return SlurmJob(job_id, "good", "alice", 1000, "RUNNING", nodes="n1",
+                    gres=(GresAlloc("shard", f"v100_s{idx}", 1, (idx,)),), start_time=1.0, end_time=end)
+
+
+def test_whole_gpu_requests_are_recognised() -> None:
+    assert whole_gpu_count(waiting(gres="gres:gpu:2")) == 2
+    assert whole_gpu_count(waiting(gres="gres/gpu:1")) == 1
+    assert whole_gpu_count(SlurmJob(1, "j", "u", 1, "PENDING", tres_per_job="gres:gpu:1")) == 1
+    for gres in ("gres:gpu:a100:1", "gres:shard:1", "gres:shard:v100_s0:1", "gres:gpu:1,gres:mps:50",
+                 "", "gres:gpu:x"):
+        assert whole_gpu_count(waiting(gres=gres)) is None, gres
+
+
+def test_only_jobs_waiting_for_resources_long_enough_count() -> None:
+    now = 10 * HOUR
+    old, young = waiting(1, submit=1 * HOUR), waiting(2, submit=9.5 * HOUR)
+    held = waiting(3, submit=0.5 * HOUR, reason="JobHeldUser")
+    dep = waiting(4, submit=0.5 * HOUR, reason="Dependency")
+    assert starving_job([young, held, dep, old], now, 6 * HOUR) == old
+    assert starving_job([young, held, dep], now, 6 * HOUR) is None
+    assert starving_job([old], now, 0.0) is None  # 0 disables the guard
+    multi = SlurmJob(5, "m", "u", 1, "PENDING", node_count=2, tres_per_node="gres:gpu:1",
+                     submit_time=0.5 * HOUR, state_reason="Resources")
+    assert starving_job([multi], now, 6 * HOUR) is None
+
+
+def _view(*occupied: tuple[int, int | None]) -> ClusterView:
+    """GPUs 0 and 1 of n1; (index, job id) pairs add a running occupant (None: a placement
+    not started yet)."""
+    gpus = [GpuView("n1", i, f"v100_s{i}", 32.0, 4) for i in (0, 1)]
+    for i, jid in occupied:
+        gpus[i].occupants.append(Occupant(str(jid), "alice", 1000, "good", 4.0, job_id=jid,
+                                          pending=jid is None))
+    return ClusterView(gpus=gpus)
+
+
+def test_the_gpu_expected_to_drain_first_is_closed() -> None:
+    job = waiting()
+    r = plan(job, _view((0, 10), (1, 11)), {10: 5 * HOUR, 11: 2 * HOUR}, {"n1": ("gpu",)})
+    assert r is not None and (r.node, r.gpus, r.drained_by) == ("n1", (1,), 2 * HOUR)
+    # a placement that has not started has no known end: the running one drains first
+    r = plan(job, _view((0, 10), (1, None)), {10: 5 * HOUR}, {})
+    assert r is not None and r.gpus == (0,)
+    # two GPUs wanted, one idle: the idle one is held too, so no partner takes it meanwhile
+    r = plan(waiting(gres="gres:gpu:2"), _view((0, 10)), {10: 5 * HOUR}, {})
+    assert r is not None and r.gpus == (0, 1)
+
+
+def test_no_reservation_when_it_cannot_help() -> None:
+    # an idle shared GPU: the job waits for something else (CPUs, memory, a limit)
+    assert plan(waiting(), _view((0, 10)), {10: HOUR}, {}) is None
+    # more GPUs than the node has shared
+    assert plan(waiting(gres="gres:gpu:3"), _view((0, 10), (1, 11)), {}, {}) is None
+    # another partition
+    assert plan(waiting(partition="cpu"), _view((0, 10), (1, 11)), {}, {"n1": ("gpu",)}) is None
+
+
+def _state(after_h: float = 6.0) -> AgentState:
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0, reserve_after_h=after_h))
+    s = AgentState(cfg, SCORES)
+    s.apply_snapshot([], [SlurmNode("n1", "MIXED", partitions=("gpu",))], 0.0)
+    return s
+
+
+def _req() -> dict[str, str]:
+    return {"user": "alice", "uid": "1000", "name": "job", "mode": "auto", "class": "good"}
+
+
+def test_agent_drains_for_a_starving_job_and_reopens_once_it_starts() -> None:
+    s = _state()
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, waiting(submit=1 * HOUR)], node, 5 * HOUR)
+    assert s.reservation is None  # waited 4 h so far
+    assert s.place_request(_req(), 5 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+    s.apply_snapshot([*busy, waiting(submit=1 * HOUR)], node, 8 * HOUR)
+    assert s.reservation is not None and s.reservation.gpus == (1,)  # GPU 1 ends first
+    assert [g.closed_for for g in s.view.gpus] == [None, 50]
+    st = s.status(8 * HOUR)
+    assert st["reservation"]["job_id"] == 50 and st["reservation"]["waiting_s"] == 7 * HOUR
+    for _ in range(2):  # new partners only go to GPU 0 now
+        assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+    s.job_ended(11)  # GPU 1 is idle now, and stays closed until job 50 has it
+    assert not s.view.gpus[1].occupants and s.view.gpus[1].closed_for == 50
+    assert s.place_request(_req(), 9 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+    full = s.place_request(_req(), 9 * HOUR)  # GPU 0 full, GPU 1 kept for job 50
+    assert full["action"] == "exclusive" and "kept free for job 50" in full["comment"]
+    # the waiting job starts on GPU 1 (the Prolog's report): GPU 1 is its own, no reservation
+    s.job_started(50, None, 9 * HOUR, node="n1", gpus=[1])
+    assert s.reservation is None
+    assert s.view.gpus[1].closed_for is None and s.view.gpus[1].exclusive_job == 50
+
+
+def test_guard_off_never_closes_a_gpu() -> None:
+    s = _state(after_h=0.0)
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, waiting(submit=1.0 * HOUR)], [SlurmNode("n1", "MIXED")], 100 * HOUR)
+    assert s.reservation is None and all(g.closed_for is None for g in s.view.gpus)
+    on = _state()  # the same snapshot with the guard on
+    on.apply_snapshot([*busy, waiting(submit=1.0 * HOUR)], [SlurmNode("n1", "MIXED")], 100 * HOUR)
+    assert on.reservation is not None
+
+
+def test_status_command_shows_the_reservation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from slurm_colo.agent import client
+    from slurm_colo.cli import app
+
+    s = _state()
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, waiting(submit=0.5 * HOUR)], [SlurmNode("n1", "MIXED", partitions=("gpu",))],
+                     7.5 * HOUR)
+    monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(7.5 * HOUR))
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "draining GPU(s) 1 of n1 for job 50, waiting 7.0 h" in out
+    assert "n1:1 [v100_s1]  1/4 slot(s)  (kept free for job 50)" in out
