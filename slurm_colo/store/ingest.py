@@ -125,7 +125,7 @@ def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], lis
         "version": int(r.version), "ingested_at": now,
     }
     p = r.profile
-    prof = {k: _num(p.get(k)) for k in _PROFILE_KEYS}
+    prof: dict[str, Any] = {k: _num(p.get(k)) for k in _PROFILE_KEYS}
     if prof["samples"] is not None:
         prof["samples"] = int(prof["samples"])
     if prof["sm_util_mean"] is not None and prof["sm_util_mean"] > 1.0:

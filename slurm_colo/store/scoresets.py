@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Engine
 
 from ..errors import StoreError
@@ -26,7 +26,7 @@ def record_score_set(engine: Engine, table: ScoreTable, status: str, message: st
            "status": status, "message": message, "metrics": json.dumps(table.metrics),
            "table_json": json.dumps(table.to_dict())}
     with db_errors(engine), engine.begin() as conn:
-        conn.execute(ScoreSet.__table__.insert(), [row])
+        conn.execute(insert(ScoreSet), [row])
 
 
 def set_live(engine: Engine, score_set_id: str, gpu_model: str) -> None:
@@ -38,7 +38,7 @@ def set_live(engine: Engine, score_set_id: str, gpu_model: str) -> None:
             conn.execute(update(ScoreSet).where(ScoreSet.id == old).values(status="retired"))
             conn.execute(delete(LiveScoreSet).where(LiveScoreSet.gpu_model == gpu_model))
         conn.execute(update(ScoreSet).where(ScoreSet.id == score_set_id).values(status="live"))
-        conn.execute(LiveScoreSet.__table__.insert(),
+        conn.execute(insert(LiveScoreSet),
                      [{"gpu_model": gpu_model, "score_set_id": score_set_id, "since": time.time()}])
 
 
@@ -85,9 +85,9 @@ def import_gavel(engine: Engine, data: GavelData, source: str | None = None) -> 
         conn.execute(delete(PairObservation).where(PairObservation.source == src))
         conn.execute(delete(ClassSolo).where(ClassSolo.source == src))
         if pairs:
-            conn.execute(PairObservation.__table__.insert(), pairs)
+            conn.execute(insert(PairObservation), pairs)
         if solos:
-            conn.execute(ClassSolo.__table__.insert(), solos)
+            conn.execute(insert(ClassSolo), solos)
     return len(solos), len(pairs)
 
 
