@@ -52,6 +52,8 @@ class PlacementIndex:
         self.count = np.zeros(n, dtype=np.int64)
         self.free = np.zeros(n, dtype=float)
         self.owner = np.zeros(n, dtype=np.int64)  # uid; -1 mixed users; -2 idle
+        self.closed_for = np.full(n, -1, dtype=np.int64)  # job a GPU is drained for; -1 none
+        self.n_closed = 0
         self.before = np.zeros(n, dtype=float)
         self._alloc_rows()
         self._build()
@@ -132,6 +134,9 @@ class PlacementIndex:
         occ = g.occupants
         self.count[i] = len(occ)
         self.open[i] = g.open()
+        closed = -1 if g.closed_for is None else g.closed_for
+        self.n_closed += (closed >= 0) - (int(self.closed_for[i]) >= 0)
+        self.closed_for[i] = closed
         self.free[i] = g.memory_gib * (1.0 - self.cfg.memory_headroom) - g.used_memory_gib()
         uids = {o.uid for o in occ}
         self.owner[i] = -2 if not uids else (next(iter(uids)) if len(uids) == 1 else -1)
@@ -253,6 +258,12 @@ class PlacementIndex:
                                 rows=np.array([pos], dtype=np.int64))
             return "share" if m.busy.size else "no"
         return "share" if (self.acc_explore if explore else self.acc)[c, pos] else "no"
+
+    def draining_for(self) -> list[int]:
+        """Jobs that shared GPUs are kept free for (the agent's starvation guard)."""
+        if not self.n_closed:
+            return []
+        return sorted(int(j) for j in np.unique(self.closed_for[self.closed_for >= 0]))
 
     def refusal_counts(self, uid: int | None, est: float) -> tuple[int, int]:
         """(busy GPUs with a free slot this job may use, how many of them lack memory)."""

@@ -168,7 +168,7 @@ def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,
 def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable,
              cfg: PlacementConfig) -> str:
     """One line saying why no shared GPU was taken."""
-    closed = sorted({g.closed_for for g in view.gpus if g.closed_for is not None})
+    closed = idx.draining_for()
     note = (f"; shared GPU(s) kept free for job {','.join(map(str, closed))}, waiting for whole GPUs"
             if closed else "")
     busy, unfit = idx.refusal_counts(j.uid, j.est)
