@@ -2,9 +2,10 @@
 
 A job that asks for whole GPUs (``--gres=gpu:N``, untyped, on one node) can wait a long
 time when every GPU it could use is shared and new ``--colocate`` jobs keep joining the
-busy ones. Once the oldest such job has waited ``placement.reserve_after_h``, the agent
-closes the shared GPU(s) expected to drain first to new partners -- like a backfill
-reservation -- until the job has started. The simulator's ``ours`` policies do the same.
+busy ones. Once such a job has waited ``placement.reserve_after_h``, the agent closes the
+shared GPU(s) expected to drain first to new partners -- like a backfill reservation --
+until the job has started: one job at a time, the oldest that draining can help. The
+simulator's ``ours`` policies do the same.
 
 Pure: works on the agent's Slurm snapshot and view; :class:`~.state.AgentState` applies the
 result at every refresh.
@@ -58,15 +59,28 @@ def whole_gpu_count(job: SlurmJob) -> int | None:
     return count if count else None
 
 
-def starving_job(jobs: Iterable[SlurmJob], now: float, after_s: float) -> SlurmJob | None:
-    """The oldest single-node job waiting at least ``after_s`` for whole GPUs, if any."""
+def starving_jobs(jobs: Iterable[SlurmJob], now: float, after_s: float) -> list[SlurmJob]:
+    """Single-node jobs waiting at least ``after_s`` for whole GPUs, oldest first."""
     if after_s <= 0:
-        return None
+        return []
     waiting = [j for j in jobs
                if j.state == "PENDING" and j.state_reason in WAITING_REASONS
                and j.node_count <= 1 and j.submit_time > 0 and now - j.submit_time >= after_s
                and whole_gpu_count(j) is not None]
-    return min(waiting, key=lambda j: (j.submit_time, j.job_id)) if waiting else None
+    return sorted(waiting, key=lambda j: (j.submit_time, j.job_id))
+
+
+def reserve(jobs: Iterable[SlurmJob], view: ClusterView, now: float, after_s: float,
+            partitions: Mapping[str, tuple[str, ...]], tries: int = 20) -> Reservation | None:
+    """The reservation for the oldest starving job that draining shared GPUs can help (the
+    first ``tries`` of them are looked at)."""
+    jobs = list(jobs)
+    ends = {j.job_id: j.end_time for j in jobs if j.active}
+    for job in starving_jobs(jobs, now, after_s)[:tries]:
+        r = plan(job, view, ends, partitions)
+        if r is not None:
+            return r
+    return None
 
 
 def _drain_time(g: GpuView, ends: Mapping[int, float]) -> float:

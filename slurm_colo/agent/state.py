@@ -19,7 +19,7 @@ from ..placement.policy import index_for
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
-from .drain import Reservation, plan, starving_job
+from .drain import Reservation, reserve
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -185,10 +185,8 @@ class AgentState:
         index_for(self.view, self.scores, self.cfg.placement)  # built here, off the request path
 
     def _plan_reservation(self, view: ClusterView, now: float) -> None:
-        job = starving_job(self.jobs.values(), now, self.cfg.placement.reserve_after_h * 3600.0)
-        ends = {j.job_id: j.end_time for j in self.jobs.values() if j.active}
         parts = {name: n.partitions for name, n in self.nodes.items()}
-        new = plan(job, view, ends, parts) if job is not None else None
+        new = reserve(self.jobs.values(), view, now, self.cfg.placement.reserve_after_h * 3600.0, parts)
         old = self.reservation
         if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
             log.info("job %s has waited %.1f h for whole GPUs: GPU(s) %s of %s take no new partners "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_colo.agent.drain import plan, starving_job, whole_gpu_count
+from slurm_colo.agent.drain import plan, reserve, starving_jobs, whole_gpu_count
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.gres_layout import NodeGpus
@@ -40,12 +40,23 @@ def test_only_jobs_waiting_for_resources_long_enough_count() -> None:
     old, young = waiting(1, submit=1 * HOUR), waiting(2, submit=9.5 * HOUR)
     held = waiting(3, submit=0.5 * HOUR, reason="JobHeldUser")
     dep = waiting(4, submit=0.5 * HOUR, reason="Dependency")
-    assert starving_job([young, held, dep, old], now, 6 * HOUR) == old
-    assert starving_job([young, held, dep], now, 6 * HOUR) is None
-    assert starving_job([old], now, 0.0) is None  # 0 disables the guard
+    older = waiting(6, submit=0.5 * HOUR)
+    assert starving_jobs([young, held, dep, old, older], now, 6 * HOUR) == [older, old]
+    assert starving_jobs([young, held, dep], now, 6 * HOUR) == []
+    assert starving_jobs([old], now, 0.0) == []  # 0 disables the guard
     multi = SlurmJob(5, "m", "u", 1, "PENDING", node_count=2, tres_per_node="gres:gpu:1",
                      submit_time=0.5 * HOUR, state_reason="Resources")
-    assert starving_job([multi], now, 6 * HOUR) is None
+    assert starving_jobs([multi], now, 6 * HOUR) == []
+
+
+def test_the_oldest_job_that_draining_can_help_gets_the_reservation() -> None:
+    # the oldest waits in a partition without shared GPUs: the next one is served
+    other = waiting(1, submit=1 * HOUR, partition="cpu")
+    next_ = waiting(2, submit=2 * HOUR)
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    view = _view((0, 10), (1, 11))
+    r = reserve([*busy, other, next_], view, 10 * HOUR, 6 * HOUR, {"n1": ("gpu",)})
+    assert r is not None and r.job_id == 2 and r.gpus == (1,)
 
 
 def _view(*occupied: tuple[int, int | None]) -> ClusterView:
