@@ -37,8 +37,9 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
             lines.append(f"  sharing: {ex.get('mechanism')} (time-sliced, no MPS)")
         if ex.get("now_with") is not None:
             lines.append(f"  sharing now with: {', '.join(map(str, ex['now_with'])) or 'nobody'}")
-    else:
-        lines.append(f"  own GPU: {ex.get('reason')}")
+    else:  # the policy's reasons for a GPU of its own already start with "own GPU:"
+        reason = str(ex.get("reason") or "")
+        lines.append("  " + (reason if reason.startswith("own GPU") else f"not shared: {reason}"))
     if ex.get("scores"):
         lines.append(f"  score set: {ex['scores']}")
     return "\n".join(lines)

@@ -206,3 +206,19 @@ def test_server_answers_place_before_recording_it() -> None:
     assert agent.lock.locked() and not agent.state.placements  # recorded only by `after`
     after()
     assert not agent.lock.locked() and len(agent.state.placements) == 1
+
+
+def test_explain_text_gives_the_reason_once() -> None:
+    from slurm_colo.cli.spine import _fmt_explain
+
+    s = _state()
+    s.place_request(_req("good"), 1.0)
+    s.place_request(_req("bad"), 1.0)  # both shared GPUs now hold alice's jobs
+    reply = s.place_request(_req("good", user="bob", uid=1001), 1.0)
+    token = reply["tag"].split("tok=")[1].split()[0].rstrip("]")
+    text = _fmt_explain({**s.explanations[token], "known": True, "job_id": 99})
+    assert "  own GPU: no shared GPU with a free slot for this user" in text
+    assert text.count("own GPU") == 1
+    off = _fmt_explain({"known": True, "job_id": 98, "action": "exclusive",
+                        "reason": "--colocate=off: job left as submitted"})
+    assert "  not shared: --colocate=off: job left as submitted" in off

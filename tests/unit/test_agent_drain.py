@@ -150,3 +150,4 @@ def test_status_command_shows_the_reservation(monkeypatch) -> None:  # type: ign
     out = CliRunner().invoke(app, ["status"]).output
     assert "draining GPU(s) 1 of n1 for job 50, waiting 7.0 h" in out
     assert "n1:1 [v100_s1]  1/4 slot(s)  (kept free for job 50)" in out
+
