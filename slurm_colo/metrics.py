@@ -13,7 +13,8 @@ serves. Snapshot shape::
      "requests_total": 40,
      "request_seconds": {"sum": 0.8, "count": 40}}
 
-Optional, when present: ``slots`` and ``exclusive_job`` per GPU, ``pending_placements``.
+Optional, when present: ``slots``, ``exclusive_job`` and ``closed_for`` per GPU,
+``pending_placements``.
 Missing keys are treated as empty; ``None`` values produce no sample.
 """
 
@@ -116,6 +117,9 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     slots = _Family("gpu_slots", "gauge", "Jobs a shared GPU can hold (its shards).")
     exclusive = _Family("gpu_exclusive", "gauge",
                         "1 when an exclusive (gres:gpu) job holds the shared GPU, else 0.")
+    drained = _Family("gpu_drained", "gauge",
+                      "1 while the shared GPU takes no new partners because a job waiting "
+                      "for whole GPUs gets it next (starvation guard), else 0.")
     for gpu in snapshot.get("gpus") or ():
         gl = {"node": gpu.get("node", ""), "gpu": gpu.get("index", ""),
               "gres_type": gpu.get("gres_type", "")}
@@ -132,6 +136,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
         slots.add(_num(gpu.get("slots")), gl)
         if "exclusive_job" in gpu:
             exclusive.add(gpu["exclusive_job"] is not None, gl)
+        if "closed_for" in gpu:
+            drained.add(gpu["closed_for"] is not None, gl)
         delta.add(_num(gpu.get("predicted_delta")), gl)
         slowdown.add(_num(gpu.get("observed_slowdown")), gl)
 
@@ -166,7 +172,7 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     duration.add(_num(rs.get("sum")), suffix="_sum")
     duration.add(_num(rs.get("count")), suffix="_count")
 
-    families = [occupants, pending, occ_info, slots, exclusive, delta, slowdown, decisions,
+    families = [occupants, pending, occ_info, slots, exclusive, drained, delta, slowdown, decisions,
                 fallbacks, score_info, score_age, pending_total, requests, duration]
     out: list[str] = []
     for fam in families:

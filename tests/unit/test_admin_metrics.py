@@ -57,7 +57,8 @@ SNAPSHOT = {
          ],
          "predicted_delta": 1.31, "observed_slowdown": None},
         {"node": "gpu02", "index": 0, "gres_type": "v100_s0", "occupants": [],
-         "predicted_delta": None, "observed_slowdown": 1.12, "slots": 4, "exclusive_job": 77},
+         "predicted_delta": None, "observed_slowdown": 1.12, "slots": 4, "exclusive_job": 77,
+         "closed_for": 91},
     ],
     "decisions": {"share:compatible": 7, "exclusive:no_partner": 2},
     "fallbacks": {"agent_timeout": 3},
@@ -140,6 +141,8 @@ def test_optional_capacity_exclusive_and_pending():
     assert _values(samples, "slurm_colo_gpu_slots") == [
         ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "4")]
     assert _values(samples, "slurm_colo_gpu_exclusive") == [
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")]
+    assert _values(samples, "slurm_colo_gpu_drained") == [
         ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")]
     assert _values(samples, "slurm_colo_pending_placements") == [({}, "2")]
 
