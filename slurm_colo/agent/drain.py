@@ -13,7 +13,7 @@ result at every refresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..placement import ClusterView, GpuView
@@ -71,12 +71,13 @@ def starving_jobs(jobs: Iterable[SlurmJob], now: float, after_s: float) -> list[
 
 
 def reserve(jobs: Iterable[SlurmJob], view: ClusterView, now: float, after_s: float,
-            partitions: Mapping[str, tuple[str, ...]], tries: int = 20) -> Reservation | None:
+            partitions: Mapping[str, tuple[str, ...]], skip: Collection[int] = (),
+            tries: int = 20) -> Reservation | None:
     """The reservation for the oldest starving job that draining shared GPUs can help (the
-    first ``tries`` of them are looked at)."""
+    first ``tries`` of them are looked at; jobs in ``skip`` are passed over)."""
     jobs = list(jobs)
     ends = {j.job_id: j.end_time for j in jobs if j.active}
-    for job in starving_jobs(jobs, now, after_s)[:tries]:
+    for job in [j for j in starving_jobs(jobs, now, after_s) if j.job_id not in skip][:tries]:
         r = plan(job, view, ends, partitions)
         if r is not None:
             return r
@@ -122,3 +123,9 @@ def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
     if best is None:
         return None
     return Reservation(job.job_id, best[1], best[2], job.submit_time, best[0])
+
+
+def drained(r: Reservation, view: ClusterView) -> bool:
+    """True when every GPU kept for ``r`` is empty: the job could take them now."""
+    return all(not g.occupants and g.exclusive_job is None
+               for g in view.gpus if g.node == r.node and g.index in r.gpus)

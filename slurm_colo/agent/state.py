@@ -19,10 +19,12 @@ from ..placement.policy import index_for
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
-from .drain import Reservation, reserve
+from .drain import Reservation, drained, reserve
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
+#: how long GPUs drained for a waiting job stay closed while Slurm has not started it yet
+DRAINED_GRACE_S = 60.0
 
 
 @dataclass
@@ -85,6 +87,9 @@ class AgentState:
         self._prepared: tuple[Any, ...] | None = None
         #: shared GPUs drained for a job waiting too long for whole GPUs (see drain.py)
         self.reservation: Reservation | None = None
+        #: waiting jobs the guard gave up on (GPUs drained, still not started) -> when
+        self._gave_up: dict[int, float] = {}
+        self._drained_since: float | None = None
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -185,9 +190,25 @@ class AgentState:
         index_for(self.view, self.scores, self.cfg.placement)  # built here, off the request path
 
     def _plan_reservation(self, view: ClusterView, now: float) -> None:
-        parts = {name: n.partitions for name, n in self.nodes.items()}
-        new = reserve(self.jobs.values(), view, now, self.cfg.placement.reserve_after_h * 3600.0, parts)
+        after_s = self.cfg.placement.reserve_after_h * 3600.0
         old = self.reservation
+        sj = self.jobs.get(old.job_id) if old is not None else None
+        if old is not None and sj is not None and sj.state == "PENDING" and drained(old, view):
+            # its GPUs are free: keep them for it while Slurm gets round to starting it
+            if self._drained_since is None:
+                self._drained_since = now
+            if now - self._drained_since < max(DRAINED_GRACE_S, 3 * self.cfg.agent.refresh_interval_s):
+                return
+            # still not started: it waits for something else (CPUs, memory, a limit)
+            log.warning("job %s still waits (%s) although GPU(s) %s of %s were drained for it; "
+                        "they take partners again and the job is passed over for %.1f h", old.job_id,
+                        sj.state_reason or "no reason given", ",".join(map(str, old.gpus)), old.node,
+                        after_s / 3600.0)
+            self._gave_up[old.job_id] = now
+        self._drained_since = None
+        self._gave_up = {j: t for j, t in self._gave_up.items() if j in self.jobs and now - t < after_s}
+        parts = {name: n.partitions for name, n in self.nodes.items()}
+        new = reserve(self.jobs.values(), view, now, after_s, parts, skip=self._gave_up)
         if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
             log.info("job %s has waited %.1f h for whole GPUs: GPU(s) %s of %s take no new partners "
                      "until it starts", new.job_id, (now - new.waiting_since) / 3600.0,

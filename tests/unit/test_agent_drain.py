@@ -151,3 +151,24 @@ def test_status_command_shows_the_reservation(monkeypatch) -> None:  # type: ign
     assert "draining GPU(s) 1 of n1 for job 50, waiting 7.0 h" in out
     assert "n1:1 [v100_s1]  1/4 slot(s)  (kept free for job 50)" in out
 
+
+
+def test_drained_gpus_wait_a_little_for_the_job_then_the_guard_gives_up() -> None:
+    s = _state()
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    w = waiting(submit=1 * HOUR)
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR), w], node, 8 * HOUR)
+    assert s.reservation is not None and s.reservation.gpus == (1,)
+    # job 11 ends; Slurm has not started job 50 yet: GPU 1 stays kept for it
+    t = 9 * HOUR
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), w], node, t)
+    assert s.reservation is not None and s.view.gpus[1].closed_for == 50
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), w], node, t + 30)
+    assert s.view.gpus[1].closed_for == 50
+    assert s.place_request(_req(), t + 30)["gres"] == "gres:shard:v100_s0:1"
+    # a minute later it still waits (for CPUs, say): the GPU takes partners again, and the
+    # job is not drained for again at once
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), w], node, t + 90)
+    assert s.reservation is None and s.view.gpus[1].closed_for is None
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), shard_job(12, 1, end=30 * HOUR), w], node, t + 120)
+    assert s.reservation is None
