@@ -132,8 +132,14 @@ def skewed_intervals(j: JobView) -> int:
 
 
 def shared_s(j: JobView) -> float:
-    """Seconds of the run with a co-runner listed (overlaps summed, at most the run)."""
-    t = sum(max(0.0, min(e, j.end) - max(s, j.start)) for _, _, s, e in j.co_runners)
+    """Seconds of the run with a co-runner listed (the union of the overlaps: two
+    co-runners at once count once)."""
+    ivs = sorted((max(s, j.start), min(e, j.end)) for _, _, s, e in j.co_runners)
+    t, hi = 0.0, j.start
+    for s, e in ivs:
+        if e > hi and e > s:
+            t += e - max(s, hi)
+            hi = e
     return min(t, j.end - j.start)
 
 

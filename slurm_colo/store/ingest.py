@@ -61,6 +61,14 @@ def check_record(r: JobRecord) -> None:
             raise BadRecord(f"{name} {v!r} is not a non-empty string of at most 128 characters")
     if len(r.cls) > 64:
         raise BadRecord(f"class {r.cls!r} is longer than 64 characters")
+    # the columns' lengths: PostgreSQL refuses a longer value (and with it the whole batch)
+    for name, most in (("user", 64), ("cluster", 64)):
+        if len(getattr(r, name)) > most:
+            raise BadRecord(f"{name} {getattr(r, name)!r} is longer than {most} characters")
+    if len(str(r.mode)) > 16:
+        raise BadRecord(f"mode {r.mode!r} is longer than 16 characters")
+    if r.mechanism is not None and (not isinstance(r.mechanism, str) or len(r.mechanism) > 16):
+        raise BadRecord(f"mechanism {r.mechanism!r} is not a string of at most 16 characters")
     for name in ("start", "end"):
         v = getattr(r, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -68,6 +76,8 @@ def check_record(r: JobRecord) -> None:
     if r.end < r.start:
         raise BadRecord(f"job ends ({r.end}) before it starts ({r.start}): clock skew or a "
                         "corrupt record")
+    if len(r.record_id) > 200:
+        raise BadRecord(f"record id {r.record_id!r} is longer than 200 characters")
     for name in ("uid", "exit_code"):
         v = getattr(r, name)
         if isinstance(v, bool) or not isinstance(v, int):
