@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import String, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
@@ -51,6 +51,13 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) and f >= 0 else None
 
 
+def _column_length(name: str) -> int:
+    """The length of a string column of the jobs table, as the schema declares it."""
+    column_type = Job.__table__.c[name].type
+    assert isinstance(column_type, String) and column_type.length is not None
+    return column_type.length
+
+
 def check_record(r: JobRecord) -> None:
     """Raise :class:`BadRecord` for a record that cannot be stored."""
     if not isinstance(r.job_id, int) or isinstance(r.job_id, bool) or r.job_id < 0:
@@ -59,16 +66,16 @@ def check_record(r: JobRecord) -> None:
         v = getattr(r, name)
         if not isinstance(v, str) or not v or len(v) > 128:
             raise BadRecord(f"{name} {v!r} is not a non-empty string of at most 128 characters")
-    if len(r.cls) > 64:
-        raise BadRecord(f"class {r.cls!r} is longer than 64 characters")
     # the columns' lengths: PostgreSQL refuses a longer value (and with it the whole batch)
-    for name, most in (("user", 64), ("cluster", 64)):
-        if len(getattr(r, name)) > most:
-            raise BadRecord(f"{name} {getattr(r, name)!r} is longer than {most} characters")
-    if len(str(r.mode)) > 16:
-        raise BadRecord(f"mode {r.mode!r} is longer than 16 characters")
-    if r.mechanism is not None and (not isinstance(r.mechanism, str) or len(r.mechanism) > 16):
-        raise BadRecord(f"mechanism {r.mechanism!r} is not a string of at most 16 characters")
+    for name in ("cls", "user", "cluster", "mode", "mechanism"):
+        v = getattr(r, name)
+        if name == "mechanism" and v is None:
+            continue
+        if name == "mode":
+            v = str(v)  # stored as its text
+        most = _column_length(name)
+        if not isinstance(v, str) or len(v) > most:
+            raise BadRecord(f"{name} {v!r} is not a string of at most {most} characters")
     for name in ("start", "end"):
         v = getattr(r, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -76,8 +83,9 @@ def check_record(r: JobRecord) -> None:
     if r.end < r.start:
         raise BadRecord(f"job ends ({r.end}) before it starts ({r.start}): clock skew or a "
                         "corrupt record")
-    if len(r.record_id) > 200:
-        raise BadRecord(f"record id {r.record_id!r} is longer than 200 characters")
+    most = _column_length("record_id")
+    if len(r.record_id) > most:
+        raise BadRecord(f"record id {r.record_id!r} is longer than {most} characters")
     for name in ("uid", "exit_code"):
         v = getattr(r, name)
         if isinstance(v, bool) or not isinstance(v, int):
