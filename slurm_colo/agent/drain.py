@@ -95,8 +95,9 @@ def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
     """The shared GPUs to close for ``job``: on the node where its GPU count is expected to
     be free soonest, the idle shared GPUs there and the busy ones that drain first. None
     when the job could already start on idle shared GPUs (it then waits for something
-    else: CPUs, memory, a limit) or no node has enough shared GPUs. ``ends`` maps running job ids to their end times
-    (start + time limit); ``partitions`` maps node names to their partitions."""
+    else: CPUs, memory, a limit) or no node has enough shared GPUs. ``ends`` maps running
+    job ids to their end times (start + time limit); ``partitions`` maps node names to
+    their partitions."""
     need = whole_gpu_count(job)
     if need is None:
         return None
@@ -125,7 +126,11 @@ def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
     return Reservation(job.job_id, best[1], best[2], job.submit_time, best[0])
 
 
+def kept(r: Reservation, view: ClusterView) -> list[GpuView]:
+    """The GPUs of ``view`` that ``r`` keeps free."""
+    return [g for g in view.gpus if g.node == r.node and g.index in r.gpus]
+
+
 def drained(r: Reservation, view: ClusterView) -> bool:
     """True when every GPU kept for ``r`` is empty: the job could take them now."""
-    return all(not g.occupants and g.exclusive_job is None
-               for g in view.gpus if g.node == r.node and g.index in r.gpus)
+    return all(not g.occupants and g.exclusive_job is None for g in kept(r, view))

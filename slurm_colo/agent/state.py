@@ -19,7 +19,7 @@ from ..placement.policy import index_for
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
-from .drain import Reservation, drained, reserve
+from .drain import Reservation, drained, kept, reserve
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -226,9 +226,8 @@ class AgentState:
             log.info("job %s: no longer waiting; GPUs of %s open to partners again", r.job_id, r.node)
             self.reservation = None
             return
-        for g in view.gpus:
-            if g.node == r.node and g.index in r.gpus:
-                g.closed_for = r.job_id
+        for g in kept(r, view):
+            g.closed_for = r.job_id
 
     def _occupant_for_placement(self, p: Placement) -> Occupant:
         d = p.decision
