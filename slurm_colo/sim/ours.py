@@ -8,15 +8,18 @@ Two ways to drive it (see docs/simulator.md):
   the decision can wait for the job's turn.
 * ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, the decision is made
   once, at arrival: a shared GPU now, or the job keeps its own-GPU request and waits for a
-  whole idle GPU (first come, first served).
+  whole idle GPU (first come, first served). Like the live agent it never undoes a
+  placement (``retract=False``): a set that turns out harmful runs on, and what it showed
+  reaches the scores at the next nightly retrain.
 
 Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
 ``placement.reserve_after_h``, the busy shared GPU(s) expected to drain first are closed to new
 partners until they are idle (like a Slurm backfill reservation). With ``learn``, a new set
-is observed after ``probe_s``: if it is harmful (combined throughput below 1, or a job
-below ``1 / max_slowdown`` of its solo speed) the newcomer is retracted (checkpointed and
-requeued) and the observed pair throughputs go into the score table at once; harmless
-observations are folded in every ``relearn_s`` (the nightly retrain).
+is observed after ``probe_s`` and what it showed is folded into the score table every
+``relearn_s`` (the nightly retrain). With ``retract`` as well, a harmful set (combined
+throughput below 1, or a job below ``1 / max_slowdown`` of its solo speed) is undone at
+once: the newcomer is checkpointed and requeued and the observed pair throughputs go into
+the score table straight away.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTab
 
 class PolicyScheduler:
     def __init__(self, name: str, scores: ScoreTable, cfg: PlacementConfig,
-                 learn: bool = True, submit_time: bool = False) -> None:
+                 learn: bool = True, submit_time: bool = False, retract: bool = True) -> None:
         self.name = name
         self.scores = scores
         self.cfg = cfg
         self.learn = learn
         self.submit_time = submit_time
+        self.retract = retract
         self.retractions = 0
         self.explored = 0
         self.relearns = 0
@@ -169,7 +173,7 @@ class PolicyScheduler:
         floor = 1.0 / self.cfg.max_slowdown
         harmful = sum(rates.values()) < 1.0 or any(
             rates[j] < floor for j in members if sim.runs[j].job.mode != "aggressive")
-        if harmful:
+        if harmful and self.retract:
             key = sim.runs[jid].job.key
             for i in sim.evict(jid):
                 self.view.remove_occupant(self.view.gpus[i], key)

@@ -76,6 +76,23 @@ def test_a_wrong_prediction_is_retracted_and_learned() -> None:
     assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000 - 60 * 0.3)
 
 
+def test_without_retraction_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_retrain() -> None:
+    # the live agent cannot undo a placement: the bad pair runs to the end, and only the
+    # next retrain (relearn_s) teaches the scores
+    wrong = oracle_scores(data())
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    sched = PolicyScheduler("ours-submit", wrong, CFG, learn=True, submit_time=True,
+                            retract=False)
+    tr = [job(0, 0, 600, "a"), job(1, 1, 600, "x"), job(2, 5000, 100, "x")]
+    sim = run(tr, sched, probe_s=60, relearn_s=3600)
+    assert sched.retractions == 0 and sim.runs[1].evictions == 0
+    # together at 0.3 each from t=1 until a ends (a had done 1 unit alone)
+    assert sim.runs[0].end == pytest.approx(1 + 599 / 0.3)
+    learned = sched.scores.pair("x", "a")
+    assert learned.observed and learned.n_a == pytest.approx(0.3)
+    assert summarize(sim).over_limit_jobs == 2
+
+
 def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
     # a steady stream of a/b keeps the GPU busy; x fits with nobody. Without the drain
     # reservation it would wait for the whole stream.
