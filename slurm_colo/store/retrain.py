@@ -31,6 +31,7 @@ from ..scores import ScoreTable, publish_scores, scores_from_dict
 from .engine import db_errors, require_schema
 from .episode_read import SOURCES
 from .episodes import read_window, rebuild_episodes, update_episodes
+from .retrain_lock import retrain_lock
 from .schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
 from .scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
 
@@ -130,7 +131,14 @@ def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | No
             dry_run: bool = False, force: bool = False, path: str | Path | None = None,
             rebuild: bool = False) -> RetrainResult:
     """Train, validate and publish (see the module); ``rebuild``: rebuild every episode
-    from the records instead of updating them."""
+    from the records instead of updating them. One run at a time per store: a second one
+    raises :class:`ModelError` at once (:mod:`.retrain_lock`)."""
+    with retrain_lock(engine):
+        return _retrain(engine, cfg, gpu, now, dry_run, force, path, rebuild)
+
+
+def _retrain(engine: Engine, cfg: Config, gpu: str | None, now: float | None, dry_run: bool,
+             force: bool, path: str | Path | None, rebuild: bool) -> RetrainResult:
     now = time.time() if now is None else now
     sc = cfg.scores
     gpu_model = resolve_gpu_model(engine, gpu, cfg)

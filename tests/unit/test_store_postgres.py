@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from slurm_colo.config import Config, ScoresConfig
-from slurm_colo.errors import StoreError
+from slurm_colo.errors import ModelError, StoreError
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.records import CoRunner, JobRecord
 from slurm_colo.scores import load_scores
@@ -31,6 +31,7 @@ from slurm_colo.store import (
 )
 from slurm_colo.store.episodes import load_episodes, rebuild_episodes
 from slurm_colo.store.retrain import retrain
+from slurm_colo.store.retrain_lock import PG_LOCK_KEY
 from slurm_colo.store.scoresets import import_gavel, live_score_set
 
 _PG_URL = os.environ.get("SLURM_COLO_TEST_PG_URL")
@@ -114,3 +115,17 @@ def test_retrain_end_to_end_on_postgres(engine: Engine, tmp_path: Path) -> None:
     assert live_score_set(engine, "k80").id == t.id  # type: ignore[union-attr]
     assert t.pair("newclass", "a3c").observed
     assert t.pair("newclass", "a3c").n_a == pytest.approx(0.4, abs=0.1)
+
+
+def test_a_second_retrain_on_postgres_stops_at_once(engine: Engine, tmp_path: Path) -> None:
+    upgrade(engine)
+    import_gavel(engine, load_gavel(bundled_path(), "k80"))
+    cfg = Config(scores=ScoresConfig(path=str(tmp_path / "live.json")))
+    with engine.connect() as other:  # another session, as another host's retrain would be
+        assert other.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
+        backend = other.scalar(text("SELECT pg_backend_pid()"))
+        with pytest.raises(ModelError, match=rf"another retrain is running .*pid {backend}\)"):
+            retrain(engine, cfg, now=1.8e9)
+        assert not (tmp_path / "live.json").exists()
+        other.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+    assert retrain(engine, cfg, now=1.8e9).published

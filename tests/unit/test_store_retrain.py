@@ -185,3 +185,35 @@ def test_an_unwritable_destination_is_a_clear_error(engine: Engine, tmp_path: Pa
     with pytest.raises(ModelError, match="cannot be written"):
         retrain(engine, c, now=NOW)
     assert live_score_set(engine, "") is None
+
+
+def _hold_lock_in_child(engine: Engine) -> "subprocess.Popen[bytes]":
+    """A separate process that takes the store's retrain lock and keeps it until killed."""
+    import subprocess
+    import sys
+    code = ("import sys, time\n"
+            "from slurm_colo.store import make_engine\n"
+            "from slurm_colo.store.retrain_lock import retrain_lock\n"
+            "with retrain_lock(make_engine(sys.argv[1])):\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(engine.url)], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline().strip() == b"held"
+    return child
+
+
+def test_a_second_retrain_stops_at_once_and_changes_nothing(engine: Engine, tmp_path: Path) -> None:
+    ingest_records(engine, history(noise=0.01))
+    child = _hold_lock_in_child(engine)
+    try:
+        with pytest.raises(ModelError, match=rf"another retrain is running .*pid {child.pid}"):
+            retrain(engine, cfg(tmp_path), now=NOW)
+        assert not (tmp_path / "scores" / "live.json").exists()
+        assert list_score_sets(engine) == []
+        with engine.connect() as c:  # not even the episodes were touched
+            assert c.scalar(text("SELECT count(*) FROM episodes")) == 0
+    finally:
+        child.kill()
+        child.wait()
+    # the holder died: the kernel dropped its lock, the next night runs
+    assert retrain(engine, cfg(tmp_path), now=NOW).published

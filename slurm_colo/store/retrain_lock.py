@@ -1,0 +1,97 @@
+"""One retrain at a time per history store.
+
+Two retrains on one database (the nightly timer and an admin's manual run, or timers on two
+hosts) would rebuild the same episodes and race to publish. :func:`retrain_lock` makes the
+second one stop at once, having changed nothing, with a message that says who holds the
+lock:
+
+* SQLite: ``flock`` on ``<database file>.retrain.lock`` (it holds the holder's pid); the
+  kernel drops the lock when the holder dies, so a killed retrain never blocks the next
+  night;
+* PostgreSQL: a session advisory lock (``pg_try_advisory_lock``), held on one connection
+  for the whole retrain; it also ends with the holder's session.
+
+An in-memory SQLite database is private to its process and needs no lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from ..errors import ModelError
+from .engine import db_errors
+
+#: advisory lock key on PostgreSQL (an arbitrary constant: "colo" in ASCII)
+PG_LOCK_KEY = 0x636F6C6F
+_BUSY = "another retrain is running on this history store"
+
+
+def lock_path(engine: Engine) -> str | None:
+    """The lock file of a SQLite store; None for an in-memory database or another dialect."""
+    if engine.dialect.name != "sqlite":
+        return None
+    db = engine.url.database
+    if not db or db == ":memory:" or db.startswith("file::memory:"):
+        return None
+    return f"{db}.retrain.lock"
+
+
+@contextmanager
+def retrain_lock(engine: Engine) -> Iterator[None]:
+    """Hold the store's retrain lock, or raise :class:`ModelError` if another run has it."""
+    if engine.dialect.name == "postgresql":
+        with _pg_lock(engine):
+            yield
+        return
+    path = lock_path(engine)
+    if path is None:
+        yield
+        return
+    with _file_lock(path):
+        yield
+
+
+@contextmanager
+def _file_lock(path: str) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ModelError(f"cannot open the retrain lock {path}: {e.strerror}",
+                         hint="check the permissions of the database's directory") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise ModelError(f"{_BUSY} (pid {holder}, lock {path}); this run changed nothing",
+                             hint="wait for it to finish; a dead holder releases the lock "
+                                  "by itself") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextmanager
+def _pg_lock(engine: Engine) -> Iterator[None]:
+    with db_errors(engine), engine.connect() as conn:
+        got = conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
+        conn.commit()
+        if not got:
+            holder = conn.scalar(text(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND objid = :k LIMIT 1"), {"k": PG_LOCK_KEY})
+            raise ModelError(f"{_BUSY} (PostgreSQL backend pid {holder or '?'}); this run "
+                             "changed nothing", hint="wait for it to finish")
+        try:
+            yield
+        finally:
+            conn.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+            conn.commit()
