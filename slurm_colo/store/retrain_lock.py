@@ -19,10 +19,11 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import ModelError
 from .engine import db_errors
@@ -93,5 +94,7 @@ def _pg_lock(engine: Engine) -> Iterator[None]:
         try:
             yield
         finally:
-            conn.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
-            conn.commit()
+            # a lost connection has dropped the lock with its session: nothing to undo
+            with suppress(SQLAlchemyError):
+                conn.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+                conn.commit()
