@@ -16,16 +16,17 @@ An in-memory SQLite database is private to its process and needs no lock.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import ModelError
+from ..node.fsutil import read_small, try_lock, unlock
 from .engine import db_errors
 
 #: advisory lock key on PostgreSQL (an arbitrary constant: "colo" in ASCII)
@@ -61,23 +62,20 @@ def retrain_lock(engine: Engine) -> Iterator[None]:
 @contextmanager
 def _file_lock(path: str) -> Iterator[None]:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = try_lock(Path(path), 0.0)
     except OSError as e:
         raise ModelError(f"cannot open the retrain lock {path}: {e.strerror}",
                          hint="check the permissions of the database's directory") from None
+    if fd is None:
+        holder = (read_small(Path(path), 32) or b"").decode(errors="replace").strip() or "?"
+        raise ModelError(f"{_BUSY} (pid {holder}, lock {path}); this run changed nothing",
+                         hint="wait for it to finish; a dead holder releases the lock by itself")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise ModelError(f"{_BUSY} (pid {holder}, lock {path}); this run changed nothing",
-                             hint="wait for it to finish; a dead holder releases the lock "
-                                  "by itself") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the flock
+        unlock(fd)
 
 
 @contextmanager

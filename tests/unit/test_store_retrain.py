@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -187,10 +189,8 @@ def test_an_unwritable_destination_is_a_clear_error(engine: Engine, tmp_path: Pa
     assert live_score_set(engine, "") is None
 
 
-def _hold_lock_in_child(engine: Engine) -> "subprocess.Popen[bytes]":
+def _hold_lock_in_child(engine: Engine) -> subprocess.Popen[bytes]:
     """A separate process that takes the store's retrain lock and keeps it until killed."""
-    import subprocess
-    import sys
     code = ("import sys, time\n"
             "from slurm_colo.store import make_engine\n"
             "from slurm_colo.store.retrain_lock import retrain_lock\n"
