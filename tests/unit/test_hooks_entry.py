@@ -204,4 +204,9 @@ def test_epilog_record_reaches_the_database_through_the_detached_ingest(cfg: Con
             break
         time.sleep(0.1)
     assert rows == [(71, "resnet50")]
-    assert list(Path(cfg.node.spool_dir).glob("*.json")) == []  # moved to done/
+    # the ingest commits the row first and then moves the file to done/: wait for both
+    spooled = list(Path(cfg.node.spool_dir).glob("*.json"))
+    while spooled and time.monotonic() < deadline:
+        time.sleep(0.05)
+        spooled = list(Path(cfg.node.spool_dir).glob("*.json"))
+    assert spooled == []  # moved to done/
