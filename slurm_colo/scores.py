@@ -5,7 +5,8 @@ Format ``slurm-colo-scores/1`` (JSON)::
     {"format": "slurm-colo-scores/1", "id": "...", "created": "2026-11-22T03:00:00+00:00",
      "gpu_model": "v100",
      "prior": {"n": 0.6, "sd": 0.25},
-     "classes": {"resnet18-bs64": {"memory_gib": 3.0, "sm_util": 0.55, "solo_rate": 12.0}},
+     "classes": {"resnet18-bs64": {"memory_gib": 3.0, "sm_util": 0.55, "solo_rate": 12.0,
+                                   "progress_rate": 3.1}},
      "pairs": [{"a": "x", "b": "y", "n_a": 0.81, "n_b": 0.74, "sd": 0.05,
                 "observed": true, "never": false}],
      "training": {...}, "metrics": {...}}
@@ -37,6 +38,9 @@ class ClassInfo:
     memory_gib: float | None = None
     sm_util: float | None = None
     solo_rate: float | None = None
+    #: median job-reported progress rate of the class's solo runs at this site (the jobs'
+    #: own units: steps, samples... per second); a probe compares a new job's rate with it
+    progress_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,8 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
                 memory_gib=_num(info["memory_gib"], f"{name}.memory_gib") if "memory_gib" in info else None,
                 sm_util=_num(info["sm_util"], f"{name}.sm_util", 0, 1) if "sm_util" in info else None,
                 solo_rate=_num(info["solo_rate"], f"{name}.solo_rate") if "solo_rate" in info else None,
+                progress_rate=_num(info["progress_rate"], f"{name}.progress_rate")
+                if "progress_rate" in info else None,
             )
         pairs: dict[tuple[str, str], PairScore] = {}
         for k, p in enumerate(d.get("pairs") or []):

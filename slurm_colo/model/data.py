@@ -39,6 +39,8 @@ class ClassProfile:
     solo_rate: float | None = None
     memory_gib: float | None = None
     sm_util: float | None = None
+    #: job-reported progress rate of solo runs (site history; the jobs' own units)
+    progress_rate: float | None = None
 
 
 def _finite_pos(v: float | None) -> float | None:
@@ -72,9 +74,12 @@ class Observations:
         field(default_factory=list)
 
     def add_class(self, cls: str, solo_rate: float | None = None,
-                  memory_gib: float | None = None, sm_util: float | None = None) -> None:
+                  memory_gib: float | None = None, sm_util: float | None = None,
+                  progress_rate: float | None = None) -> None:
         """Register a class; later non-None values fill unknown fields."""
         p = self.classes.setdefault(cls, ClassProfile())
+        if p.progress_rate is None:
+            p.progress_rate = _finite_pos(progress_rate)
         if p.solo_rate is None:
             p.solo_rate = _finite_pos(solo_rate)
         if p.memory_gib is None:

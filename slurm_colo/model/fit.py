@@ -64,7 +64,8 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
     obs2, never = _with_faults(obs)
     gp, classes = fit_model(obs2, seed)
     k = len(classes)
-    info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate)
+    info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate,
+                      progress_rate=p.progress_rate)
             for c, p in obs.classes.items()}
     created = datetime.now(UTC).replace(microsecond=0).isoformat()
     table = ScoreTable(classes=info, gpu_model=gpu_model, created=created,

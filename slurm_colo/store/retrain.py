@@ -80,7 +80,8 @@ def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
     for c in set(mem) | set(util) | set(rate):
         obs.add_class(c, memory_gib=mem.get(c),
                       sm_util=statistics.median(util[c]) if c in util else None,
-                      solo_rate=statistics.median(rate[c]) if c in rate else None)
+                      solo_rate=statistics.median(rate[c]) if c in rate else None,
+                      progress_rate=statistics.median(rate[c]) if c in rate else None)
 
 
 def _history(engine: Engine, obs: Observations, since: float, now: float,
