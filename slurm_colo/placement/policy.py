@@ -205,7 +205,10 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
     if not view.gpus:
         return Decision("exclusive", "own GPU: no shared GPU configured", memory_gib=est)
     idx = index_for(view, scores, cfg)
-    m = idx.candidates(idx.ensure_class(job.cls), j.uid, est, j.aggressive, j.explore)
+    rows = None
+    if job.gres_type:
+        rows = np.asarray(view.positions_of_type(job.gres_type), dtype=np.int64)
+    m = idx.candidates(idx.ensure_class(job.cls), j.uid, est, j.aggressive, j.explore, rows=rows)
     k = m.best()
     first_idle = int(m.idle[0]) if m.idle.size else -1
     if k >= 0 and (first_idle < 0 or m.gain[k] >= 1.0):
@@ -242,6 +245,9 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             mem_limit_gib=_mem_limit(est, float(idx.free[first_idle])) if mps else None,
             predicted_delta=1.0, predicted_sd=0.0, memory_gib=est, predicted_rate=1.0,
         )
+    if job.gres_type:
+        return Decision("exclusive", f"wait: no GPU of type {job.gres_type} takes this job now "
+                        "(its shard type is fixed)", memory_gib=est)
     return Decision("exclusive", f"own GPU: {_why_not(j, view, idx, scores, cfg)}",
                     memory_gib=est)
 

@@ -26,6 +26,9 @@ class JobRequest:
     nodes: int = 1
     memory_gib: float | None = None
     partition: str = ""
+    #: a job whose shard type is fixed already (a requeued job: Slurm 22.05 cannot change a
+    #: pending job's GRES) may only go to GPUs of this GRES type; "" = any shared GPU
+    gres_type: str = ""
 
 
 @dataclass
@@ -95,6 +98,7 @@ class ClusterView:
 
     def __post_init__(self) -> None:
         self._pos: dict[tuple[str, int], int] | None = None
+        self._by_type: tuple[int, dict[str, list[int]]] | None = None
         #: state the policy caches on the view (see placement/index.py); None = rebuild
         self.policy_state: Any = None
         #: positions of GPUs changed since the policy last looked
@@ -145,6 +149,15 @@ class ClusterView:
                 self.touch(gpu)
                 return o
         return None
+
+    def positions_of_type(self, gres_type: str) -> list[int]:
+        """Positions of the GPUs whose shard GRES type is ``gres_type``."""
+        if self._by_type is None or self._by_type[0] != len(self.gpus):
+            by: dict[str, list[int]] = {}
+            for i, g in enumerate(self.gpus):
+                by.setdefault(g.gres_type, []).append(i)
+            self._by_type = (len(self.gpus), by)
+        return self._by_type[1].get(gres_type, [])
 
     def find(self, node: str, index: int) -> GpuView | None:
         i = self.position(node, index)

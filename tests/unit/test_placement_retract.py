@@ -1,0 +1,114 @@
+"""Judging a probed set (placement/retract.py) and placing a job whose shard type is fixed."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_colo.config import PlacementConfig
+from slurm_colo.placement import ClusterView, GpuView, JobRequest, Occupant, place
+from slurm_colo.placement.retract import Member, judge, members_from_report, observed_pairs, with_pairs
+from slurm_colo.scores import ClassInfo, PairScore, table_from_pairs
+
+CFG = PlacementConfig(explore_rate=0.0, cross_user="shard")
+SCORES = table_from_pairs(
+    [("a", "b", 0.9, 0.8), ("a", "c", 0.7, 0.9), ("b", "c", 0.95, 0.95)],
+    classes={"a": ClassInfo(progress_rate=10.0), "b": ClassInfo(progress_rate=4.0),
+             "c": ClassInfo()})
+
+
+def test_a_set_is_undone_when_combined_throughput_is_below_one() -> None:
+    v = judge("2", [Member("1", "a", "auto", 0.45), Member("2", "b", "auto", 0.5)], SCORES, CFG)
+    assert v.undo and "combined throughput 0.95 < 1" in v.reason
+
+
+def test_a_set_is_undone_when_an_auto_job_is_slowed_beyond_max_slowdown() -> None:
+    members = [Member("1", "a", "auto", 0.6), Member("2", "b", "auto", 0.95)]
+    v = judge("2", members, SCORES, CFG)
+    assert v.undo and "job 1 at 0.60x" in v.reason and "below 1/1.5" in v.reason
+    # the same slowdown is accepted for an aggressive job
+    members[0] = Member("1", "a", "aggressive", 0.6)
+    assert not judge("2", members, SCORES, CFG).undo
+
+
+def test_a_good_set_is_kept_and_what_it_showed_is_still_learnt() -> None:
+    v = judge("2", [Member("1", "a", "auto", 0.85), Member("2", "b", "auto", 0.75)], SCORES, CFG)
+    assert not v.undo and "kept" in v.reason
+    assert v.observed == {("b", "a"): PairScore(0.75, 0.85, 0.02, observed=True)}
+
+
+def test_nothing_is_undone_without_a_measurement() -> None:
+    members = [Member("1", "a", "auto", 0.1, measured=False), Member("2", "b", "auto", 0.1, measured=False)]
+    v = judge("2", members, SCORES, CFG)
+    assert not v.undo and "no member reports progress" in v.reason and v.observed == {}
+    assert not judge("9", members, SCORES, CFG).undo  # the newcomer is not in the set
+
+
+def test_observed_pairs_of_three_split_the_newcomers_slowdown() -> None:
+    new = Member("3", "c", "auto", 0.64)
+    members = [Member("1", "a", "auto", 0.9 * 0.5), Member("2", "b", "auto", 0.8 * 0.95), new]
+    obs = observed_pairs(new, members, SCORES)
+    # c's own 0.64 over two partners: 0.8 each; a's 0.45 over b's predicted 0.9: 0.5
+    assert obs[("c", "a")].n_a == pytest.approx(0.8) and obs[("c", "a")].n_b == pytest.approx(0.5)
+    assert obs[("c", "b")].n_b == pytest.approx(0.95)
+    assert all(p.sd == 0.05 and p.observed for p in obs.values())
+
+
+def test_an_unmeasured_side_keeps_the_prediction() -> None:
+    new = Member("2", "c", "auto", 0.2, measured=False)
+    obs = observed_pairs(new, [Member("1", "a", "auto", 0.5), new], SCORES)
+    assert obs[("c", "a")] == PairScore(0.9, 0.5, 0.02, observed=True)  # n(c|a) predicted 0.9
+
+
+def test_members_from_a_node_report() -> None:
+    report = {"job": 7, "members": [
+        # there before: 6/s now, 8/s before, when it shared the GPU with c (n(a|c) = 0.7)
+        {"job": 5, "cls": "a", "rate": 6.0, "rate_before": 8.0, "before": ["c"]},
+        # the newcomer: 2/s against its class's solo progress rate of 4/s
+        {"job": 7, "cls": "b", "rate": 2.0},
+        # reports no progress: predicted next to a and b (0.9 * 0.95)
+        {"job": 6, "cls": "c", "rate": None, "rate_before": None, "before": ["a"]},
+    ]}
+    m = {x.key: x for x in members_from_report(report, SCORES, {"7": "aggressive"})}
+    assert m["5"].n == pytest.approx(6 / 8 * 0.7) and m["5"].measured
+    assert m["7"].n == pytest.approx(0.5) and m["7"].measured and m["7"].mode == "aggressive"
+    assert m["6"].n == pytest.approx(0.9 * 0.95) and not m["6"].measured and m["6"].mode == "auto"
+
+
+def test_a_newcomer_of_a_class_without_solo_progress_rate_is_predicted() -> None:
+    report = {"job": 2, "members": [{"job": 1, "cls": "a", "rate": 5.0, "rate_before": "x"},
+                                    {"job": 2, "cls": "c", "rate": 3.0}]}
+    m = {x.key: x for x in members_from_report(report, SCORES)}
+    assert not m["2"].measured and m["2"].n == pytest.approx(0.9)
+    assert not m["1"].measured  # a rate_before that is not a number is ignored
+
+
+def test_with_pairs_replaces_either_orientation() -> None:
+    t = with_pairs(SCORES, {("b", "a"): PairScore(0.3, 0.4, 0.02, observed=True)})
+    assert ("a", "b") not in t.pairs and t.pair("a", "b").n_a == 0.4 and SCORES.pair("a", "b").n_a == 0.9
+    assert with_pairs(SCORES, {}) is SCORES
+
+
+def _view() -> ClusterView:
+    gpus = []
+    for node in ("n1", "n2"):
+        for i in range(2):
+            gpus.append(GpuView(node=node, index=i, gres_type=f"v100_s{i}", memory_gib=32.0,
+                                slots=4, model="v100"))
+    return ClusterView(gpus)
+
+
+def test_a_job_with_a_fixed_shard_type_only_goes_to_gpus_of_that_type() -> None:
+    view = _view()
+    view.add_occupant(view.gpus[0], Occupant("1", "u", 1, "a", 4.0))  # n1 GPU 0 (v100_s0)
+    view.add_occupant(view.gpus[3], Occupant("2", "u", 1, "c", 4.0))  # n2 GPU 1 (v100_s1)
+    free = place(JobRequest("9", "u", 1, "b"), view, SCORES, CFG)
+    assert free.shared and (free.node, free.index) == ("n1", 1)  # an idle GPU: first one
+    d = place(JobRequest("9", "u", 1, "b", gres_type="v100_s0"), view, SCORES, CFG)
+    assert d.shared and (d.node, d.index) == ("n2", 0)  # the idle GPU of its type
+    view.add_occupant(view.gpus[2], Occupant("3", "u", 1, "c", 27.0))  # n2 GPU 0: no room
+    d = place(JobRequest("9", "u", 1, "b", gres_type="v100_s0"), view, SCORES, CFG)
+    assert d.shared and (d.node, d.index) == ("n1", 0) and d.partners == ("1",)
+    view.add_occupant(view.gpus[0], Occupant("4", "u", 1, "a", 26.0))
+    w = place(JobRequest("9", "u", 1, "b", gres_type="v100_s0"), view, SCORES, CFG)
+    assert w.action == "exclusive" and w.reason.startswith("wait: no GPU of type v100_s0")
+    assert place(JobRequest("9", "u", 1, "b", gres_type="v100_s1"), view, SCORES, CFG).shared
