@@ -61,6 +61,11 @@ class PlacementConfig:
     #: once a job has waited this long for whole GPUs (untyped gres:gpu), the shared GPUs
     #: expected to drain first take no new partners until it has started, hours; 0 disables
     reserve_after_h: float = 6.0
+    #: a new shared set is judged from its members' reported progress after this long, s
+    probe_s: float = 600.0
+    #: what the agent does with a set judged harmful: "requeue" the newest job and aim it
+    #: again, or "off" (it runs on; the next retrain learns from it)
+    undo: str = "requeue"
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("agent", "log_level"): ("debug", "info", "warning", "error"),
     ("placement", "fallback"): ("exclusive", "shard"),
     ("placement", "cross_user"): ("shard", "never"),
+    ("placement", "undo"): ("requeue", "off"),
     ("node", "mps_backend"): ("real", "emulator"),
     ("node", "nvml_backend"): ("real", "scenario"),
     ("node", "profile"): ("colocated", "all", "none"),

@@ -53,6 +53,14 @@ HELP: dict[str, str] = {
     "placement.reserve_after_h": "Starvation guard: once a job has waited this many hours "
     "for whole GPUs (untyped gres:gpu), the shared GPUs expected to drain first take no new "
     "partners until it has started. 0 disables the guard.",
+    "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
+    "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
+    "class's solo speed. 0 disables the probe.",
+    "placement.undo": "What happens to a set the probe finds harmful (combined throughput below "
+    "1, or an auto-mode job below 1/max_slowdown of its solo speed): \"requeue\" requeues the "
+    "newest job (it loses at most probe_s of work; --no-requeue jobs are left alone) and aims "
+    "it at a GPU of its shard type that fits; \"off\" lets the set run on. Either way the "
+    "agent avoids the pair from then on.",
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
     "postgresql+psycopg://...).",

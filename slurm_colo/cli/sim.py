@@ -41,6 +41,9 @@ def register(app: typer.Typer) -> None:
         policies: str = typer.Option(",".join(_policies()), help="Comma-separated policies."),
         cross_user: str = typer.Option("", help="Override placement.cross_user: never (MPS, "
                                        "same user only) or shard (users may mix)."),
+        undo: str = typer.Option("", help="Override placement.undo for ours-submit: requeue "
+                                 "(a harmful set's newest job is requeued after its probe) or "
+                                 "off (it runs on)."),
         gpu_memory_gib: float = typer.Option(32.0, help="Memory of each GPU, GiB."),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
         hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
@@ -66,6 +69,10 @@ def register(app: typer.Typer) -> None:
             if cross_user not in ("never", "shard"):
                 raise SimError(f"--cross-user {cross_user!r}: accepted values are never, shard")
             pcfg = replace(pcfg, cross_user=cross_user)
+        if undo:
+            if undo not in ("requeue", "off"):
+                raise SimError(f"--undo {undo!r}: accepted values are requeue, off")
+            pcfg = replace(pcfg, undo=undo)
         data = load_gavel(bundled_path(), gpu)
         if sacct:
             trace = read_sacct(sacct, data.classes)
@@ -95,6 +102,7 @@ def register(app: typer.Typer) -> None:
                 if aggressive_share:
                     cmd.append(f"--aggressive-share {aggressive_share:g}")
             cmd.append(f"--gpus {gpus} --seed {seed} --cross-user {pcfg.cross_user} "
+                       f"--undo {pcfg.undo} "
                        f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
                        f"--hidden-share {hidden_share:g} --policies {','.join(names)}")
             if config:

@@ -52,6 +52,7 @@ class Run:
         "rate",
         "remaining",
         "run_time",
+        "seg_remaining",
         "seg_start",
         "t",
         "version",
@@ -64,6 +65,7 @@ class Run:
         self.t = 0.0
         self.first_start: float | None = None
         self.seg_start = 0.0
+        self.seg_remaining = job.work_s
         self.end: float | None = None
         self.gpus: list[int] = []
         self.version = 0
@@ -225,11 +227,14 @@ class Sim:
         if r.first_start is None:
             r.first_start = self.now
         r.seg_start = self.now
+        r.seg_remaining = r.remaining
         r.t = self.now
         r.gpus = gpus
 
-    def evict(self, jid: int) -> list[int]:
-        """Stop a shared job, keeping its progress (checkpointed); it is not requeued here."""
+    def evict(self, jid: int, keep_progress: bool = True) -> list[int]:
+        """Stop a shared job; it is not requeued here. ``keep_progress``: it resumes where it
+        stopped (checkpointed), else it restarts from where this run on the GPU began (a
+        Slurm requeue without a checkpoint)."""
         r = self.runs[jid]
         out = r.gpus
         for i in out:
@@ -238,6 +243,8 @@ class Sim:
             g.jobs.remove(jid)
             self._rerate(g)
         r.run_time += self.now - r.seg_start
+        if not keep_progress:
+            r.remaining = r.seg_remaining
         r.gpus = []
         r.rate = 0.0
         r.version += 1

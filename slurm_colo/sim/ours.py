@@ -31,28 +31,31 @@ from typing import Any
 from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView, JobRequest, Occupant, place
 from ..placement.policy import index_for, job_signature
+from ..placement.retract import Member, judge, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
 
 
-def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTable:
-    """A copy of ``t`` with observed pairs replacing its predictions."""
-    pairs = dict(t.pairs)
-    for (a, b), p in obs.items():
-        pairs.pop((b, a), None)
-        pairs[(a, b)] = p
-    return replace(t, pairs=pairs, id=f"{t.id}+{len(obs)}obs")
+#: what happens to a set judged harmful after its probe (placement/retract.py)
+#: none: it runs on (learned at the next retrain); checkpoint: the newcomer is stopped with
+#: its progress kept and placed again anywhere; requeue: the newcomer is requeued by Slurm,
+#: loses the work done on this GPU and may only go to a GPU of its own shard type
+UNDO = ("none", "checkpoint", "requeue")
 
 
 class PolicyScheduler:
     def __init__(self, name: str, scores: ScoreTable, cfg: PlacementConfig,
-                 learn: bool = True, submit_time: bool = False, retract: bool = True) -> None:
+                 learn: bool = True, submit_time: bool = False, undo: str = "checkpoint") -> None:
+        if undo not in UNDO:
+            raise ValueError(f"undo must be one of {', '.join(UNDO)}")
         self.name = name
         self.scores = scores
         self.cfg = cfg
         self.learn = learn
         self.submit_time = submit_time
-        self.retract = retract
+        self.undo = undo
+        #: requeued jobs waiting for a GPU of their fixed shard type, by arrival
+        self.requeued: list[tuple[float, int]] = []
         self.retractions = 0
         self.explored = 0
         self.relearns = 0
@@ -168,44 +171,35 @@ class PolicyScheduler:
         members = sim.gpus[token[0]].jobs
         if len(members) < 2:
             return
-        rates = {j: sim.runs[j].rate for j in members}
-        obs = self._observe(jid, members, rates)
-        floor = 1.0 / self.cfg.max_slowdown
-        harmful = sum(rates.values()) < 1.0 or any(
-            rates[j] < floor for j in members if sim.runs[j].job.mode != "aggressive")
-        if harmful and self.retract:
-            key = sim.runs[jid].job.key
-            for i in sim.evict(jid):
-                self.view.remove_occupant(self.view.gpus[i], key)
-                self._gpu_changed(i)
-            self.retractions += 1
-            self._apply(obs)
+        runs = sim.runs
+        v = judge(runs[jid].job.key, [
+            Member(runs[j].job.key, runs[j].job.cls, runs[j].job.mode, runs[j].rate)
+            for j in members], self.scores, self.cfg)
+        if not (v.undo and self.undo != "none"):
+            self._pending_obs.update(v.observed)
+            return
+        key = runs[jid].job.key
+        gpu = self.view.gpus[token[0]]
+        for i in sim.evict(jid, keep_progress=self.undo == "checkpoint"):
+            self.view.remove_occupant(self.view.gpus[i], key)
+            self._gpu_changed(i)
+        self.retractions += 1
+        self._apply(v.observed)
+        if self.undo == "checkpoint":
             self.arrive(sim, jid)
-        else:
-            self._pending_obs.update(obs)
+            return
+        self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type)
+        if self._try(jid, hold_idle=False) != "started":
+            bisect.insort(self.requeued, (runs[jid].job.arrival, jid))
+
+    def _requeued_pass(self, changed: set[int]) -> None:
+        """Requeued jobs (fixed shard type) try again when a GPU of their type changed."""
+        types = {self.view.gpus[i].gres_type for i in changed}
+        for item in list(self.requeued):
+            if self._req(item[1]).gres_type in types and self._try(item[1], False) == "started":
+                self.requeued.remove(item)
 
     # ---- learning --------------------------------------------------------------------
-    def _observe(self, new: int, members: list[int],
-                 rates: dict[int, float]) -> dict[tuple[str, str], PairScore]:
-        """Pair throughputs read from an observed set: exact for two jobs; for more, the
-        newcomer's effect on each member is its observed rate over the predicted effect of
-        the others, and the newcomer's own slowdown is split evenly (geometric mean)."""
-        runs = self.sim.runs
-        c = runs[new].job.cls
-        others = [j for j in members if j != new]
-        k = len(others)
-        n_new = rates[new] ** (1.0 / k)
-        out: dict[tuple[str, str], PairScore] = {}
-        for j in others:
-            oc = runs[j].job.cls
-            pred = 1.0
-            for o in others:
-                if o != j:
-                    pred *= self.scores.pair(oc, runs[o].job.cls).n_a
-            n_j = min(rates[j] / pred, 1.0) if pred > 0 else rates[j]
-            out[(c, oc)] = PairScore(n_new, n_j, 0.02 if k == 1 else 0.05, observed=True)
-        return out
-
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:
         if not obs:
             return
@@ -268,6 +262,8 @@ class PolicyScheduler:
             self._apply(obs)
         while True:
             dirty, self.changed = self.changed, set()
+            if self.requeued and dirty:
+                self._requeued_pass(dirty)
             if not self._pass(dirty):
                 break
         self._reserve()

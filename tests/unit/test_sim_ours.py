@@ -76,13 +76,13 @@ def test_a_wrong_prediction_is_retracted_and_learned() -> None:
     assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000 - 60 * 0.3)
 
 
-def test_without_retraction_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_retrain() -> None:
-    # the live agent cannot undo a placement: the bad pair runs to the end, and only the
-    # next retrain (relearn_s) teaches the scores
+def test_without_undo_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_retrain() -> None:
+    # placement.undo = "off": the bad pair runs to the end, and only the next retrain
+    # (relearn_s) teaches the scores
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     sched = PolicyScheduler("ours-submit", wrong, CFG, learn=True, submit_time=True,
-                            retract=False)
+                            undo="none")
     tr = [job(0, 0, 600, "a"), job(1, 1, 600, "x"), job(2, 5000, 100, "x")]
     sim = run(tr, sched, probe_s=60, relearn_s=3600)
     assert sched.retractions == 0 and sim.runs[1].evictions == 0
@@ -91,6 +91,32 @@ def test_without_retraction_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_r
     learned = sched.scores.pair("x", "a")
     assert learned.observed and learned.n_a == pytest.approx(0.3)
     assert summarize(sim).over_limit_jobs == 2
+
+
+def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
+    # the live agent's undo: after the probe the newcomer is requeued by Slurm, loses what
+    # it did on the GPU, and may only go to a GPU of its own shard type (GPU index 1 on
+    # any node: v100_s1), where it waits, held, until one takes it
+    wrong = oracle_scores(data())
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    sched = PolicyScheduler("ours-submit", wrong, CFG, learn=True, submit_time=True,
+                            undo="requeue")
+    # two GPUs on one node: 0 (v100_s0) and 1 (v100_s1). x joins a on GPU 1 (b holds 0).
+    tr = [job(0, 0, 5000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x")]
+    sim = run(tr, sched, probe_s=60, gpus=2, gpus_per_node=2)
+    x = sim.runs[2]
+    assert sched.retractions == 1 and x.evictions == 1
+    assert sched.view.gpus[1].gres_type == "v100_s1"
+    learned = sched.scores.pair("x", "a")
+    assert learned.observed and learned.n_a == pytest.approx(0.3)
+    # x's 60 s at 0.3 are lost: it restarts with all 1000 s of work once GPU 1 is free
+    # (a ends), although GPU 0 frees up no sooner and b-x is not a measured pair
+    a_end = sim.runs[1].end
+    assert x.end == pytest.approx(a_end + 1000)
+    res = summarize(sim)
+    # stretch counts time running: x ran 60 s together and 1000 s alone
+    assert res.per_job["stretch"][2] == pytest.approx(1.06)
+    assert res.over_limit_jobs == 0 and res.retractions == 1
 
 
 def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
