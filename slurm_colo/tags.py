@@ -1,7 +1,8 @@
 """The machine-readable placement tag carried in a job's comment and admin comment.
 
 Format: ``slurm-colo[v=1 tok=TOKEN cls=CLASS mode=MODE mech=mps gpu=NODE:IDX pct=N mem=GIB d=DELTA]``
-(fields after ``v`` optional). The agent writes it at submit time; it rebuilds its view
+(fields after ``v`` optional). After the agent undid a harmful placement, ``undone=1`` is
+added, and ``held=SHARD_TYPE`` while the requeued job waits, held, to be aimed again. The agent writes it at submit time; it rebuilds its view
 from the admin comment (users cannot edit it) after a restart, and the Prolog falls back
 to the copy in the comment (``SLURM_JOB_COMMENT``) when the agent cannot be reached.
 """
@@ -17,7 +18,8 @@ if TYPE_CHECKING:  # keep the Prolog's import of parse_tag free of the placement
 _TAG_RE = re.compile(r"slurm-colo\[v=1((?: [a-z]+=[^ \]]*)*)\]")
 
 
-def make_tag(token: str, cls: str, mode: str, d: Decision) -> str:
+def make_tag(token: str, cls: str, mode: str, d: Decision, undone: bool = False,
+             held: str = "") -> str:
     parts = [f"v=1 tok={token} cls={cls} mode={mode}"]
     if d.shared:
         parts.append(f"mech={d.mechanism} gpu={d.node}:{d.index}")
@@ -29,12 +31,17 @@ def make_tag(token: str, cls: str, mode: str, d: Decision) -> str:
             parts.append(f"est={d.memory_gib:g}")
         if d.predicted_delta is not None:
             parts.append(f"d={d.predicted_delta:g}")
+    if undone or held:
+        parts.append("undone=1")
+    if held:
+        parts.append(f"held={held}")
     return "slurm-colo[" + " ".join(parts) + "]"
 
 
 def parse_tag(text: str | None) -> dict[str, Any] | None:
     """Decode a tag found anywhere in ``text`` into the placement dict the hooks use:
-    ``shared, mechanism, thread_pct, mem_limit_gib, cls, mode, node, gpu, token, delta``."""
+    ``shared, mechanism, thread_pct, mem_limit_gib, cls, mode, node, gpu, token, delta,
+    undone, held``."""
     if not text:
         return None
     m = _TAG_RE.search(text)
@@ -62,4 +69,6 @@ def parse_tag(text: str | None) -> dict[str, Any] | None:
         "memory_gib": num("est", float),
         "delta": num("d", float),
         "partners": [],
+        "undone": kv.get("undone") == "1",
+        "held": kv.get("held") or None,
     }

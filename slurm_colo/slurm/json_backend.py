@@ -57,6 +57,7 @@ def parse_squeue(doc: Any) -> list[SlurmJob]:
                 end_time=_num(j.get("end_time")),
                 state_reason=_str(j.get("state_reason")),
                 partition=_str(j.get("partition")),
+                requeue=bool(j.get("requeue", True)) and bool(j.get("batch_flag", True)),
             ))
         except (KeyError, TypeError, ValueError):
             continue  # one odd record must not hide the others

@@ -63,6 +63,8 @@ class SlurmJob:
     state_reason: str = ""
     #: partition(s), comma-separated while pending
     partition: str = ""
+    #: Slurm may requeue the job (batch job, not --no-requeue)
+    requeue: bool = True
 
     @property
     def active(self) -> bool:

@@ -72,6 +72,7 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         end_time=float(getattr(j, "end_time", 0) or 0),
         state_reason=_s(getattr(j, "state_reason", "")),
         partition=_s(getattr(j, "partition", "")),
+        requeue=bool(getattr(j, "is_requeueable", True)),
     )
 
 

@@ -75,7 +75,11 @@ def test_tag_round_trip() -> None:
     got = parse_tag(f"user text | {tag} trailing")
     assert got == {"token": "ab12cd34", "cls": "bert-bs32", "mode": "aggressive", "shared": True,
                    "mechanism": "mps", "node": "gpu07", "gpu": 3, "thread_pct": 40, "mem_limit_gib": 7.5,
-                   "memory_gib": 6.0, "delta": 1.42, "partners": []}
+                   "memory_gib": 6.0, "delta": 1.42, "partners": [], "undone": False, "held": None}
+    held = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "harmful"), held="v100_s1"))
+    assert held is not None and held["held"] == "v100_s1" and held["undone"] and not held["shared"]
+    again = parse_tag(make_tag("t", "c", "auto", d, undone=True))
+    assert again is not None and again["undone"] and again["held"] is None and again["gpu"] == 3
     own = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "why")))
     assert own is not None and own["shared"] is False and own["gpu"] is None
     assert parse_tag("no tag here") is None and parse_tag(None) is None

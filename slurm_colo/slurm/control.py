@@ -1,0 +1,67 @@
+"""Changing jobs in Slurm: the agent's undo of a harmful placement.
+
+Every change is an ``scontrol`` command: built by a pure function (``*_argv``), run in one
+place (:meth:`ScontrolControl.run`, argv list, no shell, timeout). Slurm 22.05 facts this
+relies on (checked on the lab): ``scontrol requeuehold`` stops a running batch job and
+leaves it pending and held (reason ``job_requeued_in_held_state``, eligible again only
+after two minutes); node-level fields (``ReqNodeList``) and comments update on a held job;
+``StartTime=now`` clears the two-minute wait; ``scontrol release`` lets it start. A
+pending job's GRES cannot be changed, so a requeued job keeps its shard type.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Protocol
+
+from ..errors import SlurmError
+
+TIMEOUT_S = 10.0
+
+
+def requeue_hold_argv(job_id: int) -> list[str]:
+    return ["scontrol", "requeuehold", str(job_id)]
+
+
+def update_argv(job_id: int, **fields: str) -> list[str]:
+    """``scontrol update JobId=N Key=Value...`` (one argv item per field, so values may hold
+    spaces)."""
+    return ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
+
+
+def release_argv(job_id: int) -> list[str]:
+    return ["scontrol", "release", str(job_id)]
+
+
+class JobControl(Protocol):
+    def requeue_hold(self, job_id: int, admin_comment: str, comment: str) -> None: ...
+
+    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None: ...
+
+
+class ScontrolControl:
+    """:class:`JobControl` through ``scontrol`` (run as root or SlurmUser)."""
+
+    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+
+    def run(self, argv: list[str]) -> None:
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s,
+                               check=False)
+        except FileNotFoundError:
+            raise SlurmError(f"{argv[0]} not found", hint="install slurm-client") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{' '.join(argv[:3])} did not finish within {self.timeout_s:g}s") from None
+        if p.returncode != 0:
+            msg = (p.stderr or p.stdout).strip().splitlines()
+            raise SlurmError(f"{' '.join(argv[:3])} failed: {msg[-1] if msg else f'exit {p.returncode}'}")
+
+    def requeue_hold(self, job_id: int, admin_comment: str, comment: str) -> None:
+        self.run(requeue_hold_argv(job_id))
+        self.run(update_argv(job_id, AdminComment=admin_comment, Comment=comment))
+
+    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None:
+        self.run(update_argv(job_id, ReqNodeList=node, AdminComment=admin_comment,
+                             Comment=comment, StartTime="now"))
+        self.run(release_argv(job_id))

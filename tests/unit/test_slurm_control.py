@@ -1,0 +1,43 @@
+"""Changing jobs in Slurm (slurm/control.py): the commands built, and failures reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_colo.errors import SlurmError
+from slurm_colo.slurm.control import ScontrolControl, release_argv, requeue_hold_argv, update_argv
+
+
+class Recording(ScontrolControl):
+    def __init__(self) -> None:
+        super().__init__()
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv: list[str]) -> None:
+        self.argvs.append(argv)
+
+
+def test_commands() -> None:
+    assert requeue_hold_argv(12) == ["scontrol", "requeuehold", "12"]
+    assert release_argv(12) == ["scontrol", "release", "12"]
+    assert update_argv(12, ReqNodeList="gpu07", Comment="colo: a b") == [
+        "scontrol", "update", "JobId=12", "ReqNodeList=gpu07", "Comment=colo: a b"]
+
+
+def test_undo_and_aim_are_the_documented_sequences() -> None:
+    c = Recording()
+    c.requeue_hold(12, "slurm-colo[v=1 tok=t held=v100_s1]", "colo: requeued")
+    c.aim_and_release(12, "gpu07", "slurm-colo[v=1 tok=t undone=1]", "colo: now GPU 1")
+    assert [a[1] for a in c.argvs] == ["requeuehold", "update", "update", "release"]
+    assert "AdminComment=slurm-colo[v=1 tok=t held=v100_s1]" in c.argvs[1]
+    assert c.argvs[2][2:] == ["JobId=12", "ReqNodeList=gpu07", "AdminComment=slurm-colo[v=1 tok=t undone=1]",
+                              "Comment=colo: now GPU 1", "StartTime=now"]
+
+
+def test_failures_name_the_command_and_slurms_message() -> None:
+    c = ScontrolControl(timeout_s=5)
+    with pytest.raises(SlurmError, match="not found"):
+        c.run(["/nonexistent/scontrol", "release", "1"])
+    with pytest.raises(SlurmError, match=r"failed: Invalid job id specified$"):
+        c.run(["sh", "-c", "echo 'Invalid job id specified' >&2; exit 1"])
+    c.run(["true"])
