@@ -74,6 +74,11 @@ def job_ended(cfg: Config, job_id: int, node: str, exit_code: int = 0, timeout_s
     _quiet(cfg, "JOBEND", {"job": job_id, "node": node, "exit_code": exit_code}, timeout_s)
 
 
+def probe(cfg: Config, report: dict[str, Any], timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """Send a probe report (slurm_colo.node.probe); the agent's verdict, None if unreachable."""
+    return _quiet(cfg, "PROBE", report, timeout_s)
+
+
 def explain(cfg: Config, job_id: int, timeout_s: float = 2.0) -> dict[str, Any]:
     return request(cfg.agent.socket, "EXPLAIN", {"job": job_id}, timeout_s)
 

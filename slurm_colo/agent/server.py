@@ -27,12 +27,14 @@ from ..config import Config
 from ..errors import ColoError, ProtocolError, ScoresError, SlurmError
 from ..scores import ScoreTable, load_scores
 from ..slurm import SlurmBackend, open_backend
+from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
+from . import undo
 from .protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
-PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "RELOAD")
+PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RELOAD")
 IDLE_CONNECTION_S = 300.0
 SWITCH_INTERVAL_S = 0.0005
 
@@ -56,9 +58,13 @@ def trusted_uids() -> set[int]:
 
 
 class Agent:
-    def __init__(self, cfg: Config, backend: SlurmBackend | None = None) -> None:
+    def __init__(self, cfg: Config, backend: SlurmBackend | None = None,
+                 control: JobControl | None = None) -> None:
         self.cfg = cfg
         self.backend = backend or open_backend(cfg.agent.slurm_backend)
+        self.control = control or ScontrolControl()
+        #: Slurm changes (undo, re-aim) run one at a time, outside the state lock
+        self._control_lock = threading.Lock()
         # the periodic refresh reads Slurm in a child process (see slurm/snapshot.py), so
         # parsing a large squeue output never holds up placement requests; a backend
         # handed in (tests, embedding) is read in-process
@@ -109,6 +115,24 @@ class Agent:
             return
         with self.lock:
             self.state.apply_snapshot(jobs, nodes, time.time())
+            actions = undo.reaim(self.state, time.time()) if self.state.held else []
+        self.run_actions(actions)
+
+    def run_actions(self, actions: list[undo.Action]) -> None:
+        """Make the changes an undo or a re-aim asked for. A failure is logged; a job whose
+        requeue failed is forgotten (it runs on), one whose release failed is aimed again at
+        the next look at Slurm."""
+        with self._control_lock:
+            for a in actions:
+                try:
+                    if a.kind == "requeue_hold":
+                        self.control.requeue_hold(a.job_id, a.admin_comment, a.comment)
+                    else:
+                        self.control.aim_and_release(a.job_id, a.node, a.admin_comment, a.comment)
+                except SlurmError as e:
+                    log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
+                    with self.lock:
+                        undo.failed(self.state, a, time.time())
 
     def _refresher(self) -> None:
         while not self.stop.wait(self.cfg.agent.refresh_interval_s):
@@ -185,6 +209,15 @@ class Agent:
             with self.lock:
                 return {"placement": self.state.job_started(
                     job_id, tag_text, now, str(p.get("node", "")), [int(g) for g in p.get("gpus") or []])}
+        if verb == "PROBE":
+            with self.lock:
+                reply, actions = undo.probe(self.state, p, now)
+                if actions:
+                    actions += undo.reaim(self.state, now)
+            if actions:  # Slurm commands take tens of ms: run them after the reply
+                threading.Thread(target=self.run_actions, args=(actions,), name="undo",
+                                 daemon=True).start()
+            return reply
         if verb == "JOBEND":
             with self.lock:
                 self.state.job_ended(int(p["job"]))

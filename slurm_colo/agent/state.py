@@ -8,6 +8,7 @@ import secrets
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from ..config import Config
@@ -16,10 +17,12 @@ from ..gres_layout import NodeGpus, expand_hostlist
 from ..options import derive_class, parse_mode
 from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant, place
 from ..placement.policy import index_for
-from ..scores import ScoreTable
+from ..placement.retract import with_pairs
+from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
 from .drain import Reservation, drained, kept, reserve
+from .undo import Held, sync_held
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -47,6 +50,13 @@ def _decision_from_tag(tag: dict[str, Any]) -> Decision:
     )
 
 
+def _timestamp(iso: str) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
 def _new_token() -> str:
     return "p" + secrets.token_hex(4)
 
@@ -68,8 +78,14 @@ def _partner_text(keys: tuple[str, ...]) -> str:
 class AgentState:
     def __init__(self, cfg: Config, scores: ScoreTable | None = None) -> None:
         self.cfg = cfg
+        #: pair throughputs probes measured since the score set was made, laid over it
+        self.learned: dict[tuple[str, str], tuple[PairScore, float]] = {}
         self.scores = scores or ScoreTable()
         self.scores_error: str | None = None
+        #: requeued jobs held in Slurm until a GPU of their shard type takes them (undo.py)
+        self.held: dict[int, Held] = {}
+        #: probe verdicts: kept, undone, harmful (harmful but not undone)
+        self.probes: Counter[str] = Counter()
         self.placements: dict[str, Placement] = {}
         self.by_job: dict[int, str] = {}
         self.jobs: dict[int, SlurmJob] = {}
@@ -90,6 +106,29 @@ class AgentState:
         #: waiting jobs the guard gave up on (GPUs drained, still not started) -> when
         self._gave_up: dict[int, float] = {}
         self._drained_since: float | None = None
+
+    # ---- scores ---------------------------------------------------------------------------
+    @property
+    def scores(self) -> ScoreTable:
+        """The live score set with what probes measured since it was made laid over it."""
+        return self._scores
+
+    @scores.setter
+    def scores(self, table: ScoreTable) -> None:
+        self._base_scores = table
+        made = _timestamp(table.created)
+        self.learned = {k: v for k, v in self.learned.items() if made is None or v[1] > made}
+        self._scores = with_pairs(table, {k: v[0] for k, v in self.learned.items()})
+
+    def learn(self, observed: dict[tuple[str, str], PairScore], now: float) -> None:
+        """Use pair throughputs a probe measured from now on (until a newer score set)."""
+        if not observed:
+            return
+        for (a, b), ps in observed.items():
+            self.learned.pop((b, a), None)
+            self.learned[(a, b)] = (ps, now)
+        self.scores = self._base_scores
+        self.rebuild()
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -125,6 +164,7 @@ class AgentState:
                        if (k in self.jobs and not self.jobs[k].active)
                        or (k not in self.jobs and now - t > grace)]:
             del self.unplaced_gpus[job_id]
+        sync_held(self, now)
         self.rebuild(plan_at=now)
 
     def _link(self, p: Placement, job_id: int) -> None:
@@ -154,8 +194,8 @@ class AgentState:
                                           model=ng.model, available=sn.usable if sn else not self.nodes)
         placed: set[str] = set()
         for j in self.jobs.values():
-            if not j.active or j.nodes not in self.layouts:
-                continue
+            if not j.active or j.nodes not in self.layouts or j.job_id in self.held:
+                continue  # (a held job is being requeued: it is leaving its GPU)
             ng = self.layouts[j.nodes]
             for alloc in j.gres:
                 if alloc.name == "gpu":
@@ -381,12 +421,30 @@ class AgentState:
 
     def job_ended(self, job_id: int) -> None:
         token = self.by_job.get(job_id)
-        if token:
-            self._drop(token)
+        p = self.placements.get(token) if token else None
+        if p is not None and p.running:
+            self._drop(token)  # type: ignore[arg-type]
+        elif p is not None:  # the end of a run before a requeue: the new placement stays
+            log.info("job %s: an earlier run ended; its new placement is kept", job_id)
         self.jobs.pop(job_id, None)
         self.unplaced_gpus.pop(job_id, None)
         self.rebuild()
         log.info("job %s: ended", job_id)
+
+    def adopt(self, token: str, req: JobRequest, d: Decision, job_id: int, now: float) -> None:
+        """Record a placement made by the agent itself for an existing job (a re-aim)."""
+        p = Placement(token, replace(req, key=str(job_id)), d, created=now)
+        self.placements[token] = p
+        self._link(p, job_id)
+        g = self.view.find(d.node or "", d.index if d.index is not None else -1)
+        if g is not None:
+            self.view.add_occupant(g, self._occupant_for_placement(p))
+
+    def note(self, token: str, reason: str) -> None:
+        """Replace the reason ``slurm-colo explain`` shows for a placement."""
+        ex = self.explanations.get(token)
+        if ex is not None:
+            ex["reason"] = reason
 
     def needs_lookup(self, job_id: int) -> bool:
         return job_id not in self.by_job
@@ -439,6 +497,10 @@ class AgentState:
                 "drained_by": self.reservation.drained_by},
             "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.scores_error},
             "decisions": dict(self.decisions),
+            "probes": dict(self.probes),
+            "held": [{"job_id": h.job_id, "gres_type": h.request.gres_type, "cls": h.request.cls,
+                      "waiting_s": now - h.since, "reason": h.reason}
+                     for h in sorted(self.held.values(), key=lambda h: h.since)],
             "fallbacks": dict(self.fallbacks),
             "snapshot_age_s": now - self.snapshot_time if self.snapshot_time else None,
         }

@@ -1,0 +1,156 @@
+"""Undoing a harmful placement: judge a probed set, requeue its newest job, aim it again.
+
+The node side measures a new shared set after ``placement.probe_s`` and sends the report
+(``PROBE``, see :mod:`slurm_colo.node.probe`). Here the agent
+
+1. judges it with :func:`slurm_colo.placement.retract.judge`, the simulator's code, and
+   lays what the set showed over the live scores at once (:meth:`AgentState.learn`), so no
+   later job is put into the same pair before the nightly retrain;
+2. if the set is harmful and ``placement.undo = "requeue"``: forgets the newcomer's
+   placement and asks Slurm to requeue it held (:class:`Action` ``requeue_hold``). Its
+   tag then carries ``held=<shard type>``, so an agent restart finds it again;
+3. re-aims held jobs (:func:`reaim`, at once and after every look at Slurm): Slurm 22.05
+   cannot change a pending job's GRES, so the job may only go to a GPU of its own shard
+   type; the policy picks one (sharing only where the set is accepted, or an idle one) and
+   the job is released there (``aim``). Until a GPU fits it stays held.
+
+A job is undone at most once (``undone=1`` in its tag): a second bad set runs on and is
+learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone.
+Pure: actions are returned for the server to run outside its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..placement import Decision, JobRequest, place
+from ..placement.retract import judge, members_from_report
+from ..tags import make_tag, parse_tag
+
+if TYPE_CHECKING:
+    from .state import AgentState
+
+log = logging.getLogger("slurm_colo.agent")
+
+
+@dataclass
+class Held:
+    """A requeued job, held in Slurm until a GPU of its shard type takes it."""
+
+    job_id: int
+    token: str
+    request: JobRequest  # gres_type set: the job's fixed shard type
+    since: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Action:
+    """A change to make in Slurm: ``requeue_hold`` or ``aim`` (set ReqNodeList, release)."""
+
+    kind: str
+    job_id: int
+    admin_comment: str
+    comment: str
+    node: str = ""
+
+
+def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[str, Any], list[Action]]:
+    """Judge one probe report; returns the reply for the node and what to do in Slurm."""
+    job_id = int(report["job"])
+    token = state.by_job.get(job_id)
+    p = state.placements.get(token) if token else None
+    modes = {str(q.job_id): q.request.mode for q in state.placements.values() if q.job_id}
+    members = members_from_report(report, state.scores, modes)
+    v = judge(str(job_id), members, state.scores, state.cfg.placement)
+    state.learn(v.observed, now)
+    if not v.undo:
+        state.probes["kept"] += 1
+        log.info("job %s: probe %s", job_id, v.reason)
+        return {"verdict": "keep", "reason": v.reason}, []
+    sj = state.jobs.get(job_id)
+    tag = parse_tag(sj.admin_comment) if sj else None
+    why_not = ""
+    if state.cfg.placement.undo != "requeue":
+        why_not = "placement.undo is off"
+    elif p is None or not p.decision.shared or p.decision.node not in state.layouts:
+        why_not = "the job was not placed by the agent"
+    elif sj is not None and not sj.requeue:
+        why_not = "Slurm may not requeue the job (--no-requeue)"
+    elif tag is not None and tag["undone"]:
+        why_not = "the job was requeued once already"
+    if why_not:
+        state.probes["harmful"] += 1
+        log.warning("job %s: probe %s; left running: %s", job_id, v.reason, why_not)
+        return {"verdict": "harmful", "reason": f"{v.reason}; left running: {why_not}"}, []
+    assert p is not None and token is not None and p.decision.node is not None
+    gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0)
+    state._drop(token)
+    req = replace(p.request, key=str(job_id), gres_type=gres_type)
+    state.held[job_id] = Held(job_id, token, req, now, v.reason)
+    state.probes["undone"] += 1
+    state.note(token, f"requeued after its probe: {v.reason}")
+    state.rebuild()
+    log.warning("job %s: probe %s; requeued, to be aimed at another GPU of type %s",
+                job_id, v.reason, gres_type)
+    held_tag = make_tag(token, req.cls, req.mode, Decision("exclusive", v.reason), held=gres_type)
+    act = Action("requeue_hold", job_id, held_tag,
+                 f"colo: requeued after {state.cfg.placement.probe_s:g}s together: {v.reason}")
+    return {"verdict": "undo", "reason": v.reason}, [act]
+
+
+def reaim(state: AgentState, now: float) -> list[Action]:
+    """Aim held jobs at a GPU of their shard type that takes them, oldest first."""
+    out = []
+    for h in sorted(state.held.values(), key=lambda h: h.since):
+        d = place(h.request, state.view, state.scores, state.cfg.placement)
+        if not d.shared or d.node is None:
+            continue
+        del state.held[h.job_id]
+        state.adopt(h.token, replace(h.request, gres_type=""), d, h.job_id, now)
+        state.note(h.token, f"requeued after its probe ({h.reason}); then {d.reason}")
+        log.info("job %s: aimed again after its undo: %s", h.job_id, d.reason)
+        out.append(Action("aim", h.job_id, make_tag(h.token, h.request.cls, h.request.mode, d, undone=True),
+                          f"colo: requeued after a harmful pairing; now GPU {d.index} of {d.node}",
+                          node=d.node))
+    return out
+
+
+def sync_held(state: AgentState, now: float) -> None:
+    """After a look at Slurm: adopt held jobs known only from their tags (agent restart),
+    forget those Slurm no longer holds for us (released by hand, cancelled, ended)."""
+    grace = 3 * state.cfg.agent.refresh_interval_s
+    for j in state.jobs.values():
+        tag = parse_tag(j.admin_comment)
+        if (tag and tag["held"] and j.state == "PENDING" and j.job_id not in state.held
+                and j.job_id not in state.by_job):
+            req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
+                             mode=tag["mode"], gres_type=tag["held"])
+            state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req, now,
+                                        "requeued before the agent restarted")
+    for job_id, h in list(state.held.items()):
+        sj = state.jobs.get(job_id)
+        if now - h.since > grace and (sj is None or sj.state != "PENDING"):
+            log.info("job %s: no longer held in Slurm; not aimed again", job_id)
+            del state.held[job_id]
+
+
+def failed(state: AgentState, action: Action, now: float) -> None:
+    """Slurm refused ``action``. A failed requeue leaves the job running (it is forgotten
+    here; the next look at Slurm finds it on its GPU again); a failed release puts the job
+    back among the held ones, to be aimed again at the next look."""
+    if action.kind == "requeue_hold":
+        state.held.pop(action.job_id, None)
+        return
+    token = state.by_job.get(action.job_id)
+    p = state.placements.get(token) if token else None
+    if p is None or token is None:
+        return
+    state._drop(token)
+    gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0) \
+        if p.decision.node in state.layouts else ""
+    state.held[action.job_id] = Held(action.job_id, token, replace(p.request, gres_type=gres_type),
+                                     now, "its release failed")
+    state.rebuild()

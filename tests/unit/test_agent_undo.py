@@ -1,0 +1,206 @@
+"""The agent's undo of a harmful placement: probe verdicts, requeue, re-aim (no I/O)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from slurm_colo.agent import undo
+from slurm_colo.agent.protocol import format_request, parse_reply
+from slurm_colo.agent.server import Agent
+from slurm_colo.agent.state import AgentState
+from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.errors import SlurmError
+from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.scores import ClassInfo, table_from_pairs
+from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
+from slurm_colo.tags import parse_tag
+
+LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
+# the table says slow and fast get on well (1.0 each); in truth they do not
+SCORES = table_from_pairs([("slow", "fast", 1.0, 1.0), ("slow", "slow", 0.5, 0.5), ("fast", "fast", 0.5, 0.5)],
+                          classes={"slow": ClassInfo(memory_gib=4.0, progress_rate=10.0),
+                                   "fast": ClassInfo(memory_gib=4.0, progress_rate=20.0)},
+                          created="")
+
+
+def _state(**placement: object) -> AgentState:
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0, **placement))  # type: ignore[arg-type]
+    s = AgentState(cfg, SCORES)
+    s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
+    return s
+
+
+def _req(cls: str) -> dict[str, str]:
+    return {"user": "alice", "uid": "1000", "name": "job", "mode": "auto", "class": cls}
+
+
+def _running(job_id: int, tag: str, idx: int = 0, requeue: bool = True) -> SlurmJob:
+    return SlurmJob(job_id, "job", "alice", 1000, "RUNNING", nodes="n1",
+                    gres=(GresAlloc("shard", f"v100_s{idx}", 1, (idx,)),), admin_comment=tag,
+                    requeue=requeue)
+
+
+def _pair(**placement: object) -> tuple[AgentState, list[SlurmJob]]:
+    """slow (job 10) runs on GPU 0; fast (job 11) was placed next to it."""
+    s = _state(**placement)
+    a = s.place_request(_req("slow"), 1.0)
+    b = s.place_request(_req("fast"), 2.0)
+    assert a["gres"] == b["gres"] == "gres:shard:v100_s0:1"
+    jobs = [_running(10, a["tag"]), _running(11, b["tag"])]
+    s.apply_snapshot(jobs, [], 3.0)
+    s.job_started(10, None, 3.0)
+    s.job_started(11, None, 4.0)
+    return s, jobs
+
+
+def _report(slow_now: float, fast_now: float) -> dict[str, object]:
+    return {"job": 11, "gpu": 0, "since": 4.0, "window_s": 480.0, "members": [
+        {"job": 10, "cls": "slow", "rate": slow_now, "rate_before": 10.0, "before": []},
+        {"job": 11, "cls": "fast", "rate": fast_now}]}
+
+
+def test_a_good_set_is_kept_and_its_measurement_used_at_once() -> None:
+    s, _ = _pair()
+    reply, actions = undo.probe(s, _report(9.0, 18.0), 600.0)
+    assert reply["verdict"] == "keep" and actions == []
+    p = s.scores.pair("fast", "slow")
+    assert p.observed and p.n_a == pytest.approx(0.9) and p.n_b == pytest.approx(0.9)
+    assert s.probes["kept"] == 1 and s.status(600.0)["probes"] == {"kept": 1}
+
+
+def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fits() -> None:
+    s, jobs = _pair()
+    reply, actions = undo.probe(s, _report(3.0, 6.0), 600.0)  # 0.3 each: combined 0.6
+    assert reply["verdict"] == "undo" and "combined throughput 0.60 < 1" in reply["reason"]
+    [a] = actions
+    assert a.kind == "requeue_hold" and a.job_id == 11
+    tag = parse_tag(a.admin_comment)
+    assert tag is not None and tag["held"] == "v100_s0" and tag["undone"] and not tag["shared"]
+    assert "requeued after 600s together" in a.comment
+    # the job left GPU 0, the pair is learnt; GPU 1 is idle but of another type: it waits
+    assert [o.job_id for o in s.view.gpus[0].occupants] == [10]
+    assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
+    assert undo.reaim(s, 601.0) == [] and 11 in s.held
+    assert s.status(601.0)["held"][0]["gres_type"] == "v100_s0"
+    assert "requeued after its probe" in s.explain(11, jobs[1].admin_comment)["reason"]
+    # Slurm shows it held; slow ends: GPU 0 is free and the job is aimed there
+    held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
+    s.apply_snapshot([jobs[0], held], [], 620.0)
+    assert undo.reaim(s, 620.0) == [] and 11 in s.held
+    s.job_ended(10)
+    s.apply_snapshot([held], [], 700.0)
+    [aim] = undo.reaim(s, 700.0)
+    assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
+    t2 = parse_tag(aim.admin_comment)
+    assert t2 is not None and t2["undone"] and t2["held"] is None and t2["gpu"] == 0
+    assert 11 not in s.held and [o.job_id for o in s.view.gpus[0].occupants] == [11]
+    # the Epilog of the run that was requeued may report its end late: the new
+    # placement stays
+    s.job_ended(11)
+    assert s.by_job.get(11) in s.placements
+
+
+@pytest.mark.parametrize("why, setup", [
+    ("placement.undo is off", {"undo": "off"}),
+    ("--no-requeue", {"no_requeue": True}),
+    ("requeued once already", {"undone": True}),
+])
+def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup: dict[str, object]) -> None:
+    s, jobs = _pair(**({"undo": setup["undo"]} if "undo" in setup else {}))
+    if setup.get("no_requeue"):
+        jobs[1] = replace(jobs[1], requeue=False)
+    if setup.get("undone"):
+        jobs[1] = replace(jobs[1], admin_comment=jobs[1].admin_comment.replace("]", " undone=1]"))
+    s.apply_snapshot(jobs, [], 500.0)
+    reply, actions = undo.probe(s, _report(3.0, 6.0), 600.0)
+    assert reply["verdict"] == "harmful" and why in reply["reason"] and actions == []
+    assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)  # learnt all the same
+    assert len(s.view.gpus[0].occupants) == 2
+
+
+def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
+    s, jobs = _pair()
+    _, [a] = undo.probe(s, _report(3.0, 6.0), 600.0)
+    fresh = _state()
+    held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
+    fresh.apply_snapshot([held], [], 700.0)
+    assert fresh.held[11].request.gres_type == "v100_s0" and fresh.held[11].request.cls == "fast"
+    [aim] = undo.reaim(fresh, 700.0)
+    assert aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+    # a held job Slurm no longer shows as pending (released by hand, cancelled) is dropped
+    other = _state()
+    other.apply_snapshot([held], [], 700.0)
+    other.apply_snapshot([replace(held, state="CANCELLED")], [], 800.0)
+    assert other.held == {}
+
+
+def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_again() -> None:
+    s, _ = _pair()
+    _, [a] = undo.probe(s, _report(3.0, 6.0), 600.0)
+    undo.failed(s, a, 601.0)
+    assert s.held == {}
+    s2, jobs = _pair()
+    _, [a2] = undo.probe(s2, _report(3.0, 6.0), 600.0)
+    s2.job_ended(10)
+    s2.apply_snapshot([replace(jobs[1], state="PENDING", gres=(), admin_comment=a2.admin_comment)], [], 700.0)
+    [aim] = undo.reaim(s2, 700.0)
+    undo.failed(s2, aim, 701.0)
+    assert s2.held[11].request.gres_type == "v100_s0" and 11 not in s2.by_job
+
+
+def test_learnt_pairs_outlive_an_older_score_set_and_yield_to_a_newer_one() -> None:
+    s, _ = _pair()
+    undo.probe(s, _report(3.0, 6.0), time.time())
+    s.scores = replace(SCORES, created="2026-01-01T00:00:00+00:00")  # made before the probe
+    assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
+    s.scores = replace(SCORES, created="2099-01-01T00:00:00+00:00")
+    assert s.scores.pair("fast", "slow").n_a == 1.0 and s.learned == {}
+
+
+class FakeControl:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, int, str]] = []
+        self.fail = fail
+
+    def requeue_hold(self, job_id: int, admin_comment: str, comment: str) -> None:
+        self.calls.append(("requeue_hold", job_id, admin_comment))
+        if self.fail:
+            raise SlurmError("scontrol requeuehold 11 failed: Job is not running")
+
+    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None:
+        self.calls.append(("aim", job_id, node))
+
+
+class NoSlurm:
+    name = "none"
+
+    def jobs(self) -> list[SlurmJob]:
+        return []
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return None
+
+    def nodes(self) -> list[SlurmNode]:
+        return []
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_server_answers_the_probe_then_changes_slurm(fail: bool) -> None:
+    control = FakeControl(fail)
+    agent = Agent(Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)), NoSlurm(), control)
+    s, _ = _pair()
+    agent.state = s
+    line = format_request("PROBE", _report(3.0, 6.0))
+    refused = agent.handle(line, 54321)
+    assert refused.startswith(b"ERR") and b"reserved" in refused and not control.calls
+    reply = parse_reply("PROBE", agent.handle(line, 0))
+    assert reply["verdict"] == "undo"
+    deadline = time.monotonic() + 5
+    while not control.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with agent._control_lock:
+        assert control.calls[0][:2] == ("requeue_hold", 11)
+    assert (11 in s.held) is not fail
