@@ -19,6 +19,16 @@ def exit_state(exit_code: int, signal: int) -> str:
     return "COMPLETED" if exit_code == 0 else "FAILED"
 
 
+def progress_points(prog: dict[str, Any] | None) -> list[tuple[float, float]]:
+    """The ``(time, iterations)`` points of a job's progress file, sorted by time. The file
+    is written by the job: anything malformed is skipped, never an error."""
+    raw = prog.get("points") if isinstance(prog, dict) else None
+    return sorted((float(p[0]), float(p[1])) for p in (raw if isinstance(raw, list) else [])
+                  if isinstance(p, list) and len(p) == 2
+                  and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                          and math.isfinite(x) for x in p))
+
+
 def progress_summary(prog: dict[str, Any] | None,
                      shared: list[tuple[float, float]]) -> dict[str, Any] | None:
     """``{"iterations", "rate", "solo_rate"}`` from the job's progress points.
@@ -28,12 +38,7 @@ def progress_summary(prog: dict[str, Any] | None,
     """
     if not isinstance(prog, dict):
         return None
-    raw = prog.get("points")
-    # written by the job: anything malformed is skipped, never an error
-    pts = sorted((float(p[0]), float(p[1])) for p in (raw if isinstance(raw, list) else [])
-                 if isinstance(p, list) and len(p) == 2
-                 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                         and math.isfinite(x) for x in p))
+    pts = progress_points(prog)
     iterations = prog.get("iterations")
     if not isinstance(iterations, (int, float)) or isinstance(iterations, bool) \
             or not math.isfinite(iterations):

@@ -22,6 +22,7 @@ from . import journal, procs
 from .fsutil import atomic_write_json, read_json
 from .layout import NodeLayout
 from .nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
+from .probe import Prober
 from .profile_acc import ProfileAccumulator, Reading
 
 #: write profile.json every this many seconds (and on exit)
@@ -68,6 +69,8 @@ class Sampler:
         self._job_pids: dict[int, bool] = {}
         self._since_us = 0
         self.dcgm = dcgm_status()
+        #: the probe of a new shared set (set by :func:`run`)
+        self.prober: Prober | None = None
 
     def _mine(self, pid: int) -> bool:
         if pid not in self._job_pids:
@@ -129,6 +132,8 @@ class Sampler:
                    gpu_lost=[g.index for g in self.gpus if g.lost],
                    not_supported=sorted(self.not_supported), dcgm=self.dcgm,
                    errors=[e for g in self.gpus for e in g.errors][-5:])
+        if self.prober is not None and self.prober.result is not None:
+            out["probe"] = self.prober.result
         return out
 
     def flush(self, final: bool = False) -> None:
@@ -147,6 +152,8 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
     s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s)
+    shared = bool((st.get("placement") or {}).get("shared"))
+    s.prober = Prober(cfg, lay, job_id, gpus) if shared else None
     cap = max_ticks or 0
     ticks, last_flush = 0, time.monotonic()
     interval = max(0.01, cfg.node.sampler_interval_s)
@@ -155,6 +162,10 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         while not stop.is_set():
             s.tick()
             ticks += 1
+            if s.prober is not None and s.prober.pending:
+                s.prober.maybe(time.time())
+                if not s.prober.pending:
+                    s.flush()
             # the first summary right away: proof of life, and a profile for short jobs
             if ticks == 1 or time.monotonic() - last_flush >= FLUSH_EVERY_S:
                 if not state_path.exists():

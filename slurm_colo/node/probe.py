@@ -1,0 +1,132 @@
+"""The probe of a new shared set: what each member's job-reported progress shows.
+
+When a job has shared a GPU for ``placement.probe_s``, its sampler measures the set (this
+module), sends the measurement to the agent (``PROBE``), and the agent judges it
+(:mod:`slurm_colo.placement.retract`): keep it, or requeue the newcomer.
+
+Measured per member, from the progress points the job writes (:mod:`slurm_colo.progress`):
+
+* ``rate``: progress per second since the set formed (after ``warmup_s``);
+* ``rate_before`` (members that were there before the newcomer): progress per second over
+  the stretch before the newcomer arrived during which the GPU's set did not change, and
+  ``before``: the classes it shared the GPU with then.
+
+Only a set that has not changed since the newcomer started is measured: a later arrival is
+judged by its own probe. :func:`measure` is pure (journal events and progress points in);
+:func:`read_set` reads them from the node's files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..agent import client
+from ..config import Config
+from . import journal
+from .jobstate import read_progress
+from .layout import NodeLayout
+from .record_build import progress_points
+
+log = logging.getLogger("slurm_colo.node")
+#: at least this many progress points inside a window for its rate to count
+MIN_POINTS = 3
+
+
+def rate_between(points: list[tuple[float, float]], t0: float, t1: float) -> float | None:
+    """Progress per second from the points inside [t0, t1]; None with too few of them or a
+    counter that went backwards (the job restarted its count)."""
+    inside = [p for p in points if t0 <= p[0] <= t1]
+    if len(inside) < MIN_POINTS or inside[-1][0] - inside[0][0] <= 0:
+        return None
+    gained = inside[-1][1] - inside[0][1]
+    if gained < 0:
+        return None
+    return gained / (inside[-1][0] - inside[0][0])
+
+
+def measure(events: list[dict[str, Any]], job: int, now: float, warmup_s: float,
+            points_of: Callable[[int], list[tuple[float, float]]]) -> dict[str, Any] | None:
+    """The probe report for ``job`` on one GPU, or None when there is nothing to judge (the
+    job is alone, not on this GPU, or the set changed after it started)."""
+    st = journal.stays(events)
+    me = st.get(job)
+    if me is None or me.end is not None:
+        return None
+    live = [s for s in st.values() if s.end is None]
+    if len(live) < 2:
+        return None
+    if any(s.start > me.start for s in st.values() if s.job != job) or any(
+            s.end is not None and s.end > me.start for s in st.values()):
+        return None  # the set changed since this job came: the later change is judged
+    changes = [s.start for s in st.values() if s.start < me.start] + [
+        s.end for s in st.values() if s.end is not None and s.end <= me.start]
+    before_from = max(changes, default=me.start)
+    members = []
+    for s in sorted(live, key=lambda s: s.start):
+        pts = points_of(s.job)
+        m: dict[str, Any] = {"job": s.job, "cls": s.cls,
+                             "rate": rate_between(pts, me.start + warmup_s, now)}
+        if s.job != job:
+            m["rate_before"] = rate_between(pts, before_from + warmup_s, me.start)
+            m["before"] = sorted(o.cls for o in st.values() if o.job not in (s.job, job)
+                                 and o.start <= before_from
+                                 and (o.end is None or o.end >= me.start))
+        members.append(m)
+    return {"job": job, "since": me.start, "window_s": round(now - me.start - warmup_s, 1),
+            "members": members}
+
+
+def read_set(layout: NodeLayout, gpu: int, job: int, now: float,
+             warmup_s: float) -> dict[str, Any] | None:
+    """:func:`measure` on the node's journal of ``gpu`` and the members' progress files."""
+    report = measure(journal.read(layout.journal(gpu)), job, now, warmup_s,
+                     lambda j: progress_points(read_progress(layout, j)))
+    if report is not None:
+        report["gpu"] = gpu
+    return report
+
+
+#: the first part of the probe window is not measured (start-up: data loading, compilation)
+WARMUP_SHARE = 0.2
+
+
+class Prober:
+    """The sampler's once-per-job probe: at ``placement.probe_s`` after the job started on
+    its (single) GPU, measure the set and ask the agent to judge it. ``result`` holds what
+    happened, for the job's profile."""
+
+    def __init__(self, cfg: Config, layout: NodeLayout, job_id: int, gpus: list[int]) -> None:
+        self.cfg, self.layout, self.job_id = cfg, layout, job_id
+        self.gpu = gpus[0] if len(gpus) == 1 else None
+        self.probe_s = cfg.placement.probe_s
+        self.start: float | None = None
+        self.result: dict[str, Any] | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.result is None and self.gpu is not None and self.probe_s > 0
+
+    def maybe(self, now: float) -> None:
+        if not self.pending or self.gpu is None:
+            return
+        if self.start is None:
+            stay = journal.stays(journal.read(self.layout.journal(self.gpu))).get(self.job_id)
+            if stay is None:
+                return
+            self.start = stay.start
+        if now < self.start + self.probe_s:
+            return
+        report = read_set(self.layout, self.gpu, self.job_id, now, WARMUP_SHARE * self.probe_s)
+        if report is None:
+            self.result = {"verdict": "none", "reason": "alone, or the set changed since the job came"}
+            return
+        reply = client.probe(self.cfg, report)
+        if reply is None:
+            self.result = {"verdict": "unjudged", "reason": "the agent could not be reached"}
+            log.warning("job %s: probe not judged, the agent could not be reached", self.job_id)
+        else:
+            self.result = {"verdict": str(reply.get("verdict")), "reason": str(reply.get("reason"))}
+            log.info("job %s: probe %s: %s", self.job_id, self.result["verdict"], self.result["reason"])
+        self.result["members"] = report["members"]

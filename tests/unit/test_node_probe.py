@@ -1,0 +1,115 @@
+"""The node side of the probe: measuring a new shared set from the jobs' progress."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_agent import FakeAgent
+
+from slurm_colo.agent.protocol import parse_request
+from slurm_colo.config import AgentConfig, Config, NodeConfig, PlacementConfig
+from slurm_colo.node import journal
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.node.probe import Prober, measure, rate_between
+
+
+def pts(rate: float, t0: float, t1: float, start_it: float = 0.0, step: float = 10.0) -> list[tuple[float, float]]:
+    out, t = [], t0
+    while t <= t1 + 1e-9:
+        out.append((t, start_it + rate * (t - t0)))
+        t += step
+    return out
+
+
+def ev(kind: str, t: float, job: int, cls: str = "c") -> dict[str, object]:
+    return {"ev": kind, "t": t, "job": job, "cls": cls, "user": "u", "uid": 1}
+
+
+def test_rate_between_needs_points_and_a_forward_counter() -> None:
+    p = pts(5.0, 0, 100)
+    assert rate_between(p, 20, 80) == pytest.approx(5.0)
+    assert rate_between(p, 20, 35) is None  # two points only
+    assert rate_between([(0, 100.0), (10, 50.0), (20, 10.0)], 0, 20) is None  # restarted count
+
+
+def test_measure_reads_the_newcomer_now_and_the_incumbent_before_and_after() -> None:
+    # job 1 alone from 0, job 2 arrives at 1000: job 1 drops from 10/s to 4/s
+    events = [ev("start", 0, 1, "a"), ev("start", 1000, 2, "b")]
+    points = {1: pts(10, 0, 1000) + pts(4, 1010, 1600, start_it=10000), 2: pts(3, 1000, 1600)}
+    r = measure(events, 2, 1600, 100, lambda j: points[j])
+    assert r is not None and r["job"] == 2 and r["since"] == 1000 and r["window_s"] == 500
+    one, two = r["members"]
+    assert one["job"] == 1 and one["rate"] == pytest.approx(4) and one["rate_before"] == pytest.approx(10)
+    assert one["before"] == []
+    assert two == {"job": 2, "cls": "b", "rate": pytest.approx(3)}
+
+
+def test_measure_names_the_set_an_incumbent_was_in_before() -> None:
+    events = [ev("start", 0, 1, "a"), ev("start", 100, 3, "x"), ev("start", 1000, 2, "b")]
+    r = measure(events, 2, 1600, 100, lambda j: pts(1, 0, 1600))
+    assert r is not None
+    by_job = {m["job"]: m for m in r["members"]}
+    assert by_job[1]["before"] == ["x"] and by_job[3]["before"] == ["a"]
+    assert by_job[1]["rate_before"] == pytest.approx(1)  # from 100 + warm-up to 1000
+
+
+def test_nothing_is_measured_alone_or_after_the_set_changed() -> None:
+    assert measure([ev("start", 0, 1)], 1, 600, 60, lambda j: []) is None
+    changed = [ev("start", 0, 1), ev("start", 100, 2), ev("start", 200, 3)]
+    assert measure(changed, 2, 800, 60, lambda j: []) is None  # job 3 came later
+    left = [ev("start", 0, 1), ev("start", 100, 2), ev("start", 0, 3), ev("end", 300, 3)]
+    assert measure(left, 2, 800, 60, lambda j: []) is None  # job 3 left after job 2 came
+    assert measure(changed, 3, 800, 60, lambda j: []) is not None
+    assert measure(changed, 9, 800, 60, lambda j: []) is None
+
+
+def _cfg(tmp_path: Path, probe_s: float = 100.0) -> Config:
+    return Config(agent=AgentConfig(socket=str(tmp_path / "agent.sock")),
+                  node=NodeConfig(run_dir=str(tmp_path / "run"), spool_dir=str(tmp_path / "spool")),
+                  placement=PlacementConfig(probe_s=probe_s))
+
+
+def _files(lay: NodeLayout, t0: float) -> None:
+    lay.gpu_dir(0).mkdir(parents=True)
+    for e in (ev("start", t0, 1, "a"), ev("start", t0 + 1000, 2, "b")):
+        journal.append(lay.journal(0), e)
+    for job, p in ((1, pts(10, t0, t0 + 1000) + pts(4, t0 + 1010, t0 + 1100, 10000, 5)),
+                   (2, pts(3, t0 + 1000, t0 + 1100, step=5))):
+        lay.user_dir(job).mkdir(parents=True)
+        (lay.user_dir(job) / "progress.json").write_text(json.dumps({"points": [list(x) for x in p]}))
+
+
+def test_the_sampler_probe_sends_the_set_once_and_keeps_the_verdict(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    _files(lay, 5000.0)
+    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"undo","reason":"harmful: x"}\n')
+    try:
+        pr = Prober(cfg, lay, 2, [0])
+        pr.maybe(5000.0 + 1050)  # before probe_s
+        assert pr.pending and agent.requests == []
+        pr.maybe(5000.0 + 1100)
+        assert not pr.pending and pr.result is not None
+        assert pr.result["verdict"] == "undo" and pr.result["reason"] == "harmful: x"
+        verb, payload = parse_request(agent.requests[0])
+        assert verb == "PROBE" and payload["job"] == 2 and payload["gpu"] == 0
+        inc = payload["members"][0]
+        assert inc["rate"] == pytest.approx(4) and inc["rate_before"] == pytest.approx(10)
+        pr.maybe(5000.0 + 2000)
+        assert len(agent.requests) == 1
+    finally:
+        agent.close()
+
+
+def test_the_probe_without_an_agent_or_turned_off(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    _files(lay, 5000.0)
+    pr = Prober(cfg, lay, 2, [0])
+    pr.maybe(6100.0)
+    assert pr.result is not None and pr.result["verdict"] == "unjudged"
+    assert pr.result["members"][1]["rate"] == pytest.approx(3)
+    assert not Prober(_cfg(tmp_path, probe_s=0), lay, 2, [0]).pending
+    assert not Prober(cfg, lay, 2, [0, 1]).pending  # multi-GPU jobs never share
