@@ -61,9 +61,9 @@ def judge(newcomer: str, members: Sequence[Member], scores: ScoreTable,
     if not any(m.measured for m in members):
         return Verdict(False, f"kept: no member reports progress ({rates})")
     if total < 1.0:
-        return Verdict(True, f"undone: combined throughput {total:.2f} < 1 ({rates})", obs)
+        return Verdict(True, f"harmful: combined throughput {total:.2f} < 1 ({rates})", obs)
     if slow:
-        return Verdict(True, f"undone: job {slow[0].key} at {slow[0].n:.2f}x solo speed, below "
+        return Verdict(True, f"harmful: job {slow[0].key} at {slow[0].n:.2f}x solo speed, below "
                              f"1/{cfg.max_slowdown:g} ({rates})", obs)
     return Verdict(False, f"kept: combined throughput {total:.2f} ({rates})", obs)
 
