@@ -91,6 +91,8 @@ slurm_backend = "json"
 fallback = "exclusive"
 cross_user = "never"
 default_memory_gib = 4.0
+# lab time is compressed: a new shared set is judged after 15 s (default 600 s)
+probe_s = 15.0
 
 [store]
 url = "sqlite:///$LAB_DIR/state/history.db"

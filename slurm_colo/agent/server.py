@@ -126,7 +126,7 @@ class Agent:
             for a in actions:
                 try:
                     if a.kind == "requeue_hold":
-                        self.control.requeue_hold(a.job_id, a.admin_comment, a.comment)
+                        self.control.requeue_hold(a.job_id, a.admin_comment, a.comment, a.restore)
                     else:
                         self.control.aim_and_release(a.job_id, a.node, a.admin_comment, a.comment)
                 except SlurmError as e:

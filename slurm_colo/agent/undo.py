@@ -55,6 +55,8 @@ class Action:
     admin_comment: str
     comment: str
     node: str = ""
+    #: the job's comments before (put back if Slurm refuses the requeue)
+    restore: tuple[str, str] = ("", "")
 
 
 def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[str, Any], list[Action]]:
@@ -93,11 +95,12 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     state.probes["undone"] += 1
     state.note(token, f"requeued after its probe: {v.reason}")
     state.rebuild()
-    log.warning("job %s: probe %s; requeued, to be aimed at another GPU of type %s",
+    log.warning("job %s: probe %s; requeued, to be aimed again at a GPU of type %s",
                 job_id, v.reason, gres_type)
     held_tag = make_tag(token, req.cls, req.mode, Decision("exclusive", v.reason), held=gres_type)
     act = Action("requeue_hold", job_id, held_tag,
-                 f"colo: requeued after {state.cfg.placement.probe_s:g}s together: {v.reason}")
+                 f"colo: requeued after {state.cfg.placement.probe_s:g}s together: {v.reason}",
+                 restore=(sj.admin_comment, sj.comment) if sj else ("", ""))
     return {"verdict": "undo", "reason": v.reason}, [act]
 
 
@@ -105,6 +108,9 @@ def reaim(state: AgentState, now: float) -> list[Action]:
     """Aim held jobs at a GPU of their shard type that takes them, oldest first."""
     out = []
     for h in sorted(state.held.values(), key=lambda h: h.since):
+        sj = state.jobs.get(h.job_id)
+        if sj is None or (sj.state != "PENDING" and not sj.active):
+            continue  # ended or cancelled meanwhile: sync_held forgets it
         d = place(h.request, state.view, state.scores, state.cfg.placement)
         if not d.shared or d.node is None:
             continue
@@ -132,7 +138,9 @@ def sync_held(state: AgentState, now: float) -> None:
                                         "requeued before the agent restarted")
     for job_id, h in list(state.held.items()):
         sj = state.jobs.get(job_id)
-        if now - h.since > grace and (sj is None or sj.state != "PENDING"):
+        # a held job is always pending or (just before its requeue) running in Slurm:
+        # missing means gone; running after a few looks means someone released it
+        if sj is None or (now - h.since > grace and sj.state != "PENDING"):
             log.info("job %s: no longer held in Slurm; not aimed again", job_id)
             del state.held[job_id]
 

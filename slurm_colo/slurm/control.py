@@ -34,7 +34,8 @@ def release_argv(job_id: int) -> list[str]:
 
 
 class JobControl(Protocol):
-    def requeue_hold(self, job_id: int, admin_comment: str, comment: str) -> None: ...
+    def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
+                     restore: tuple[str, str] = ("", "")) -> None: ...
 
     def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None: ...
 
@@ -57,9 +58,21 @@ class ScontrolControl:
             msg = (p.stderr or p.stdout).strip().splitlines()
             raise SlurmError(f"{' '.join(argv[:3])} failed: {msg[-1] if msg else f'exit {p.returncode}'}")
 
-    def requeue_hold(self, job_id: int, admin_comment: str, comment: str) -> None:
-        self.run(requeue_hold_argv(job_id))
+    def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
+                     restore: tuple[str, str] = ("", "")) -> None:
+        """Mark the job held (comments first: a job is never held without its tag), then
+        requeue it held. If the requeue fails the comments go back to ``restore``
+        (admin comment, comment) and the job runs on."""
         self.run(update_argv(job_id, AdminComment=admin_comment, Comment=comment))
+        try:
+            self.run(requeue_hold_argv(job_id))
+        except SlurmError:
+            try:
+                if any(restore):
+                    self.run(update_argv(job_id, AdminComment=restore[0], Comment=restore[1]))
+            except SlurmError:
+                pass  # the job ended meanwhile: nothing left to restore
+            raise
 
     def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None:
         self.run(update_argv(job_id, ReqNodeList=node, AdminComment=admin_comment,

@@ -165,7 +165,8 @@ class FakeControl:
         self.calls: list[tuple[str, int, str]] = []
         self.fail = fail
 
-    def requeue_hold(self, job_id: int, admin_comment: str, comment: str) -> None:
+    def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
+                     restore: tuple[str, str] = ("", "")) -> None:
         self.calls.append(("requeue_hold", job_id, admin_comment))
         if self.fail:
             raise SlurmError("scontrol requeuehold 11 failed: Job is not running")

@@ -28,10 +28,24 @@ def test_undo_and_aim_are_the_documented_sequences() -> None:
     c = Recording()
     c.requeue_hold(12, "slurm-colo[v=1 tok=t held=v100_s1]", "colo: requeued")
     c.aim_and_release(12, "gpu07", "slurm-colo[v=1 tok=t undone=1]", "colo: now GPU 1")
-    assert [a[1] for a in c.argvs] == ["requeuehold", "update", "update", "release"]
-    assert "AdminComment=slurm-colo[v=1 tok=t held=v100_s1]" in c.argvs[1]
+    assert [a[1] for a in c.argvs] == ["update", "requeuehold", "update", "release"]
+    assert "AdminComment=slurm-colo[v=1 tok=t held=v100_s1]" in c.argvs[0]
     assert c.argvs[2][2:] == ["JobId=12", "ReqNodeList=gpu07", "AdminComment=slurm-colo[v=1 tok=t undone=1]",
                               "Comment=colo: now GPU 1", "StartTime=now"]
+
+
+def test_a_failed_requeue_restores_the_comments() -> None:
+    class Refusing(Recording):
+        def run(self, argv: list[str]) -> None:
+            super().run(argv)
+            if argv[1] == "requeuehold":
+                raise SlurmError("scontrol requeuehold 12 failed: Access/permission denied")
+
+    c = Refusing()
+    with pytest.raises(SlurmError, match="permission denied"):
+        c.requeue_hold(12, "slurm-colo[v=1 tok=t held=v100_s1]", "colo: requeued",
+                       restore=("slurm-colo[v=1 tok=t mech=mps gpu=n1:1]", "colo: GPU 1 of n1"))
+    assert c.argvs[-1][3:] == ["AdminComment=slurm-colo[v=1 tok=t mech=mps gpu=n1:1]", "Comment=colo: GPU 1 of n1"]
 
 
 def test_failures_name_the_command_and_slurms_message() -> None:

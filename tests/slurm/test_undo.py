@@ -1,0 +1,107 @@
+"""Undoing a harmful pairing on the real cluster: the probe after placement.probe_s (15 s in
+the lab), the requeue of the newcomer, and its release once a GPU of its type fits."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .labtools import (OUT, agent_cli, agent_refresh, gpu_of, run, sbatch, squeue, start_agent, stop_agent,
+                       wait_for, wait_running)
+
+PY = "/opt/slurm-colo-lab/venv/bin/python"
+
+# a training job that reports progress through slurm_colo.progress: 10 steps/s alone, 3 once
+# the marker file exists (the newcomer creates it: the pair turns out to interfere)
+INCUMBENT = """
+import os, sys, time
+from slurm_colo.progress import ProgressReporter
+marker, seconds = sys.argv[1], float(sys.argv[2])
+r = ProgressReporter(min_interval_s=0.5)
+it, t0, last = 0.0, time.time(), time.time()
+while time.time() - t0 < seconds:
+    time.sleep(0.1)
+    now = time.time()
+    it += (3.0 if os.path.exists(marker) else 10.0) * (now - last)
+    last = now
+    r.report(it)
+r.flush()
+"""
+
+NEWCOMER = """
+import os, sys, time
+from slurm_colo.progress import ProgressReporter
+marker, seconds = sys.argv[1], float(sys.argv[2])
+print("run", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
+open(marker, "w").close()
+r = ProgressReporter(min_interval_s=0.5)
+it, t0 = 0.0, time.time()
+while time.time() - t0 < seconds:
+    time.sleep(0.1)
+    it += 0.5
+    r.report(it)
+r.flush()
+os.unlink(marker)
+print("done", flush=True)
+"""
+
+
+def _script(name: str, body: str) -> str:
+    path = OUT / name
+    path.write_text(body)
+    path.chmod(0o644)
+    return str(path)
+
+
+@pytest.fixture()
+def fresh_agent(clean: None) -> Iterator[None]:
+    """The agent keeps what probes measured until a newer score set: restart it afterwards
+    so later tests see the lab's scores as they are."""
+    yield
+    stop_agent()
+    start_agent()
+
+
+def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fresh_agent: None) -> None:
+    marker = OUT / f"undo-marker-{time.time_ns()}"
+    inc = _script("undo_incumbent.py", INCUMBENT)
+    new = _script("undo_newcomer.py", NEWCOMER)
+    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice",
+               script=f"{PY} {inc} {marker} 40")
+    wait_running(a.job_id)
+    time.sleep(6)  # the incumbent runs alone first: its solo speed is measured
+    b = sbatch("--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", "--open-mode=append",
+               user="alice", script=f"{PY} {new} {marker} 25")
+    q = wait_running(a.job_id, b.job_id)
+    gpu = gpu_of(q[a.job_id])
+    assert gpu_of(q[b.job_id]) == gpu and str(a.job_id) in q[b.job_id]["comment"]
+
+    # after the 15 s probe: the incumbent ran at 0.3x its solo speed -> b is requeued, held
+    def requeued() -> dict | None:
+        j = squeue().get(b.job_id, {})
+        return j if (j.get("restart_cnt", 0) >= 1 and "requeued" in j.get("comment", "")
+                     and j.get("job_state") == "PENDING") else None
+    j = wait_for(requeued, 40, what="the newcomer requeued")
+    assert "below 1/1.5" in j["comment"] or "combined throughput" in j["comment"]
+    assert "held=" in j["admin_comment"] and j["priority"] == 0  # held
+    assert squeue()[a.job_id]["job_state"] == "RUNNING"
+    ex = json.loads(agent_cli("explain", "--json", str(b.job_id)).stdout)
+    assert "requeued after its probe" in ex["reason"]
+
+    # once the incumbent has ended, b is aimed at the same GPU type again and runs to the end
+    def finished() -> dict | None:
+        agent_refresh()
+        j = squeue().get(b.job_id, {})
+        return j if j.get("job_state") == "COMPLETED" else None
+    j = wait_for(finished, 90, step=1.0, what="the requeued job to run again and finish")
+    assert squeue()[a.job_id]["job_state"] == "COMPLETED"
+    assert j["restart_cnt"] == 1 and "undone=1" in j["admin_comment"] and "held=" not in j["admin_comment"]
+    assert "now GPU" in j["comment"]
+    out = (OUT / f"{b.job_id}.out").read_text().split()
+    assert out.count("run") == 2 and "1" in out and out[-1] == "done", out
+    status = json.loads(agent_cli("status", "--json").stdout)
+    assert status["probes"].get("undone", 0) >= 1 and status["held"] == []
+    assert run(["scontrol", "show", "job", str(b.job_id)]).stdout.count("Restarts=1") == 1
