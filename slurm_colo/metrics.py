@@ -14,7 +14,8 @@ serves. Snapshot shape::
      "request_seconds": {"sum": 0.8, "count": 40}}
 
 Optional, when present: ``slots``, ``exclusive_job`` and ``closed_for`` per GPU,
-``pending_placements``.
+``pending_placements``, ``probes`` (verdict -> count) and ``held`` (requeued jobs waiting
+to be aimed again).
 Missing keys are treated as empty; ``None`` values produce no sample.
 """
 
@@ -152,6 +153,16 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     for reason, count in sorted((snapshot.get("fallbacks") or {}).items()):
         fallbacks.add(_num(count), {"reason": reason})
 
+    probes = _Family("probes_total", "counter",
+                     "New shared sets judged after their probe: kept, undone (newest job "
+                     "requeued) or harmful (harmful but left running).")
+    for verdict, count in sorted((snapshot.get("probes") or {}).items()):
+        probes.add(_num(count), {"verdict": verdict})
+    held = _Family("held_jobs", "gauge",
+                   "Jobs requeued after a harmful probe, held until a GPU of their type fits.")
+    if "held" in snapshot:
+        held.add(len(snapshot.get("held") or []))
+
     scores = snapshot.get("scores") or {}
     score_info = _Family("scores_info", "gauge", "The live compatibility score set (value 1).")
     score_age = _Family("scores_age_seconds", "gauge", "Age of the live score set in seconds.")
@@ -173,7 +184,7 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     duration.add(_num(rs.get("count")), suffix="_count")
 
     families = [occupants, pending, occ_info, slots, exclusive, drained, delta, slowdown, decisions,
-                fallbacks, score_info, score_age, pending_total, requests, duration]
+                fallbacks, probes, held, score_info, score_age, pending_total, requests, duration]
     out: list[str] = []
     for fam in families:
         out.extend(fam.lines())

@@ -117,6 +117,12 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"score set: {sc.get('id')} (created {sc.get('created') or '?'})"
                    + (f"  ERROR: {sc['error']}" if sc.get("error") else ""))
         typer.echo(f"pending placements: {st.get('pending_placements', 0)}")
+        pr = st.get("probes") or {}
+        if pr:
+            typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))
+        for h in st.get("held") or []:
+            typer.echo(f"held: job {h['job_id']} ({h['cls']}), requeued {int(h['waiting_s'])}s ago, waits for a "
+                       f"{h['gres_type']} GPU that fits: {h['reason']}")
         r = st.get("reservation")
         if r:
             typer.echo(f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "

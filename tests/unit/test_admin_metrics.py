@@ -66,6 +66,8 @@ SNAPSHOT = {
     "requests_total": 12,
     "request_seconds": {"sum": 0.25, "count": 12},
     "pending_placements": 2,
+    "probes": {"kept": 5, "undone": 1},
+    "held": [{"job_id": 93, "gres_type": "v100_s1"}],
 }
 
 
@@ -119,6 +121,9 @@ def test_decisions_fallbacks_scores_and_requests():
     assert _values(samples, "slurm_colo_requests_total") == [({}, "12")]
     assert _values(samples, "slurm_colo_request_duration_seconds_sum") == [({}, "0.25")]
     assert _values(samples, "slurm_colo_request_duration_seconds_count") == [({}, "12")]
+    pr = {l["verdict"]: v for l, v in _values(samples, "slurm_colo_probes_total")}
+    assert pr == {"kept": "5", "undone": "1"}
+    assert _values(samples, "slurm_colo_held_jobs") == [({}, "1")]
 
 
 def test_empty_snapshot_still_valid_text():
