@@ -155,7 +155,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
 
     probes = _Family("probes_total", "counter",
                      "New shared sets judged after their probe: kept, undone (newest job "
-                     "requeued) or harmful (harmful but left running).")
+                     "requeued), harmful (harmful, left running) or undo_failed (Slurm refused "
+                     "the requeue).")
     for verdict, count in sorted((snapshot.get("probes") or {}).items()):
         probes.add(_num(count), {"verdict": verdict})
     held = _Family("held_jobs", "gauge",

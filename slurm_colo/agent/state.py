@@ -84,7 +84,8 @@ class AgentState:
         self.scores_error: str | None = None
         #: requeued jobs held in Slurm until a GPU of their shard type takes them (undo.py)
         self.held: dict[int, Held] = {}
-        #: probe verdicts: kept, undone, harmful (harmful but not undone)
+        #: probe verdicts: kept, undone, harmful (harmful, not to be undone), undo_failed
+        #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
         self.placements: dict[str, Placement] = {}
         self.by_job: dict[int, str] = {}

@@ -151,6 +151,7 @@ def failed(state: AgentState, action: Action, now: float) -> None:
     back among the held ones, to be aimed again at the next look."""
     if action.kind == "requeue_hold":
         state.held.pop(action.job_id, None)
+        state.probes["undo_failed"] += 1
         return
     token = state.by_job.get(action.job_id)
     p = state.placements.get(token) if token else None

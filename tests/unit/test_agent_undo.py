@@ -141,7 +141,7 @@ def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_a
     s, _ = _pair()
     _, [a] = undo.probe(s, _report(3.0, 6.0), 600.0)
     undo.failed(s, a, 601.0)
-    assert s.held == {}
+    assert s.held == {} and s.probes == {"undone": 1, "undo_failed": 1}
     s2, jobs = _pair()
     _, [a2] = undo.probe(s2, _report(3.0, 6.0), 600.0)
     s2.job_ended(10)
