@@ -66,6 +66,10 @@ class PlacementConfig:
     #: what the agent does with a set judged harmful: "requeue" the newest job and aim it
     #: again, or "off" (it runs on; the next retrain learns from it)
     undo: str = "requeue"
+    #: a --colocate job no shared GPU takes now: "own-gpu" keeps its own-GPU request (it
+    #: waits in Slurm's queue for a whole GPU), "hold" holds it as a shard request of one
+    #: GPU type, released by the agent onto the first GPU of that type that fits it
+    unplaced: str = "own-gpu"
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("placement", "fallback"): ("exclusive", "shard"),
     ("placement", "cross_user"): ("shard", "never"),
     ("placement", "undo"): ("requeue", "off"),
+    ("placement", "unplaced"): ("own-gpu", "hold"),
     ("node", "mps_backend"): ("real", "emulator"),
     ("node", "nvml_backend"): ("real", "scenario"),
     ("node", "profile"): ("colocated", "all", "none"),

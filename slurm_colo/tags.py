@@ -2,7 +2,8 @@
 
 Format: ``slurm-colo[v=1 tok=TOKEN cls=CLASS mode=MODE mech=mps gpu=NODE:IDX pct=N mem=GIB d=DELTA]``
 (fields after ``v`` optional). After the agent undid a harmful placement, ``undone=1`` is
-added, and ``held=SHARD_TYPE`` while the requeued job waits, held, to be aimed again. The agent writes it at submit time; it rebuilds its view
+added; ``held=SHARD_TYPE`` while a job waits, held, to be aimed at a GPU of that type (a
+requeued job, or one held at submission with ``placement.unplaced = "hold"``). The agent writes it at submit time; it rebuilds its view
 from the admin comment (users cannot edit it) after a restart, and the Prolog falls back
 to the copy in the comment (``SLURM_JOB_COMMENT``) when the agent cannot be reached.
 """
@@ -31,7 +32,7 @@ def make_tag(token: str, cls: str, mode: str, d: Decision, undone: bool = False,
             parts.append(f"est={d.memory_gib:g}")
         if d.predicted_delta is not None:
             parts.append(f"d={d.predicted_delta:g}")
-    if undone or held:
+    if undone:
         parts.append("undone=1")
     if held:
         parts.append(f"held={held}")

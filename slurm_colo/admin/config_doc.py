@@ -61,6 +61,11 @@ HELP: dict[str, str] = {
     "newest job (it loses at most probe_s of work; --no-requeue jobs are left alone) and aims "
     "it at a GPU of its shard type that fits; \"off\" lets the set run on. Either way the "
     "agent avoids the pair from then on.",
+    "placement.unplaced": "A --colocate job that no shared GPU takes at submission: "
+    "\"own-gpu\" keeps its own-GPU request (it waits in Slurm's queue for a whole GPU); "
+    "\"hold\" turns it into a held shard request of one GPU type (the type with the fewest "
+    "held jobs), which the agent releases onto the first GPU of that type that fits it. "
+    "\"hold\" suits clusters whose GPUs are all shared.",
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
     "postgresql+psycopg://...).",

@@ -84,6 +84,8 @@ class AgentState:
         self.scores_error: str | None = None
         #: requeued jobs held in Slurm until a GPU of their shard type takes them (undo.py)
         self.held: dict[int, Held] = {}
+        #: jobs held at submission not yet seen in Slurm: token -> (GPU type, time)
+        self._held_tokens: dict[str, tuple[str, float]] = {}
         #: probe verdicts: kept, undone, harmful (harmful, not to be undone), undo_failed
         #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
@@ -346,7 +348,15 @@ class AgentState:
             token = _new_token()
             d = self._place(token, key, fields)
         tag = make_tag(token, cls, mode, d)
-        if not d.shared:
+        hold = None if d.shared or self.cfg.placement.unplaced != "hold" else self._hold_target(fields)
+        if hold is not None:
+            gtype, gres = hold
+            tag = make_tag(token, cls, mode, d, held=gtype)
+            reply = {"action": "hold", "gres": gres, "tag": tag,
+                     "comment": f"colo: held until a {gtype} GPU fits ({d.reason.removeprefix('own GPU: ')})",
+                     "user_msg": f"slurm-colo: held until a shared GPU of type {gtype} fits; "
+                                 "the job is released there by the placement agent"}
+        elif not d.shared:
             reply = {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
         else:
             short = f"colo: GPU {d.index} of {d.node}" + (
@@ -356,8 +366,31 @@ class AgentState:
                      "node": d.node or "", "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
 
         def record() -> None:
+            if hold is not None:
+                self._held_tokens[token] = (hold[0], now)
             self._record(token, key, fields, d, now)
+            if hold is not None:
+                self.note(token, reply["comment"][6:])
         return reply, record
+
+    def _hold_target(self, fields: dict[str, str]) -> tuple[str, str] | None:
+        """The GPU type a job no shared GPU takes now waits for (placement.unplaced =
+        "hold"): among the types of the GPUs it may use, the one with the fewest jobs held
+        for it, then the first; with its shard request."""
+        view = self._candidate_view(fields)
+        first: dict[str, str] = {}
+        for g in view.gpus:
+            if g.available and g.gres_type not in first:
+                first[g.gres_type] = self.layouts[g.node].shard_request(g.index)
+        if not first:
+            return None
+        ttl = self.cfg.agent.pending_ttl_s
+        now = max((t for _, t in self._held_tokens.values()), default=0.0)
+        self._held_tokens = {k: v for k, v in self._held_tokens.items() if now - v[1] <= ttl}
+        waiting = Counter(h.request.gres_type for h in self.held.values())
+        waiting.update(t for t, _ in self._held_tokens.values())
+        gtype = min(first, key=lambda t: (waiting[t], t))
+        return gtype, first[gtype]
 
     def _request(self, token: str, key: tuple[Any, ...]) -> JobRequest:
         uid, user, cls, mode, partition = key[:5]
@@ -370,7 +403,9 @@ class AgentState:
         req = self._request(token, key)
         self._remember(token, fields.get("name", ""), req.user, req.cls, req.mode, d, now)
         log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), req.user, req.cls, d.reason)
-        if not d.shared:
+        if token in self._held_tokens:
+            self.decisions["hold:no partner now"] += 1
+        elif not d.shared:
             self.decisions["exclusive:" + d.reason.split(":")[0]] += 1
         else:
             p = Placement(token, req, d, created=now)

@@ -97,7 +97,8 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     state.rebuild()
     log.warning("job %s: probe %s; requeued, to be aimed again at a GPU of type %s",
                 job_id, v.reason, gres_type)
-    held_tag = make_tag(token, req.cls, req.mode, Decision("exclusive", v.reason), held=gres_type)
+    held_tag = make_tag(token, req.cls, req.mode, Decision("exclusive", v.reason), undone=True,
+                        held=gres_type)
     act = Action("requeue_hold", job_id, held_tag,
                  f"colo: requeued after {state.cfg.placement.probe_s:g}s together: {v.reason}",
                  restore=(sj.admin_comment, sj.comment) if sj else ("", ""))
@@ -111,7 +112,9 @@ def reaim(state: AgentState, now: float) -> list[Action]:
         sj = state.jobs.get(h.job_id)
         if sj is None or (sj.state != "PENDING" and not sj.active):
             continue  # ended or cancelled meanwhile: sync_held forgets it
-        d = place(h.request, state.view, state.scores, state.cfg.placement)
+        part = h.request.partition if "," not in h.request.partition else ""
+        view = state._candidate_view({"partition": part}) if part else state.view
+        d = place(h.request, view, state.scores, state.cfg.placement)
         if not d.shared or d.node is None:
             continue
         del state.held[h.job_id]
@@ -130,12 +133,16 @@ def sync_held(state: AgentState, now: float) -> None:
     grace = 3 * state.cfg.agent.refresh_interval_s
     for j in state.jobs.values():
         tag = parse_tag(j.admin_comment)
+        if tag and tag["token"]:
+            state._held_tokens.pop(tag["token"], None)
         if (tag and tag["held"] and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
             req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
-                             mode=tag["mode"], gres_type=tag["held"])
-            state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req, now,
-                                        "requeued before the agent restarted")
+                             mode=tag["mode"], gres_type=tag["held"], partition=j.partition)
+            why = "requeued after a harmful probe" if tag["undone"] else \
+                "held at submission until a GPU of its type fits"
+            state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,
+                                        j.submit_time or now, why)
     for job_id, h in list(state.held.items()):
         sj = state.jobs.get(job_id)
         # a held job is always pending or (just before its requeue) running in Slurm:

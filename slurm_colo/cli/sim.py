@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
         undo: str = typer.Option("", help="Override placement.undo for ours-submit: requeue "
                                  "(a harmful set's newest job is requeued after its probe) or "
                                  "off (it runs on)."),
+        unplaced: str = typer.Option("", help="Override placement.unplaced for ours-submit: "
+                                     "own-gpu (a job no GPU takes at arrival waits for a whole "
+                                     "GPU) or hold (it waits, held, for a GPU of one type)."),
         gpu_memory_gib: float = typer.Option(32.0, help="Memory of each GPU, GiB."),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
         hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
@@ -73,6 +76,10 @@ def register(app: typer.Typer) -> None:
             if undo not in ("requeue", "off"):
                 raise SimError(f"--undo {undo!r}: accepted values are requeue, off")
             pcfg = replace(pcfg, undo=undo)
+        if unplaced:
+            if unplaced not in ("own-gpu", "hold"):
+                raise SimError(f"--unplaced {unplaced!r}: accepted values are own-gpu, hold")
+            pcfg = replace(pcfg, unplaced=unplaced)
         data = load_gavel(bundled_path(), gpu)
         if sacct:
             trace = read_sacct(sacct, data.classes)
@@ -102,7 +109,7 @@ def register(app: typer.Typer) -> None:
                 if aggressive_share:
                     cmd.append(f"--aggressive-share {aggressive_share:g}")
             cmd.append(f"--gpus {gpus} --seed {seed} --cross-user {pcfg.cross_user} "
-                       f"--undo {pcfg.undo} "
+                       f"--undo {pcfg.undo} --unplaced {pcfg.unplaced} "
                        f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
                        f"--hidden-share {hidden_share:g} --policies {','.join(names)}")
             if config:

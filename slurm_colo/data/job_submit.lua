@@ -225,6 +225,15 @@ local function place(job_desc, submit_uid)
     end
     set_gres(job_desc, req, gres)
     job_desc.req_nodes = node
+  elseif ans.action == "hold" then
+    -- no shared GPU takes the job now: it waits, held, as a shard request of one GPU type
+    -- until the agent releases it onto a GPU of that type that fits it
+    local gres = ans.gres or ""
+    if not gres:match("^gres:shard:[%w._]+:1$") then
+      return fallback(job_desc, req, "malformed hold")
+    end
+    set_gres(job_desc, req, gres)
+    job_desc.priority = 0
   elseif ans.action ~= "exclusive" then
     return fallback(job_desc, req, "unknown action " .. clean(ans.action):sub(1, 40))
   end

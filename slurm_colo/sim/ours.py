@@ -45,7 +45,8 @@ UNDO = ("none", "checkpoint", "requeue")
 
 class PolicyScheduler:
     def __init__(self, name: str, scores: ScoreTable, cfg: PlacementConfig,
-                 learn: bool = True, submit_time: bool = False, undo: str = "checkpoint") -> None:
+                 learn: bool = True, submit_time: bool = False, undo: str = "checkpoint",
+                 hold: bool = False) -> None:
         if undo not in UNDO:
             raise ValueError(f"undo must be one of {', '.join(UNDO)}")
         self.name = name
@@ -54,8 +55,13 @@ class PolicyScheduler:
         self.learn = learn
         self.submit_time = submit_time
         self.undo = undo
-        #: requeued jobs waiting for a GPU of their fixed shard type, by arrival
+        #: submit_time: a job no GPU takes at arrival waits held for one GPU type
+        #: (placement.unplaced = "hold") instead of a whole GPU
+        self.hold = hold
+        #: jobs waiting for a GPU of their fixed shard type (requeued, or held at
+        #: arrival), by arrival; and how many wait for each type
         self.requeued: list[tuple[float, int]] = []
+        self.waiting_for: dict[str, int] = {}
         self.retractions = 0
         self.explored = 0
         self.relearns = 0
@@ -141,7 +147,13 @@ class PolicyScheduler:
     # ---- engine events ---------------------------------------------------------------
     def arrive(self, sim: Sim, jid: int) -> None:
         if self.submit_time and not isinstance(self.sig_list[self._sid(jid)], tuple):
-            if self._try(jid, hold_idle=False) != "started":
+            if self._try(jid, hold_idle=False) == "started":
+                return
+            if self.hold:  # like the agent: the type with the fewest held jobs, then the first
+                types = sorted({g.gres_type for g in self.view.gpus})
+                gtype = min(types, key=lambda t: (self.waiting_for.get(t, 0), t))
+                self._wait_for_type(jid, gtype)
+            else:
                 self._enqueue(jid, whole=True)
             return
         self._enqueue(jid)
@@ -190,14 +202,21 @@ class PolicyScheduler:
             return
         self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type)
         if self._try(jid, hold_idle=False) != "started":
-            bisect.insort(self.requeued, (runs[jid].job.arrival, jid))
+            self._wait_for_type(jid, gpu.gres_type)
+
+    def _wait_for_type(self, jid: int, gtype: str) -> None:
+        self.reqs[jid] = replace(self._req(jid), gres_type=gtype)
+        bisect.insort(self.requeued, (self.sim.runs[jid].job.arrival, jid))
+        self.waiting_for[gtype] = self.waiting_for.get(gtype, 0) + 1
 
     def _requeued_pass(self, changed: set[int]) -> None:
-        """Requeued jobs (fixed shard type) try again when a GPU of their type changed."""
+        """Jobs of a fixed shard type try again when a GPU of their type changed."""
         types = {self.view.gpus[i].gres_type for i in changed}
         for item in list(self.requeued):
-            if self._req(item[1]).gres_type in types and self._try(item[1], False) == "started":
+            gtype = self._req(item[1]).gres_type
+            if gtype in types and self._try(item[1], False) == "started":
                 self.requeued.remove(item)
+                self.waiting_for[gtype] -= 1
 
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:

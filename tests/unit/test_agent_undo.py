@@ -205,3 +205,37 @@ def test_the_server_answers_the_probe_then_changes_slurm(fail: bool) -> None:
     with agent._control_lock:
         assert control.calls[0][:2] == ("requeue_hold", 11)
     assert (11 in s.held) is not fail
+
+
+def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_for_one_gpu_type() -> None:
+    s = _state(unplaced="hold")
+    a = s.place_request(_req("slow"), 1.0)
+    b = s.place_request(_req("slow"), 1.1)  # slow+slow: delta 1.0, too little: GPU 1
+    c = s.place_request(_req("slow"), 1.2)
+    d = s.place_request(_req("slow"), 1.3)
+    assert (a["gres"], b["gres"]) == ("gres:shard:v100_s0:1", "gres:shard:v100_s1:1")
+    # no GPU takes c or d: each waits held for the GPU type with the fewest held jobs
+    assert c["action"] == d["action"] == "hold" and "node" not in c
+    assert (c["gres"], d["gres"]) == ("gres:shard:v100_s0:1", "gres:shard:v100_s1:1")
+    assert c["comment"].startswith("colo: held until a v100_s0 GPU fits (n1:0: slow+slow: slow predicted at 0.50x")
+    tag = parse_tag(c["tag"])
+    assert tag is not None and tag["held"] == "v100_s0" and not tag["undone"] and not tag["shared"]
+    assert s.decisions["hold:no partner now"] == 2
+    held = [SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2),
+            SlurmJob(13, "job", "alice", 1000, "PENDING", admin_comment=d["tag"], submit_time=1.3)]
+    running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
+    s.apply_snapshot(running + held, [], 5.0)
+    assert sorted(s.held) == [12, 13] and s._held_tokens == {}
+    assert undo.reaim(s, 5.0) == []
+    s.job_ended(10)
+    s.apply_snapshot(running[1:] + held, [], 9.0)
+    [aim] = undo.reaim(s, 9.0)
+    assert (aim.job_id, aim.node) == (12, "n1") and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+    assert sorted(s.held) == [13]
+
+
+def test_without_unplaced_hold_such_a_job_keeps_its_own_gpu() -> None:
+    s = _state()
+    for t in (1.0, 1.1):
+        s.place_request(_req("slow"), t)
+    assert s.place_request(_req("slow"), 1.2)["action"] == "exclusive"

@@ -67,6 +67,25 @@ def test_share_answer_is_applied(tmp_path: Path, cfg: Config, agent: FakeAgent) 
     assert req.startswith("PLACE\tv=1\t") and "\tuser=alice\t" in req and "\tmode=auto\t" in req
 
 
+HOLD = b"OK\taction=hold\tgres=gres:shard:v100_s0:1\tcomment=colo: held until a v100_s0 GPU fits\ttag=slurm-colo[v=1 tok=cd held=v100_s0]\n"
+
+
+@pytest.mark.parametrize("agent", [(HOLD, 0.0)], indirect=True)
+def test_hold_answer_holds_the_job_as_a_shard_request(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, BATCH, COLO, cfg)
+    assert out["tres_per_node"] == "gres:shard:v100_s0:1" and out["priority"] == "0"
+    assert out["req_nodes"] == "nil" and out["rc"] == "0"
+    assert out["admin_comment"] == "slurm-colo[v=1 tok=cd held=v100_s0]"
+    assert out["comment"] == "colo: held until a v100_s0 GPU fits"
+
+
+@pytest.mark.parametrize("agent", [(b"OK\taction=hold\tgres=gres:gpu:4\n", 0.0)], indirect=True)
+def test_a_malformed_hold_falls_back(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, BATCH, COLO, cfg)
+    assert out["tres_per_node"] == "gres:gpu:1" and out["priority"] == "nil"
+    assert out["comment"] == "colo: agent unavailable, own GPU" and out["rc"] == "0"
+
+
 def test_gpus_style_request_moves_to_tres_per_node(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
     job = dict(BATCH, tres_per_job="gres:gpu:1")
     del job["tres_per_node"]

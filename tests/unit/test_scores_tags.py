@@ -76,8 +76,10 @@ def test_tag_round_trip() -> None:
     assert got == {"token": "ab12cd34", "cls": "bert-bs32", "mode": "aggressive", "shared": True,
                    "mechanism": "mps", "node": "gpu07", "gpu": 3, "thread_pct": 40, "mem_limit_gib": 7.5,
                    "memory_gib": 6.0, "delta": 1.42, "partners": [], "undone": False, "held": None}
-    held = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "harmful"), held="v100_s1"))
+    held = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "harmful"), undone=True, held="v100_s1"))
     assert held is not None and held["held"] == "v100_s1" and held["undone"] and not held["shared"]
+    waiting = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "no partner"), held="v100_s0"))
+    assert waiting is not None and waiting["held"] == "v100_s0" and not waiting["undone"]
     again = parse_tag(make_tag("t", "c", "auto", d, undone=True))
     assert again is not None and again["undone"] and again["held"] is None and again["gpu"] == 3
     own = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "why")))

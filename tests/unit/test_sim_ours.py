@@ -119,6 +119,22 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
     assert res.over_limit_jobs == 0 and res.retractions == 1
 
 
+def test_a_held_job_waits_for_a_gpu_of_its_type() -> None:
+    # placement.unplaced = "hold": y finds no GPU at arrival and waits, held, for one GPU type
+    # (the one with the fewest held jobs, then the first: v100_s0); it starts when GPU 0 is
+    # free, although GPU 1 frees up first. Without hold it waits for any whole GPU.
+    tr = [job(0, 0, 1000, "a"), job(1, 1, 100, "x"), job(2, 2, 100, "x")]
+    ends = {}
+    for hold in (True, False):
+        sched = PolicyScheduler("ours-submit", oracle_scores(data()), CFG, learn=False,
+                                submit_time=True, undo="none", hold=hold)
+        sim = run(tr, sched, gpus=2, gpus_per_node=2)
+        assert sim.runs[1].first_start == 1  # x opened the idle GPU 1
+        ends[hold] = (sim.runs[2].first_start, sched.waiting_for)
+    assert ends[True][0] == pytest.approx(1000) and ends[True][1] == {"v100_s0": 0}
+    assert ends[False][0] == pytest.approx(101)
+
+
 def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
     # a steady stream of a/b keeps the GPU busy; x fits with nobody. Without the drain
     # reservation it would wait for the whole stream.
