@@ -14,6 +14,10 @@ The node side measures a new shared set after ``placement.probe_s`` and sends th
    type; the policy picks one (sharing only where the set is accepted, or an idle one) and
    the job is released there (``aim``). Until a GPU fits it stays held.
 
+Jobs held at submission (``placement.unplaced = "hold"``: no shared GPU took them then;
+see :meth:`AgentState.decide`) carry the same ``held=<type>`` tag and are released the
+same way, by :func:`reaim`, once :func:`sync_held` has found them in Slurm.
+
 A job is undone at most once (``undone=1`` in its tag): a second bad set runs on and is
 learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone.
 Pure: actions are returned for the server to run outside its lock.
@@ -44,6 +48,8 @@ class Held:
     request: JobRequest  # gres_type set: the job's fixed shard type
     since: float
     reason: str
+    #: requeued after a harmful probe (else held at submission, placement.unplaced = "hold")
+    undone: bool = True
 
 
 @dataclass(frozen=True)
@@ -119,11 +125,16 @@ def reaim(state: AgentState, now: float) -> list[Action]:
             continue
         del state.held[h.job_id]
         state.adopt(h.token, replace(h.request, gres_type=""), d, h.job_id, now)
-        state.note(h.token, f"requeued after its probe ({h.reason}); then {d.reason}")
-        log.info("job %s: aimed again after its undo: %s", h.job_id, d.reason)
-        out.append(Action("aim", h.job_id, make_tag(h.token, h.request.cls, h.request.mode, d, undone=True),
-                          f"colo: requeued after a harmful pairing; now GPU {d.index} of {d.node}",
-                          node=d.node))
+        if h.undone:
+            state.note(h.token, f"requeued after its probe ({h.reason}); then {d.reason}")
+            comment = f"colo: requeued after a harmful pairing; now GPU {d.index} of {d.node}"
+        else:
+            state.note(h.token, f"held at submission; then {d.reason}")
+            comment = f"colo: released onto GPU {d.index} of {d.node}: {d.reason}"
+        log.info("job %s: released onto GPU %s of %s (%s): %s", h.job_id, d.index, d.node,
+                 "after its undo" if h.undone else "held at submission", d.reason)
+        out.append(Action("aim", h.job_id, make_tag(h.token, h.request.cls, h.request.mode, d,
+                                                    undone=h.undone), comment, node=d.node))
     return out
 
 
@@ -142,7 +153,7 @@ def sync_held(state: AgentState, now: float) -> None:
             why = "requeued after a harmful probe" if tag["undone"] else \
                 "held at submission until a GPU of its type fits"
             state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,
-                                        j.submit_time or now, why)
+                                        j.submit_time or now, why, undone=tag["undone"])
     for job_id, h in list(state.held.items()):
         sj = state.jobs.get(job_id)
         # a held job is always pending or (just before its requeue) running in Slurm:
@@ -167,6 +178,7 @@ def failed(state: AgentState, action: Action, now: float) -> None:
     state._drop(token)
     gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0) \
         if p.decision.node in state.layouts else ""
+    tag = parse_tag(action.admin_comment)
     state.held[action.job_id] = Held(action.job_id, token, replace(p.request, gres_type=gres_type),
-                                     now, "its release failed")
+                                     now, "its release failed", undone=bool(tag and tag["undone"]))
     state.rebuild()

@@ -4,13 +4,15 @@ the lab), the requeue of the newcomer, and its release once a GPU of its type fi
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .labtools import (OUT, agent_cli, agent_refresh, gpu_of, run, sbatch, squeue, start_agent, stop_agent,
-                       wait_for, wait_running)
+from .labtools import (LAB_CONFIG, OUT, agent_cli, agent_refresh, gpu_of, run, sbatch, squeue, start_agent,
+                       start_agent_only, stop_agent, wait_for, wait_running)
 
 PY = "/opt/slurm-colo-lab/venv/bin/python"
 
@@ -105,3 +107,37 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fres
     status = json.loads(agent_cli("status", "--json").stdout)
     assert status["probes"].get("undone", 0) >= 1 and status["held"] == []
     assert run(["scontrol", "show", "job", str(b.job_id)]).stdout.count("Restarts=1") == 1
+
+
+def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_and_is_released_onto_one(clean: None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "config.toml"
+        cfg.write_text(LAB_CONFIG.read_text().replace("[placement]\n", '[placement]\nunplaced = "hold"\n', 1))
+        stop_agent()
+        start_agent_only(cfg)
+        try:
+            # the two shared GPUs take one incompatible job each; the third fits neither
+            a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice",
+                       sleep=12)
+            b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=40)
+            q = wait_running(a.job_id, b.job_id)
+            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
+                       sleep=3)
+            assert c.rc == 0 and "held until a shared GPU of type" in c.stderr
+            j = squeue()[c.job_id]
+            assert j["job_state"] == "PENDING" and j["priority"] == 0 and "held=" in j["admin_comment"]
+            gtype = j["admin_comment"].split("held=")[1].rstrip("]")
+            assert j["tres_per_node"] == f"gres:shard:{gtype}:1" and "held until" in j["comment"]
+            gpu_a = gpu_of(q[a.job_id])
+            assert gtype == f"v100_s{min(gpu_a)}"  # the first type (no job held for any yet)
+            # a's GPU frees up first: c is released onto it, while b still runs on the other
+            done = wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id],
+                            60, 1.0, "the held job released and finished")
+            assert f"released onto GPU {min(gpu_a)} of vm" in done["comment"]
+            assert squeue()[a.job_id]["job_state"] == "COMPLETED"
+            assert done["start_time"] >= squeue()[a.job_id]["end_time"]
+            assert squeue()[b.job_id]["job_state"] == "RUNNING"
+            assert "undone=1" not in done["admin_comment"] and f"gpu=vm:{min(gpu_a)}" in done["admin_comment"]
+        finally:
+            stop_agent()
+            start_agent_only()

@@ -231,6 +231,8 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_for_one_gpu_type() ->
     s.apply_snapshot(running[1:] + held, [], 9.0)
     [aim] = undo.reaim(s, 9.0)
     assert (aim.job_id, aim.node) == (12, "n1") and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+    assert aim.comment.startswith("colo: released onto GPU 0 of n1: opened idle shared GPU 0")
+    assert not parse_tag(aim.admin_comment)["undone"]  # type: ignore[index]
     assert sorted(s.held) == [13]
 
 
