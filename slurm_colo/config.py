@@ -68,8 +68,9 @@ class PlacementConfig:
     undo: str = "requeue"
     #: a --colocate job no shared GPU takes now: "own-gpu" keeps its own-GPU request (it
     #: waits in Slurm's queue for a whole GPU), "hold" holds it as a shard request of one
-    #: GPU type, released by the agent onto the first GPU of that type that fits it
-    unplaced: str = "own-gpu"
+    #: GPU type, released by the agent onto the first GPU of that type that fits it;
+    #: "auto": "hold" when every configured GPU is shared, else "own-gpu"
+    unplaced: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("placement", "fallback"): ("exclusive", "shard"),
     ("placement", "cross_user"): ("shard", "never"),
     ("placement", "undo"): ("requeue", "off"),
-    ("placement", "unplaced"): ("own-gpu", "hold"),
+    ("placement", "unplaced"): ("auto", "own-gpu", "hold"),
     ("node", "mps_backend"): ("real", "emulator"),
     ("node", "nvml_backend"): ("real", "scenario"),
     ("node", "profile"): ("colocated", "all", "none"),

@@ -65,7 +65,9 @@ HELP: dict[str, str] = {
     "\"own-gpu\" keeps its own-GPU request (it waits in Slurm's queue for a whole GPU); "
     "\"hold\" turns it into a held shard request of one GPU type (the type with the fewest "
     "held jobs), which the agent releases onto the first GPU of that type that fits it. "
-    "\"hold\" suits clusters whose GPUs are all shared.",
+    "\"auto\": \"hold\" when every GPU in [[gpus]] is shared (a job would otherwise wait "
+    "for a whole shared GPU to drain), else \"own-gpu\" (it may take a free GPU that is not "
+    "shared).",
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
     "postgresql+psycopg://...).",

@@ -348,7 +348,7 @@ class AgentState:
             token = _new_token()
             d = self._place(token, key, fields)
         tag = make_tag(token, cls, mode, d)
-        hold = None if d.shared or self.cfg.placement.unplaced != "hold" else self._hold_target(fields)
+        hold = None if d.shared or not self.hold_unplaced else self._hold_target(fields)
         if hold is not None:
             gtype, gres = hold
             tag = make_tag(token, cls, mode, d, held=gtype)
@@ -372,6 +372,14 @@ class AgentState:
             if hold is not None:
                 self.note(token, reply["comment"][6:])
         return reply, record
+
+    @property
+    def hold_unplaced(self) -> bool:
+        """placement.unplaced, with "auto" resolved: hold when every GPU is shared."""
+        mode = self.cfg.placement.unplaced
+        if mode == "auto":
+            return bool(self.cfg.gpus) and all(len(ng.shared) == ng.count for ng in self.cfg.gpus)
+        return mode == "hold"
 
     def _hold_target(self, fields: dict[str, str]) -> tuple[str, str] | None:
         """The GPU type a job no shared GPU takes now waits for (placement.unplaced =

@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
                                  "off (it runs on)."),
         unplaced: str = typer.Option("", help="Override placement.unplaced for ours-submit: "
                                      "own-gpu (a job no GPU takes at arrival waits for a whole "
-                                     "GPU) or hold (it waits, held, for a GPU of one type)."),
+                                     "GPU) or hold (it waits, held, for a GPU of one type; "
+                                     "what auto gives, every simulated GPU being shared)."),
         gpu_memory_gib: float = typer.Option(32.0, help="Memory of each GPU, GiB."),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
         hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
@@ -77,8 +78,8 @@ def register(app: typer.Typer) -> None:
                 raise SimError(f"--undo {undo!r}: accepted values are requeue, off")
             pcfg = replace(pcfg, undo=undo)
         if unplaced:
-            if unplaced not in ("own-gpu", "hold"):
-                raise SimError(f"--unplaced {unplaced!r}: accepted values are own-gpu, hold")
+            if unplaced not in ("auto", "own-gpu", "hold"):
+                raise SimError(f"--unplaced {unplaced!r}: accepted values are auto, own-gpu, hold")
             pcfg = replace(pcfg, unplaced=unplaced)
         data = load_gavel(bundled_path(), gpu)
         if sacct:

@@ -57,7 +57,7 @@ def make_scheduler(name: str, setup: Setup, data: GavelData,
         return PolicyScheduler("ours-submit", predicted(), setup.placement, learn=True,
                                submit_time=True,
                                undo="requeue" if setup.placement.undo == "requeue" else "none",
-                               hold=setup.placement.unplaced == "hold")
+                               hold=setup.placement.unplaced != "own-gpu")  # all GPUs shared
     if name == "oracle":
         return PolicyScheduler("oracle", oracle_scores(data), setup.placement, learn=False)
     raise SimError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")

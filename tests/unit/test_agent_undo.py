@@ -241,3 +241,11 @@ def test_without_unplaced_hold_such_a_job_keeps_its_own_gpu() -> None:
     for t in (1.0, 1.1):
         s.place_request(_req("slow"), t)
     assert s.place_request(_req("slow"), 1.2)["action"] == "exclusive"
+
+
+def test_unplaced_auto_holds_only_when_every_gpu_is_shared() -> None:
+    all_shared = (NodeGpus("n1", 2, "v100", 32.0, (0, 1), 4),)
+    assert AgentState(Config(gpus=all_shared)).hold_unplaced
+    assert not AgentState(Config(gpus=LAYOUT)).hold_unplaced  # GPUs 2 and 3 are not shared
+    assert not AgentState(Config(gpus=all_shared, placement=PlacementConfig(unplaced="own-gpu"))).hold_unplaced
+    assert AgentState(Config(gpus=LAYOUT, placement=PlacementConfig(unplaced="hold"))).hold_unplaced
