@@ -59,9 +59,10 @@ class PolicyScheduler:
         #: (placement.unplaced = "hold") instead of a whole GPU
         self.hold = hold
         #: jobs waiting for a GPU of their fixed shard type (requeued, or held at
-        #: arrival), by arrival; and how many wait for each type
-        self.requeued: list[tuple[float, int]] = []
-        self.waiting_for: dict[str, int] = {}
+        #: arrival): per type, by arrival
+        self.held_q: dict[str, list[tuple[float, int]]] = {}
+        self._held_sig: dict[int, Any] = {}  # their signatures (cleared with new scores)
+        self._held_all = False  # the scores changed: every GPU may accept them now
         self.retractions = 0
         self.explored = 0
         self.relearns = 0
@@ -151,7 +152,7 @@ class PolicyScheduler:
                 return
             if self.hold:  # like the agent: the type with the fewest held jobs, then the first
                 types = sorted({g.gres_type for g in self.view.gpus})
-                gtype = min(types, key=lambda t: (self.waiting_for.get(t, 0), t))
+                gtype = min(types, key=lambda t: (len(self.held_q.get(t, ())), t))
                 self._wait_for_type(jid, gtype)
             else:
                 self._enqueue(jid, whole=True)
@@ -206,23 +207,55 @@ class PolicyScheduler:
 
     def _wait_for_type(self, jid: int, gtype: str) -> None:
         self.reqs[jid] = replace(self._req(jid), gres_type=gtype)
-        bisect.insort(self.requeued, (self.sim.runs[jid].job.arrival, jid))
-        self.waiting_for[gtype] = self.waiting_for.get(gtype, 0) + 1
+        bisect.insort(self.held_q.setdefault(gtype, []), (self.sim.runs[jid].job.arrival, jid))
 
-    def _requeued_pass(self, changed: set[int]) -> None:
-        """Jobs of a fixed shard type try again when a GPU of their type changed."""
-        types = {self.view.gpus[i].gres_type for i in changed}
-        for item in list(self.requeued):
-            gtype = self._req(item[1]).gres_type
-            if gtype in types and self._try(item[1], False) == "started":
-                self.requeued.remove(item)
-                self.waiting_for[gtype] -= 1
+    @property
+    def waiting_for(self) -> dict[str, int]:
+        """Jobs waiting for each GPU type."""
+        return {t: len(q) for t, q in self.held_q.items()}
+
+    def _held_pass(self, changed: set[int]) -> None:
+        """Jobs of a fixed shard type try again, oldest first, when a GPU of their type
+        changed. A waiting job was refused by every GPU of its type, so only a changed one
+        can take it now (all of them after new scores). Equal signatures get equal
+        decisions: once one is refused, the others are skipped for this pass (a start only
+        adds to a GPU's set: never makes it accept what it refused)."""
+        if self._held_all:
+            changed = set(range(len(self.view.gpus)))
+            self._held_all = False
+        by_type: dict[str, list[int]] = {}
+        for p in sorted(changed):
+            by_type.setdefault(self.view.gpus[p].gres_type, []).append(p)
+        for gtype, near in sorted(by_type.items()):
+            q = self.held_q.get(gtype)
+            refused: set[Any] = set()
+            for item in list(q or ()):
+                jid = item[1]
+                sig = self._held_sig.get(jid)
+                if sig is None:
+                    sig = self._held_sig[jid] = job_signature(self._req(jid), self.scores, self.cfg)
+                if sig in refused:
+                    continue
+                idx = index_for(self.view, self.scores, self.cfg)
+                c = idx.cix.get(sig.cls)
+                if c is not None and not any(
+                        idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p) != "no"
+                        for p in near):
+                    refused.add(sig)
+                    continue
+                if self._try(jid, False) == "started":
+                    q.remove(item)  # type: ignore[union-attr]
+                    del self._held_sig[jid]
+                else:
+                    refused.add(sig)
 
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:
         if not obs:
             return
         self.scores = with_pairs(self.scores, obs)
+        self._held_sig.clear()
+        self._held_all = True
         # signatures carry the table's memory estimate: re-key the waiting jobs
         waiting = [item for q in self.queues for item in q]
         whole = {jid for sid, q in enumerate(self.queues)
@@ -281,8 +314,8 @@ class PolicyScheduler:
             self._apply(obs)
         while True:
             dirty, self.changed = self.changed, set()
-            if self.requeued and dirty:
-                self._requeued_pass(dirty)
+            if (dirty or self._held_all) and any(self.held_q.values()):
+                self._held_pass(dirty)
             if not self._pass(dirty):
                 break
         self._reserve()
