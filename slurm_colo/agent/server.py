@@ -29,7 +29,7 @@ from ..scores import ScoreTable, load_scores
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
-from . import undo
+from . import held
 from .protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
@@ -115,10 +115,10 @@ class Agent:
             return
         with self.lock:
             self.state.apply_snapshot(jobs, nodes, time.time())
-            actions = undo.reaim(self.state, time.time()) if self.state.held else []
+            actions = held.reaim(self.state, time.time()) if self.state.held else []
         self.run_actions(actions)
 
-    def run_actions(self, actions: list[undo.Action]) -> None:
+    def run_actions(self, actions: list[held.Action]) -> None:
         """Make the changes an undo or a re-aim asked for. A failure is logged; a job whose
         requeue failed is forgotten (it runs on), one whose release failed is aimed again at
         the next look at Slurm."""
@@ -132,7 +132,7 @@ class Agent:
                 except SlurmError as e:
                     log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:
-                        undo.failed(self.state, a, time.time())
+                        held.failed(self.state, a, time.time())
 
     def _refresher(self) -> None:
         while not self.stop.wait(self.cfg.agent.refresh_interval_s):
@@ -211,9 +211,9 @@ class Agent:
                     job_id, tag_text, now, str(p.get("node", "")), [int(g) for g in p.get("gpus") or []])}
         if verb == "PROBE":
             with self.lock:
-                reply, actions = undo.probe(self.state, p, now)
+                reply, actions = held.probe(self.state, p, now)
                 if actions:
-                    actions += undo.reaim(self.state, now)
+                    actions += held.reaim(self.state, now)
             if actions:  # Slurm commands take tens of ms: run them after the reply
                 threading.Thread(target=self.run_actions, args=(actions,), name="undo",
                                  daemon=True).start()

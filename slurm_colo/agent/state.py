@@ -22,7 +22,7 @@ from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
 from .drain import Reservation, drained, kept, reserve
-from .undo import Held, sync_held
+from .held import Held, hold_target, hold_unplaced, sync_held
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -82,10 +82,10 @@ class AgentState:
         self.learned: dict[tuple[str, str], tuple[PairScore, float]] = {}
         self.scores = scores or ScoreTable()
         self.scores_error: str | None = None
-        #: requeued jobs held in Slurm until a GPU of their shard type takes them (undo.py)
+        #: requeued jobs held in Slurm until a GPU of their shard type takes them (held.py)
         self.held: dict[int, Held] = {}
         #: jobs held at submission not yet seen in Slurm: token -> (GPU type, time)
-        self._held_tokens: dict[str, tuple[str, float]] = {}
+        self.held_tokens: dict[str, tuple[str, float]] = {}
         #: probe verdicts: kept, undone, harmful (harmful, not to be undone), undo_failed
         #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
@@ -159,7 +159,7 @@ class AgentState:
             gone = p.job_id is not None and (sj is None or not (sj.active or sj.state == "PENDING"))
             stale = p.job_id is None and now - p.created > self.cfg.agent.pending_ttl_s
             if gone or stale:
-                self._drop(token)
+                self.drop_placement(token)
         # forget reported jobs Slurm shows ended, or no longer shows at all (after a grace
         # period: the report may be newer than the snapshot)
         grace = 3 * self.cfg.agent.refresh_interval_s
@@ -179,7 +179,7 @@ class AgentState:
             ex["job_id"] = job_id
         log.info("job %s: is placement %s (%s)", job_id, p.token, p.decision.reason)
 
-    def _drop(self, token: str) -> None:
+    def drop_placement(self, token: str) -> None:
         p = self.placements.pop(token, None)
         if p and p.job_id is not None:
             self.by_job.pop(p.job_id, None)
@@ -294,7 +294,7 @@ class AgentState:
                         job_id=j.job_id, since=j.start_time)
 
     # ---- requests ------------------------------------------------------------------------
-    def _candidate_view(self, fields: dict[str, str]) -> ClusterView:
+    def candidate_view(self, fields: dict[str, str]) -> ClusterView:
         gpus = self.view.gpus
         want_type = fields.get("gpu_type", "")
         if want_type:
@@ -348,7 +348,7 @@ class AgentState:
             token = _new_token()
             d = self._place(token, key, fields)
         tag = make_tag(token, cls, mode, d)
-        hold = None if d.shared or not self.hold_unplaced else self._hold_target(fields)
+        hold = None if d.shared or not hold_unplaced(self.cfg) else hold_target(self, fields)
         if hold is not None:
             gtype, gres = hold
             tag = make_tag(token, cls, mode, d, held=gtype)
@@ -367,51 +367,24 @@ class AgentState:
 
         def record() -> None:
             if hold is not None:
-                self._held_tokens[token] = (hold[0], now)
+                self.held_tokens[token] = (hold[0], now)
             self._record(token, key, fields, d, now)
             if hold is not None:
                 self.note(token, reply["comment"][6:])
         return reply, record
-
-    @property
-    def hold_unplaced(self) -> bool:
-        """placement.unplaced, with "auto" resolved: hold when every GPU is shared."""
-        mode = self.cfg.placement.unplaced
-        if mode == "auto":
-            return bool(self.cfg.gpus) and all(len(ng.shared) == ng.count for ng in self.cfg.gpus)
-        return mode == "hold"
-
-    def _hold_target(self, fields: dict[str, str]) -> tuple[str, str] | None:
-        """The GPU type a job no shared GPU takes now waits for (placement.unplaced =
-        "hold"): among the types of the GPUs it may use, the one with the fewest jobs held
-        for it, then the first; with its shard request."""
-        view = self._candidate_view(fields)
-        first: dict[str, str] = {}
-        for g in view.gpus:
-            if g.available and g.gres_type not in first:
-                first[g.gres_type] = self.layouts[g.node].shard_request(g.index)
-        if not first:
-            return None
-        ttl = self.cfg.agent.pending_ttl_s
-        now = max((t for _, t in self._held_tokens.values()), default=0.0)
-        self._held_tokens = {k: v for k, v in self._held_tokens.items() if now - v[1] <= ttl}
-        waiting = Counter(h.request.gres_type for h in self.held.values())
-        waiting.update(t for t, _ in self._held_tokens.values())
-        gtype = min(first, key=lambda t: (waiting[t], t))
-        return gtype, first[gtype]
 
     def _request(self, token: str, key: tuple[Any, ...]) -> JobRequest:
         uid, user, cls, mode, partition = key[:5]
         return JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode, partition=partition)
 
     def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> Decision:
-        return place(self._request(token, key), self._candidate_view(fields), self.scores, self.cfg.placement)
+        return place(self._request(token, key), self.candidate_view(fields), self.scores, self.cfg.placement)
 
     def _record(self, token: str, key: tuple[Any, ...], fields: dict[str, str], d: Decision, now: float) -> None:
         req = self._request(token, key)
         self._remember(token, fields.get("name", ""), req.user, req.cls, req.mode, d, now)
         log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), req.user, req.cls, d.reason)
-        if token in self._held_tokens:
+        if token in self.held_tokens:
             self.decisions["hold:no partner now"] += 1
         elif not d.shared:
             self.decisions["exclusive:" + d.reason.split(":")[0]] += 1
@@ -467,7 +440,7 @@ class AgentState:
         token = self.by_job.get(job_id)
         p = self.placements.get(token) if token else None
         if p is not None and p.running:
-            self._drop(token)  # type: ignore[arg-type]
+            self.drop_placement(token)  # type: ignore[arg-type]
         elif p is not None:  # the end of a run before a requeue: the new placement stays
             log.info("job %s: an earlier run ended; its new placement is kept", job_id)
         self.jobs.pop(job_id, None)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_colo.agent import undo
+from slurm_colo.agent import held as agent_held
 from slurm_colo.agent.protocol import format_request, parse_reply
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
@@ -64,7 +64,7 @@ def _report(slow_now: float, fast_now: float) -> dict[str, object]:
 
 def test_a_good_set_is_kept_and_its_measurement_used_at_once() -> None:
     s, _ = _pair()
-    reply, actions = undo.probe(s, _report(9.0, 18.0), 600.0)
+    reply, actions = agent_held.probe(s, _report(9.0, 18.0), 600.0)
     assert reply["verdict"] == "keep" and actions == []
     p = s.scores.pair("fast", "slow")
     assert p.observed and p.n_a == pytest.approx(0.9) and p.n_b == pytest.approx(0.9)
@@ -73,7 +73,7 @@ def test_a_good_set_is_kept_and_its_measurement_used_at_once() -> None:
 
 def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fits() -> None:
     s, jobs = _pair()
-    reply, actions = undo.probe(s, _report(3.0, 6.0), 600.0)  # 0.3 each: combined 0.6
+    reply, actions = agent_held.probe(s, _report(3.0, 6.0), 600.0)  # 0.3 each: combined 0.6
     assert reply["verdict"] == "undo" and "combined throughput 0.60 < 1" in reply["reason"]
     [a] = actions
     assert a.kind == "requeue_hold" and a.job_id == 11
@@ -83,16 +83,16 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     # the job left GPU 0, the pair is learnt; GPU 1 is idle but of another type: it waits
     assert [o.job_id for o in s.view.gpus[0].occupants] == [10]
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
-    assert undo.reaim(s, 601.0) == [] and 11 in s.held
+    assert agent_held.reaim(s, 601.0) == [] and 11 in s.held
     assert s.status(601.0)["held"][0]["gres_type"] == "v100_s0"
     assert "requeued after its probe" in s.explain(11, jobs[1].admin_comment)["reason"]
     # Slurm shows it held; slow ends: GPU 0 is free and the job is aimed there
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     s.apply_snapshot([jobs[0], held], [], 620.0)
-    assert undo.reaim(s, 620.0) == [] and 11 in s.held
+    assert agent_held.reaim(s, 620.0) == [] and 11 in s.held
     s.job_ended(10)
     s.apply_snapshot([held], [], 700.0)
-    [aim] = undo.reaim(s, 700.0)
+    [aim] = agent_held.reaim(s, 700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
     t2 = parse_tag(aim.admin_comment)
     assert t2 is not None and t2["undone"] and t2["held"] is None and t2["gpu"] == 0
@@ -115,7 +115,7 @@ def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup
     if setup.get("undone"):
         jobs[1] = replace(jobs[1], admin_comment=jobs[1].admin_comment.replace("]", " undone=1]"))
     s.apply_snapshot(jobs, [], 500.0)
-    reply, actions = undo.probe(s, _report(3.0, 6.0), 600.0)
+    reply, actions = agent_held.probe(s, _report(3.0, 6.0), 600.0)
     assert reply["verdict"] == "harmful" and why in reply["reason"] and actions == []
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)  # learnt all the same
     assert len(s.view.gpus[0].occupants) == 2
@@ -123,12 +123,12 @@ def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup
 
 def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
     s, jobs = _pair()
-    _, [a] = undo.probe(s, _report(3.0, 6.0), 600.0)
+    _, [a] = agent_held.probe(s, _report(3.0, 6.0), 600.0)
     fresh = _state()
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     fresh.apply_snapshot([held], [], 700.0)
     assert fresh.held[11].request.gres_type == "v100_s0" and fresh.held[11].request.cls == "fast"
-    [aim] = undo.reaim(fresh, 700.0)
+    [aim] = agent_held.reaim(fresh, 700.0)
     assert aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
     # a held job Slurm no longer shows as pending (released by hand, cancelled) is dropped
     other = _state()
@@ -139,21 +139,21 @@ def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
 
 def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_again() -> None:
     s, _ = _pair()
-    _, [a] = undo.probe(s, _report(3.0, 6.0), 600.0)
-    undo.failed(s, a, 601.0)
+    _, [a] = agent_held.probe(s, _report(3.0, 6.0), 600.0)
+    agent_held.failed(s, a, 601.0)
     assert s.held == {} and s.probes == {"undone": 1, "undo_failed": 1}
     s2, jobs = _pair()
-    _, [a2] = undo.probe(s2, _report(3.0, 6.0), 600.0)
+    _, [a2] = agent_held.probe(s2, _report(3.0, 6.0), 600.0)
     s2.job_ended(10)
     s2.apply_snapshot([replace(jobs[1], state="PENDING", gres=(), admin_comment=a2.admin_comment)], [], 700.0)
-    [aim] = undo.reaim(s2, 700.0)
-    undo.failed(s2, aim, 701.0)
+    [aim] = agent_held.reaim(s2, 700.0)
+    agent_held.failed(s2, aim, 701.0)
     assert s2.held[11].request.gres_type == "v100_s0" and 11 not in s2.by_job
 
 
 def test_learnt_pairs_outlive_an_older_score_set_and_yield_to_a_newer_one() -> None:
     s, _ = _pair()
-    undo.probe(s, _report(3.0, 6.0), time.time())
+    agent_held.probe(s, _report(3.0, 6.0), time.time())
     s.scores = replace(SCORES, created="2026-01-01T00:00:00+00:00")  # made before the probe
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
     s.scores = replace(SCORES, created="2099-01-01T00:00:00+00:00")
@@ -225,11 +225,11 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_for_one_gpu_type() ->
             SlurmJob(13, "job", "alice", 1000, "PENDING", admin_comment=d["tag"], submit_time=1.3)]
     running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
     s.apply_snapshot(running + held, [], 5.0)
-    assert sorted(s.held) == [12, 13] and s._held_tokens == {}
-    assert undo.reaim(s, 5.0) == []
+    assert sorted(s.held) == [12, 13] and s.held_tokens == {}
+    assert agent_held.reaim(s, 5.0) == []
     s.job_ended(10)
     s.apply_snapshot(running[1:] + held, [], 9.0)
-    [aim] = undo.reaim(s, 9.0)
+    [aim] = agent_held.reaim(s, 9.0)
     assert (aim.job_id, aim.node) == (12, "n1") and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
     assert aim.comment.startswith("colo: released onto GPU 0 of n1: opened idle shared GPU 0")
     assert not parse_tag(aim.admin_comment)["undone"]  # type: ignore[index]
@@ -245,7 +245,7 @@ def test_without_unplaced_hold_such_a_job_keeps_its_own_gpu() -> None:
 
 def test_unplaced_auto_holds_only_when_every_gpu_is_shared() -> None:
     all_shared = (NodeGpus("n1", 2, "v100", 32.0, (0, 1), 4),)
-    assert AgentState(Config(gpus=all_shared)).hold_unplaced
-    assert not AgentState(Config(gpus=LAYOUT)).hold_unplaced  # GPUs 2 and 3 are not shared
-    assert not AgentState(Config(gpus=all_shared, placement=PlacementConfig(unplaced="own-gpu"))).hold_unplaced
-    assert AgentState(Config(gpus=LAYOUT, placement=PlacementConfig(unplaced="hold"))).hold_unplaced
+    assert agent_held.hold_unplaced(Config(gpus=all_shared))
+    assert not agent_held.hold_unplaced(Config(gpus=LAYOUT))  # GPUs 2 and 3 are not shared
+    assert not agent_held.hold_unplaced(Config(gpus=all_shared, placement=PlacementConfig(unplaced="own-gpu")))
+    assert agent_held.hold_unplaced(Config(gpus=LAYOUT, placement=PlacementConfig(unplaced="hold")))

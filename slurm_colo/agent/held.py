@@ -1,4 +1,4 @@
-"""Undoing a harmful placement: judge a probed set, requeue its newest job, aim it again.
+"""Held jobs: undoing a harmful placement, holding a job no GPU takes, releasing both.
 
 The node side measures a new shared set after ``placement.probe_s`` and sends the report
 (``PROBE``, see :mod:`slurm_colo.node.probe`). Here the agent
@@ -26,9 +26,11 @@ Pure: actions are returned for the server to run outside its lock.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..config import Config
 from ..placement import Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report
 from ..tags import make_tag, parse_tag
@@ -95,7 +97,7 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
         return {"verdict": "harmful", "reason": f"{v.reason}; left running: {why_not}"}, []
     assert p is not None and token is not None and p.decision.node is not None
     gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0)
-    state._drop(token)
+    state.drop_placement(token)
     req = replace(p.request, key=str(job_id), gres_type=gres_type)
     state.held[job_id] = Held(job_id, token, req, now, v.reason)
     state.probes["undone"] += 1
@@ -119,7 +121,7 @@ def reaim(state: AgentState, now: float) -> list[Action]:
         if sj is None or (sj.state != "PENDING" and not sj.active):
             continue  # ended or cancelled meanwhile: sync_held forgets it
         part = h.request.partition if "," not in h.request.partition else ""
-        view = state._candidate_view({"partition": part}) if part else state.view
+        view = state.candidate_view({"partition": part}) if part else state.view
         d = place(h.request, view, state.scores, state.cfg.placement)
         if not d.shared or d.node is None:
             continue
@@ -145,7 +147,7 @@ def sync_held(state: AgentState, now: float) -> None:
     for j in state.jobs.values():
         tag = parse_tag(j.admin_comment)
         if tag and tag["token"]:
-            state._held_tokens.pop(tag["token"], None)
+            state.held_tokens.pop(tag["token"], None)
         if (tag and tag["held"] and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
             req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
@@ -175,10 +177,37 @@ def failed(state: AgentState, action: Action, now: float) -> None:
     p = state.placements.get(token) if token else None
     if p is None or token is None:
         return
-    state._drop(token)
+    state.drop_placement(token)
     gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0) \
         if p.decision.node in state.layouts else ""
     tag = parse_tag(action.admin_comment)
     state.held[action.job_id] = Held(action.job_id, token, replace(p.request, gres_type=gres_type),
                                      now, "its release failed", undone=bool(tag and tag["undone"]))
     state.rebuild()
+
+
+def hold_unplaced(cfg: Config) -> bool:
+    """placement.unplaced, with "auto" resolved: hold when every configured GPU is shared."""
+    mode = cfg.placement.unplaced
+    if mode == "auto":
+        return bool(cfg.gpus) and all(len(ng.shared) == ng.count for ng in cfg.gpus)
+    return mode == "hold"
+
+
+def hold_target(state: AgentState, fields: dict[str, str]) -> tuple[str, str] | None:
+    """The GPU type a job no shared GPU takes now waits for (placement.unplaced = "hold"):
+    among the types of the GPUs it may use, the one with the fewest jobs held for it, then
+    the first; with its shard request. None when it may use no shared GPU."""
+    first: dict[str, str] = {}
+    for g in state.candidate_view(fields).gpus:
+        if g.available and g.gres_type not in first:
+            first[g.gres_type] = state.layouts[g.node].shard_request(g.index)
+    if not first:
+        return None
+    ttl = state.cfg.agent.pending_ttl_s
+    latest = max((t for _, t in state.held_tokens.values()), default=0.0)
+    state.held_tokens = {k: v for k, v in state.held_tokens.items() if latest - v[1] <= ttl}
+    waiting = Counter(h.request.gres_type for h in state.held.values())
+    waiting.update(t for t, _ in state.held_tokens.values())
+    gtype = min(first, key=lambda t: (waiting[t], t))
+    return gtype, first[gtype]
