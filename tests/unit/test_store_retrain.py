@@ -87,6 +87,8 @@ def test_retrain_publishes_and_records_the_live_set(engine: Engine, tmp_path: Pa
     assert t.classes["beta-bs32"].sm_util == pytest.approx(0.8)
     assert t.classes["delta"].memory_gib == pytest.approx(4.9)
     assert t.classes["gamma"].solo_rate == pytest.approx(10.0)  # progress of its solo runs
+    # what a probe compares a new job's progress with (published in the jobs' own units)
+    assert t.classes["gamma"].progress_rate == pytest.approx(10.0)
     # a pair never seen together is predicted from the structure of the others
     p = t.pair("alpha-bs32", "delta")
     assert not p.observed
