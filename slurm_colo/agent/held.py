@@ -75,7 +75,7 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     modes = {str(q.job_id): q.request.mode for q in state.placements.values() if q.job_id}
     members = members_from_report(report, state.scores, modes)
     v = judge(str(job_id), members, state.scores, state.cfg.placement)
-    state.learn(v.observed, now)
+    state.learn(v.observed, now, at_once=v.undo)
     if not v.undo:
         state.probes["kept"] += 1
         log.info("job %s: probe %s", job_id, v.reason)

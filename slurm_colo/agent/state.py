@@ -80,6 +80,7 @@ class AgentState:
         self.cfg = cfg
         #: pair throughputs probes measured since the score set was made, laid over it
         self.learned: dict[tuple[str, str], tuple[PairScore, float]] = {}
+        self._learned_pending = False
         self.scores = scores or ScoreTable()
         self.scores_error: str | None = None
         #: requeued jobs held in Slurm until a GPU of their shard type takes them (held.py)
@@ -123,15 +124,26 @@ class AgentState:
         self.learned = {k: v for k, v in self.learned.items() if made is None or v[1] > made}
         self._scores = with_pairs(table, {k: v[0] for k, v in self.learned.items()})
 
-    def learn(self, observed: dict[tuple[str, str], PairScore], now: float) -> None:
-        """Use pair throughputs a probe measured from now on (until a newer score set)."""
+    def learn(self, observed: dict[tuple[str, str], PairScore], now: float,
+              at_once: bool = False) -> None:
+        """Use pair throughputs a probe measured (until a newer score set): ``at_once`` (an
+        undo, whose job is placed again right away), else from the next look at Slurm, so
+        a kept set costs no rebuild of the placement cache on a hook's request."""
         if not observed:
             return
         for (a, b), ps in observed.items():
             self.learned.pop((b, a), None)
             self.learned[(a, b)] = (ps, now)
-        self.scores = self._base_scores
-        self.rebuild()
+        self._learned_pending = True
+        if at_once:
+            self.apply_learned()
+            self.rebuild()
+
+    def apply_learned(self) -> None:
+        """Lay the pairs probes measured over the score set."""
+        if self._learned_pending:
+            self._learned_pending = False
+            self.scores = self._base_scores
 
     # ---- Slurm snapshots ---------------------------------------------------------------
     def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -168,6 +180,7 @@ class AgentState:
                        or (k not in self.jobs and now - t > grace)]:
             del self.unplaced_gpus[job_id]
         sync_held(self, now)
+        self.apply_learned()
         self.rebuild(plan_at=now)
 
     def _link(self, p: Placement, job_id: int) -> None:

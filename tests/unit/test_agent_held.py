@@ -62,10 +62,12 @@ def _report(slow_now: float, fast_now: float) -> dict[str, object]:
         {"job": 11, "cls": "fast", "rate": fast_now}]}
 
 
-def test_a_good_set_is_kept_and_its_measurement_used_at_once() -> None:
-    s, _ = _pair()
+def test_a_good_set_is_kept_and_its_measurement_used_from_the_next_look_at_slurm() -> None:
+    s, jobs = _pair()
     reply, actions = agent_held.probe(s, _report(9.0, 18.0), 600.0)
     assert reply["verdict"] == "keep" and actions == []
+    assert s.scores is SCORES  # no rebuild on the hook's request
+    s.apply_snapshot(jobs, [], 602.0)
     p = s.scores.pair("fast", "slow")
     assert p.observed and p.n_a == pytest.approx(0.9) and p.n_b == pytest.approx(0.9)
     assert s.probes["kept"] == 1 and s.status(600.0)["probes"] == {"kept": 1}
