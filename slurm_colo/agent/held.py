@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config
 from ..placement import Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report
+from ..slurm.model import SlurmJob
 from ..tags import make_tag, parse_tag
 
 if TYPE_CHECKING:
@@ -211,3 +212,20 @@ def hold_target(state: AgentState, fields: dict[str, str]) -> tuple[str, str] | 
     waiting.update(t for t, _ in state.held_tokens.values())
     gtype = min(first, key=lambda t: (waiting[t], t))
     return gtype, first[gtype]
+
+
+def held_in_slurm(jobs: list[SlurmJob]) -> list[tuple[SlurmJob, str]]:
+    """Pending jobs whose tag says they wait, held, for the agent to release them, with the
+    GPU type each waits for (read from Slurm: works while the agent is down)."""
+    out = []
+    for j in jobs:
+        tag = parse_tag(j.admin_comment)
+        if tag and tag["held"] and j.state == "PENDING":
+            out.append((j, str(tag["held"])))
+    return sorted(out, key=lambda x: x[0].job_id)
+
+
+def unheld_tag(admin_comment: str, gres_type: str) -> str:
+    """The tag of a held job released by hand: without ``held=``, so the agent leaves it to
+    Slurm."""
+    return admin_comment.replace(f" held={gres_type}", "")

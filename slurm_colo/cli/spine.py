@@ -103,6 +103,29 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  ({ex['note']})")
 
     @app.command()
+    def held(release: bool = typer.Option(False, "--release", help="Release them all now (Slurm "
+                                           "then starts each on any GPU of its type)."),
+             config: Optional[Path] = ConfigOpt) -> None:
+        """Jobs held for the agent to release (requeued after a harmful probe, or held at
+        submission), read from Slurm; --release lets them go without the agent."""
+        from ..agent.held import held_in_slurm, unheld_tag
+        from ..slurm import open_backend
+        from ..slurm.control import ScontrolControl, release_argv, update_argv
+        cfg = load_config(config)
+        jobs = held_in_slurm(open_backend(cfg.agent.slurm_backend).jobs())
+        if not jobs:
+            typer.echo("no job is held for the agent")
+            return
+        control = ScontrolControl()
+        for j, gtype in jobs:
+            typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for a {gtype} GPU: {j.comment}")
+            if release:
+                control.run(update_argv(j.job_id, AdminComment=unheld_tag(j.admin_comment, gtype),
+                                        StartTime="now"))
+                control.run(release_argv(j.job_id))
+                typer.echo(f"  released: Slurm starts it on any {gtype} GPU with a free shard")
+
+    @app.command()
     def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
                config: Optional[Path] = ConfigOpt) -> None:
         """Every shared GPU with its occupants, limits, time together and predicted delta."""
@@ -121,7 +144,7 @@ def register(app: typer.Typer) -> None:
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))
         for h in st.get("held") or []:
-            typer.echo(f"held: job {h['job_id']} ({h['cls']}), requeued {int(h['waiting_s'])}s ago, waits for a "
+            typer.echo(f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for a "
                        f"{h['gres_type']} GPU that fits: {h['reason']}")
         r = st.get("reservation")
         if r:

@@ -109,12 +109,16 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fres
     assert run(["scontrol", "show", "job", str(b.job_id)]).stdout.count("Restarts=1") == 1
 
 
+def _hold_config(tmp: str) -> Path:
+    cfg = Path(tmp) / "config.toml"
+    cfg.write_text(LAB_CONFIG.read_text().replace("[placement]\n", '[placement]\nunplaced = "hold"\n', 1))
+    return cfg
+
+
 def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_and_is_released_onto_one(clean: None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "config.toml"
-        cfg.write_text(LAB_CONFIG.read_text().replace("[placement]\n", '[placement]\nunplaced = "hold"\n', 1))
         stop_agent()
-        start_agent_only(cfg)
+        start_agent_only(_hold_config(tmp))
         try:
             # the two shared GPUs take one incompatible job each; the third fits neither
             a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice",
@@ -138,6 +142,33 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_and_is_released_onto_
             assert done["start_time"] >= squeue()[a.job_id]["end_time"]
             assert squeue()[b.job_id]["job_state"] == "RUNNING"
             assert "undone=1" not in done["admin_comment"] and f"gpu=vm:{min(gpu_a)}" in done["admin_comment"]
+        finally:
+            stop_agent()
+            start_agent_only()
+
+
+def test_held_jobs_can_be_released_by_hand_while_the_agent_is_down(clean: None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        stop_agent()
+        start_agent_only(_hold_config(tmp))
+        try:
+            a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice", sleep=60)
+            b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=60)
+            wait_running(a.job_id, b.job_id)
+            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
+                       sleep=3)
+            assert squeue()[c.job_id]["priority"] == 0
+            stop_agent()
+            listed = agent_cli("held")
+            assert listed.returncode == 0 and f"job {c.job_id} (alice" in listed.stdout, listed.stdout + listed.stderr
+            out = agent_cli("held", "--release")
+            assert out.returncode == 0 and "released" in out.stdout, out.stdout + out.stderr
+            # Slurm starts it on a GPU of its type with a free shard, without the agent
+            wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED", 30, 0.5,
+                     "the released job to run")
+            j = squeue()[c.job_id]
+            assert "held=" not in j["admin_comment"]
+            assert agent_cli("held").stdout.strip() == "no job is held for the agent"
         finally:
             stop_agent()
             start_agent_only()

@@ -251,3 +251,16 @@ def test_unplaced_auto_holds_only_when_every_gpu_is_shared() -> None:
     assert not agent_held.hold_unplaced(Config(gpus=LAYOUT))  # GPUs 2 and 3 are not shared
     assert not agent_held.hold_unplaced(Config(gpus=all_shared, placement=PlacementConfig(unplaced="own-gpu")))
     assert agent_held.hold_unplaced(Config(gpus=LAYOUT, placement=PlacementConfig(unplaced="hold")))
+
+
+def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_mark() -> None:
+    tag = "slurm-colo[v=1 tok=t cls=a mode=auto held=v100_s1]"
+    jobs = [SlurmJob(7, "j", "alice", 1000, "PENDING", admin_comment=tag),
+            SlurmJob(5, "j", "alice", 1000, "PENDING", admin_comment=tag.replace("s1", "s0")),
+            SlurmJob(6, "j", "alice", 1000, "RUNNING", admin_comment=tag),
+            SlurmJob(8, "j", "alice", 1000, "PENDING", admin_comment="slurm-colo[v=1 tok=u cls=a mode=auto]")]
+    found = agent_held.held_in_slurm(jobs)
+    assert [(j.job_id, t) for j, t in found] == [(5, "v100_s0"), (7, "v100_s1")]
+    untagged = agent_held.unheld_tag(tag, "v100_s1")
+    assert untagged == "slurm-colo[v=1 tok=t cls=a mode=auto]"
+    assert parse_tag(untagged)["held"] is None  # type: ignore[index]
