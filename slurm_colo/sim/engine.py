@@ -32,7 +32,8 @@ class SimConfig:
     gpu_memory_gib: float = 32.0
     #: jobs one GPU may hold at once (gres/shard count per GPU)
     slots: int = 4
-    #: how long a new shared set runs before its throughput is observed (probe / retraction)
+    #: how long a new shared set runs before Gandiva-random observes it (our policies use
+    #: the agent's placement.probe_s)
     probe_s: float = 600.0
     #: how often observations are folded into the score table ("nightly retrain")
     relearn_s: float = 86400.0

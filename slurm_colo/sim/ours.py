@@ -300,8 +300,8 @@ class PolicyScheduler:
         self.changed.add(pos)
         if d.explored:
             self.explored += 1
-        if len(g.occupants) > 1 and self.learn:
-            sim.schedule_probe(jid, sim.cfg.probe_s)
+        if len(g.occupants) > 1 and self.learn and self.cfg.probe_s > 0:
+            sim.schedule_probe(jid, self.cfg.probe_s)  # the agent's own setting
         return "started"
 
     # ---- the scheduling pass ---------------------------------------------------------

@@ -64,9 +64,9 @@ def test_submit_time_decisions_are_final() -> None:
 def test_a_wrong_prediction_is_retracted_and_learned() -> None:
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
-    sched = PolicyScheduler("ours", wrong, CFG, learn=True)
+    sched = PolicyScheduler("ours", wrong, replace(CFG, probe_s=60), learn=True)
     tr = [job(0, 0, 5000, "a"), job(1, 1, 5000, "x")]
-    sim = run(tr, sched, probe_s=60)
+    sim = run(tr, sched)
     assert sched.retractions == 1 and sim.runs[1].evictions == 1
     learned = sched.scores.pair("x", "a")
     assert learned.observed and learned.n_a == pytest.approx(0.3)
@@ -81,10 +81,10 @@ def test_without_undo_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_retrain
     # (relearn_s) teaches the scores
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
-    sched = PolicyScheduler("ours-submit", wrong, CFG, learn=True, submit_time=True,
-                            undo="none")
+    sched = PolicyScheduler("ours-submit", wrong, replace(CFG, probe_s=60), learn=True,
+                            submit_time=True, undo="none")
     tr = [job(0, 0, 600, "a"), job(1, 1, 600, "x"), job(2, 5000, 100, "x")]
-    sim = run(tr, sched, probe_s=60, relearn_s=3600)
+    sim = run(tr, sched, relearn_s=3600)
     assert sched.retractions == 0 and sim.runs[1].evictions == 0
     # together at 0.3 each from t=1 until a ends (a had done 1 unit alone)
     assert sim.runs[0].end == pytest.approx(1 + 599 / 0.3)
@@ -99,11 +99,11 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
     # any node: v100_s1), where it waits, held, until one takes it
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
-    sched = PolicyScheduler("ours-submit", wrong, CFG, learn=True, submit_time=True,
-                            undo="requeue")
+    sched = PolicyScheduler("ours-submit", wrong, replace(CFG, probe_s=60), learn=True,
+                            submit_time=True, undo="requeue")
     # two GPUs on one node: 0 (v100_s0) and 1 (v100_s1). x joins a on GPU 1 (b holds 0).
     tr = [job(0, 0, 5000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x")]
-    sim = run(tr, sched, probe_s=60, gpus=2, gpus_per_node=2)
+    sim = run(tr, sched, gpus=2, gpus_per_node=2)
     x = sim.runs[2]
     assert sched.retractions == 1 and x.evictions == 1
     assert sched.view.gpus[1].gres_type == "v100_s1"
