@@ -19,7 +19,8 @@ see :meth:`AgentState.decide`) carry the same ``held=<type>`` tag and are releas
 same way, by :func:`reaim`, once :func:`sync_held` has found them in Slurm.
 
 A job is undone at most once (``undone=1`` in its tag): a second bad set runs on and is
-learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone.
+learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone, nor
+jobs whose time limit ends them within ``probe_s`` anyway.
 Pure: actions are returned for the server to run outside its lock.
 """
 
@@ -92,6 +93,8 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
         why_not = "Slurm may not requeue the job (--no-requeue)"
     elif tag is not None and tag["undone"]:
         why_not = "the job was requeued once already"
+    elif sj is not None and sj.active and 0 < sj.end_time - now < state.cfg.placement.probe_s:
+        why_not = "its time limit ends it sooner than a restart would help"
     if why_not:
         state.probes["harmful"] += 1
         log.warning("job %s: probe %s; left running: %s", job_id, v.reason, why_not)

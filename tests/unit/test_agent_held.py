@@ -109,6 +109,7 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     ("placement.undo is off", {"undo": "off"}),
     ("--no-requeue", {"no_requeue": True}),
     ("requeued once already", {"undone": True}),
+    ("time limit ends it sooner", {"ends_at": 900.0}),
 ])
 def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup: dict[str, object]) -> None:
     s, jobs = _pair(**({"undo": setup["undo"]} if "undo" in setup else {}))
@@ -116,6 +117,8 @@ def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup
         jobs[1] = replace(jobs[1], requeue=False)
     if setup.get("undone"):
         jobs[1] = replace(jobs[1], admin_comment=jobs[1].admin_comment.replace("]", " undone=1]"))
+    if setup.get("ends_at"):
+        jobs[1] = replace(jobs[1], end_time=setup["ends_at"])  # 300 s after the probe at 600 s
     s.apply_snapshot(jobs, [], 500.0)
     reply, actions = agent_held.probe(s, _report(3.0, 6.0), 600.0)
     assert reply["verdict"] == "harmful" and why in reply["reason"] and actions == []
