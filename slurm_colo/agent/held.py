@@ -9,7 +9,7 @@ The node side measures a new shared set after ``placement.probe_s`` and sends th
 2. if the set is harmful and ``placement.undo = "requeue"``: forgets the newcomer's
    placement and asks Slurm to requeue it held (:class:`Action` ``requeue_hold``). Its
    tag then carries ``held=<shard type>``, so an agent restart finds it again;
-3. re-aims held jobs (:func:`reaim`, at once and after every look at Slurm): Slurm 22.05
+3. re-aims held jobs (:func:`reaim`, at every look at Slurm that shows them pending): Slurm 22.05
    cannot change a pending job's GRES, so the job may only go to a GPU of its own shard
    type; the policy picks one (sharing only where the set is accepted, or an idle one) and
    the job is released there (``aim``). Until a GPU fits it stays held.
@@ -122,8 +122,8 @@ def reaim(state: AgentState, now: float) -> list[Action]:
     out = []
     for h in sorted(state.held.values(), key=lambda h: h.since):
         sj = state.jobs.get(h.job_id)
-        if sj is None or (sj.state != "PENDING" and not sj.active):
-            continue  # ended or cancelled meanwhile: sync_held forgets it
+        if sj is None or sj.state != "PENDING":
+            continue  # still being requeued (Slurm changes a pending job only), or gone
         part = h.request.partition if "," not in h.request.partition else ""
         view = state.candidate_view({"partition": part}) if part else state.view
         d = place(h.request, view, state.scores, state.cfg.placement)

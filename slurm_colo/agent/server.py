@@ -212,8 +212,6 @@ class Agent:
         if verb == "PROBE":
             with self.lock:
                 reply, actions = held.probe(self.state, p, now)
-                if actions:
-                    actions += held.reaim(self.state, now)
             if actions:  # Slurm commands take tens of ms: run them after the reply
                 threading.Thread(target=self.run_actions, args=(actions,), name="undo",
                                  daemon=True).start()
