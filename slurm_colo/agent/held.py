@@ -74,10 +74,14 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     job_id = int(report["job"])
     token = state.by_job.get(job_id)
     p = state.placements.get(token) if token else None
-    modes = {str(q.job_id): q.request.mode for q in state.placements.values() if q.job_id}
+    modes = {}
+    for m in report.get("members") or []:
+        q = state.placements.get(state.by_job.get(int(m["job"]), ""))
+        if q is not None:
+            modes[str(m["job"])] = q.request.mode
     members = members_from_report(report, state.scores, modes)
     v = judge(str(job_id), members, state.scores, state.cfg.placement)
-    state.learn(v.observed, now, at_once=v.undo)
+    state.learn(v.observed, now, at_once=v.undo)  # the view is rebuilt below if harmful
     if not v.undo:
         state.probes["kept"] += 1
         log.info("job %s: probe %s", job_id, v.reason)
@@ -96,11 +100,12 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     elif sj is not None and sj.active and 0 < sj.end_time - now < state.cfg.placement.probe_s:
         why_not = "its time limit ends it sooner than a restart would help"
     if why_not:
+        state.rebuild()
         state.probes["harmful"] += 1
         log.warning("job %s: probe %s; left running: %s", job_id, v.reason, why_not)
         return {"verdict": "harmful", "reason": f"{v.reason}; left running: {why_not}"}, []
-    assert p is not None and token is not None and p.decision.node is not None
-    gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0)
+    assert p is not None and token is not None
+    gres_type = _shard_type(state, p.decision)
     state.drop_placement(token)
     req = replace(p.request, key=str(job_id), gres_type=gres_type)
     state.held[job_id] = Held(job_id, token, req, now, v.reason)
@@ -115,6 +120,12 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
                  f"colo: requeued after {state.cfg.placement.probe_s:g}s together: {v.reason}",
                  restore=(sj.admin_comment, sj.comment) if sj else ("", ""))
     return {"verdict": "undo", "reason": v.reason}, [act]
+
+
+def _shard_type(state: AgentState, d: Decision) -> str:
+    """The shard GRES type of the GPU a shared decision names ("" if its node is unknown)."""
+    ng = state.layouts.get(d.node or "")
+    return ng.gres_type(d.index or 0) if ng is not None else ""
 
 
 def reaim(state: AgentState, now: float) -> list[Action]:
@@ -144,15 +155,16 @@ def reaim(state: AgentState, now: float) -> list[Action]:
     return out
 
 
-def sync_held(state: AgentState, now: float) -> None:
-    """After a look at Slurm: adopt held jobs known only from their tags (agent restart),
-    forget those Slurm no longer holds for us (released by hand, cancelled, ended)."""
+def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) -> None:
+    """After a look at Slurm (``tags``: the parsed tag of each job that has one): adopt held
+    jobs known only from their tags (agent restart), forget those Slurm no longer holds for
+    us (released by hand, cancelled, ended)."""
     grace = 3 * state.cfg.agent.refresh_interval_s
-    for j in state.jobs.values():
-        tag = parse_tag(j.admin_comment)
-        if tag and tag["token"]:
+    for job_id, tag in tags.items():
+        j = state.jobs[job_id]
+        if tag["token"]:
             state.held_tokens.pop(tag["token"], None)
-        if (tag and tag["held"] and j.state == "PENDING" and j.job_id not in state.held
+        if (tag["held"] and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
             req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
                              mode=tag["mode"], gres_type=tag["held"], partition=j.partition)
@@ -182,8 +194,7 @@ def failed(state: AgentState, action: Action, now: float) -> None:
     if p is None or token is None:
         return
     state.drop_placement(token)
-    gres_type = state.layouts[p.decision.node].gres_type(p.decision.index or 0) \
-        if p.decision.node in state.layouts else ""
+    gres_type = _shard_type(state, p.decision)
     tag = parse_tag(action.admin_comment)
     state.held[action.job_id] = Held(action.job_id, token, replace(p.request, gres_type=gres_type),
                                      now, "its release failed", undone=bool(tag and tag["undone"]))
@@ -198,19 +209,22 @@ def hold_unplaced(cfg: Config) -> bool:
     return mode == "hold"
 
 
-def hold_target(state: AgentState, fields: dict[str, str]) -> tuple[str, str] | None:
+def hold_target(state: AgentState, fields: dict[str, str], now: float) -> tuple[str, str] | None:
     """The GPU type a job no shared GPU takes now waits for (placement.unplaced = "hold"):
     among the types of the GPUs it may use, the one with the fewest jobs held for it, then
-    the first; with its shard request. None when it may use no shared GPU."""
+    the first; with its shard request. None when it may use no shared GPU. Runs on the
+    answer path: it stops looking at GPUs once every configured type was seen."""
+    n_types = len({ng.gres_type(i) for ng in state.cfg.gpus for i in ng.shared})
     first: dict[str, str] = {}
     for g in state.candidate_view(fields).gpus:
         if g.available and g.gres_type not in first:
             first[g.gres_type] = state.layouts[g.node].shard_request(g.index)
+            if len(first) == n_types:
+                break
     if not first:
         return None
     ttl = state.cfg.agent.pending_ttl_s
-    latest = max((t for _, t in state.held_tokens.values()), default=0.0)
-    state.held_tokens = {k: v for k, v in state.held_tokens.items() if latest - v[1] <= ttl}
+    state.held_tokens = {k: v for k, v in state.held_tokens.items() if now - v[1] <= ttl}
     waiting = Counter(h.request.gres_type for h in state.held.values())
     waiting.update(t for t, _ in state.held_tokens.values())
     gtype = min(first, key=lambda t: (waiting[t], t))

@@ -126,18 +126,17 @@ class AgentState:
 
     def learn(self, observed: dict[tuple[str, str], PairScore], now: float,
               at_once: bool = False) -> None:
-        """Use pair throughputs a probe measured (until a newer score set): ``at_once`` (an
-        undo, whose job is placed again right away), else from the next look at Slurm, so
-        a kept set costs no rebuild of the placement cache on a hook's request."""
+        """Use pair throughputs a probe measured (until a newer score set): ``at_once`` (a
+        harmful set: the caller rebuilds the view), else from the next look at Slurm, so a
+        kept set costs no rebuild of the placement cache on a hook's request."""
         if not observed:
             return
         for (a, b), ps in observed.items():
             self.learned.pop((b, a), None)
             self.learned[(a, b)] = (ps, now)
         self._learned_pending = True
-        if at_once:
+        if at_once:  # the caller rebuilds the view
             self.apply_learned()
-            self.rebuild()
 
     def apply_learned(self) -> None:
         """Lay the pairs probes measured over the score set."""
@@ -151,8 +150,11 @@ class AgentState:
         if nodes:
             self.nodes = {n.name: n for n in nodes}
         self.snapshot_time = now
+        tags: dict[int, dict[str, Any]] = {}
         for j in jobs:
             tag = parse_tag(j.admin_comment)
+            if tag:
+                tags[j.job_id] = tag
             if not tag or not tag["token"]:
                 continue
             p = self.placements.get(tag["token"])
@@ -179,7 +181,7 @@ class AgentState:
                        if (k in self.jobs and not self.jobs[k].active)
                        or (k not in self.jobs and now - t > grace)]:
             del self.unplaced_gpus[job_id]
-        sync_held(self, now)
+        sync_held(self, tags, now)
         self.apply_learned()
         self.rebuild(plan_at=now)
 
@@ -361,7 +363,7 @@ class AgentState:
             token = _new_token()
             d = self._place(token, key, fields)
         tag = make_tag(token, cls, mode, d)
-        hold = None if d.shared or not hold_unplaced(self.cfg) else hold_target(self, fields)
+        hold = None if d.shared or not hold_unplaced(self.cfg) else hold_target(self, fields, now)
         if hold is not None:
             gtype, gres = hold
             tag = make_tag(token, cls, mode, d, held=gtype)

@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
         submission), read from Slurm; --release lets them go without the agent."""
         from ..agent.held import held_in_slurm, unheld_tag
         from ..slurm import open_backend
-        from ..slurm.control import ScontrolControl, release_argv, update_argv
+        from ..slurm.control import ScontrolControl
         cfg = load_config(config)
         jobs = held_in_slurm(open_backend(cfg.agent.slurm_backend).jobs())
         if not jobs:
@@ -120,9 +120,7 @@ def register(app: typer.Typer) -> None:
         for j, gtype in jobs:
             typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for a {gtype} GPU: {j.comment}")
             if release:
-                control.run(update_argv(j.job_id, AdminComment=unheld_tag(j.admin_comment, gtype),
-                                        StartTime="now"))
-                control.run(release_argv(j.job_id))
+                control.aim_and_release(j.job_id, "", unheld_tag(j.admin_comment, gtype), j.comment)
                 typer.echo(f"  released: Slurm starts it on any {gtype} GPU with a free shard")
 
     @app.command()

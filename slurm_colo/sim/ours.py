@@ -6,20 +6,18 @@ Two ways to drive it (see docs/simulator.md):
 * ``replan`` (``ours``, ``oracle``): waiting jobs are placed again whenever GPUs change,
   oldest first, and start as soon as a GPU takes them. This is the policy's potential when
   the decision can wait for the job's turn.
-* ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, the decision is made
-  once, at arrival: a shared GPU now, or the job keeps its own-GPU request and waits for a
-  whole idle GPU (first come, first served). Like the live agent it never undoes a
-  placement (``retract=False``): a set that turns out harmful runs on, and what it showed
-  reaches the scores at the next nightly retrain.
+* ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, the GPU type is
+  decided once, at arrival: a shared GPU now; else, with ``hold``, the job waits for a GPU
+  of one type (the agent's ``placement.unplaced = "hold"``), without it, it keeps its
+  own-GPU request and waits for a whole idle GPU (first come, first served).
 
 Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
 ``placement.reserve_after_h``, the busy shared GPU(s) expected to drain first are closed to new
 partners until they are idle (like a Slurm backfill reservation). With ``learn``, a new set
-is observed after ``probe_s`` and what it showed is folded into the score table every
-``relearn_s`` (the nightly retrain). With ``retract`` as well, a harmful set (combined
-throughput below 1, or a job below ``1 / max_slowdown`` of its solo speed) is undone at
-once: the newcomer is checkpointed and requeued and the observed pair throughputs go into
-the score table straight away.
+is observed after ``placement.probe_s`` and judged by the agent's code
+(:mod:`slurm_colo.placement.retract`); what it showed is folded into the score table every
+``relearn_s`` (the nightly retrain). A harmful set is undone as ``undo`` says (see
+:data:`UNDO`; the live agent's is ``requeue``) and its observations are used at once.
 """
 
 from __future__ import annotations
@@ -79,6 +77,7 @@ class PolicyScheduler:
                     gres_type=f"v100_s{i % c.gpus_per_node}", memory_gib=c.gpu_memory_gib,
                     slots=c.slots, model="v100")
             for i in range(c.gpus)])
+        self.types = sorted({g.gres_type for g in self.view.gpus})
         self._reset_queues()
         self.changed: set[int] = set()
         self.reqs: dict[int, JobRequest] = {}
@@ -151,8 +150,7 @@ class PolicyScheduler:
             if self._try(jid, hold_idle=False) == "started":
                 return
             if self.hold:  # like the agent: the type with the fewest held jobs, then the first
-                types = sorted({g.gres_type for g in self.view.gpus})
-                gtype = min(types, key=lambda t: (len(self.held_q.get(t, ())), t))
+                gtype = min(self.types, key=lambda t: (len(self.held_q.get(t, ())), t))
                 self._wait_for_type(jid, gtype)
             else:
                 self._enqueue(jid, whole=True)

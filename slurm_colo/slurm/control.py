@@ -75,6 +75,9 @@ class ScontrolControl:
             raise
 
     def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None:
-        self.run(update_argv(job_id, ReqNodeList=node, AdminComment=admin_comment,
-                             Comment=comment, StartTime="now"))
+        """Set the job's node (none: keep its ReqNodeList) and comments, clear the wait
+        after a requeue, release it."""
+        fields = {"ReqNodeList": node} if node else {}
+        self.run(update_argv(job_id, **fields, AdminComment=admin_comment, Comment=comment,
+                             StartTime="now"))
         self.run(release_argv(job_id))
