@@ -13,6 +13,7 @@ from ..config import PlacementConfig, load_config
 from ..errors import ColoError
 from ..gavel import bundled_path, load_gavel
 from ..sim.metrics import Result
+from ..sim.spread import SeedRow
 
 _SACCT = typer.Option(None, "--sacct", help="Replay a `sacct --parsable2` export instead of "
                       "generating a Philly-like trace (see docs/simulator.md).")
@@ -31,6 +32,8 @@ def register(app: typer.Typer) -> None:
         load: float = typer.Option(1.5, help="Offered load: GPU-seconds of work arriving per second, "
                                    "over the GPU count (above 1 jobs queue)."),
         seed: int = typer.Option(1, help="Seed of the trace, the pair split and random policies."),
+        seeds: str = typer.Option("", help="Run every seed of this list instead (1-10, 1,4,7) "
+                                  "and print how each policy's figures spread over them."),
         users: int = typer.Option(16, help="Users the generated jobs are spread over."),
         multi_gpu: bool = typer.Option(False, "--multi-gpu", help="Keep Philly's multi-GPU jobs "
                                        "(always given whole GPUs)."),
@@ -62,6 +65,7 @@ def register(app: typer.Typer) -> None:
         from ..sim.metrics import table, versus
         from ..sim.run import POLICIES, Setup
         from ..sim.run import simulate as run_all
+        from ..sim.spread import parse_seeds, per_seed_table, seed_rows, spread_table
         from ..sim.trace import offered_load, philly_trace, read_philly, read_sacct
 
         names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -82,22 +86,31 @@ def register(app: typer.Typer) -> None:
                 raise SimError(f"--unplaced {unplaced!r}: accepted values are auto, own-gpu, hold")
             pcfg = replace(pcfg, unplaced=unplaced)
         data = load_gavel(bundled_path(), gpu)
-        if sacct:
-            trace = read_sacct(sacct, data.classes)
-        else:
-            trace = philly_trace(read_philly(bundled_path("philly_job_distribution.csv")),
-                                 data.classes, jobs=jobs, gpus=gpus, load=load, seed=seed,
-                                 users=users, multi_gpu=multi_gpu,
-                                 max_duration_s=max_duration_h * 3600 or None,
-                                 aggressive_share=aggressive_share)
-        setup = Setup(SimConfig(gpus=gpus, gpu_memory_gib=gpu_memory_gib, slots=slots, seed=seed),
-                      pcfg, hidden_share=hidden_share)
-        typer.echo(f"{len(trace)} jobs on {gpus} GPUs, offered load "
-                   f"{offered_load(trace, gpus):.2f}, cross_user={pcfg.cross_user}, seed {seed}",
-                   err=True)
-        results = run_all(trace, data, setup, names)
-        typer.echo(table(results, markdown=False))
-        typer.echo(versus(results))
+        seed_list = parse_seeds(seeds) if seeds else [seed]
+        per_seed: dict[int, list[Result]] = {}
+        for s in seed_list:
+            if sacct:
+                trace = read_sacct(sacct, data.classes)
+            else:
+                trace = philly_trace(read_philly(bundled_path("philly_job_distribution.csv")),
+                                     data.classes, jobs=jobs, gpus=gpus, load=load, seed=s,
+                                     users=users, multi_gpu=multi_gpu,
+                                     max_duration_s=max_duration_h * 3600 or None,
+                                     aggressive_share=aggressive_share)
+            setup = Setup(SimConfig(gpus=gpus, gpu_memory_gib=gpu_memory_gib, slots=slots,
+                                    seed=s), pcfg, hidden_share=hidden_share)
+            typer.echo(f"{len(trace)} jobs on {gpus} GPUs, offered load "
+                       f"{offered_load(trace, gpus):.2f}, cross_user={pcfg.cross_user}, "
+                       f"seed {s}", err=True)
+            per_seed[s] = run_all(trace, data, setup, names)
+            if not seeds:
+                typer.echo(table(per_seed[s], markdown=False))
+                typer.echo(versus(per_seed[s]))
+        rows = seed_rows(per_seed) if seeds else []
+        if seeds:
+            typer.echo(per_seed_table(rows, markdown=False))
+            typer.echo()
+            typer.echo(spread_table(rows, markdown=False))
         if out:
             cmd = ["slurm-colo simulate"]
             if sacct:
@@ -109,14 +122,20 @@ def register(app: typer.Typer) -> None:
                     cmd.append("--multi-gpu")
                 if aggressive_share:
                     cmd.append(f"--aggressive-share {aggressive_share:g}")
-            cmd.append(f"--gpus {gpus} --seed {seed} --cross-user {pcfg.cross_user} "
+            cmd.append(f"--gpus {gpus} " + (f"--seeds {seeds} " if seeds else f"--seed {seed} ")
+                       + f"--cross-user {pcfg.cross_user} "
                        f"--undo {pcfg.undo} --unplaced {pcfg.unplaced} "
                        f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
                        f"--hidden-share {hidden_share:g} --policies {','.join(names)}")
             if config:
                 cmd.append(f"--config {shlex.quote(str(config))}")
-            _write(out, results, " ".join(cmd), table(results), versus(results))
-            typer.echo(f"results and plots written to {out}", err=True)
+            if seeds:
+                _write_seeds(out, rows, " ".join(cmd))
+            else:
+                results = per_seed[seed]
+                _write(out, results, " ".join(cmd), table(results), versus(results))
+            typer.echo(f"results written to {out}" if seeds else
+                       f"results and plots written to {out}", err=True)
 
 
 def _policies() -> list[str]:
@@ -139,5 +158,18 @@ def _write(out: Path, results: list[Result], cmd: str, md: str, vs: str) -> None
                             f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n" for i in range(len(pj["jct_s"])))
         for name, png in render_plots(results).items():
             (out / name).write_bytes(png)
+    except OSError as e:
+        raise ColoError(f"cannot write results to {out}: {e.strerror}") from None
+
+
+def _write_seeds(out: Path, rows: list[SeedRow], cmd: str) -> None:
+    from ..sim.spread import per_seed_table, rows_json, spread_table
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "seeds.md").write_text(
+            f"```\n{cmd}\n```\n\nMakespan / average JCT against exclusive FIFO, per seed:\n\n"
+            f"{per_seed_table(rows)}\n\nMean (best .. worst seed):\n\n{spread_table(rows)}\n")
+        (out / "seeds.json").write_text(json.dumps(rows_json(rows), indent=1))
     except OSError as e:
         raise ColoError(f"cannot write results to {out}: {e.strerror}") from None

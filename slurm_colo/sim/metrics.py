@@ -106,11 +106,17 @@ COLUMNS = [
 def table(results: list[Result], markdown: bool = True) -> str:
     head = [c[1] for c in COLUMNS]
     rows = [[fmt.format(getattr(r, k)) for k, _, fmt in COLUMNS] for r in results]
+    return render(head, rows, markdown)
+
+
+def render(head: list[str], rows: list[list[str]], markdown: bool = True) -> str:
+    """A table as Markdown, or as right-aligned plain text for a terminal."""
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(head)]
     out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
     out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(out)

@@ -1,0 +1,145 @@
+"""The same comparison over several seeds: how much each policy's figures move with the
+trace, the pair split and the random choices (``slurm-colo simulate --seeds 1-10``).
+
+One seed's makespan is decided by the last few long jobs and who they happened to share a
+GPU with, so a single run can land a point either side of a threshold. The spread says
+which differences between policies hold on every seed. Pure.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import ColoError
+from .metrics import Result, render
+
+#: at most this many seeds in one run (each is a full simulation of every policy)
+MAX_SEEDS = 100
+
+
+class SeedsError(ColoError):
+    """A --seeds value that is not a list of seeds."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"1-10"``, ``"1,4,7"`` or ``"1-3,9"`` -> the seeds, in order, without repeats."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if dash else a
+        except ValueError:
+            raise SeedsError(f"--seeds {text!r}: {part!r} is not a seed or a range such as "
+                             "1-10 (non-negative whole numbers)") from None
+        if a < 0 or b < a:
+            raise SeedsError(f"--seeds {text!r}: {part!r} is not a range from low to high of "
+                             "non-negative seeds")
+        seeds.extend(s for s in range(a, b + 1) if s not in seeds)
+        if len(seeds) > MAX_SEEDS:
+            raise SeedsError(f"--seeds {text!r}: more than {MAX_SEEDS} seeds")
+    return seeds
+
+
+@dataclass(frozen=True)
+class SeedRow:
+    """One policy on one seed, relative to the baseline and the reference policy."""
+
+    seed: int
+    policy: str
+    makespan_h: float
+    avg_jct_h: float
+    #: change against the baseline policy (exclusive FIFO), percent; None without it
+    makespan_vs_base: float | None
+    avg_jct_vs_base: float | None
+    #: makespan above the reference policy's (the oracle), percent; None without it
+    makespan_vs_ref: float | None
+    worst_decile_slowdown: float
+    worst_class_slowdown: float
+    over_limit_jobs: int
+    max_stretch: float
+
+
+def _pct(a: float, b: float) -> float:
+    return 100.0 * (a / b - 1.0)
+
+
+def seed_rows(per_seed: Mapping[int, Sequence[Result]], base: str = "exclusive-fifo",
+              ref: str = "oracle") -> list[SeedRow]:
+    rows = []
+    for seed, results in per_seed.items():
+        by = {r.policy: r for r in results}
+        b, o = by.get(base), by.get(ref)
+        for r in results:
+            rows.append(SeedRow(
+                seed=seed, policy=r.policy, makespan_h=r.makespan_h, avg_jct_h=r.avg_jct_h,
+                makespan_vs_base=_pct(r.makespan_h, b.makespan_h) if b else None,
+                avg_jct_vs_base=_pct(r.avg_jct_h, b.avg_jct_h) if b else None,
+                makespan_vs_ref=_pct(r.makespan_h, o.makespan_h) if o else None,
+                worst_decile_slowdown=r.worst_decile_slowdown,
+                worst_class_slowdown=r.worst_class_slowdown,
+                over_limit_jobs=r.over_limit_jobs, max_stretch=r.max_stretch))
+    return rows
+
+
+def _band(values: list[float], fmt: str) -> str:
+    """mean (best .. worst): every figure here is better lower"""
+    if not values:
+        return "-"
+    return (f"{fmt.format(statistics.fmean(values))} "
+            f"({fmt.format(min(values))} .. {fmt.format(max(values))})")
+
+
+def spread_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo", ref: str = "oracle",
+                 markdown: bool = True) -> str:
+    """Per policy: mean, best and worst seed of each figure."""
+    policies = list(dict.fromkeys(r.policy for r in rows))
+    head = ["policy", "seeds", f"makespan vs {base}", f"avg JCT vs {base}",
+            f"makespan vs {ref}", "worst 10% slowdown", "worst class slowdown",
+            "jobs >1.5x (per seed)"]
+    body = []
+    for p in policies:
+        mine = [r for r in rows if r.policy == p]
+
+        def vals(attr: str, rs: list[SeedRow] = mine) -> list[float]:
+            return [v for v in (getattr(r, attr) for r in rs) if v is not None]
+
+        over = [r.over_limit_jobs for r in mine]
+        body.append([
+            p, str(len(mine)),
+            _band(vals("makespan_vs_base"), "{:+.1f}%"),
+            _band(vals("avg_jct_vs_base"), "{:+.1f}%"),
+            _band(vals("makespan_vs_ref"), "{:+.1f}%"),
+            _band(vals("worst_decile_slowdown"), "{:.1f}"),
+            _band(vals("worst_class_slowdown"), "{:.2f}"),
+            "/".join(str(v) for v in over),
+        ])
+    return render(head, body, markdown)
+
+
+def per_seed_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo",
+                   markdown: bool = True) -> str:
+    """One line per seed: each policy's makespan and average JCT change against ``base``."""
+    policies = [p for p in dict.fromkeys(r.policy for r in rows) if p != base]
+    seeds = list(dict.fromkeys(r.seed for r in rows))
+    cell = {(r.seed, r.policy): r for r in rows}
+    head = ["seed", *policies]
+    body = []
+    for s in seeds:
+        line = [str(s)]
+        for p in policies:
+            r = cell.get((s, p))
+            if r is None or r.makespan_vs_base is None or r.avg_jct_vs_base is None:
+                line.append("-")
+            else:
+                line.append(f"{r.makespan_vs_base:+.1f}% / {r.avg_jct_vs_base:+.1f}%")
+        body.append(line)
+    return render(head, body, markdown)
+
+
+def rows_json(rows: Sequence[SeedRow]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
