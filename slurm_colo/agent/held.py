@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..placement import Decision, JobRequest, place
-from ..placement.retract import judge, members_from_report
+from ..placement.retract import judge, members_from_report, undone_floor
 from ..slurm.model import SlurmJob
 from ..tags import make_tag, parse_tag
 
@@ -107,7 +107,8 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     assert p is not None and token is not None
     gres_type = _shard_type(state, p.decision)
     state.drop_placement(token)
-    req = replace(p.request, key=str(job_id), gres_type=gres_type)
+    req = replace(p.request, key=str(job_id), gres_type=gres_type,
+                  rate_floor=undone_floor(state.cfg.placement))
     state.held[job_id] = Held(job_id, token, req, now, v.reason)
     state.probes["undone"] += 1
     state.note(token, f"requeued after its probe: {v.reason}")
@@ -167,7 +168,8 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
         if (tag["held"] and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
             req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
-                             mode=tag["mode"], gres_type=tag["held"], partition=j.partition)
+                             mode=tag["mode"], gres_type=tag["held"], partition=j.partition,
+                             rate_floor=undone_floor(state.cfg.placement) if tag["undone"] else 0.0)
             why = "requeued after a harmful probe" if tag["undone"] else \
                 "held at submission until a GPU of its type fits"
             state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,

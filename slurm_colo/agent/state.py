@@ -17,7 +17,7 @@ from ..gres_layout import NodeGpus, expand_hostlist
 from ..options import derive_class, parse_mode
 from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant, place
 from ..placement.policy import index_for
-from ..placement.retract import with_pairs
+from ..placement.retract import undone_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
@@ -160,7 +160,8 @@ class AgentState:
             p = self.placements.get(tag["token"])
             if (p is None and tag["shared"] and tag["node"] is not None and tag["gpu"] is not None
                     and (j.active or j.state == "PENDING")):
-                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"], mode=tag["mode"])
+                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"], mode=tag["mode"],
+                                 rate_floor=undone_floor(self.cfg.placement) if tag["undone"] else 0.0)
                 p = Placement(tag["token"], req, _decision_from_tag(tag), created=j.submit_time or now)
                 self.placements[p.token] = p
                 log.info("job %s: placement rebuilt from Slurm (GPU %s of %s)", j.job_id, tag["gpu"], tag["node"])
@@ -293,7 +294,9 @@ class AgentState:
         return Occupant(key=str(p.job_id) if p.job_id else p.token, user=p.request.user, uid=p.request.uid,
                         cls=p.request.cls, memory_gib=est, thread_pct=d.thread_pct or 100,
                         mem_limit_gib=d.mem_limit_gib or 0.0, pending=not p.running,
-                        job_id=p.job_id, since=p.started or p.created)
+                        job_id=p.job_id, since=p.started or p.created,
+                        # its own floor (an undone job) holds only if no partner joins later
+                        no_partners=p.request.rate_floor > 0)
 
     def _occupant_for_job(self, j: SlurmJob) -> Occupant:
         token = self.by_job.get(j.job_id)
@@ -517,7 +520,8 @@ class AgentState:
                 "occupants": [{"job_id": o.job_id, "key": o.key, "user": o.user, "cls": o.cls,
                                "pending": o.pending, "thread_pct": o.thread_pct,
                                "mem_limit_gib": o.mem_limit_gib, "since": o.since,
-                               "together_s": max(0.0, now - o.since) if not o.pending and o.since else 0.0}
+                               "together_s": max(0.0, now - o.since) if not o.pending and o.since else 0.0,
+                               "no_partners": o.no_partners}
                               for o in g.occupants],
             })
         return {

@@ -157,7 +157,9 @@ def register(app: typer.Typer) -> None:
             delta = f"  delta {g['predicted_delta']:.2f}" if g.get("predicted_delta") else ""
             typer.echo(f"{head}  {len(occ)}/{g['slots']} slot(s){delta}"
                        + ("" if g.get("available", True) else "  (node unavailable)")
-                       + (f"  (kept free for job {g['closed_for']})" if g.get("closed_for") else ""))
+                       + (f"  (kept free for job {g['closed_for']})" if g.get("closed_for") else "")
+                       + "".join(f"  (no new partner while job {o['job_id'] or o['key']} runs: "
+                                 "requeued once already)" for o in occ if o.get("no_partners")))
             for o in occ:
                 state = "pending" if o["pending"] else f"running {int(now - o['since'])}s" if o.get("since") else "running"
                 typer.echo(f"    job {o['job_id'] or o['key']:>8}  {o['user']:<10} {o['cls']:<24} "

@@ -288,6 +288,12 @@ class Candidates:
     rate: np.ndarray
     explored: np.ndarray
 
+    def keep(self, ok: np.ndarray) -> Candidates:
+        """The same idle GPUs and only the busy ones where ``ok`` (aligned with ``busy``)."""
+        return Candidates(idle=self.idle, busy=self.busy[ok], delta=self.delta[ok],
+                          sd=self.sd[ok], gain=self.gain[ok], score=self.score[ok],
+                          rate=self.rate[ok], explored=self.explored[ok])
+
     def best(self) -> int:
         """Index into ``busy`` of the highest score (lowest position on ties), or -1."""
         if self.busy.size == 0:

@@ -209,6 +209,8 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
     if job.gres_type:
         rows = np.asarray(view.positions_of_type(job.gres_type), dtype=np.int64)
     m = idx.candidates(idx.ensure_class(job.cls), j.uid, est, j.aggressive, j.explore, rows=rows)
+    if job.rate_floor > 0:
+        m = m.keep(m.rate >= job.rate_floor)
     k = m.best()
     first_idle = int(m.idle[0]) if m.idle.size else -1
     if k >= 0 and (first_idle < 0 or m.gain[k] >= 1.0):

@@ -68,6 +68,16 @@ def judge(newcomer: str, members: Sequence[Member], scores: ScoreTable,
     return Verdict(False, f"kept: combined throughput {total:.2f} ({rates})", obs)
 
 
+def undone_floor(cfg: PlacementConfig) -> float:
+    """The normalised throughput a job requeued by an undo must be predicted to keep when it
+    is placed again: halfway between the ``max_slowdown`` floor and solo speed (0.83 for
+    1.5). It lost the work of its probe window, so it has less slowdown to spare; and its
+    GPU takes no new partner while it runs (``Occupant.no_partners``). Its running time then
+    stays within ``max_slowdown`` of its solo run if it runs at least ``lost / (max_slowdown
+    - 1 / floor)``: 33 minutes for a 10-minute probe."""
+    return (1.0 + 1.0 / cfg.max_slowdown) / 2.0
+
+
 def _predicted(cls: str, others: Sequence[str], scores: ScoreTable) -> float:
     n = 1.0
     for o in others:

@@ -29,6 +29,10 @@ class JobRequest:
     #: a job whose shard type is fixed already (a requeued job: Slurm 22.05 cannot change a
     #: pending job's GRES) may only go to GPUs of this GRES type; "" = any shared GPU
     gres_type: str = ""
+    #: the lowest normalised throughput this job accepts next to others (0: only the
+    #: policy's max_slowdown rule); a job requeued by an undo asks for more
+    #: (:func:`slurm_colo.placement.retract.undone_floor`)
+    rate_floor: float = 0.0
 
 
 @dataclass
@@ -45,6 +49,9 @@ class Occupant:
     pending: bool = False
     job_id: int | None = None
     since: float = 0.0
+    #: no new job may join this one's GPU while it runs (a job requeued by an undo: it has
+    #: no slowdown to spare)
+    no_partners: bool = False
 
 
 @dataclass
@@ -80,7 +87,7 @@ class GpuView:
     def open(self) -> bool:
         """Could take another shared job (ignoring memory and compatibility)."""
         return (self.available and self.closed_for is None and self.exclusive_job is None
-                and self.free_slots > 0)
+                and self.free_slots > 0 and not any(o.no_partners for o in self.occupants))
 
     def state_key(self) -> tuple[Any, ...]:
         """What the policy looks at on this GPU; equal keys are interchangeable."""

@@ -29,7 +29,7 @@ from typing import Any
 from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView, JobRequest, Occupant, place
 from ..placement.policy import index_for, job_signature
-from ..placement.retract import Member, judge, with_pairs
+from ..placement.retract import Member, judge, undone_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
 
@@ -66,6 +66,9 @@ class PolicyScheduler:
         self.relearns = 0
         self.reservations = 0
         self._pending_obs: dict[tuple[str, str], PairScore] = {}
+        #: jobs requeued by an undo: placed again only next to partners that leave them at
+        #: undone_floor, and their GPU takes no new partner while they run
+        self.undone: set[int] = set()
         self._last_learn = 0.0
 
     # ---- setup -----------------------------------------------------------------------
@@ -199,7 +202,9 @@ class PolicyScheduler:
         if self.undo == "checkpoint":
             self.arrive(sim, jid)
             return
-        self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type)
+        self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type,
+                                 rate_floor=undone_floor(self.cfg))
+        self.undone.add(jid)
         if self._try(jid, hold_idle=False) != "started":
             self._wait_for_type(jid, gpu.gres_type)
 
@@ -232,20 +237,21 @@ class PolicyScheduler:
                 sig = self._held_sig.get(jid)
                 if sig is None:
                     sig = self._held_sig[jid] = job_signature(self._req(jid), self.scores, self.cfg)
-                if sig in refused:
+                kind = (sig, jid in self.undone)  # an undone job asks for more (rate_floor)
+                if kind in refused:
                     continue
                 idx = index_for(self.view, self.scores, self.cfg)
                 c = idx.cix.get(sig.cls)
                 if c is not None and not any(
                         idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p) != "no"
                         for p in near):
-                    refused.add(sig)
+                    refused.add(kind)
                     continue
                 if self._try(jid, False) == "started":
                     q.remove(item)  # type: ignore[union-attr]
                     del self._held_sig[jid]
                 else:
-                    refused.add(sig)
+                    refused.add(kind)
 
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:
@@ -294,7 +300,7 @@ class PolicyScheduler:
         self.view.add_occupant(g, Occupant(
             key=job.key, user=job.user, uid=job.uid, cls=job.cls,
             memory_gib=d.memory_gib or 0.0, thread_pct=d.thread_pct or 100,
-            mem_limit_gib=d.mem_limit_gib or 0.0, since=sim.now))
+            mem_limit_gib=d.mem_limit_gib or 0.0, since=sim.now, no_partners=jid in self.undone))
         self.changed.add(pos)
         if d.explored:
             self.explored += 1

@@ -99,6 +99,9 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     t2 = parse_tag(aim.admin_comment)
     assert t2 is not None and t2["undone"] and t2["held"] is None and t2["gpu"] == 0
     assert 11 not in s.held and [o.job_id for o in s.view.gpus[0].occupants] == [11]
+    # it lost its probe window: no new partner joins it while it runs
+    assert s.view.gpus[0].occupants[0].no_partners
+    assert s.place_request(_req("slow"), 701.0)["gres"] == "gres:shard:v100_s1:1"
     # the Epilog of the run that was requeued may report its end late: the new
     # placement stays
     s.job_ended(11)
@@ -133,8 +136,15 @@ def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     fresh.apply_snapshot([held], [], 700.0)
     assert fresh.held[11].request.gres_type == "v100_s0" and fresh.held[11].request.cls == "fast"
+    assert fresh.held[11].request.rate_floor == pytest.approx(agent_held.undone_floor(fresh.cfg.placement))
     [aim] = agent_held.reaim(fresh, 700.0)
     assert aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+    # once it runs, another restart still finds it may not take partners (its tag says undone)
+    again = _state()
+    again.apply_snapshot([replace(jobs[1], admin_comment=aim.admin_comment)], [], 800.0)
+    [o] = again.view.gpus[0].occupants
+    assert o.job_id == 11 and o.no_partners
+    assert again.status(800.0)["gpus"][0]["occupants"][0]["no_partners"] is True
     # a held job Slurm no longer shows as pending (released by hand, cancelled) is dropped
     other = _state()
     other.apply_snapshot([held], [], 700.0)

@@ -72,6 +72,34 @@ def test_no_member_is_given_the_worse_half_unless_aggressive() -> None:
     assert d.shared and d.predicted_rate == pytest.approx(0.6)
 
 
+def test_a_job_with_its_own_rate_floor_goes_only_where_it_keeps_it() -> None:
+    from dataclasses import replace
+
+    from slurm_colo.placement.retract import undone_floor
+    floor = undone_floor(CFG)
+    assert floor == pytest.approx((1 + 1 / 1.5) / 2)
+    view = ClusterView([gpu(0, [occ("1", "a")])])  # b next to a: 0.9, above the floor
+    assert place(replace(job("j", "b"), rate_floor=floor), view, SCORES, CFG).shared
+    view = ClusterView([gpu(0, [occ("1", "b")])])  # b next to b: 0.8, below it
+    assert place(job("j", "b"), view, SCORES, CFG).shared
+    d = place(replace(job("j", "b"), rate_floor=floor), view, SCORES, CFG)
+    assert not d.shared
+    view = ClusterView([gpu(0, [occ("1", "b")]), gpu(1)])  # an idle GPU is still fine
+    d = place(replace(job("j", "b"), rate_floor=floor), view, SCORES, CFG)
+    assert d.shared and d.index == 1
+
+
+def test_a_gpu_takes_no_new_partner_while_a_job_marked_no_partners_runs() -> None:
+    protected = occ("1", "a")
+    protected.no_partners = True
+    view = ClusterView([gpu(0, [protected])])
+    d = place(job("j", "b"), view, SCORES, CFG)
+    assert not d.shared and "no shared GPU with a free slot" in d.reason
+    view.remove_occupant(view.gpus[0], "1")
+    view.add_occupant(view.gpus[0], occ("2", "a"))
+    assert place(job("j", "b"), view, SCORES, CFG).shared  # it ended: open again
+
+
 def test_an_idle_gpu_beats_a_partner_that_adds_less_than_running_alone() -> None:
     view = ClusterView([gpu(0, [occ("1", "a")]), gpu(1)])
     d = place(job("j", "b"), view, SCORES, CFG)

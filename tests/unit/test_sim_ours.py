@@ -119,6 +119,28 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
     assert res.over_limit_jobs == 0 and res.retractions == 1
 
 
+def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
+    # x's undo cost it its probe window, so once it runs again no job joins it, even a
+    # compatible one: c (compatible with x only) arrives while x runs alone on GPU 1 and waits
+    d = data()
+    d.solo["c"] = 1.0
+    for other, n in (("x", 0.9), ("a", 0.3), ("b", 0.3), ("c", 0.3)):
+        d.pairs[("c", other)] = (n, n)
+        d.pairs[(other, "c")] = (n, n)
+    wrong = oracle_scores(d)
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    sched = PolicyScheduler("ours-submit", wrong, replace(CFG, probe_s=60), learn=True,
+                            submit_time=True, undo="requeue", hold=True)
+    tr = [job(0, 0, 20000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x"),
+          job(3, 5100, 100, "c")]
+    sim = Sim(tr, Truth(d), SimConfig(gpus=2, gpus_per_node=2), sched).run()
+    x, c = sim.runs[2], sim.runs[3]
+    assert x.evictions == 1 and x.first_start == 2
+    assert x.end == pytest.approx(sim.runs[1].end + 1000)  # alone on GPU 1 after a
+    assert c.first_start >= x.end  # not next to x while it ran
+    assert summarize(sim).per_job["stretch"][2] == pytest.approx(1.06)
+
+
 def test_a_held_job_waits_for_a_gpu_of_its_type() -> None:
     # placement.unplaced = "hold": y finds no GPU at arrival and waits, held, for one GPU type
     # (the one with the fewest held jobs, then the first: v100_s0); it starts when GPU 0 is
