@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_colo.node.fsutil import atomic_write_json
+from slurm_colo.fsutil import atomic_write_json
 from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.nvml import NvmlGate
 from slurm_colo.node.nvml_scenario import ScenarioNvml

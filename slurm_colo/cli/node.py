@@ -21,7 +21,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         if not d.name.isdigit():
             continue
         g = int(d.name)
-        from ..node.fsutil import read_json
+        from ..fsutil import read_json
 
         st = read_json(lay.mps_state(g)) or {}
         events = journal.read(lay.journal(g))
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         """Stop MPS daemons with no live job, kill stale MPS processes, reset the
         restart-loop guard, spool records of finished jobs."""
         from ..node import journal
-        from ..node.fsutil import locked
+        from ..fsutil import locked
         from ..node.lifecycle import gpu_mps, layout_of, recover
 
         cfg = load_config()

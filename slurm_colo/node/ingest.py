@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..config import Config, load_config
 from ..errors import StoreError
-from .fsutil import ensure_dir, locked
+from ..fsutil import ensure_dir, locked
 from .layout import NodeLayout
 from .spool import pending, prune_done
 

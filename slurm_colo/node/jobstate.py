@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .fsutil import atomic_write_json, chown_if_root, read_json
+from ..fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
 
 

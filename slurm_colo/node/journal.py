@@ -145,7 +145,7 @@ def compact(path: Path, keep_jobs: set[int]) -> None:
             if (ev["ev"] in ("start", "end")
                 and (int(ev["job"]) in live or ends(int(ev["job"])) >= oldest))
             or (ev["ev"] == "fault" and float(ev["t"]) >= oldest - 60)]
-    from .fsutil import atomic_write_bytes
+    from ..fsutil import atomic_write_bytes
 
     atomic_write_bytes(path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode()
                                       for e in kept), fsync=False)

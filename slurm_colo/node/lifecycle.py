@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from . import jobstate, journal, procs
-from .fsutil import ensure_dir, locked, try_lock, unlock
+from ..fsutil import ensure_dir, locked, try_lock, unlock
 from .layout import NodeLayout
 from .mps import control_argv, format_mem_limit
 from .mps_daemon import GpuMps, MpsOutcome
@@ -197,7 +197,7 @@ def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 
 
     Returns True when the final summary is there; otherwise the last periodic one is used.
     """
-    from .fsutil import read_json
+    from ..fsutil import read_json
 
     if not pid or not procs.alive(pid):
         return False

@@ -214,7 +214,7 @@ class MpsControl:
 
         The pipe directory belongs to the job user, so the file is read without following
         symlinks and with a size cap; callers prefer the PID kept in root's state file."""
-        from .fsutil import read_small
+        from ..fsutil import read_small
 
         raw = read_small(self.pipe_dir / PID_FILE, 64)
         try:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MPSError
 from . import journal, procs
-from .fsutil import atomic_write_json, chown_if_root, read_json
+from ..fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
 from .mps import MpsControl, MpsHung, log_line_time, parse_fault_lines
 from .nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu
@@ -297,7 +297,7 @@ def stop_if_idle(cfg: Config, g: int) -> list[str]:
     detached helper the Epilog starts). Returns the problems of the shutdown (empty when
     clean or when there was nothing to stop: a new job arrived first and reuses the daemon,
     or it is already stopped). TimeoutError when the lock cannot be had."""
-    from .fsutil import locked
+    from ..fsutil import locked
     from .lifecycle import _lock_wait, gpu_mps
 
     gm = gpu_mps(cfg, g)

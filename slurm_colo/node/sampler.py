@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import Config, load_config
 from . import journal, procs
-from .fsutil import atomic_write_json, read_json
+from ..fsutil import atomic_write_json, read_json
 from .layout import NodeLayout
 from .nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 from .probe import Prober

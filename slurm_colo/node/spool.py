@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..records import JobRecord
-from .fsutil import atomic_write_bytes
+from ..fsutil import atomic_write_bytes
 from .layout import NodeLayout
 
 log = logging.getLogger("slurm_colo.node.spool")

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import ModelError
-from ..node.fsutil import read_small, try_lock, unlock
+from ..fsutil import read_small, try_lock, unlock
 from .engine import db_errors
 
 #: advisory lock key on PostgreSQL (an arbitrary constant: "colo" in ASCII)

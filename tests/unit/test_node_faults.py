@@ -380,7 +380,7 @@ def test_gpu_lock_held_by_a_stuck_hook(cfg: Config, monkeypatch: pytest.MonkeyPa
     does not hang and does not fail: the job runs without MPS and is told; its Epilog
     still writes the record."""
     import slurm_colo.node.lifecycle as lc
-    from slurm_colo.node.fsutil import try_lock, unlock
+    from slurm_colo.fsutil import try_lock, unlock
 
     monkeypatch.setattr(lc, "_lock_wait", lambda cfg: 0.2)
     lay = layout_of(cfg)

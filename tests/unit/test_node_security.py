@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from slurm_colo.node import jobstate
-from slurm_colo.node.fsutil import atomic_write_json, read_json, read_small
+from slurm_colo.fsutil import atomic_write_json, read_json, read_small
 from slurm_colo.node.layout import NodeLayout
 
 sys.path.insert(0, str(Path(__file__).parent))

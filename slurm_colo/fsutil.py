@@ -1,4 +1,4 @@
-"""Small file-system helpers shared by the node side: atomic writes, locks, ownership."""
+"""Small file-system helpers (node hooks, store, agent): atomic writes, locks, ownership."""
 
 from __future__ import annotations
 
