@@ -29,7 +29,7 @@ from ..scores import ScoreTable, load_scores
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
-from . import held
+from . import held, learned
 from .protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
@@ -59,7 +59,7 @@ def trusted_uids() -> set[int]:
 
 class Agent:
     def __init__(self, cfg: Config, backend: SlurmBackend | None = None,
-                 control: JobControl | None = None) -> None:
+                 control: JobControl | None = None, learned_file: Path | None = None) -> None:
         self.cfg = cfg
         self.backend = backend or open_backend(cfg.agent.slurm_backend)
         self.control = control or ScontrolControl()
@@ -70,6 +70,11 @@ class Agent:
         # handed in (tests, embedding) is read in-process
         self.snapshots = ChildSnapshots(self.backend.name) if backend is None else None
         self.state = AgentState(cfg)
+        #: probe measurements survive a restart (agent/learned.py)
+        self.learned_file = learned_file or learned.learned_path(cfg)
+        self.state.restore_learned(learned.load(self.learned_file))
+        self._save_lock = threading.Lock()
+        self._saved_changes = 0
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.trusted = trusted_uids()
@@ -133,6 +138,13 @@ class Agent:
                     log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:
                         held.failed(self.state, a, time.time())
+
+    def _save_learned(self, measured: learned.Learned, changes: int) -> None:
+        """Save a copy of the measurements, unless a newer one was saved meanwhile."""
+        with self._save_lock:
+            if changes > self._saved_changes:
+                learned.save(self.learned_file, measured)
+                self._saved_changes = changes
 
     def _refresher(self) -> None:
         while not self.stop.wait(self.cfg.agent.refresh_interval_s):
@@ -212,6 +224,10 @@ class Agent:
         if verb == "PROBE":
             with self.lock:
                 reply, actions = held.probe(self.state, p, now)
+                changes = self.state.learned_changes
+                measured = dict(self.state.learned) if changes > self._saved_changes else None
+            if measured is not None:
+                self._save_learned(measured, changes)
             if actions:  # Slurm commands take tens of ms: run them after the reply
                 threading.Thread(target=self.run_actions, args=(actions,), name="undo",
                                  daemon=True).start()

@@ -81,6 +81,8 @@ class AgentState:
         #: pair throughputs probes measured since the score set was made, laid over it
         self.learned: dict[tuple[str, str], tuple[PairScore, float]] = {}
         self._learned_pending = False
+        #: bumped whenever ``learned`` gains a measurement (the agent then saves it)
+        self.learned_changes = 0
         self.scores = scores or ScoreTable()
         self.scores_error: str | None = None
         #: requeued jobs held in Slurm until a GPU of their shard type takes them (held.py)
@@ -135,8 +137,15 @@ class AgentState:
             self.learned.pop((b, a), None)
             self.learned[(a, b)] = (ps, now)
         self._learned_pending = True
+        self.learned_changes += 1
         if at_once:  # the caller rebuilds the view
             self.apply_learned()
+
+    def restore_learned(self, learned: dict[tuple[str, str], tuple[PairScore, float]]) -> None:
+        """Measurements saved before a restart (agent/learned.py), laid over the score set
+        unless it was made after them."""
+        self.learned = dict(learned)
+        self.scores = self._base_scores
 
     def apply_learned(self) -> None:
         """Lay the pairs probes measured over the score set."""
@@ -534,6 +543,7 @@ class AgentState:
             "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.scores_error},
             "decisions": dict(self.decisions),
             "probes": dict(self.probes),
+            "learned_pairs": len(self.learned),
             "held": [{"job_id": h.job_id, "gres_type": h.request.gres_type, "cls": h.request.cls,
                       "waiting_s": now - h.since, "reason": h.reason}
                      for h in sorted(self.held.values(), key=lambda h: h.since)],

@@ -141,6 +141,8 @@ def register(app: typer.Typer) -> None:
         pr = st.get("probes") or {}
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))
+        if st.get("learned_pairs"):
+            typer.echo(f"measured by probes, laid over the score set: {st['learned_pairs']} pair(s)")
         for h in st.get("held") or []:
             typer.echo(f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for a "
                        f"{h['gres_type']} GPU that fits: {h['reason']}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from slurm_colo.agent import held as agent_held
+from slurm_colo.agent import learned as agent_learned
 from slurm_colo.agent.protocol import format_request, parse_reply
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
@@ -204,9 +207,10 @@ class NoSlurm:
 
 
 @pytest.mark.parametrize("fail", [False, True])
-def test_the_server_answers_the_probe_then_changes_slurm(fail: bool) -> None:
+def test_the_server_answers_the_probe_then_changes_slurm(fail: bool, tmp_path: Path) -> None:
     control = FakeControl(fail)
-    agent = Agent(Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)), NoSlurm(), control)
+    agent = Agent(Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)), NoSlurm(), control,
+                  learned_file=tmp_path / "learned.json")
     s, _ = _pair()
     agent.state = s
     line = format_request("PROBE", _report(3.0, 6.0))
@@ -220,6 +224,47 @@ def test_the_server_answers_the_probe_then_changes_slurm(fail: bool) -> None:
     with agent._control_lock:
         assert control.calls[0][:2] == ("requeue_hold", 11)
     assert (11 in s.held) is not fail
+    # what the probe measured is on disk for the next start of the agent
+    saved = agent_learned.load(tmp_path / "learned.json")
+    assert saved[("fast", "slow")][0].n_a == pytest.approx(0.3)
+
+
+def test_a_restarted_agent_keeps_what_probes_measured_until_a_newer_score_set(tmp_path: Path) -> None:
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    first = Agent(cfg, NoSlurm(), FakeControl(), learned_file=tmp_path / "learned.json")
+    s, _ = _pair()
+    first.state = s
+    parse_reply("PROBE", first.handle(format_request("PROBE", _report(3.0, 6.0)), 0))
+    again = Agent(cfg, NoSlurm(), FakeControl(), learned_file=tmp_path / "learned.json")
+    again.state.scores = replace(SCORES, created="2026-01-01T00:00:00+00:00")  # older
+    assert again.state.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
+    assert again.state.status(0.0)["learned_pairs"] == 1
+    again.state.scores = replace(SCORES, created="2099-01-01T00:00:00+00:00")  # the retrain's
+    assert again.state.scores.pair("fast", "slow").n_a == 1.0
+
+
+def test_an_unreadable_measurements_file_is_set_aside_and_the_agent_starts(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    f = tmp_path / "learned.json"
+    f.write_text('{"format": "slurm-colo-learned/1", "pairs": [{"a": "x"')
+    agent = Agent(Config(gpus=LAYOUT), NoSlurm(), FakeControl(), learned_file=f)
+    assert agent.state.learned == {}
+    assert not f.exists() and (tmp_path / "learned.json.bad").exists()  # nothing lost
+    assert "not JSON" in caplog.text and "set aside" in caplog.text
+
+
+@pytest.mark.parametrize("pairs, why", [
+    ([{"a": "x", "b": "y", "n_a": "fast", "n_b": 1, "at": 0}], r"pairs\[0\] is malformed"),
+    ([{"a": "x", "b": "y", "n_a": 0.5, "n_b": 1, "at": -5}], "out of range"),
+    ([{"a": "x", "b": "y", "n_a": float("nan"), "n_b": 1, "at": 0}], "out of range"),
+    ([{"b": "y", "n_a": 0.5, "n_b": 1, "at": 0}], "malformed"),
+])
+def test_bad_measurement_rows_are_refused_with_the_row_named(pairs: list, why: str) -> None:
+    raw = json.dumps({"format": "slurm-colo-learned/1", "pairs": pairs}).encode()
+    with pytest.raises(agent_learned.LearnedError, match=why):
+        agent_learned.from_json(raw, "learned.json")
+    with pytest.raises(agent_learned.LearnedError, match="not a slurm-colo-learned/1 file"):
+        agent_learned.from_json(b'{"format": "other"}', "learned.json")
 
 
 def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_for_one_gpu_type() -> None:

@@ -1,0 +1,100 @@
+"""Pair throughputs the probes measured, kept across agent restarts.
+
+The agent lays what its probes measured over the live score set until a score set made
+after the measurement is loaded (see :meth:`AgentState.learn`). They are saved next to the
+live score set (``learned.json`` in the directory of ``scores.path``) after each probe that
+learnt something, and read back when the agent starts, so a restart does not put jobs back
+into a pair that has just proved harmful. The nightly retrain does not need this file: the
+job records carry the same episodes into the history.
+
+A file that cannot be read is set aside (``learned.json.bad``) with a warning; the agent
+starts without the measurements instead of refusing to start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+from ..config import Config
+from ..errors import ColoError
+from ..fsutil import atomic_write_bytes
+from ..scores import PairScore
+
+log = logging.getLogger("slurm_colo.agent")
+
+FORMAT = "slurm-colo-learned/1"
+#: (class a, class b) -> (the pair as measured, when), as AgentState.learned keeps them
+Learned = dict[tuple[str, str], tuple[PairScore, float]]
+
+
+class LearnedError(ColoError):
+    """The saved probe measurements cannot be read."""
+
+
+def learned_path(cfg: Config) -> Path:
+    return Path(cfg.scores.path).with_name("learned.json")
+
+
+def to_json(learned: Learned) -> bytes:
+    pairs = [{"a": a, "b": b, "n_a": p.n_a, "n_b": p.n_b, "sd": p.sd, "never": p.never,
+              "at": t} for (a, b), (p, t) in sorted(learned.items())]
+    return json.dumps({"format": FORMAT, "pairs": pairs}, indent=1).encode() + b"\n"
+
+
+def from_json(raw: bytes, source: str) -> Learned:
+    try:
+        d = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LearnedError(f"{source}: not JSON ({e})") from None
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise LearnedError(f"{source}: not a {FORMAT} file")
+    out: Learned = {}
+    for k, p in enumerate(d.get("pairs") or []):
+        try:
+            a, b = str(p["a"]), str(p["b"])
+            vals = [float(p["n_a"]), float(p["n_b"]), float(p.get("sd", 0.0)), float(p["at"])]
+        except (KeyError, TypeError, ValueError) as e:
+            raise LearnedError(f"{source}: pairs[{k}] is malformed ({type(e).__name__}: {e})") \
+                from None
+        if not all(math.isfinite(v) and v >= 0 for v in vals) or max(vals[:3]) > 10:
+            raise LearnedError(f"{source}: pairs[{k}] has a value out of range")
+        out[(a, b)] = (PairScore(vals[0], vals[1], vals[2], observed=True,
+                                 never=bool(p.get("never", False))), vals[3])
+    return out
+
+
+def save(path: Path, learned: Learned) -> None:
+    """Write ``learned`` atomically; a failure is logged (the measurements stay in memory)."""
+    try:
+        atomic_write_bytes(path, to_json(learned), mode=0o644)
+    except OSError as e:
+        log.warning("cannot save probe measurements to %s: %s (they are kept until the agent "
+                    "stops)", path, e.strerror or e)
+
+
+def load(path: Path) -> Learned:
+    """The saved measurements; none when the file is missing. An unreadable file is set
+    aside as ``<name>.bad`` and reported (the agent starts without it)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        log.warning("cannot read probe measurements %s: %s; starting without them", path,
+                    e.strerror or e)
+        return {}
+    try:
+        return from_json(raw, str(path))
+    except LearnedError as e:
+        bad = path.with_name(path.name + ".bad")
+        try:
+            os.replace(path, bad)
+            where = f"set aside as {bad}"
+        except OSError as err:
+            where = f"could not be set aside ({err.strerror})"
+        log.warning("%s; %s, starting without probe measurements", e, where)
+        return {}
