@@ -58,8 +58,9 @@ class PlacementConfig:
     risk_aversion: float = 1.0
     #: share of placements that may try a pair with no data (exploration), 0 disables
     explore_rate: float = 0.1
-    #: once a job has waited this long for whole GPUs (untyped gres:gpu), the shared GPUs
-    #: expected to drain first take no new partners until it has started, hours; 0 disables
+    #: once a job has waited this long for whole GPUs (untyped gres:gpu), or held for a GPU
+    #: type (unplaced = "hold", undo), the shared GPU(s) expected to drain first take no new
+    #: partners until it has started, hours; 0 disables
     reserve_after_h: float = 6.0
     #: a new shared set is judged from its members' reported progress after this long, s
     probe_s: float = 600.0

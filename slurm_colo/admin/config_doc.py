@@ -51,8 +51,9 @@ HELP: dict[str, str] = {
     "placement.explore_rate": "Share of placements that may try a pair of classes with no "
     "data yet (exploration). 0 disables exploration.",
     "placement.reserve_after_h": "Starvation guard: once a job has waited this many hours "
-    "for whole GPUs (untyped gres:gpu), the shared GPUs expected to drain first take no new "
-    "partners until it has started. 0 disables the guard.",
+    "for whole GPUs (untyped gres:gpu), or held for one GPU type (placement.unplaced = "
+    "\"hold\", or requeued by an undo), the shared GPU(s) expected to drain first take no "
+    "new partners until it has started. 0 disables the guard.",
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
     "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
     "class's solo speed. 0 disables the probe; so does node.profile = \"none\" (the probe runs "

@@ -1,4 +1,4 @@
-"""Starvation guard: shared GPUs are drained for a job that has waited too long for whole GPUs.
+"""Starvation guard: shared GPUs are drained for a job that has waited too long for them.
 
 A job that asks for whole GPUs (``--gres=gpu:N``, untyped, on one node) can wait a long
 time when every GPU it could use is shared and new ``--colocate`` jobs keep joining the
@@ -6,6 +6,12 @@ busy ones. Once such a job has waited ``placement.reserve_after_h``, the agent c
 shared GPU(s) expected to drain first to new partners -- like a backfill reservation --
 until the job has started: one job at a time, the oldest that draining can help. The
 simulator's ``ours`` policies do the same.
+
+A job held for one GPU type (``placement.unplaced = "hold"``, or requeued by an undo: see
+agent/held.py) could wait as long when no GPU of its type ever accepts it. When no
+whole-GPU job needs the guard, the job held longest gets it once it has waited
+``reserve_after_h``: the busy GPU of its type expected to drain first takes no new partner,
+and once it is idle the re-aim gives it to that job first.
 
 Pure: works on the agent's Slurm snapshot and view; :class:`~.state.AgentState` applies the
 result at every refresh.
@@ -36,6 +42,11 @@ class Reservation:
     waiting_since: float
     #: when the last of the closed GPUs is expected to be free (from the occupants' end times)
     drained_by: float
+    #: for a job held for one GPU type (agent/held.py): that type; "" for whole GPUs
+    gres_type: str = ""
+
+    def waits_for(self) -> str:
+        return f"a {self.gres_type} GPU" if self.gres_type else "whole GPUs"
 
 
 def whole_gpu_count(job: SlurmJob) -> int | None:
@@ -76,11 +87,41 @@ def reserve(jobs: Iterable[SlurmJob], view: ClusterView, now: float, after_s: fl
     """The reservation for the oldest starving job that draining shared GPUs can help (the
     first ``tries`` of them are looked at; jobs in ``skip`` are passed over)."""
     jobs = list(jobs)
-    ends = {j.job_id: j.end_time for j in jobs if j.active}
+    ends = end_times(jobs)
     for job in [j for j in starving_jobs(jobs, now, after_s) if j.job_id not in skip][:tries]:
         r = plan(job, view, ends, partitions)
         if r is not None:
             return r
+    return None
+
+
+def end_times(jobs: Iterable[SlurmJob]) -> dict[int, float]:
+    """Running jobs' expected ends (start + time limit, from Slurm)."""
+    return {j.job_id: j.end_time for j in jobs if j.active}
+
+
+def reserve_held(held: Iterable[tuple[int, str, float]], view: ClusterView, now: float,
+                 after_s: float, ends: Mapping[int, float],
+                 skip: Collection[int] = ()) -> Reservation | None:
+    """The same guard for jobs held for one GPU type (``held``: job id, shard type, held
+    since): for the one held longest, once it has waited ``after_s``, the busy GPU of its
+    type expected to drain first. None when an idle GPU of its type is there (the re-aim
+    gives it that) or no GPU of its type can be drained."""
+    if after_s <= 0:
+        return None
+    for job_id, gres_type, since in sorted(held, key=lambda h: (h[2], h[0])):
+        if now - since < after_s:
+            return None  # the rest waited less
+        if job_id in skip:
+            continue
+        gpus = [g for g in view.gpus
+                if g.gres_type == gres_type and g.available and g.exclusive_job is None]
+        if any(not g.occupants for g in gpus):
+            return None
+        if gpus:
+            t, g = min(((_drain_time(g, ends), g) for g in gpus),
+                       key=lambda x: (x[0], x[1].node, x[1].index))
+            return Reservation(job_id, g.node, (g.index,), since, t, gres_type)
     return None
 
 

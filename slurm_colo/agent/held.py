@@ -32,10 +32,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import Config
-from ..placement import Decision, JobRequest, place
+from ..placement import ClusterView, Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report, undone_floor
 from ..slurm.model import SlurmJob
 from ..tags import make_tag, parse_tag
+from .drain import kept
 
 if TYPE_CHECKING:
     from .state import AgentState
@@ -138,7 +139,7 @@ def reaim(state: AgentState, now: float) -> list[Action]:
             continue  # still being requeued (Slurm changes a pending job only), or gone
         part = h.request.partition if "," not in h.request.partition else ""
         view = state.candidate_view({"partition": part}) if part else state.view
-        d = place(h.request, view, state.scores, state.cfg.placement)
+        d = _place_held(state, h, view)
         if not d.shared or d.node is None:
             continue
         del state.held[h.job_id]
@@ -154,6 +155,23 @@ def reaim(state: AgentState, now: float) -> list[Action]:
         out.append(Action("aim", h.job_id, make_tag(h.token, h.request.cls, h.request.mode, d,
                                                     undone=h.undone), comment, node=d.node))
     return out
+
+
+def _place_held(state: AgentState, h: Held, view: ClusterView) -> Decision:
+    """:func:`place` for a held job; a GPU the starvation guard drained for it (drain.py)
+    is open to it, and to it only."""
+    r = state.reservation
+    opened = [g for g in kept(r, view) if g.closed_for == h.job_id and not g.occupants] \
+        if r is not None and r.job_id == h.job_id else []
+    for g in opened:
+        g.closed_for = None
+        view.touch(g)
+    try:
+        return place(h.request, view, state.scores, state.cfg.placement)
+    finally:
+        for g in opened:  # closed again until Slurm shows the job running
+            g.closed_for = h.job_id
+            view.touch(g)
 
 
 def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) -> None:

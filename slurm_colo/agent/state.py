@@ -21,7 +21,7 @@ from ..placement.retract import undone_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
-from .drain import Reservation, drained, kept, reserve
+from .drain import Reservation, drained, end_times, kept, reserve, reserve_held
 from .held import Held, hold_target, hold_unplaced, sync_held
 
 log = logging.getLogger("slurm_colo.agent")
@@ -277,10 +277,13 @@ class AgentState:
         self._gave_up = {j: t for j, t in self._gave_up.items() if j in self.jobs and now - t < after_s}
         parts = {name: n.partitions for name, n in self.nodes.items()}
         new = reserve(self.jobs.values(), view, now, after_s, parts, skip=self._gave_up)
+        if new is None and self.held:
+            new = reserve_held(((h.job_id, h.request.gres_type, h.since) for h in self.held.values()),
+                               view, now, after_s, end_times(self.jobs.values()), skip=self._gave_up)
         if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
-            log.info("job %s has waited %.1f h for whole GPUs: GPU(s) %s of %s take no new partners "
+            log.info("job %s has waited %.1f h for %s: GPU(s) %s of %s take no new partners "
                      "until it starts", new.job_id, (now - new.waiting_since) / 3600.0,
-                     ",".join(map(str, new.gpus)), new.node)
+                     new.waits_for(), ",".join(map(str, new.gpus)), new.node)
         elif new is None and old is not None:
             log.info("job %s: GPUs of %s open to partners again", old.job_id, old.node)
         self.reservation = new
@@ -539,7 +542,7 @@ class AgentState:
             "reservation": None if self.reservation is None else {
                 "job_id": self.reservation.job_id, "node": self.reservation.node,
                 "gpus": list(self.reservation.gpus), "waiting_s": now - self.reservation.waiting_since,
-                "drained_by": self.reservation.drained_by},
+                "drained_by": self.reservation.drained_by, "gres_type": self.reservation.gres_type},
             "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.scores_error},
             "decisions": dict(self.decisions),
             "probes": dict(self.probes),

@@ -13,7 +13,8 @@ Two ways to drive it (see docs/simulator.md):
 
 Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
 ``placement.reserve_after_h``, the busy shared GPU(s) expected to drain first are closed to new
-partners until they are idle (like a Slurm backfill reservation). With ``learn``, a new set
+partners until they are idle (like a Slurm backfill reservation); failing such a job, the
+same holds for the job held longest for one GPU type, with a GPU of that type. With ``learn``, a new set
 is observed after ``placement.probe_s`` and judged by the agent's code
 (:mod:`slurm_colo.placement.retract`); what it showed is folded into the score table every
 ``relearn_s`` (the nightly retrain). A harmful set is undone as ``undo`` says (see
@@ -404,12 +405,15 @@ class PolicyScheduler:
         """Close the GPU(s) expected to drain first to new partners, for the oldest waiting
         job once it has waited ``placement.reserve_after_h`` (the agent's guard, agent/drain.py)."""
         sim = self.sim
-        if self.reserved or not self.heads:
+        if self.reserved:
+            return
+        after = self.cfg.reserve_after_h * 3600.0
+        if after <= 0:
+            return
+        if not self.heads or sim.now - self.heads[0][0] < after:
+            self._reserve_held(after)
             return
         arrival, jid = self.heads[0]
-        after = self.cfg.reserve_after_h * 3600.0
-        if after <= 0 or sim.now - arrival < after:
-            return
         need = sim.runs[jid].job.gpus - len(sim.idle)
         if need <= 0:
             return
@@ -425,3 +429,30 @@ class PolicyScheduler:
             v.closed_for = jid
             self.view.touch(v)
         self.reservations += 1
+
+    def _reserve_held(self, after: float) -> None:
+        """The same guard for the job held longest for a GPU type (agent/drain.py,
+        ``reserve_held``): the busy GPU of its type expected to drain first takes no new
+        partner until it is idle; the held pass, oldest first, then offers it to that job."""
+        sim = self.sim
+        oldest = min((q[0] for q in self.held_q.values() if q), default=None)
+        if oldest is None or sim.now - oldest[0] < after:
+            return
+        jid = oldest[1]
+        gtype = self._req(jid).gres_type
+        drain = []
+        for i in self.view.positions_of_type(gtype):
+            g = sim.gpus[i]
+            if not g.jobs:
+                return  # an idle GPU of its type: the held pass gives it one
+            if not g.exclusive:
+                drain.append((max(sim.runs[j].remaining / sim.runs[j].rate for j in g.jobs), i))
+        if not drain:
+            return
+        _, i = min(drain)
+        self.reserved[i] = jid
+        v = self.view.gpus[i]
+        v.closed_for = jid
+        self.view.touch(v)
+        self.reservations += 1
+

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from slurm_colo.agent.drain import plan, reserve, starving_jobs, whole_gpu_count
+from slurm_colo.agent import held as agent_held
+from slurm_colo.agent.drain import plan, reserve, reserve_held, starving_jobs, whole_gpu_count
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.gres_layout import NodeGpus
-from slurm_colo.placement import ClusterView, GpuView, Occupant
+from slurm_colo.placement import ClusterView, Decision, GpuView, Occupant
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
+from slurm_colo.tags import make_tag, parse_tag
 
 HOUR = 3600.0
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
-SCORES = table_from_pairs([("good", "good", 1.0, 1.0)], classes={"good": ClassInfo(memory_gib=4.0)})
+SCORES = table_from_pairs([("good", "good", 1.0, 1.0), ("loner", "good", 0.0, 0.0),
+                           ("loner", "loner", 0.0, 0.0)],
+                          classes={"good": ClassInfo(memory_gib=4.0), "loner": ClassInfo(memory_gib=4.0)})
 
 
 def waiting(job_id: int = 50, submit: float = 0.0, gres: str = "gres:gpu:1", reason: str = "Resources",
@@ -172,3 +176,76 @@ def test_drained_gpus_wait_a_little_for_the_job_then_the_guard_gives_up() -> Non
     assert s.reservation is None and s.view.gpus[1].closed_for is None
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), shard_job(12, 1, end=30 * HOUR), w], node, t + 120)
     assert s.reservation is None
+
+
+# ---- jobs held for one GPU type (agent/held.py) --------------------------------------
+
+
+def held_job(job_id: int = 60, submit: float = 1 * HOUR, gres_type: str = "v100_s1") -> SlurmJob:
+    tag = make_tag("tokheld", "loner", "auto", Decision("exclusive", "no partner"), held=gres_type)
+    return SlurmJob(job_id, "loner", "carol", 1002, "PENDING", submit_time=submit,
+                    state_reason="JobHeldUser", admin_comment=tag, partition="gpu")
+
+
+def test_a_held_job_gets_the_gpu_of_its_type_that_drains_first() -> None:
+    view = _view((0, 10), (1, 11))
+    ends = {10: 2 * HOUR, 11: 5 * HOUR}
+    r = reserve_held([(60, "v100_s1", 1 * HOUR), (61, "v100_s0", 2 * HOUR)], view, 8 * HOUR,
+                     6 * HOUR, ends)
+    # job 60 was held first; GPU 0 drains sooner but is of another type
+    assert r is not None and (r.job_id, r.gpus, r.gres_type, r.drained_by) == (60, (1,), "v100_s1", 5 * HOUR)
+    assert r.waits_for() == "a v100_s1 GPU"
+    # passed over (the guard gave up on it): the next one
+    r = reserve_held([(60, "v100_s1", 1 * HOUR), (61, "v100_s0", 2 * HOUR)], view, 8 * HOUR,
+                     6 * HOUR, ends, skip={60})
+    assert r is not None and (r.job_id, r.gpus) == (61, (0,))
+    # not held long enough, an idle GPU of its type, no GPU of its type, guard off
+    assert reserve_held([(60, "v100_s1", 3 * HOUR)], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([(60, "v100_s1", 1 * HOUR)], _view((0, 10)), 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([(60, "a100_s0", 1 * HOUR)], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([(60, "v100_s1", 1 * HOUR)], view, 8 * HOUR, 0.0, ends) is None
+
+
+def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_there() -> None:
+    s = _state()
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, held_job()], node, 5 * HOUR)
+    assert 60 in s.held and s.reservation is None  # held 4 h so far
+    assert s.place_request(_req(), 5 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+    s.apply_snapshot([*busy, held_job()], node, 8 * HOUR)
+    r = s.reservation
+    assert r is not None and (r.job_id, r.gpus, r.gres_type) == (60, (1,), "v100_s1")
+    assert s.view.gpus[1].closed_for == 60
+    for _ in range(2):  # new partners only go to GPU 0 now
+        assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+    assert s.status(8 * HOUR)["reservation"]["gres_type"] == "v100_s1"
+    # job 11 ends: GPU 1 is idle, kept for job 60, and the re-aim releases it there
+    s.job_ended(11)
+    assert s.place_request(_req(), 9 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+    full = s.place_request(_req(), 9 * HOUR)  # GPU 0 is full: nothing takes GPU 1 from it
+    assert full["action"] == "exclusive" and "kept free for job 60" in full["comment"]
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), held_job()], node, 9 * HOUR)
+    [aim] = agent_held.reaim(s, 9 * HOUR)
+    assert aim.job_id == 60 and aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 1  # type: ignore[index]
+    assert [o.job_id for o in s.view.gpus[1].occupants] == [60]
+    # Slurm runs it: the reservation ends and GPU 1 takes partners again
+    started = SlurmJob(60, "loner", "carol", 1002, "RUNNING", nodes="n1", start_time=9 * HOUR,
+                       end_time=30 * HOUR, gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
+                       admin_comment=aim.admin_comment)
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), started], node, 9 * HOUR + 10)
+    assert s.reservation is None and s.view.gpus[1].closed_for is None
+
+
+def test_the_status_command_says_what_a_held_job_waits_for(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from slurm_colo.agent import client
+    from slurm_colo.cli import app
+
+    s = _state()
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, held_job()], [SlurmNode("n1", "MIXED", partitions=("gpu",))], 8 * HOUR)
+    monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(8 * HOUR))
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "draining GPU(s) 1 of n1 for job 60, waiting 7.0 h for a v100_s1 GPU" in out

@@ -178,6 +178,28 @@ def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
     assert sim.runs[x].first_start > last
 
 
+def test_a_job_held_for_its_gpu_type_gets_a_drained_gpu_of_that_type() -> None:
+    # the live agent (submit-time decisions, hold): x fits with nobody and waits held for
+    # the only GPU type; the stream keeps that GPU busy until the guard closes it to partners
+    tr = [job(0, 0, 4000, "a"), job(1, 10, 1000, "x")]
+    tr += [job(i, 500.0 * (i - 1), 3000, "a" if i % 2 else "b") for i in range(2, 40)]
+    tr.sort(key=lambda j: j.arrival)
+    tr = [SimJob(k, j.arrival, j.work_s, j.cls, j.user, j.uid) for k, j in enumerate(tr)]
+    x = next(j.id for j in tr if j.cls == "x")
+    last = max(j.arrival for j in tr)
+    cfg = PlacementConfig(cross_user="shard", explore_rate=0.0, reserve_after_h=1.0)
+    starts = {}
+    for after_h in (1.0, 0.0):
+        sched = PolicyScheduler("ours-submit", oracle_scores(data()),
+                                replace(cfg, reserve_after_h=after_h), learn=False,
+                                submit_time=True, undo="none", hold=True)
+        sim = run(tr, sched)
+        assert sched.held_q["v100_s0"] == []
+        starts[after_h] = (sim.runs[x].first_start, sched.reservations)
+    assert starts[1.0][0] < last and starts[1.0][1] >= 1
+    assert starts[0.0][0] > last and starts[0.0][1] == 0  # guard off: it waits for the stream
+
+
 def test_mps_never_puts_two_users_on_one_gpu() -> None:
     tr = [job(i, i, 1000, "a" if i % 2 else "b", uid=i % 3) for i in range(30)]
     sched = PolicyScheduler("oracle", oracle_scores(data()),
