@@ -34,7 +34,6 @@ from ..placement.retract import Member, judge, undone_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
 
-
 #: what happens to a set judged harmful after its probe (placement/retract.py)
 #: none: it runs on (learned at the next retrain); checkpoint: the newcomer is stopped with
 #: its progress kept and placed again anywhere; requeue: the newcomer is requeued by Slurm,
@@ -413,7 +412,7 @@ class PolicyScheduler:
         if not self.heads or sim.now - self.heads[0][0] < after:
             self._reserve_held(after)
             return
-        arrival, jid = self.heads[0]
+        jid = self.heads[0][1]
         need = sim.runs[jid].job.gpus - len(sim.idle)
         if need <= 0:
             return
