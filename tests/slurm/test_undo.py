@@ -147,6 +147,44 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_and_is_released_onto_
             start_agent_only()
 
 
+def test_a_job_held_too_long_has_a_gpu_of_its_type_drained_for_it(clean: None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        stop_agent()
+        cfg = _hold_config(tmp)
+        cfg.write_text(cfg.read_text().replace("[placement]\n", "[placement]\nreserve_after_h = 0.002\n", 1))
+        start_agent_only(cfg)  # the guard after 7.2 s
+        try:
+            a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", "-t", "2",
+                       user="alice", sleep=30)
+            b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", "-t", "10", user="alice",
+                       sleep=60)
+            q = wait_running(a.job_id, b.job_id)
+            gpu_a = gpu_of(q[a.job_id])
+            gtype = f"v100_s{min(gpu_a)}"
+            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
+                       sleep=3)
+            assert f"gres:shard:{gtype}:1" == squeue()[c.job_id]["tres_per_node"]  # held for a's type
+
+            def reserved() -> dict[str, object] | None:
+                r = json.loads(agent_cli("status", "--json").stdout).get("reservation")
+                return r if r and r["job_id"] == c.job_id else None
+            r = wait_for(reserved, 40, 0.5, "the agent to drain a GPU of its type for the held job")
+            assert r["gres_type"] == gtype and set(r["gpus"]) == gpu_a  # type: ignore[arg-type]
+            # a job that would pair well with a is kept off a's GPU now
+            d = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", sleep=2)
+            assert gtype not in squeue()[d.job_id]["tres_per_node"]
+            # a ends: c is released onto the GPU kept for it, then the reservation ends
+            done = wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id],
+                            60, 1.0, "the held job released onto the drained GPU and finished")
+            assert f"released onto GPU {min(gpu_a)} of vm" in done["comment"]
+            assert done["start_time"] >= squeue()[a.job_id]["end_time"]
+            wait_for(lambda: json.loads(agent_cli("status", "--json").stdout).get("reservation") is None,
+                     20, 0.5, "the reservation to end")
+        finally:
+            stop_agent()
+            start_agent_only()
+
+
 def test_held_jobs_can_be_released_by_hand_while_the_agent_is_down(clean: None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stop_agent()
