@@ -157,15 +157,19 @@ def test_a_held_job_waits_for_a_gpu_of_its_type() -> None:
     assert ends[False][0] == pytest.approx(101)
 
 
-def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
-    # a steady stream of a/b keeps the GPU busy; x fits with nobody. Without the drain
-    # reservation it would wait for the whole stream.
+def stream_and_loner() -> tuple[list[SimJob], int, float]:
+    """A steady stream of a/b jobs that keeps one GPU busy, and x, which fits with nobody:
+    the trace, x's id and the last arrival."""
     tr = [job(0, 0, 4000, "a"), job(1, 10, 1000, "x")]
     tr += [job(i, 500.0 * (i - 1), 3000, "a" if i % 2 else "b") for i in range(2, 40)]
     tr.sort(key=lambda j: j.arrival)
     tr = [SimJob(k, j.arrival, j.work_s, j.cls, j.user, j.uid) for k, j in enumerate(tr)]
-    x = next(j.id for j in tr if j.cls == "x")
-    last = max(j.arrival for j in tr)
+    return tr, next(j.id for j in tr if j.cls == "x"), max(j.arrival for j in tr)
+
+
+def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
+    # without the drain reservation x would wait for the whole stream
+    tr, x, last = stream_and_loner()
     cfg = PlacementConfig(cross_user="shard", explore_rate=0.0, reserve_after_h=1.0)
     sched = PolicyScheduler("oracle", oracle_scores(data()), cfg, learn=False)
     sim = run(tr, sched)
@@ -181,12 +185,7 @@ def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
 def test_a_job_held_for_its_gpu_type_gets_a_drained_gpu_of_that_type() -> None:
     # the live agent (submit-time decisions, hold): x fits with nobody and waits held for
     # the only GPU type; the stream keeps that GPU busy until the guard closes it to partners
-    tr = [job(0, 0, 4000, "a"), job(1, 10, 1000, "x")]
-    tr += [job(i, 500.0 * (i - 1), 3000, "a" if i % 2 else "b") for i in range(2, 40)]
-    tr.sort(key=lambda j: j.arrival)
-    tr = [SimJob(k, j.arrival, j.work_s, j.cls, j.user, j.uid) for k, j in enumerate(tr)]
-    x = next(j.id for j in tr if j.cls == "x")
-    last = max(j.arrival for j in tr)
+    tr, x, last = stream_and_loner()
     cfg = PlacementConfig(cross_user="shard", explore_rate=0.0, reserve_after_h=1.0)
     starts = {}
     for after_h in (1.0, 0.0):
