@@ -18,6 +18,8 @@ AGENT_PID = LAB_DIR / "agent.pid"
 SOCKET = Path("/run/slurm-colo/agent.sock")
 CTLD_LOG = Path("/var/log/slurm/slurmctld.log")
 SCORES = LAB_DIR / "state" / "scores.json"
+#: pairs the agent's probes measured, read back when it starts (agent/learned.py)
+LEARNED = LAB_DIR / "state" / "learned.json"
 LAB_CONFIG = Path("/etc/slurm-colo/config.toml")
 #: the lab's installed copy (contrib/lab/up.sh), as the hooks and the agent run it
 CLI = os.environ.get("LAB_CLI", "/opt/slurm-colo-lab/venv/bin/slurm-colo")
@@ -147,6 +149,14 @@ def lab_up() -> None:
 
 def start_agent() -> None:
     lab_up()  # idempotent: starts only what is missing
+
+
+def forget_probe_measurements() -> None:
+    """Restart the agent without what its probes measured, so a test that taught it a
+    harmful pair leaves the lab's scores as they are for the tests after it."""
+    stop_agent()
+    LEARNED.unlink(missing_ok=True)
+    start_agent()
 
 
 def start_agent_only(config: Path = LAB_CONFIG) -> None:

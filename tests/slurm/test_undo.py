@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from .labtools import (LAB_CONFIG, OUT, agent_cli, agent_refresh, gpu_of, run, sbatch, squeue, start_agent,
-                       start_agent_only, stop_agent, wait_for, wait_running)
+from .labtools import (LAB_CONFIG, OUT, agent_cli, agent_refresh, forget_probe_measurements, gpu_of, run, sbatch,
+                       squeue, start_agent_only, stop_agent, wait_for, wait_running)
 
 PY = "/opt/slurm-colo-lab/venv/bin/python"
 
@@ -60,11 +60,10 @@ def _script(name: str, body: str) -> str:
 
 @pytest.fixture()
 def fresh_agent(clean: None) -> Iterator[None]:
-    """The agent keeps what probes measured until a newer score set: restart it afterwards
-    so later tests see the lab's scores as they are."""
+    """The agent keeps what probes measured until a newer score set, across restarts too:
+    forget it afterwards so later tests see the lab's scores as they are."""
     yield
-    stop_agent()
-    start_agent()
+    forget_probe_measurements()
 
 
 def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fresh_agent: None) -> None:
