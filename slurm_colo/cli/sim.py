@@ -111,6 +111,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(per_seed_table(rows, markdown=False))
             typer.echo()
             typer.echo(spread_table(rows, markdown=False))
+            typer.echo()
+            typer.echo("\n".join(_head_to_head(rows, names)))
         if out:
             cmd = ["slurm-colo simulate"]
             if sacct:
@@ -162,14 +164,27 @@ def _write(out: Path, results: list[Result], cmd: str, md: str, vs: str) -> None
         raise ColoError(f"cannot write results to {out}: {e.strerror}") from None
 
 
+def _head_to_head(rows: list[SeedRow], names: list[str]) -> list[str]:
+    """Our policies against the sharing baselines, seed by seed."""
+    from ..sim.spread import head_to_head
+
+    lines = [head_to_head(rows, p, q) for p in ("ours-submit", "ours") if p in names
+             for q in ("gandiva-random", "slurm-shard") if q in names]
+    return [ln for ln in lines if ln]
+
+
 def _write_seeds(out: Path, rows: list[SeedRow], cmd: str) -> None:
     from ..sim.spread import per_seed_table, rows_json, spread_table
 
+    names = list(dict.fromkeys(r.policy for r in rows))
+    h2h = "".join(f"- {ln}\n" for ln in _head_to_head(rows, names))
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "seeds.md").write_text(
             f"```\n{cmd}\n```\n\nMakespan / average JCT against exclusive FIFO, per seed:\n\n"
-            f"{per_seed_table(rows)}\n\nMean (best .. worst seed):\n\n{spread_table(rows)}\n")
+            f"{per_seed_table(rows)}\n\nMean (best .. worst seed):\n\n{spread_table(rows)}\n"
+            + (f"\nSeed by seed (makespan, average and p99 JCT, average and worst-decile "
+               f"slowdown, GPU-hours, harmful share, worst class):\n\n{h2h}" if h2h else ""))
         (out / "seeds.json").write_text(json.dumps(rows_json(rows), indent=1))
     except OSError as e:
         raise ColoError(f"cannot write results to {out}: {e.strerror}") from None

@@ -58,8 +58,12 @@ class SeedRow:
     avg_jct_vs_base: float | None
     #: makespan above the reference policy's (the oracle), percent; None without it
     makespan_vs_ref: float | None
+    p99_jct_h: float
+    avg_slowdown: float
     worst_decile_slowdown: float
     worst_class_slowdown: float
+    gpu_hours: float
+    harmful_share: float
     over_limit_jobs: int
     max_stretch: float
 
@@ -80,8 +84,10 @@ def seed_rows(per_seed: Mapping[int, Sequence[Result]], base: str = "exclusive-f
                 makespan_vs_base=_pct(r.makespan_h, b.makespan_h) if b else None,
                 avg_jct_vs_base=_pct(r.avg_jct_h, b.avg_jct_h) if b else None,
                 makespan_vs_ref=_pct(r.makespan_h, o.makespan_h) if o else None,
+                p99_jct_h=r.p99_jct_h, avg_slowdown=r.avg_slowdown,
                 worst_decile_slowdown=r.worst_decile_slowdown,
-                worst_class_slowdown=r.worst_class_slowdown,
+                worst_class_slowdown=r.worst_class_slowdown, gpu_hours=r.gpu_hours,
+                harmful_share=r.harmful_share,
                 over_limit_jobs=r.over_limit_jobs, max_stretch=r.max_stretch))
     return rows
 
@@ -139,6 +145,35 @@ def per_seed_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo",
                 line.append(f"{r.makespan_vs_base:+.1f}% / {r.avg_jct_vs_base:+.1f}%")
         body.append(line)
     return render(head, body, markdown)
+
+
+#: the figures compared seed by seed (every one: lower is better)
+COMPARED = (("makespan_h", "makespan"), ("avg_jct_h", "avg JCT"), ("p99_jct_h", "p99 JCT"),
+            ("avg_slowdown", "avg slowdown"), ("worst_decile_slowdown", "worst 10% slowdown"),
+            ("gpu_hours", "GPU-hours"), ("harmful_share", "harmful co-loc."),
+            ("worst_class_slowdown", "worst class slowdown"))
+
+
+def head_to_head(rows: Sequence[SeedRow], policy: str, other: str) -> str | None:
+    """One line: on how many seeds ``policy`` is strictly better than ``other`` on every
+    compared figure, and which figures it is not better on, on how many seeds."""
+    by = {(r.seed, r.policy): r for r in rows}
+    seeds = [s for s in dict.fromkeys(r.seed for r in rows)
+             if (s, policy) in by and (s, other) in by]
+    if not seeds:
+        return None
+    short: dict[str, int] = {}
+    wins = 0
+    for s in seeds:
+        a, b = by[(s, policy)], by[(s, other)]
+        lost = [label for attr, label in COMPARED if not getattr(a, attr) < getattr(b, attr)]
+        wins += not lost
+        for label in lost:
+            short[label] = short.get(label, 0) + 1
+    line = f"{policy} vs {other}: better on every figure on {wins} of {len(seeds)} seeds"
+    if short:
+        line += " (not better on: " + ", ".join(f"{k} {v}x" for k, v in short.items()) + ")"
+    return line
 
 
 def rows_json(rows: Sequence[SeedRow]) -> list[dict[str, Any]]:

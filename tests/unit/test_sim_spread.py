@@ -107,3 +107,23 @@ def test_cli_rejects_a_bad_seed_list() -> None:
     assert r.exit_code != 0
     assert isinstance(r.exception, SeedsError)  # main() prints it as "error: ..." and exits 1
     assert "from low to high" in str(r.exception)
+
+
+def test_head_to_head_counts_the_seeds_won_on_every_figure() -> None:
+    from dataclasses import replace
+
+    from slurm_colo.sim.spread import head_to_head
+
+    def worse(r: Result) -> Result:  # every figure higher, so ours wins unless told otherwise
+        return replace(r, p99_jct_h=r.p99_jct_h + 1, avg_slowdown=2.0, worst_decile_slowdown=9.0,
+                       gpu_hours=2.0, harmful_share=0.1, worst_class_slowdown=9.0)
+
+    rows = seed_rows({
+        1: [result("ours", 300, 10), worse(result("gandiva", 330, 12))],
+        2: [result("ours", 300, 10, decile=9.5), worse(result("gandiva", 330, 12))],
+        3: [result("ours", 300, 10), worse(result("gandiva", 300, 12))],  # a tie is no win
+    })
+    line = head_to_head(rows, "ours", "gandiva")
+    assert line == ("ours vs gandiva: better on every figure on 1 of 3 seeds (not better on: "
+                    "worst 10% slowdown 1x, worst class slowdown 1x, makespan 1x)")
+    assert head_to_head(rows, "ours", "nobody") is None
