@@ -16,4 +16,9 @@ def test_demo_runs_and_reports_sharing(clean: None) -> None:
     assert "<- shared" in out                       # at least one GPU runs two --colocate jobs
     assert "placed on GPU" in out and "own GPU" in out  # explain: a shared and an unshared job
     assert "multi-GPU/multi-node jobs are never shared" in out
+    # the probe-and-undo act: the newcomer is requeued, runs again, alone
+    assert "colo: requeued after 15s together: harmful" in out
+    assert "probes: 1 undone" in out
+    assert "(no new partner while job" in out
+    assert "restarts=1  colo: requeued after a harmful pairing; now GPU" in out
     assert "demo done" in out

@@ -1,0 +1,58 @@
+"""Stand-in training job for the lab demo: counts steps and reports them through
+slurm_colo.progress, as a real training loop would.
+
+    standin_job.py SECONDS [--slows MARKER] [--slowed-by MARKER]
+
+The lab's GPUs are emulated, so jobs cannot slow each other down for real; two options
+emulate a pair that interferes:
+
+* ``--slows MARKER``: this job creates MARKER while it runs (it is the noisy partner);
+* ``--slowed-by MARKER``: this job runs at 30 % of its speed while MARKER exists.
+
+Prints ``run N`` (N = Slurm's restart count) when it starts and ``done`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from slurm_colo.progress import ProgressReporter
+
+STEPS_PER_S = 10.0
+SLOWED = 0.3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("seconds", type=float)
+    ap.add_argument("--slows", default="")
+    ap.add_argument("--slowed-by", default="")
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a requeue: clean up first
+    print("run", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
+    if a.slows:
+        open(a.slows, "w").close()
+    r = ProgressReporter(min_interval_s=0.5)
+    steps, t0 = 0.0, time.time()
+    last = t0
+    try:
+        while time.time() - t0 < a.seconds:
+            time.sleep(0.1)
+            now = time.time()
+            slowed = bool(a.slowed_by) and os.path.exists(a.slowed_by)
+            steps += STEPS_PER_S * (SLOWED if slowed else 1.0) * (now - last)
+            last = now
+            r.report(steps)
+        r.flush()
+    finally:
+        if a.slows and os.path.exists(a.slows):
+            os.unlink(a.slows)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
