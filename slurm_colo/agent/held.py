@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..placement import ClusterView, Decision, JobRequest, place
-from ..placement.retract import judge, members_from_report, undone_floor
+from ..placement.retract import judge, members_from_report, rate_floor
 from ..slurm.model import SlurmJob
 from ..tags import make_tag, parse_tag
 from .drain import kept
@@ -109,7 +109,7 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     gres_type = _shard_type(state, p.decision)
     state.drop_placement(token)
     req = replace(p.request, key=str(job_id), gres_type=gres_type,
-                  rate_floor=undone_floor(state.cfg.placement))
+                  rate_floor=rate_floor(state.cfg.placement, undone=True))
     state.held[job_id] = Held(job_id, token, req, now, v.reason)
     state.probes["undone"] += 1
     state.note(token, f"requeued after its probe: {v.reason}")
@@ -187,7 +187,7 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
                 and j.job_id not in state.by_job):
             req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
                              mode=tag["mode"], gres_type=tag["held"], partition=j.partition,
-                             rate_floor=undone_floor(state.cfg.placement) if tag["undone"] else 0.0)
+                             rate_floor=rate_floor(state.cfg.placement, tag["undone"]))
             why = "requeued after a harmful probe" if tag["undone"] else \
                 "held at submission until a GPU of its type fits"
             state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,

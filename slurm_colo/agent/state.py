@@ -17,7 +17,7 @@ from ..gres_layout import NodeGpus, expand_hostlist
 from ..options import derive_class, parse_mode
 from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant, place
 from ..placement.policy import index_for
-from ..placement.retract import undone_floor, with_pairs
+from ..placement.retract import rate_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import make_tag, parse_tag
@@ -170,7 +170,7 @@ class AgentState:
             if (p is None and tag["shared"] and tag["node"] is not None and tag["gpu"] is not None
                     and (j.active or j.state == "PENDING")):
                 req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"], mode=tag["mode"],
-                                 rate_floor=undone_floor(self.cfg.placement) if tag["undone"] else 0.0)
+                                 rate_floor=rate_floor(self.cfg.placement, tag["undone"]))
                 p = Placement(tag["token"], req, _decision_from_tag(tag), created=j.submit_time or now)
                 self.placements[p.token] = p
                 log.info("job %s: placement rebuilt from Slurm (GPU %s of %s)", j.job_id, tag["gpu"], tag["node"])

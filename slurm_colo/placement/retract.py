@@ -78,6 +78,11 @@ def undone_floor(cfg: PlacementConfig) -> float:
     return (1.0 + 1.0 / cfg.max_slowdown) / 2.0
 
 
+def rate_floor(cfg: PlacementConfig, undone: bool) -> float:
+    """A job's own rate floor: :func:`undone_floor` for a job requeued by an undo, else 0."""
+    return undone_floor(cfg) if undone else 0.0
+
+
 def _predicted(cls: str, others: Sequence[str], scores: ScoreTable) -> float:
     n = 1.0
     for o in others:

@@ -17,6 +17,7 @@ from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.errors import SlurmError
 from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.placement.retract import undone_floor
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 from slurm_colo.tags import parse_tag
@@ -139,7 +140,7 @@ def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     fresh.apply_snapshot([held], [], 700.0)
     assert fresh.held[11].request.gres_type == "v100_s0" and fresh.held[11].request.cls == "fast"
-    assert fresh.held[11].request.rate_floor == pytest.approx(agent_held.undone_floor(fresh.cfg.placement))
+    assert fresh.held[11].request.rate_floor == pytest.approx(undone_floor(fresh.cfg.placement))
     [aim] = agent_held.reaim(fresh, 700.0)
     assert aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
     # once it runs, another restart still finds it may not take partners (its tag says undone)
