@@ -153,6 +153,8 @@ for _ in $(seq 1 60); do
 done
 show "$second"
 rm -f "$marker"
+echo "(the agent keeps the pair it measured, in $LAB_DIR/state/learned.json, until a newer score"
+echo " set; the next demo starts without it)"
 
 if "$CLI" history --help >/dev/null 2>&1; then
   echo
