@@ -323,3 +323,15 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
     untagged = agent_held.unheld_tag(tag, "v100_s1")
     assert untagged == "slurm-colo[v=1 tok=t cls=a mode=auto]"
     assert parse_tag(untagged)["held"] is None  # type: ignore[index]
+
+
+def test_measurements_that_cannot_be_saved_stay_in_memory_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    agent = Agent(cfg, NoSlurm(), FakeControl(), learned_file=tmp_path / "gone" / "learned.json")
+    s, _ = _pair()
+    agent.state = s
+    reply = parse_reply("PROBE", agent.handle(format_request("PROBE", _report(3.0, 6.0)), 0))
+    assert reply["verdict"] == "undo"  # answered all the same
+    assert "cannot save probe measurements" in caplog.text
+    assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
