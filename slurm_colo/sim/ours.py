@@ -60,6 +60,8 @@ class PolicyScheduler:
         #: arrival): per type, by arrival
         self.held_q: dict[str, list[tuple[float, int]]] = {}
         self._held_sig: dict[int, Any] = {}  # their signatures (cleared with new scores)
+        #: when each was held (at arrival, or when requeued): the guard serves the longest
+        self.held_since: dict[int, float] = {}
         self._held_all = False  # the scores changed: every GPU may accept them now
         self.retractions = 0
         self.explored = 0
@@ -211,6 +213,7 @@ class PolicyScheduler:
     def _wait_for_type(self, jid: int, gtype: str) -> None:
         self.reqs[jid] = replace(self._req(jid), gres_type=gtype)
         bisect.insort(self.held_q.setdefault(gtype, []), (self.sim.runs[jid].job.arrival, jid))
+        self.held_since[jid] = self.sim.now
 
     @property
     def waiting_for(self) -> dict[str, int]:
@@ -250,6 +253,7 @@ class PolicyScheduler:
                 if self._try(jid, False) == "started":
                     q.remove(item)  # type: ignore[union-attr]
                     del self._held_sig[jid]
+                    del self.held_since[jid]
                 else:
                     refused.add(kind)
 
@@ -434,7 +438,7 @@ class PolicyScheduler:
         ``reserve_held``): the busy GPU of its type expected to drain first takes no new
         partner until it is idle; the held pass, oldest first, then offers it to that job."""
         sim = self.sim
-        oldest = min((q[0] for q in self.held_q.values() if q), default=None)
+        oldest = min(((t, j) for j, t in self.held_since.items()), default=None)
         if oldest is None or sim.now - oldest[0] < after:
             return
         jid = oldest[1]
