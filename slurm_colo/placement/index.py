@@ -54,6 +54,7 @@ class PlacementIndex:
         self.owner = np.zeros(n, dtype=np.int64)  # uid; -1 mixed users; -2 idle
         self.closed_for = np.full(n, -1, dtype=np.int64)  # job a GPU is drained for; -1 none
         self.n_closed = 0
+        self._type_rows: dict[str, np.ndarray] = {}
         self.before = np.zeros(n, dtype=float)
         self._alloc_rows()
         self._build()
@@ -205,6 +206,15 @@ class PlacementIndex:
         self._put(i, self._row(tuple(sorted(o.cls for o in g.occupants))))
 
     # ---- queries -----------------------------------------------------------------------
+    def type_rows(self, view: ClusterView, gres_type: str) -> np.ndarray:
+        """Positions of the GPUs of one shard type, as an index array (kept: a view's GPU
+        list does not change)."""
+        rows = self._type_rows.get(gres_type)
+        if rows is None:
+            rows = np.asarray(view.positions_of_type(gres_type), dtype=np.int64)
+            self._type_rows[gres_type] = rows
+        return rows
+
     def candidates(self, c: int, uid: int | None, est: float, aggressive: bool,
                    explore: bool, rows: np.ndarray | None = None) -> Candidates:
         """The GPUs that would take a job of class column ``c`` (only positions ``rows``

@@ -207,7 +207,7 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
     idx = index_for(view, scores, cfg)
     rows = None
     if job.gres_type:
-        rows = np.asarray(view.positions_of_type(job.gres_type), dtype=np.int64)
+        rows = idx.type_rows(view, job.gres_type)
     m = idx.candidates(idx.ensure_class(job.cls), j.uid, est, j.aggressive, j.explore, rows=rows)
     if job.rate_floor > 0:
         m = m.keep(m.rate >= job.rate_floor)
