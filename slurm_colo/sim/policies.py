@@ -8,7 +8,8 @@
 * ``gandiva-random``: a job gets an idle GPU if there is one, else is paired with a random
   job running alone; after ``probe_s`` the pair is retracted (the newcomer goes back to the
   queue, progress kept) if its combined normalised throughput is below 1, and that class
-  pair is not tried again.
+  pair is not tried again. Under MPS (``placement.cross_user = "never"``) it pairs only
+  one user's jobs, as MPS runs one server per user (a second user's jobs would queue).
 * ``ours`` / ``ours-submit`` / ``oracle``: :func:`slurm_colo.placement.place` -- the
   agent's code -- in :mod:`slurm_colo.sim.ours`.
 
@@ -118,11 +119,13 @@ class SlurmShard(_QueuedPolicy):
 class GandivaRandom(_QueuedPolicy):
     name = "gandiva-random"
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, same_user: bool = False) -> None:
         super().__init__()
         self.rng = random.Random(seed)
         self.bad: set[tuple[str, str]] = set()
         self.retractions = 0
+        #: pair only jobs of one user (sharing through MPS: one server per user)
+        self.same_user = same_user
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
         g = sim.gpus[token[0]]
@@ -155,7 +158,10 @@ class GandivaRandom(_QueuedPolicy):
             cands = []
             for g in sim.gpus:
                 if len(g.jobs) == 1 and not g.exclusive:
-                    o = sim.runs[g.jobs[0]].job.cls
+                    other = sim.runs[g.jobs[0]].job
+                    if self.same_user and other.uid != r.job.uid:
+                        continue
+                    o = other.cls
                     if (min(c, o), max(c, o)) not in self.bad and sim.truth.pair(c, o) is not None:
                         cands.append(g.idx)
             if not cands:

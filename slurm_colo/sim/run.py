@@ -50,7 +50,8 @@ def make_scheduler(name: str, setup: Setup, data: GavelData,
     if name == "slurm-shard":
         return SlurmShard()
     if name == "gandiva-random":
-        return GandivaRandom(setup.sim.seed)
+        # under MPS (cross_user = "never") it may pair only one user's jobs, like ours
+        return GandivaRandom(setup.sim.seed, same_user=setup.placement.cross_user == "never")
     if name == "ours":
         return PolicyScheduler("ours", predicted(), setup.placement, learn=True)
     if name == "ours-submit":

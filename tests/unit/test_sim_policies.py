@@ -16,7 +16,7 @@ from slurm_colo.sim.engine import Sim, SimConfig
 from slurm_colo.sim.metrics import table
 from slurm_colo.sim.policies import GandivaRandom, SlurmShard
 from slurm_colo.sim.run import Setup, simulate
-from slurm_colo.sim.trace import philly_trace, read_philly
+from slurm_colo.sim.trace import SimJob, philly_trace, read_philly
 from slurm_colo.sim.truth import Truth, split_pairs
 
 
@@ -144,3 +144,22 @@ def test_ours_uses_the_retraining_model_trained_on_part_of_the_pairs(data: Gavel
                          max_duration_s=24 * 3600)
     res = simulate(small, data, Setup(SimConfig(gpus=8, seed=5), PlacementConfig()), ["ours"])
     assert res[0].jobs == 200 and res[0].policy == "ours"
+
+
+def test_gandiva_pairs_only_one_users_jobs_under_mps(data: GavelData) -> None:
+    # under MPS (cross_user = "never") a second user's job cannot share the GPU
+    tr = [SimJob(i, float(i), 5000.0, "resnet18-bs32", f"u{i % 2}", i % 2) for i in range(4)]
+    for same_user in (True, False):
+        sched = GandivaRandom(1, same_user=same_user)
+        sim = Sim(tr, Truth(data), SimConfig(gpus=1, seed=1), sched)
+        start = sim.start_shared
+        mixed = []
+
+        def checked(jid: int, gpu: int, sim: Sim = sim, start=start, mixed=mixed) -> bool:  # type: ignore[no-untyped-def]
+            users = {sim.runs[j].job.uid for j in sim.gpus[gpu].jobs} | {sim.runs[jid].job.uid}
+            mixed.append(len(users) > 1)
+            return start(jid, gpu)
+
+        sim.start_shared = checked  # type: ignore[method-assign]
+        sim.run()
+        assert any(mixed) is not same_user
