@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
                 ) -> None:
         """Stop MPS daemons with no live job, kill stale MPS processes, reset the
         restart-loop guard, spool records of finished jobs."""
-        from ..node import journal
         from ..fsutil import locked
+        from ..node import journal
         from ..node.lifecycle import gpu_mps, layout_of, recover
 
         cfg = load_config()

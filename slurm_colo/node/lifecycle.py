@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import Config
-from . import jobstate, journal, procs
 from ..fsutil import ensure_dir, locked, try_lock, unlock
+from . import jobstate, journal, procs
 from .layout import NodeLayout
 from .mps import control_argv, format_mem_limit
 from .mps_daemon import GpuMps, MpsOutcome

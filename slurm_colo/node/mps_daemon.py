@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MPSError
-from . import journal, procs
 from ..fsutil import atomic_write_json, chown_if_root, read_json
+from . import journal, procs
 from .layout import NodeLayout
 from .mps import MpsControl, MpsHung, log_line_time, parse_fault_lines
 from .nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu

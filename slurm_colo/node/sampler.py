@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from ..config import Config, load_config
-from . import journal, procs
 from ..fsutil import atomic_write_json, read_json
+from . import journal, procs
 from .layout import NodeLayout
 from .nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 from .probe import Prober

@@ -13,8 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from ..records import JobRecord
 from ..fsutil import atomic_write_bytes
+from ..records import JobRecord
 from .layout import NodeLayout
 
 log = logging.getLogger("slurm_colo.node.spool")

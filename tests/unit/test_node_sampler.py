@@ -10,8 +10,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from slurm_colo.node import journal
 from slurm_colo.fsutil import atomic_write_json, read_json
+from slurm_colo.node import journal
 from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.nvml import NvmlGate
 from slurm_colo.node.nvml_scenario import ScenarioNvml

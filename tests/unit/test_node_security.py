@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_colo.node import jobstate
 from slurm_colo.fsutil import atomic_write_json, read_json, read_small
+from slurm_colo.node import jobstate
 from slurm_colo.node.layout import NodeLayout
 
 sys.path.insert(0, str(Path(__file__).parent))
