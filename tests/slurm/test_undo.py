@@ -106,6 +106,11 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fres
     status = json.loads(agent_cli("status", "--json").stdout)
     assert status["probes"].get("undone", 0) >= 1 and status["held"] == []
     assert run(["scontrol", "show", "job", str(b.job_id)]).stdout.count("Restarts=1") == 1
+    # what the probe measured outlives a restart of the agent (learned.json)
+    assert status["learned_pairs"] >= 1
+    stop_agent()
+    start_agent_only()
+    assert json.loads(agent_cli("status", "--json").stdout)["learned_pairs"] == status["learned_pairs"]
 
 
 def _hold_config(tmp: str) -> Path:
