@@ -62,6 +62,8 @@ class PolicyScheduler:
         self._held_sig: dict[int, Any] = {}  # their signatures (cleared with new scores)
         #: when each was held (at arrival, or when requeued): the guard serves the longest
         self.held_since: dict[int, float] = {}
+        #: GPU type -> the held job a GPU of that type was just drained for
+        self._drained_for: dict[str, int] = {}
         self._held_all = False  # the scores changed: every GPU may accept them now
         self.retractions = 0
         self.explored = 0
@@ -176,10 +178,12 @@ class PolicyScheduler:
     def _gpu_changed(self, i: int) -> None:
         self.changed.add(i)
         if i in self.reserved and not self.sim.gpus[i].jobs:
-            del self.reserved[i]
+            jid = self.reserved.pop(i)
             g = self.view.gpus[i]
             g.closed_for = None
             self.view.touch(g)
+            if jid in self.held_since:  # a held job's turn first (the agent's _place_held)
+                self._drained_for[g.gres_type] = jid
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
         if not self.learn:
@@ -235,7 +239,9 @@ class PolicyScheduler:
         for gtype, near in sorted(by_type.items()):
             q = self.held_q.get(gtype)
             refused: set[Any] = set()
-            for item in list(q or ()):
+            first = self._drained_for.pop(gtype, None)
+            items = sorted(q or (), key=lambda it: it[1] != first)  # its turn first (stable)
+            for item in items:
                 jid = item[1]
                 sig = self._held_sig.get(jid)
                 if sig is None:
