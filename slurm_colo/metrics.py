@@ -14,8 +14,8 @@ serves. Snapshot shape::
      "request_seconds": {"sum": 0.8, "count": 40}}
 
 Optional, when present: ``slots``, ``exclusive_job`` and ``closed_for`` per GPU,
-``pending_placements``, ``probes`` (verdict -> count) and ``held`` (requeued jobs waiting
-to be aimed again).
+``pending_placements``, ``probes`` (verdict -> count) and ``held`` (jobs held for the
+agent to release: requeued by an undo, or held at submission).
 Missing keys are treated as empty; ``None`` values produce no sample.
 """
 
@@ -160,7 +160,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     for verdict, count in sorted((snapshot.get("probes") or {}).items()):
         probes.add(_num(count), {"verdict": verdict})
     held = _Family("held_jobs", "gauge",
-                   "Jobs requeued after a harmful probe, held until a GPU of their type fits.")
+                   "Jobs held until a GPU of their type fits (requeued after a harmful probe, "
+                   "or held at submission).")
     if "held" in snapshot:
         held.add(len(snapshot.get("held") or []))
 

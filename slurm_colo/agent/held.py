@@ -46,7 +46,8 @@ log = logging.getLogger("slurm_colo.agent")
 
 @dataclass
 class Held:
-    """A requeued job, held in Slurm until a GPU of its shard type takes it."""
+    """A job held in Slurm (requeued by an undo, or held at submission) until a GPU of its
+    shard type takes it."""
 
     job_id: int
     token: str
@@ -234,12 +235,11 @@ def hold_target(state: AgentState, fields: dict[str, str], now: float) -> tuple[
     among the types of the GPUs it may use, the one with the fewest jobs held for it, then
     the first; with its shard request. None when it may use no shared GPU. Runs on the
     answer path: it stops looking at GPUs once every configured type was seen."""
-    n_types = len({ng.gres_type(i) for ng in state.cfg.gpus for i in ng.shared})
     first: dict[str, str] = {}
     for g in state.candidate_view(fields).gpus:
         if g.available and g.gres_type not in first:
             first[g.gres_type] = state.layouts[g.node].shard_request(g.index)
-            if len(first) == n_types:
+            if len(first) == state.n_shard_types:
                 break
     if not first:
         return None

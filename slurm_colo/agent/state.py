@@ -98,6 +98,8 @@ class AgentState:
         self.nodes: dict[str, SlurmNode] = {}
         self.view = ClusterView()
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
+        #: how many shard GRES types the configured shared GPUs have (held.hold_target)
+        self.n_shard_types = len({ng.gres_type(i) for ng in cfg.gpus for i in ng.shared})
         self.explanations: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.decisions: Counter[str] = Counter()
         self.fallbacks: Counter[str] = Counter()
@@ -307,8 +309,7 @@ class AgentState:
                         cls=p.request.cls, memory_gib=est, thread_pct=d.thread_pct or 100,
                         mem_limit_gib=d.mem_limit_gib or 0.0, pending=not p.running,
                         job_id=p.job_id, since=p.started or p.created,
-                        # its own floor (an undone job) holds only if no partner joins later
-                        no_partners=p.request.rate_floor > 0)
+                        no_partners=p.request.takes_no_partner)
 
     def _occupant_for_job(self, j: SlurmJob) -> Occupant:
         token = self.by_job.get(j.job_id)
@@ -542,7 +543,8 @@ class AgentState:
             "reservation": None if self.reservation is None else {
                 "job_id": self.reservation.job_id, "node": self.reservation.node,
                 "gpus": list(self.reservation.gpus), "waiting_s": now - self.reservation.waiting_since,
-                "drained_by": self.reservation.drained_by, "gres_type": self.reservation.gres_type},
+                "drained_by": self.reservation.drained_by, "gres_type": self.reservation.gres_type,
+                "waits_for": self.reservation.waits_for()},
             "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.scores_error},
             "decisions": dict(self.decisions),
             "probes": dict(self.probes),

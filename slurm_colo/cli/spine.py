@@ -149,9 +149,8 @@ def register(app: typer.Typer) -> None:
         r = st.get("reservation")
         if r:
             typer.echo(f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "
-                       f"waiting {r['waiting_s'] / 3600:.1f} h for "
-                       + (f"a {r['gres_type']} GPU" if r.get("gres_type") else "whole GPUs")
-                       + ": no new partners there")
+                       f"waiting {r['waiting_s'] / 3600:.1f} h for {r.get('waits_for', 'whole GPUs')}: "
+                       "no new partners there")
         for g in st.get("gpus", []):
             occ = g.get("occupants", [])
             head = f"{g['node']}:{g['index']} [{g['gres_type']}]"

@@ -260,7 +260,7 @@ def occupant_for(job: JobRequest, d: Decision, now: float = 0.0, pending: bool =
         key=job.key, user=job.user, uid=job.uid, cls=job.cls,
         memory_gib=d.memory_gib if d.memory_gib is not None else 0.0,
         thread_pct=d.thread_pct or 100, mem_limit_gib=d.mem_limit_gib or 0.0,
-        pending=pending, since=now,
+        pending=pending, since=now, no_partners=job.takes_no_partner,
     )
 
 

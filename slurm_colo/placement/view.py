@@ -34,6 +34,12 @@ class JobRequest:
     #: (:func:`slurm_colo.placement.retract.undone_floor`)
     rate_floor: float = 0.0
 
+    @property
+    def takes_no_partner(self) -> bool:
+        """Once placed, no new job may join this one's GPU: its own rate floor holds only
+        if its set does not grow."""
+        return self.rate_floor > 0
+
 
 @dataclass
 class Occupant:

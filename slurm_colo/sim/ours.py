@@ -28,8 +28,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import PlacementConfig
-from ..placement import ClusterView, GpuView, JobRequest, Occupant, place
-from ..placement.policy import index_for, job_signature
+from ..placement import ClusterView, GpuView, JobRequest, place
+from ..placement.policy import index_for, job_signature, occupant_for
 from ..placement.retract import Member, judge, undone_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
@@ -70,9 +70,6 @@ class PolicyScheduler:
         self.relearns = 0
         self.reservations = 0
         self._pending_obs: dict[tuple[str, str], PairScore] = {}
-        #: jobs requeued by an undo: placed again only next to partners that leave them at
-        #: undone_floor, and their GPU takes no new partner while they run
-        self.undone: set[int] = set()
         self._last_learn = 0.0
 
     # ---- setup -----------------------------------------------------------------------
@@ -208,9 +205,9 @@ class PolicyScheduler:
         if self.undo == "checkpoint":
             self.arrive(sim, jid)
             return
+        # placed again only where it keeps undone_floor; its GPU then takes no new partner
         self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type,
                                  rate_floor=undone_floor(self.cfg))
-        self.undone.add(jid)
         if self._try(jid, hold_idle=False) != "started":
             self._wait_for_type(jid, gpu.gres_type)
 
@@ -246,7 +243,7 @@ class PolicyScheduler:
                 sig = self._held_sig.get(jid)
                 if sig is None:
                     sig = self._held_sig[jid] = job_signature(self._req(jid), self.scores, self.cfg)
-                kind = (sig, jid in self.undone)  # an undone job asks for more (rate_floor)
+                kind = (sig, self._req(jid).rate_floor)  # an undone job asks for more
                 if kind in refused:
                     continue
                 idx = index_for(self.view, self.scores, self.cfg)
@@ -307,10 +304,7 @@ class PolicyScheduler:
             self._apply({(job.cls, o.cls): PairScore(0.0, 0.0, 0.0, observed=True, never=True)
                          for o in g.occupants if sim.truth.rates([job.cls, o.cls]) is None})
             return "held"
-        self.view.add_occupant(g, Occupant(
-            key=job.key, user=job.user, uid=job.uid, cls=job.cls,
-            memory_gib=d.memory_gib or 0.0, thread_pct=d.thread_pct or 100,
-            mem_limit_gib=d.mem_limit_gib or 0.0, since=sim.now, no_partners=jid in self.undone))
+        self.view.add_occupant(g, occupant_for(job, d, sim.now, pending=False))
         self.changed.add(pos)
         if d.explored:
             self.explored += 1

@@ -78,10 +78,11 @@ def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
             if prate:
                 rate.setdefault(cls, []).append(prate)
     for c in set(mem) | set(util) | set(rate):
+        # the site's own solo runs: their rate is in the jobs' progress units too
+        solo = statistics.median(rate[c]) if c in rate else None
         obs.add_class(c, memory_gib=mem.get(c),
                       sm_util=statistics.median(util[c]) if c in util else None,
-                      solo_rate=statistics.median(rate[c]) if c in rate else None,
-                      progress_rate=statistics.median(rate[c]) if c in rate else None)
+                      solo_rate=solo, progress_rate=solo)
 
 
 def _history(engine: Engine, obs: Observations, since: float, now: float,
