@@ -88,11 +88,16 @@ def register(app: typer.Typer) -> None:
         data = load_gavel(bundled_path(), gpu)
         seed_list = parse_seeds(seeds) if seeds else [seed]
         per_seed: dict[int, list[Result]] = {}
+        # a site's export is the same trace for every seed (the seed then changes the pair
+        # split and the random choices); the Philly rows are read once too
+        imported = read_sacct(sacct, data.classes) if sacct else None
+        philly = None if sacct else read_philly(bundled_path("philly_job_distribution.csv"))
         for s in seed_list:
-            if sacct:
-                trace = read_sacct(sacct, data.classes)
+            if imported is not None:
+                trace = imported
             else:
-                trace = philly_trace(read_philly(bundled_path("philly_job_distribution.csv")),
+                assert philly is not None
+                trace = philly_trace(philly,
                                      data.classes, jobs=jobs, gpus=gpus, load=load, seed=s,
                                      users=users, multi_gpu=multi_gpu,
                                      max_duration_s=max_duration_h * 3600 or None,
