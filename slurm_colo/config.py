@@ -58,8 +58,8 @@ class PlacementConfig:
     risk_aversion: float = 1.0
     #: share of placements that may try a pair with no data (exploration), 0 disables
     explore_rate: float = 0.1
-    #: once a job has waited this long for whole GPUs (untyped gres:gpu), or held for a GPU
-    #: type (unplaced = "hold", undo), the shared GPU(s) expected to drain first take no new
+    #: once a job has waited this long for whole GPUs (untyped gres:gpu), or held for the
+    #: agent (unplaced = "hold", undo), the shared GPU(s) expected to drain first take no new
     #: partners until it has started, hours; 0 disables
     reserve_after_h: float = 6.0
     #: a new shared set is judged from its members' reported progress after this long, s
@@ -68,8 +68,8 @@ class PlacementConfig:
     #: again, or "off" (it runs on; the next retrain learns from it)
     undo: str = "requeue"
     #: a --colocate job no shared GPU takes now: "own-gpu" keeps its own-GPU request (it
-    #: waits in Slurm's queue for a whole GPU), "hold" holds it as a shard request of one
-    #: GPU type, released by the agent onto the first GPU of that type that fits it;
+    #: waits in Slurm's queue for a whole GPU), "hold" holds it without a GPU request,
+    #: released by the agent onto the first shared GPU that fits it (with its shard request);
     #: "auto": "hold" when every configured GPU is shared, else "own-gpu"
     unplaced: str = "auto"
 

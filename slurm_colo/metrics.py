@@ -160,8 +160,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     for verdict, count in sorted((snapshot.get("probes") or {}).items()):
         probes.add(_num(count), {"verdict": verdict})
     held = _Family("held_jobs", "gauge",
-                   "Jobs held until a GPU of their type fits (requeued after a harmful probe, "
-                   "or held at submission).")
+                   "Jobs held until a GPU fits (requeued after a harmful probe: one of their "
+                   "shard type; held at submission: any shared GPU).")
     if "held" in snapshot:
         held.add(len(snapshot.get("held") or []))
 

@@ -2,8 +2,10 @@
 
 Format: ``slurm-colo[v=1 tok=TOKEN cls=CLASS mode=MODE mech=mps gpu=NODE:IDX pct=N mem=GIB d=DELTA]``
 (fields after ``v`` optional). After the agent undid a harmful placement, ``undone=1`` is
-added; ``held=SHARD_TYPE`` while a job waits, held, to be aimed at a GPU of that type (a
-requeued job, or one held at submission with ``placement.unplaced = "hold"``). The agent writes it at submit time; it rebuilds its view
+added; ``held=SHARD_TYPE`` while a requeued job waits, held, to be aimed at a GPU of that
+type, ``held=*`` while a job held at submission (``placement.unplaced = "hold"``) waits,
+without a GPU request, to be aimed at any shared GPU (``model=MODEL`` if it asked for one
+GPU model). The agent writes it at submit time; it rebuilds its view
 from the admin comment (users cannot edit it) after a restart, and the Prolog falls back
 to the copy in the comment (``SLURM_JOB_COMMENT``) when the agent cannot be reached.
 """
@@ -19,8 +21,12 @@ if TYPE_CHECKING:  # keep the Prolog's import of parse_tag free of the placement
 _TAG_RE = re.compile(r"slurm-colo\[v=1((?: [a-z]+=[^ \]]*)*)\]")
 
 
+#: ``held=`` value of a job held at submission: it may go to any shared GPU (of its model)
+ANY_SHARED = "*"
+
+
 def make_tag(token: str, cls: str, mode: str, d: Decision, undone: bool = False,
-             held: str = "") -> str:
+             held: str = "", model: str = "") -> str:
     parts = [f"v=1 tok={token} cls={cls} mode={mode}"]
     if d.shared:
         parts.append(f"mech={d.mechanism} gpu={d.node}:{d.index}")
@@ -36,13 +42,15 @@ def make_tag(token: str, cls: str, mode: str, d: Decision, undone: bool = False,
         parts.append("undone=1")
     if held:
         parts.append(f"held={held}")
+    if model:
+        parts.append(f"model={model}")
     return "slurm-colo[" + " ".join(parts) + "]"
 
 
 def parse_tag(text: str | None) -> dict[str, Any] | None:
     """Decode a tag found anywhere in ``text`` into the placement dict the hooks use:
     ``shared, mechanism, thread_pct, mem_limit_gib, cls, mode, node, gpu, token, delta,
-    undone, held``."""
+    undone, held, model``."""
     if not text:
         return None
     m = _TAG_RE.search(text)
@@ -72,4 +80,5 @@ def parse_tag(text: str | None) -> dict[str, Any] | None:
         "partners": [],
         "undone": kv.get("undone") == "1",
         "held": kv.get("held") or None,
+        "model": kv.get("model", ""),
     }

@@ -51,7 +51,7 @@ HELP: dict[str, str] = {
     "placement.explore_rate": "Share of placements that may try a pair of classes with no "
     "data yet (exploration). 0 disables exploration.",
     "placement.reserve_after_h": "Starvation guard: once a job has waited this many hours "
-    "for whole GPUs (untyped gres:gpu), or held for one GPU type (placement.unplaced = "
+    "for whole GPUs (untyped gres:gpu), or held for the agent (placement.unplaced = "
     "\"hold\", or requeued by an undo), the shared GPU(s) expected to drain first take no "
     "new partners until it has started. 0 disables the guard.",
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
@@ -65,8 +65,8 @@ HELP: dict[str, str] = {
     "agent avoids the pair from then on.",
     "placement.unplaced": "A --colocate job that no shared GPU takes at submission: "
     "\"own-gpu\" keeps its own-GPU request (it waits in Slurm's queue for a whole GPU); "
-    "\"hold\" turns it into a held shard request of one GPU type (the type with the fewest "
-    "held jobs), which the agent releases onto the first GPU of that type that fits it. "
+    "\"hold\" holds it without a GPU request; the agent releases it onto the first shared "
+    "GPU (of the GPU model it asked for) that fits it, with that GPU's shard request. "
     "\"auto\": \"hold\" when every GPU in [[gpus]] is shared (a job would otherwise wait "
     "for a whole shared GPU to drain), else \"own-gpu\" (it may take a free GPU that is not "
     "shared).",

@@ -7,11 +7,11 @@ shared GPU(s) expected to drain first to new partners -- like a backfill reserva
 until the job has started: one job at a time, the oldest that draining can help. The
 simulator's ``ours`` policies do the same.
 
-A job held for one GPU type (``placement.unplaced = "hold"``, or requeued by an undo: see
-agent/held.py) could wait as long when no GPU of its type ever accepts it. When no
-whole-GPU job needs the guard, the job held longest gets it once it has waited
-``reserve_after_h``: the busy GPU of its type expected to drain first takes no new partner,
-and once it is idle the re-aim gives it to that job first.
+A held job (``placement.unplaced = "hold"``: any shared GPU; or requeued by an undo: a GPU
+of its shard type; see agent/held.py) could wait as long when no GPU it may use ever
+accepts it. When no whole-GPU job needs the guard, the job held longest gets it once it has
+waited ``reserve_after_h``: the busy GPU it may use expected to drain first takes no new
+partner, and once it is idle the re-aim gives it to that job first.
 
 Pure: works on the agent's Slurm snapshot and view; :class:`~.state.AgentState` applies the
 result at every refresh.
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ..placement import ClusterView, GpuView
 from ..slurm.model import SlurmJob
+from ..tags import ANY_SHARED
 
 #: pending reasons that mean "waiting for resources" (not held, not a dependency, not a
 #: begin time): only such a job can be helped by draining GPUs
@@ -42,11 +43,14 @@ class Reservation:
     waiting_since: float
     #: when the last of the closed GPUs is expected to be free (from the occupants' end times)
     drained_by: float
-    #: for a job held for one GPU type (agent/held.py): that type; "" for whole GPUs
+    #: for a held job (agent/held.py): the shard type it waits for, ``*`` for any shared
+    #: GPU; "" for whole GPUs
     gres_type: str = ""
 
     def waits_for(self) -> str:
-        return f"a {self.gres_type} GPU" if self.gres_type else "whole GPUs"
+        if not self.gres_type:
+            return "whole GPUs"
+        return "a shared GPU" if self.gres_type == ANY_SHARED else f"a {self.gres_type} GPU"
 
 
 def whole_gpu_count(job: SlurmJob) -> int | None:
@@ -100,22 +104,23 @@ def end_times(jobs: Iterable[SlurmJob]) -> dict[int, float]:
     return {j.job_id: j.end_time for j in jobs if j.active}
 
 
-def reserve_held(held: Iterable[tuple[int, str, float]], view: ClusterView, now: float,
+def reserve_held(held: Iterable[tuple[int, str, float, str]], view: ClusterView, now: float,
                  after_s: float, ends: Mapping[int, float],
                  skip: Collection[int] = ()) -> Reservation | None:
-    """The same guard for jobs held for one GPU type (``held``: job id, shard type, held
-    since): for the one held longest, once it has waited ``after_s``, the busy GPU of its
-    type expected to drain first. None when an idle GPU of its type is there (the re-aim
-    gives it that) or no GPU of its type can be drained."""
+    """The same guard for held jobs (``held``: job id, the shard type it waits for or ``*``
+    for any shared GPU, held since, GPU model asked or ""): for the one held longest, once
+    it has waited ``after_s``, the busy GPU it may use expected to drain first. None when
+    an idle one is there (the re-aim gives it that) or none can be drained."""
     if after_s <= 0:
         return None
-    for job_id, gres_type, since in sorted(held, key=lambda h: (h[2], h[0])):
+    for job_id, gres_type, since, model in sorted(held, key=lambda h: (h[2], h[0])):
         if now - since < after_s:
             return None  # the rest waited less
         if job_id in skip:
             continue
         gpus = [g for g in view.gpus
-                if g.gres_type == gres_type and g.available and g.exclusive_job is None]
+                if (g.gres_type == gres_type or gres_type == ANY_SHARED)
+                and (not model or g.model == model) and g.available and g.exclusive_job is None]
         if any(not g.occupants for g in gpus):
             return None
         if gpus:

@@ -15,8 +15,12 @@ The node side measures a new shared set after ``placement.probe_s`` and sends th
    the job is released there (``aim``). Until a GPU fits it stays held.
 
 Jobs held at submission (``placement.unplaced = "hold"``: no shared GPU took them then;
-see :meth:`AgentState.decide`) carry the same ``held=<type>`` tag and are released the
-same way, by :func:`reaim`, once :func:`sync_held` has found them in Slurm.
+see :meth:`AgentState.decide`) are held *without* a GPU request (the Lua hook drops it):
+Slurm 22.05 does set the GRES of a pending job that has none (checked on the lab), so such
+a job may go to any shared GPU (of the GPU model it asked for, ``model=`` in its tag). Its
+tag says ``held=*``; :func:`reaim` places it on the whole view and sets its shard request
+when it releases it. Without a GPU request it must not start on its own, so the agent
+turns the user's hold into an administrator's hold (``admin_hold``) at its first look.
 
 A job is undone at most once (``undone=1`` in its tag): a second bad set runs on and is
 learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone, nor
@@ -27,7 +31,6 @@ Pure: actions are returned for the server to run outside its lock.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +38,7 @@ from ..config import Config
 from ..placement import ClusterView, Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report, rate_floor
 from ..slurm.model import SlurmJob
-from ..tags import make_tag, parse_tag
+from ..tags import ANY_SHARED, make_tag, parse_tag
 from .drain import kept
 
 if TYPE_CHECKING:
@@ -46,27 +49,52 @@ log = logging.getLogger("slurm_colo.agent")
 
 @dataclass
 class Held:
-    """A job held in Slurm (requeued by an undo, or held at submission) until a GPU of its
-    shard type takes it."""
+    """A job held in Slurm until a GPU takes it: requeued by an undo (a GPU of its shard
+    type), or held at submission (any shared GPU of its model)."""
 
     job_id: int
     token: str
-    request: JobRequest  # gres_type set: the job's fixed shard type
+    #: gres_type set: the requeued job's fixed shard type; empty: any shared GPU
+    request: JobRequest
     since: float
     reason: str
     #: requeued after a harmful probe (else held at submission, placement.unplaced = "hold")
     undone: bool = True
+    #: the GPU model the job asked for ("" any); for a job held without a GPU request
+    model: str = ""
+    #: its hold is the administrator's (a job without a GPU request must not start by hand)
+    locked: bool = False
+
+    @property
+    def any_gpu(self) -> bool:
+        """Held without a GPU request: its shard type is chosen when it is released."""
+        return not self.request.gres_type
+
+    @property
+    def gres_type(self) -> str:
+        """The type it waits for, as its tag says it (``*``: any shared GPU)."""
+        return self.request.gres_type or ANY_SHARED
+
+    def waits_for(self) -> str:
+        if not self.any_gpu:
+            return f"a {self.request.gres_type} GPU"
+        return f"a shared {self.model} GPU" if self.model else "a shared GPU"
 
 
 @dataclass(frozen=True)
 class Action:
-    """A change to make in Slurm: ``requeue_hold`` or ``aim`` (set ReqNodeList, release)."""
+    """A change to make in Slurm: ``requeue_hold``, ``aim`` (set ReqNodeList, the shard
+    request of a job held without one, release) or ``admin_hold``."""
 
     kind: str
     job_id: int
-    admin_comment: str
-    comment: str
+    admin_comment: str = ""
+    comment: str = ""
     node: str = ""
+    #: aim: the shard request to set (a job held without a GPU request), else ""
+    gres: str = ""
+    #: aim of a job held without a GPU request: the GPU model it asked for
+    model: str = ""
     #: the job's comments before (put back if Slurm refuses the requeue)
     restore: tuple[str, str] = ("", "")
 
@@ -132,16 +160,21 @@ def _shard_type(state: AgentState, d: Decision) -> str:
 
 
 def reaim(state: AgentState, now: float) -> list[Action]:
-    """Aim held jobs at a GPU of their shard type that takes them, oldest first."""
+    """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
+    oldest first; lock the hold of a job held without a GPU request that stays held."""
     out = []
     for h in sorted(state.held.values(), key=lambda h: h.since):
         sj = state.jobs.get(h.job_id)
         if sj is None or sj.state != "PENDING":
             continue  # still being requeued (Slurm changes a pending job only), or gone
         part = h.request.partition if "," not in h.request.partition else ""
-        view = state.candidate_view({"partition": part}) if part else state.view
+        view = state.candidate_view({"partition": part, "gpu_type": h.model}) \
+            if part or h.model else state.view
         d = _place_held(state, h, view)
         if not d.shared or d.node is None:
+            if h.any_gpu and not h.locked and sj.state_reason != "JobHeldAdmin":
+                h.locked = True
+                out.append(Action("admin_hold", h.job_id))
             continue
         del state.held[h.job_id]
         state.adopt(h.token, replace(h.request, gres_type=""), d, h.job_id, now)
@@ -153,8 +186,10 @@ def reaim(state: AgentState, now: float) -> list[Action]:
             comment = f"colo: released onto GPU {d.index} of {d.node}: {d.reason}"
         log.info("job %s: released onto GPU %s of %s (%s): %s", h.job_id, d.index, d.node,
                  "after its undo" if h.undone else "held at submission", d.reason)
+        gres = state.layouts[d.node].shard_request(d.index or 0) if h.any_gpu else ""
         out.append(Action("aim", h.job_id, make_tag(h.token, h.request.cls, h.request.mode, d,
-                                                    undone=h.undone), comment, node=d.node))
+                                                    undone=h.undone), comment, node=d.node,
+                          gres=gres, model=h.model))
     return out
 
 
@@ -180,19 +215,25 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
     jobs known only from their tags (agent restart), forget those Slurm no longer holds for
     us (released by hand, cancelled, ended)."""
     grace = 3 * state.cfg.agent.refresh_interval_s
+    ttl = state.cfg.agent.pending_ttl_s
+    state.held_tokens = {k: t for k, t in state.held_tokens.items() if now - t <= ttl}
     for job_id, tag in tags.items():
         j = state.jobs[job_id]
         if tag["token"]:
             state.held_tokens.pop(tag["token"], None)
         if (tag["held"] and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
+            any_gpu = tag["held"] == ANY_SHARED
             req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
-                             mode=tag["mode"], gres_type=tag["held"], partition=j.partition,
+                             mode=tag["mode"], gres_type="" if any_gpu else tag["held"],
+                             partition=j.partition,
                              rate_floor=rate_floor(state.cfg.placement, tag["undone"]))
             why = "requeued after a harmful probe" if tag["undone"] else \
-                "held at submission until a GPU of its type fits"
+                "held at submission until a shared GPU fits"
             state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,
-                                        j.submit_time or now, why, undone=tag["undone"])
+                                        j.submit_time or now, why, undone=tag["undone"],
+                                        model=tag["model"],
+                                        locked=j.state_reason == "JobHeldAdmin")
     for job_id, h in list(state.held.items()):
         sj = state.jobs.get(job_id)
         # a held job is always pending or (just before its requeue) running in Slurm:
@@ -210,15 +251,19 @@ def failed(state: AgentState, action: Action, now: float) -> None:
         state.held.pop(action.job_id, None)
         state.probes["undo_failed"] += 1
         return
+    if action.kind == "admin_hold":
+        return  # it stays held by its user: tried again after an agent restart
     token = state.by_job.get(action.job_id)
     p = state.placements.get(token) if token else None
     if p is None or token is None:
         return
     state.drop_placement(token)
-    gres_type = _shard_type(state, p.decision)
+    # a job held without a GPU request may still go anywhere; a requeued one keeps its type
+    gres_type = "" if action.gres else _shard_type(state, p.decision)
     tag = parse_tag(action.admin_comment)
     state.held[action.job_id] = Held(action.job_id, token, replace(p.request, gres_type=gres_type),
-                                     now, "its release failed", undone=bool(tag and tag["undone"]))
+                                     now, "its release failed", undone=bool(tag and tag["undone"]),
+                                     model=action.model)
     state.rebuild()
 
 
@@ -230,39 +275,48 @@ def hold_unplaced(cfg: Config) -> bool:
     return mode == "hold"
 
 
-def hold_target(state: AgentState, fields: dict[str, str], now: float) -> tuple[str, str] | None:
-    """The GPU type a job no shared GPU takes now waits for (placement.unplaced = "hold"):
-    among the types of the GPUs it may use, the one with the fewest jobs held for it, then
-    the first; with its shard request. None when it may use no shared GPU. Runs on the
-    answer path: it stops looking at GPUs once every configured type was seen."""
-    first: dict[str, str] = {}
-    for g in state.candidate_view(fields).gpus:
-        if g.available and g.gres_type not in first:
-            first[g.gres_type] = state.layouts[g.node].shard_request(g.index)
-            if len(first) == state.n_shard_types:
-                break
-    if not first:
-        return None
-    ttl = state.cfg.agent.pending_ttl_s
-    state.held_tokens = {k: v for k, v in state.held_tokens.items() if now - v[1] <= ttl}
-    waiting = Counter(h.request.gres_type for h in state.held.values())
-    waiting.update(t for t, _ in state.held_tokens.values())
-    gtype = min(first, key=lambda t: (waiting[t], t))
-    return gtype, first[gtype]
+def can_hold(state: AgentState, fields: dict[str, str]) -> bool:
+    """Whether a job no shared GPU takes now may wait, held, for one
+    (placement.unplaced = "hold"): some shared GPU it may use exists. Runs on the answer
+    path: it stops at the first such GPU."""
+    return any(g.available for g in state.candidate_view(fields).gpus)
 
 
-def held_in_slurm(jobs: list[SlurmJob]) -> list[tuple[SlurmJob, str]]:
-    """Pending jobs whose tag says they wait, held, for the agent to release them, with the
-    GPU type each waits for (read from Slurm: works while the agent is down)."""
+@dataclass(frozen=True)
+class HeldInSlurm:
+    """A job Slurm holds for the agent, as its tag says (read from Slurm: works while the
+    agent is down)."""
+
+    job: SlurmJob
+    #: the shard type it waits for, ``*`` for any shared GPU (no GPU request while held)
+    gres_type: str
+    model: str = ""
+
+    def waits_for(self) -> str:
+        if self.gres_type != ANY_SHARED:
+            return f"a {self.gres_type} GPU"
+        return f"a shared {self.model} GPU" if self.model else "a shared GPU"
+
+    def release_gres(self, fallback: str) -> str:
+        """The GPU request to give it when it is released by hand: none for a requeued job
+        (it keeps its shard type), else what the Lua hook's fallback gives a job when the
+        agent is down: untargeted sharing (``shard``, no GPU model asked) or a whole GPU."""
+        if self.gres_type != ANY_SHARED:
+            return ""
+        if fallback == "shard" and not self.model:
+            return "gres:shard:1"
+        return f"gres:gpu:{self.model}:1" if self.model else "gres:gpu:1"
+
+    def unheld_tag(self) -> str:
+        """Its tag without ``held=``, so that the agent leaves it to Slurm."""
+        return self.job.admin_comment.replace(f" held={self.gres_type}", "")
+
+
+def held_in_slurm(jobs: list[SlurmJob]) -> list[HeldInSlurm]:
+    """Pending jobs whose tag says they wait, held, for the agent to release them."""
     out = []
     for j in jobs:
         tag = parse_tag(j.admin_comment)
         if tag and tag["held"] and j.state == "PENDING":
-            out.append((j, str(tag["held"])))
-    return sorted(out, key=lambda x: x[0].job_id)
-
-
-def unheld_tag(admin_comment: str, gres_type: str) -> str:
-    """The tag of a held job released by hand: without ``held=``, so the agent leaves it to
-    Slurm."""
-    return admin_comment.replace(f" held={gres_type}", "")
+            out.append(HeldInSlurm(j, str(tag["held"]), tag["model"]))
+    return sorted(out, key=lambda x: x.job.job_id)

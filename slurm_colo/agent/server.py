@@ -132,8 +132,11 @@ class Agent:
                 try:
                     if a.kind == "requeue_hold":
                         self.control.requeue_hold(a.job_id, a.admin_comment, a.comment, a.restore)
+                    elif a.kind == "admin_hold":
+                        self.control.admin_hold(a.job_id)
                     else:
-                        self.control.aim_and_release(a.job_id, a.node, a.admin_comment, a.comment)
+                        self.control.aim_and_release(a.job_id, a.node, a.admin_comment, a.comment,
+                                                     a.gres)
                 except SlurmError as e:
                     log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:

@@ -20,9 +20,9 @@ from ..placement.policy import index_for
 from ..placement.retract import rate_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
-from ..tags import make_tag, parse_tag
+from ..tags import ANY_SHARED, make_tag, parse_tag
 from .drain import Reservation, drained, end_times, kept, reserve, reserve_held
-from .held import Held, hold_target, hold_unplaced, sync_held
+from .held import Held, can_hold, hold_unplaced, sync_held
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -87,8 +87,8 @@ class AgentState:
         self.scores_error: str | None = None
         #: requeued jobs held in Slurm until a GPU of their shard type takes them (held.py)
         self.held: dict[int, Held] = {}
-        #: jobs held at submission not yet seen in Slurm: token -> (GPU type, time)
-        self.held_tokens: dict[str, tuple[str, float]] = {}
+        #: jobs held at submission not yet seen in Slurm: token -> time
+        self.held_tokens: dict[str, float] = {}
         #: probe verdicts: kept, undone, harmful (harmful, not to be undone), undo_failed
         #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
@@ -98,8 +98,6 @@ class AgentState:
         self.nodes: dict[str, SlurmNode] = {}
         self.view = ClusterView()
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
-        #: how many shard GRES types the configured shared GPUs have (held.hold_target)
-        self.n_shard_types = len({ng.gres_type(i) for ng in cfg.gpus for i in ng.shared})
         self.explanations: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.decisions: Counter[str] = Counter()
         self.fallbacks: Counter[str] = Counter()
@@ -280,7 +278,7 @@ class AgentState:
         parts = {name: n.partitions for name, n in self.nodes.items()}
         new = reserve(self.jobs.values(), view, now, after_s, parts, skip=self._gave_up)
         if new is None and self.held:
-            new = reserve_held(((h.job_id, h.request.gres_type, h.since) for h in self.held.values()),
+            new = reserve_held(((h.job_id, h.gres_type, h.since, h.model) for h in self.held.values()),
                                view, now, after_s, end_times(self.jobs.values()), skip=self._gave_up)
         if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
             log.info("job %s has waited %.1f h for %s: GPU(s) %s of %s take no new partners "
@@ -379,13 +377,14 @@ class AgentState:
             token = _new_token()
             d = self._place(token, key, fields)
         tag = make_tag(token, cls, mode, d)
-        hold = None if d.shared or not hold_unplaced(self.cfg) else hold_target(self, fields, now)
-        if hold is not None:
-            gtype, gres = hold
-            tag = make_tag(token, cls, mode, d, held=gtype)
-            reply = {"action": "hold", "gres": gres, "tag": tag,
-                     "comment": f"colo: held until a {gtype} GPU fits ({d.reason.removeprefix('own GPU: ')})",
-                     "user_msg": f"slurm-colo: held until a shared GPU of type {gtype} fits; "
+        hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self, fields)
+        if hold:
+            # held without a GPU request: the agent sets it when it releases the job onto
+            # whichever shared GPU fits it first (held.reaim)
+            tag = make_tag(token, cls, mode, d, held=ANY_SHARED, model=fields.get("gpu_type", ""))
+            reply = {"action": "hold", "gres": "none", "tag": tag,
+                     "comment": f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
+                     "user_msg": "slurm-colo: held until a shared GPU fits; "
                                  "the job is released there by the placement agent"}
         elif not d.shared:
             reply = {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
@@ -397,10 +396,10 @@ class AgentState:
                      "node": d.node or "", "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
 
         def record() -> None:
-            if hold is not None:
-                self.held_tokens[token] = (hold[0], now)
+            if hold:
+                self.held_tokens[token] = now
             self._record(token, key, fields, d, now)
-            if hold is not None:
+            if hold:
                 self.note(token, reply["comment"][6:])
         return reply, record
 
@@ -549,8 +548,8 @@ class AgentState:
             "decisions": dict(self.decisions),
             "probes": dict(self.probes),
             "learned_pairs": len(self.learned),
-            "held": [{"job_id": h.job_id, "gres_type": h.request.gres_type, "cls": h.request.cls,
-                      "waiting_s": now - h.since, "reason": h.reason}
+            "held": [{"job_id": h.job_id, "gres_type": h.gres_type, "waits_for": h.waits_for(),
+                      "cls": h.request.cls, "waiting_s": now - h.since, "reason": h.reason}
                      for h in sorted(self.held.values(), key=lambda h: h.since)],
             "fallbacks": dict(self.fallbacks),
             "snapshot_age_s": now - self.snapshot_time if self.snapshot_time else None,

@@ -103,12 +103,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  ({ex['note']})")
 
     @app.command()
-    def held(release: bool = typer.Option(False, "--release", help="Release them all now (Slurm "
-                                           "then starts each on any GPU of its type)."),
+    def held(release: bool = typer.Option(False, "--release", help="Release them all now, "
+                                           "without the agent (see the admin guide)."),
              config: Optional[Path] = ConfigOpt) -> None:
         """Jobs held for the agent to release (requeued after a harmful probe, or held at
         submission), read from Slurm; --release lets them go without the agent."""
-        from ..agent.held import held_in_slurm, unheld_tag
+        from ..agent.held import held_in_slurm
         from ..slurm import open_backend
         from ..slurm.control import ScontrolControl
         cfg = load_config(config)
@@ -117,11 +117,15 @@ def register(app: typer.Typer) -> None:
             typer.echo("no job is held for the agent")
             return
         control = ScontrolControl()
-        for j, gtype in jobs:
-            typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for a {gtype} GPU: {j.comment}")
+        for h in jobs:
+            j = h.job
+            typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for {h.waits_for()}: {j.comment}")
             if release:
-                control.aim_and_release(j.job_id, "", unheld_tag(j.admin_comment, gtype), j.comment)
-                typer.echo(f"  released: Slurm starts it on any {gtype} GPU with a free shard")
+                gres = h.release_gres(cfg.placement.fallback)
+                control.aim_and_release(j.job_id, "", h.unheld_tag(), j.comment, gres)
+                typer.echo(f"  released: Slurm starts it on any {h.gres_type} GPU with a free shard"
+                           if not gres else f"  released with {gres.removeprefix('gres:')}: "
+                           "Slurm starts it where that fits, as if the agent had been down at submission")
 
     @app.command()
     def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -144,8 +148,8 @@ def register(app: typer.Typer) -> None:
         if st.get("learned_pairs"):
             typer.echo(f"measured by probes, laid over the score set: {st['learned_pairs']} pair(s)")
         for h in st.get("held") or []:
-            typer.echo(f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for a "
-                       f"{h['gres_type']} GPU that fits: {h['reason']}")
+            typer.echo(f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for "
+                       f"{h.get('waits_for') or 'a ' + h['gres_type'] + ' GPU'} that fits: {h['reason']}")
         r = st.get("reservation")
         if r:
             typer.echo(f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "

@@ -226,10 +226,14 @@ local function place(job_desc, submit_uid)
     set_gres(job_desc, req, gres)
     job_desc.req_nodes = node
   elseif ans.action == "hold" then
-    -- no shared GPU takes the job now: it waits, held, as a shard request of one GPU type
-    -- until the agent releases it onto a GPU of that type that fits it
+    -- no shared GPU takes the job now: it waits, held, until the agent releases it onto
+    -- one that fits it. gres=none: without a GPU request, which the agent sets when it
+    -- releases the job (Slurm 22.05 can give a pending job a GRES only if it has none);
+    -- else a shard request of one GPU type
     local gres = ans.gres or ""
-    if not gres:match("^gres:shard:[%w._]+:1$") then
+    if gres == "none" then
+      gres = ""
+    elseif not gres:match("^gres:shard:[%w._]+:1$") then
       return fallback(job_desc, req, "malformed hold")
     end
     set_gres(job_desc, req, gres)

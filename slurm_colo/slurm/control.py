@@ -6,7 +6,10 @@ relies on (checked on the lab): ``scontrol requeuehold`` stops a running batch j
 leaves it pending and held (reason ``job_requeued_in_held_state``, eligible again only
 after two minutes); node-level fields (``ReqNodeList``) and comments update on a held job;
 ``StartTime=now`` clears the two-minute wait; ``scontrol release`` lets it start. A
-pending job's GRES cannot be changed, so a requeued job keeps its shard type.
+pending job's GRES cannot be changed, so a requeued job keeps its shard type; but a
+pending job submitted *without* GRES takes one (``Gres=shard:TYPE:1``) and runs on a GPU
+of that type (``TresPerNode=gres:shard:TYPE:1``). ``scontrol hold`` as root turns a user's hold into an administrator's, which
+the user cannot release.
 """
 
 from __future__ import annotations
@@ -33,11 +36,18 @@ def release_argv(job_id: int) -> list[str]:
     return ["scontrol", "release", str(job_id)]
 
 
+def hold_argv(job_id: int) -> list[str]:
+    return ["scontrol", "hold", str(job_id)]
+
+
 class JobControl(Protocol):
     def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
                      restore: tuple[str, str] = ("", "")) -> None: ...
 
-    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None: ...
+    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
+                        gres: str = "") -> None: ...
+
+    def admin_hold(self, job_id: int) -> None: ...
 
 
 class ScontrolControl:
@@ -74,10 +84,18 @@ class ScontrolControl:
                 pass  # the job ended meanwhile: nothing left to restore
             raise
 
-    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None:
-        """Set the job's node (none: keep its ReqNodeList) and comments, clear the wait
-        after a requeue, release it."""
+    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
+                        gres: str = "") -> None:
+        """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
+        ``tres_per_node`` string, for a job held without one; none: keep it) and comments, clear the wait after a requeue,
+        release it."""
         fields = {"ReqNodeList": node} if node else {}
+        if gres:
+            fields["TresPerNode"] = gres
         self.run(update_argv(job_id, **fields, AdminComment=admin_comment, Comment=comment,
                              StartTime="now"))
         self.run(release_argv(job_id))
+
+    def admin_hold(self, job_id: int) -> None:
+        """Make the job's hold the administrator's: its user can no longer release it."""
+        self.run(hold_argv(job_id))

@@ -1,5 +1,6 @@
 """Undoing a harmful pairing on the real cluster: the probe after placement.probe_s (15 s in
-the lab), the requeue of the newcomer, and its release once a GPU of its type fits."""
+the lab), the requeue of the newcomer, and its release once a GPU of its type fits; jobs
+held at submission (placement.unplaced = "hold"), released onto any shared GPU."""
 
 from __future__ import annotations
 
@@ -119,39 +120,48 @@ def _hold_config(tmp: str) -> Path:
     return cfg
 
 
-def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_and_is_released_onto_one(clean: None) -> None:
+def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_released_onto_any_gpu(
+        clean: None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stop_agent()
         start_agent_only(_hold_config(tmp))
         try:
             # the two shared GPUs take one incompatible job each; the third fits neither
             a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice",
-                       sleep=12)
-            b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=40)
+                       sleep=40)
+            b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=12)
             q = wait_running(a.job_id, b.job_id)
+            gpu_a, gpu_b = gpu_of(q[a.job_id]), gpu_of(q[b.job_id])
+            assert gpu_a != gpu_b
             c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
                        sleep=3)
-            assert c.rc == 0 and "held until a shared GPU of type" in c.stderr
+            assert c.rc == 0 and "held until a shared GPU fits" in c.stderr
             j = squeue()[c.job_id]
-            assert j["job_state"] == "PENDING" and j["priority"] == 0 and "held=" in j["admin_comment"]
-            gtype = j["admin_comment"].split("held=")[1].rstrip("]")
-            assert j["tres_per_node"] == f"gres:shard:{gtype}:1" and "held until" in j["comment"]
-            gpu_a = gpu_of(q[a.job_id])
-            assert gtype == f"v100_s{min(gpu_a)}"  # the first type (no job held for any yet)
-            # a's GPU frees up first: c is released onto it, while b still runs on the other
+            assert j["job_state"] == "PENDING" and j["priority"] == 0 and "held=*" in j["admin_comment"]
+            # held without a GPU request: the agent gives it one when it releases it
+            assert j["tres_per_node"] in ("", None) and "held until" in j["comment"]
+            # at its next look the agent makes the hold the administrator's: the user cannot
+            # start the job without a GPU
+            wait_for(lambda: agent_refresh() or squeue()[c.job_id]["state_reason"] == "JobHeldAdmin",
+                     20, 0.5, "the hold to become the administrator's")
+            assert run(["scontrol", "release", str(c.job_id)], user="alice").returncode != 0
+            # b's GPU frees up first: c is released onto it, whatever its shard type, while a
+            # still runs on the other
             done = wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id],
                             60, 1.0, "the held job released and finished")
-            assert f"released onto GPU {min(gpu_a)} of vm" in done["comment"]
-            assert squeue()[a.job_id]["job_state"] == "COMPLETED"
-            assert done["start_time"] >= squeue()[a.job_id]["end_time"]
-            assert squeue()[b.job_id]["job_state"] == "RUNNING"
-            assert "undone=1" not in done["admin_comment"] and f"gpu=vm:{min(gpu_a)}" in done["admin_comment"]
+            (idx,) = gpu_b
+            assert f"released onto GPU {idx} of vm" in done["comment"]
+            assert done["tres_per_node"] == f"gres:shard:v100_s{idx}:1"
+            assert done["start_time"] >= squeue()[b.job_id]["end_time"]
+            assert squeue()[a.job_id]["job_state"] == "RUNNING"
+            assert "undone=1" not in done["admin_comment"] and f"gpu=vm:{idx}" in done["admin_comment"]
+            assert "held=" not in done["admin_comment"]
         finally:
             stop_agent()
             start_agent_only()
 
 
-def test_a_job_held_too_long_has_a_gpu_of_its_type_drained_for_it(clean: None) -> None:
+def test_a_job_held_too_long_has_a_gpu_drained_for_it(clean: None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stop_agent()
         cfg = _hold_config(tmp)
@@ -167,13 +177,14 @@ def test_a_job_held_too_long_has_a_gpu_of_its_type_drained_for_it(clean: None) -
             gtype = f"v100_s{min(gpu_a)}"
             c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
                        sleep=3)
-            assert f"gres:shard:{gtype}:1" == squeue()[c.job_id]["tres_per_node"]  # held for a's type
+            assert "held=*" in squeue()[c.job_id]["admin_comment"]  # held without a GPU request
 
             def reserved() -> dict[str, object] | None:
                 r = json.loads(agent_cli("status", "--json").stdout).get("reservation")
                 return r if r and r["job_id"] == c.job_id else None
-            r = wait_for(reserved, 40, 0.5, "the agent to drain a GPU of its type for the held job")
-            assert r["gres_type"] == gtype and set(r["gpus"]) == gpu_a  # type: ignore[arg-type]
+            r = wait_for(reserved, 40, 0.5, "the agent to drain a GPU for the held job")
+            # the GPU whose occupant's time limit ends first: a's
+            assert r["waits_for"] == "a shared GPU" and set(r["gpus"]) == gpu_a  # type: ignore[arg-type]
             # a job that would pair well with a is kept off a's GPU now
             d = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", sleep=2)
             assert gtype not in squeue()[d.job_id]["tres_per_node"]
@@ -203,13 +214,15 @@ def test_held_jobs_can_be_released_by_hand_while_the_agent_is_down(clean: None) 
             stop_agent()
             listed = agent_cli("held")
             assert listed.returncode == 0 and f"job {c.job_id} (alice" in listed.stdout, listed.stdout + listed.stderr
+            assert "waits for a shared GPU" in listed.stdout
             out = agent_cli("held", "--release")
-            assert out.returncode == 0 and "released" in out.stdout, out.stdout + out.stderr
-            # Slurm starts it on a GPU of its type with a free shard, without the agent
+            assert out.returncode == 0 and "released with gpu:1" in out.stdout, out.stdout + out.stderr
+            # held without a GPU request, it gets what the Lua hook gives a job when the agent
+            # is down (the lab's placement.fallback: exclusive): a whole GPU, here a free one
             wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED", 30, 0.5,
                      "the released job to run")
             j = squeue()[c.job_id]
-            assert "held=" not in j["admin_comment"]
+            assert "held=" not in j["admin_comment"] and j["tres_per_node"] == "gres:gpu:1"
             assert agent_cli("held").stdout.strip() == "no job is held for the agent"
         finally:
             stop_agent()

@@ -190,8 +190,12 @@ class FakeControl:
         if self.fail:
             raise SlurmError("scontrol requeuehold 11 failed: Job is not running")
 
-    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str) -> None:
+    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
+                        gres: str = "") -> None:
         self.calls.append(("aim", job_id, node))
+
+    def admin_hold(self, job_id: int) -> None:
+        self.calls.append(("admin_hold", job_id, ""))
 
 
 class NoSlurm:
@@ -268,33 +272,62 @@ def test_bad_measurement_rows_are_refused_with_the_row_named(pairs: list, why: s
         agent_learned.from_json(b'{"format": "other"}', "learned.json")
 
 
-def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_for_one_gpu_type() -> None:
+def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request() -> None:
     s = _state(unplaced="hold")
     a = s.place_request(_req("slow"), 1.0)
     b = s.place_request(_req("slow"), 1.1)  # slow+slow: delta 1.0, too little: GPU 1
     c = s.place_request(_req("slow"), 1.2)
     d = s.place_request(_req("slow"), 1.3)
     assert (a["gres"], b["gres"]) == ("gres:shard:v100_s0:1", "gres:shard:v100_s1:1")
-    # no GPU takes c or d: each waits held for the GPU type with the fewest held jobs
+    # no GPU takes c or d: each waits held, without a GPU request, for any shared GPU
     assert c["action"] == d["action"] == "hold" and "node" not in c
-    assert (c["gres"], d["gres"]) == ("gres:shard:v100_s0:1", "gres:shard:v100_s1:1")
-    assert c["comment"].startswith("colo: held until a v100_s0 GPU fits (n1:0: slow+slow: slow predicted at 0.50x")
+    assert c["gres"] == d["gres"] == "none"
+    assert c["comment"].startswith("colo: held until a shared GPU fits (n1:0: slow+slow: slow predicted at 0.50x")
     tag = parse_tag(c["tag"])
-    assert tag is not None and tag["held"] == "v100_s0" and not tag["undone"] and not tag["shared"]
+    assert tag is not None and tag["held"] == "*" and not tag["undone"] and not tag["shared"]
+    assert tag["model"] == ""
     assert s.decisions["hold:no partner now"] == 2
-    held = [SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2),
-            SlurmJob(13, "job", "alice", 1000, "PENDING", admin_comment=d["tag"], submit_time=1.3)]
+    held = [SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
+                     state_reason="JobHeldUser"),
+            SlurmJob(13, "job", "alice", 1000, "PENDING", admin_comment=d["tag"], submit_time=1.3,
+                     state_reason="JobHeldUser")]
     running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
     s.apply_snapshot(running + held, [], 5.0)
     assert sorted(s.held) == [12, 13] and s.held_tokens == {}
-    assert agent_held.reaim(s, 5.0) == []
-    s.job_ended(10)
-    s.apply_snapshot(running[1:] + held, [], 9.0)
+    assert s.status(5.0)["held"][0]["waits_for"] == "a shared GPU"
+    # nothing fits yet: their users' holds become the administrator's, once
+    assert [(x.kind, x.job_id) for x in agent_held.reaim(s, 5.0)] == [("admin_hold", 12), ("admin_hold", 13)]
+    assert agent_held.reaim(s, 5.5) == []
+    # GPU 1 (type v100_s1) frees up first: the oldest goes there, its shard request set now
+    s.job_ended(11)
+    s.apply_snapshot(running[:1] + held, [], 9.0)
     [aim] = agent_held.reaim(s, 9.0)
-    assert (aim.job_id, aim.node) == (12, "n1") and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
-    assert aim.comment.startswith("colo: released onto GPU 0 of n1: opened idle shared GPU 0")
+    assert (aim.kind, aim.job_id, aim.node, aim.gres) == ("aim", 12, "n1", "gres:shard:v100_s1:1")
+    assert parse_tag(aim.admin_comment)["gpu"] == 1  # type: ignore[index]
+    assert aim.comment.startswith("colo: released onto GPU 1 of n1: opened idle shared GPU 1")
     assert not parse_tag(aim.admin_comment)["undone"]  # type: ignore[index]
+    assert "held=" not in aim.admin_comment
     assert sorted(s.held) == [13]
+
+
+def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() -> None:
+    layout = (NodeGpus("n1", 1, "v100", 32.0, (0,), 4), NodeGpus("n2", 1, "a100", 40.0, (0,), 4))
+    s = AgentState(Config(gpus=layout, placement=PlacementConfig(explore_rate=0.0, unplaced="hold")), SCORES)
+    s.apply_snapshot([], [SlurmNode("n1", "IDLE"), SlurmNode("n2", "IDLE")], 0.0)
+    a = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.0)
+    c = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.2)
+    assert a["node"] == "n1" and c["action"] == "hold" and parse_tag(c["tag"])["model"] == "v100"  # type: ignore[index]
+    run_a = SlurmJob(10, "job", "alice", 1000, "RUNNING", nodes="n1",
+                     gres=(GresAlloc("shard", "v100_s0", 1, (0,)),), admin_comment=a["tag"])
+    held = SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
+                    state_reason="JobHeldAdmin")
+    s.apply_snapshot([run_a, held], [], 5.0)
+    assert s.held[12].model == "v100" and s.held[12].locked
+    assert agent_held.reaim(s, 5.0) == []  # the idle a100 is not for it, and it is locked already
+    s.job_ended(10)
+    s.apply_snapshot([held], [], 9.0)
+    [aim] = agent_held.reaim(s, 9.0)
+    assert (aim.node, aim.gres) == ("n1", "gres:shard:v100_s0:1")
 
 
 def test_without_unplaced_hold_such_a_job_keeps_its_own_gpu() -> None:
@@ -318,11 +351,22 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
             SlurmJob(5, "j", "alice", 1000, "PENDING", admin_comment=tag.replace("s1", "s0")),
             SlurmJob(6, "j", "alice", 1000, "RUNNING", admin_comment=tag),
             SlurmJob(8, "j", "alice", 1000, "PENDING", admin_comment="slurm-colo[v=1 tok=u cls=a mode=auto]")]
+    jobs += [SlurmJob(9, "j", "bob", 1001, "PENDING", admin_comment="slurm-colo[v=1 tok=w cls=a mode=auto held=*]"),
+             SlurmJob(4, "j", "bob", 1001, "PENDING",
+                      admin_comment="slurm-colo[v=1 tok=x cls=a mode=auto held=* model=a100]")]
     found = agent_held.held_in_slurm(jobs)
-    assert [(j.job_id, t) for j, t in found] == [(5, "v100_s0"), (7, "v100_s1")]
-    untagged = agent_held.unheld_tag(tag, "v100_s1")
-    assert untagged == "slurm-colo[v=1 tok=t cls=a mode=auto]"
-    assert parse_tag(untagged)["held"] is None  # type: ignore[index]
+    assert [(h.job.job_id, h.gres_type, h.model) for h in found] == [
+        (4, "*", "a100"), (5, "v100_s0", ""), (7, "v100_s1", ""), (9, "*", "")]
+    m, s0, s1, anyg = found
+    assert [h.waits_for() for h in found] == ["a shared a100 GPU", "a v100_s0 GPU", "a v100_s1 GPU", "a shared GPU"]
+    assert s1.unheld_tag() == "slurm-colo[v=1 tok=t cls=a mode=auto]"
+    assert anyg.unheld_tag() == "slurm-colo[v=1 tok=w cls=a mode=auto]"
+    assert parse_tag(s1.unheld_tag())["held"] is None  # type: ignore[index]
+    # released by hand: a requeued job keeps its shard request; one held without a request
+    # gets what the Lua hook gives when the agent is down
+    assert s1.release_gres("shard") == s1.release_gres("exclusive") == ""
+    assert (anyg.release_gres("shard"), anyg.release_gres("exclusive")) == ("gres:shard:1", "gres:gpu:1")
+    assert m.release_gres("shard") == m.release_gres("exclusive") == "gres:gpu:a100:1"
 
 
 def test_measurements_that_cannot_be_saved_stay_in_memory_with_a_warning(

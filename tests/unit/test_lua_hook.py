@@ -79,6 +79,24 @@ def test_hold_answer_holds_the_job_as_a_shard_request(tmp_path: Path, cfg: Confi
     assert out["comment"] == "colo: held until a v100_s0 GPU fits"
 
 
+HOLD_ANY = (b"OK\taction=hold\tgres=none\tcomment=colo: held until a shared GPU fits"
+            b"\ttag=slurm-colo[v=1 tok=ef held=*]\n")
+
+
+@pytest.mark.parametrize("agent", [(HOLD_ANY, 0.0)], indirect=True)
+@pytest.mark.parametrize("field", ["tres_per_node", "tres_per_job"])
+def test_hold_without_a_gpu_request_drops_the_request(tmp_path: Path, cfg: Config, agent: FakeAgent,
+                                                        field: str) -> None:
+    job = dict(BATCH)
+    del job["tres_per_node"]
+    job[field] = "gres:gpu:1"
+    out, _, _ = _run(tmp_path, job, COLO, cfg)
+    assert out["tres_per_node"] == "" and out["tres_per_job"] in ("", "nil")
+    assert out["priority"] == "0" and out["req_nodes"] == "nil" and out["rc"] == "0"
+    assert out["admin_comment"] == "slurm-colo[v=1 tok=ef held=*]"
+    assert out["comment"] == "colo: held until a shared GPU fits"
+
+
 @pytest.mark.parametrize("agent", [(b"OK\taction=hold\tgres=gres:gpu:4\n", 0.0)], indirect=True)
 def test_a_malformed_hold_falls_back(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
     out, _, _ = _run(tmp_path, BATCH, COLO, cfg)

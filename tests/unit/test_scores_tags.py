@@ -75,7 +75,8 @@ def test_tag_round_trip() -> None:
     got = parse_tag(f"user text | {tag} trailing")
     assert got == {"token": "ab12cd34", "cls": "bert-bs32", "mode": "aggressive", "shared": True,
                    "mechanism": "mps", "node": "gpu07", "gpu": 3, "thread_pct": 40, "mem_limit_gib": 7.5,
-                   "memory_gib": 6.0, "delta": 1.42, "partners": [], "undone": False, "held": None}
+                   "memory_gib": 6.0, "delta": 1.42, "partners": [], "undone": False, "held": None,
+                   "model": ""}
     held = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "harmful"), undone=True, held="v100_s1"))
     assert held is not None and held["held"] == "v100_s1" and held["undone"] and not held["shared"]
     waiting = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "no partner"), held="v100_s0"))
