@@ -6,15 +6,18 @@ Two ways to drive it (see docs/simulator.md):
 * ``replan`` (``ours``, ``oracle``): waiting jobs are placed again whenever GPUs change,
   oldest first, and start as soon as a GPU takes them. This is the policy's potential when
   the decision can wait for the job's turn.
-* ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, the GPU type is
-  decided once, at arrival: a shared GPU now; else, with ``hold``, the job waits for a GPU
-  of one type (the agent's ``placement.unplaced = "hold"``), without it, it keeps its
-  own-GPU request and waits for a whole idle GPU (first come, first served).
+* ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, a job is placed once,
+  at arrival: a shared GPU now; else, with ``hold`` (the agent's ``placement.unplaced =
+  "hold"``), it waits held without a GPU request and is placed like a ``replan`` job,
+  oldest first, on whichever GPU takes it (the agent sets its shard request when it
+  releases it); without ``hold`` it keeps its own-GPU request and waits for a whole idle
+  GPU (first come, first served). A job requeued by an undo keeps its shard type: Slurm
+  22.05 cannot change the GRES of a pending job that has one.
 
 Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
 ``placement.reserve_after_h``, the busy shared GPU(s) expected to drain first are closed to new
 partners until they are idle (like a Slurm backfill reservation); failing such a job, the
-same holds for the job held longest for one GPU type, with a GPU of that type. With ``learn``, a new set
+same holds for the requeued job held longest for its GPU type, with a GPU of that type. With ``learn``, a new set
 is observed after ``placement.probe_s`` and judged by the agent's code
 (:mod:`slurm_colo.placement.retract`); what it showed is folded into the score table every
 ``relearn_s`` (the nightly retrain). A harmful set is undone as ``undo`` says (see
@@ -53,14 +56,13 @@ class PolicyScheduler:
         self.learn = learn
         self.submit_time = submit_time
         self.undo = undo
-        #: submit_time: a job no GPU takes at arrival waits held for one GPU type
-        #: (placement.unplaced = "hold") instead of a whole GPU
+        #: submit_time: a job no GPU takes at arrival waits held, for any GPU
+        #: (placement.unplaced = "hold"), instead of waiting for a whole GPU
         self.hold = hold
-        #: jobs waiting for a GPU of their fixed shard type (requeued, or held at
-        #: arrival): per type, by arrival
+        #: requeued jobs, waiting for a GPU of their fixed shard type: per type, by arrival
         self.held_q: dict[str, list[tuple[float, int]]] = {}
         self._held_sig: dict[int, Any] = {}  # their signatures (cleared with new scores)
-        #: when each was held (at arrival, or when requeued): the guard serves the longest
+        #: when each was requeued: the guard serves the longest
         self.held_since: dict[int, float] = {}
         #: GPU type -> the held job a GPU of that type was just drained for
         self._drained_for: dict[str, int] = {}
@@ -81,7 +83,6 @@ class PolicyScheduler:
                     gres_type=f"v100_s{i % c.gpus_per_node}", memory_gib=c.gpu_memory_gib,
                     slots=c.slots, model="v100")
             for i in range(c.gpus)])
-        self.types = sorted({g.gres_type for g in self.view.gpus})
         self._reset_queues()
         self.changed: set[int] = set()
         self.reqs: dict[int, JobRequest] = {}
@@ -153,11 +154,8 @@ class PolicyScheduler:
         if self.submit_time and not isinstance(self.sig_list[self._sid(jid)], tuple):
             if self._try(jid, hold_idle=False) == "started":
                 return
-            if self.hold:  # like the agent: the type with the fewest held jobs, then the first
-                gtype = min(self.types, key=lambda t: (len(self.held_q.get(t, ())), t))
-                self._wait_for_type(jid, gtype)
-            else:
-                self._enqueue(jid, whole=True)
+            # held (the agent releases it onto any GPU that takes it), or a whole GPU
+            self._enqueue(jid, whole=not self.hold)
             return
         self._enqueue(jid)
 
@@ -215,11 +213,6 @@ class PolicyScheduler:
         self.reqs[jid] = replace(self._req(jid), gres_type=gtype)
         bisect.insort(self.held_q.setdefault(gtype, []), (self.sim.runs[jid].job.arrival, jid))
         self.held_since[jid] = self.sim.now
-
-    @property
-    def waiting_for(self) -> dict[str, int]:
-        """Jobs waiting for each GPU type."""
-        return {t: len(q) for t, q in self.held_q.items()}
 
     def _held_pass(self, changed: set[int]) -> None:
         """Jobs of a fixed shard type try again, oldest first, when a GPU of their type
@@ -434,7 +427,7 @@ class PolicyScheduler:
         self.reservations += 1
 
     def _reserve_held(self, after: float) -> None:
-        """The same guard for the job held longest for a GPU type (agent/drain.py,
+        """The same guard for the requeued job held longest for its GPU type (agent/drain.py,
         ``reserve_held``): the busy GPU of its type expected to drain first takes no new
         partner until it is idle; the held pass, oldest first, then offers it to that job."""
         sim = self.sim

@@ -141,20 +141,20 @@ def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
     assert summarize(sim).per_job["stretch"][2] == pytest.approx(1.06)
 
 
-def test_a_held_job_waits_for_a_gpu_of_its_type() -> None:
-    # placement.unplaced = "hold": y finds no GPU at arrival and waits, held, for one GPU type
-    # (the one with the fewest held jobs, then the first: v100_s0); it starts when GPU 0 is
-    # free, although GPU 1 frees up first. Without hold it waits for any whole GPU.
-    tr = [job(0, 0, 1000, "a"), job(1, 1, 100, "x"), job(2, 2, 100, "x")]
-    ends = {}
+def test_a_held_job_goes_to_the_first_gpu_that_takes_it() -> None:
+    # placement.unplaced = "hold": a and b find no GPU at arrival (an x, which fits nobody,
+    # on each) and wait held, without a GPU type. GPU 1 frees up first: a goes there, and
+    # b next to it. Without hold each waits for a whole idle GPU: b for x's end on GPU 0.
+    tr = [job(0, 0, 1000, "x"), job(1, 1, 100, "x"), job(2, 2, 300, "a"), job(3, 3, 500, "b")]
+    starts = {}
     for hold in (True, False):
         sched = PolicyScheduler("ours-submit", oracle_scores(data()), CFG, learn=False,
                                 submit_time=True, undo="none", hold=hold)
         sim = run(tr, sched, gpus=2, gpus_per_node=2)
-        assert sim.runs[1].first_start == 1  # x opened the idle GPU 1
-        ends[hold] = (sim.runs[2].first_start, sched.waiting_for)
-    assert ends[True][0] == pytest.approx(1000) and ends[True][1] == {"v100_s0": 0}
-    assert ends[False][0] == pytest.approx(101)
+        assert sim.runs[1].first_start == 1 and sched.held_q == {}
+        starts[hold] = [r.first_start for r in sim.runs]
+    assert starts[True][2:] == [pytest.approx(101), pytest.approx(101)]
+    assert starts[False][2] == pytest.approx(101) and starts[False][3] >= 400
 
 
 def stream_and_loner() -> tuple[list[SimJob], int, float]:
@@ -182,9 +182,9 @@ def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
     assert sim.runs[x].first_start > last
 
 
-def test_a_job_held_for_its_gpu_type_gets_a_drained_gpu_of_that_type() -> None:
-    # the live agent (submit-time decisions, hold): x fits with nobody and waits held for
-    # the only GPU type; the stream keeps that GPU busy until the guard closes it to partners
+def test_a_job_held_at_arrival_gets_a_drained_gpu() -> None:
+    # the live agent (submit-time decisions, hold): x fits with nobody and waits held; the
+    # stream keeps the GPU busy until the guard closes it to partners
     tr, x, last = stream_and_loner()
     cfg = PlacementConfig(cross_user="shard", explore_rate=0.0, reserve_after_h=1.0)
     starts = {}
@@ -193,7 +193,7 @@ def test_a_job_held_for_its_gpu_type_gets_a_drained_gpu_of_that_type() -> None:
                                 replace(cfg, reserve_after_h=after_h), learn=False,
                                 submit_time=True, undo="none", hold=True)
         sim = run(tr, sched)
-        assert sched.held_q["v100_s0"] == []
+        assert sched.held_q == {}
         starts[after_h] = (sim.runs[x].first_start, sched.reservations)
     assert starts[1.0][0] < last and starts[1.0][1] >= 1
     assert starts[0.0][0] > last and starts[0.0][1] == 0  # guard off: it waits for the stream
