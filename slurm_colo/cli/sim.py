@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
                                  "off (it runs on)."),
         unplaced: str = typer.Option("", help="Override placement.unplaced for ours-submit: "
                                      "own-gpu (a job no GPU takes at arrival waits for a whole "
-                                     "GPU) or hold (it waits, held, for a GPU of one type; "
+                                     "GPU) or hold (it waits, held, for any GPU that takes it; "
                                      "what auto gives, every simulated GPU being shared)."),
         gpu_memory_gib: float = typer.Option(32.0, help="Memory of each GPU, GiB."),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
