@@ -25,6 +25,13 @@ _TAG_RE = re.compile(r"slurm-colo\[v=1((?: [a-z]+=[^ \]]*)*)\]")
 ANY_SHARED = "*"
 
 
+def held_for_text(held: str, model: str = "") -> str:
+    """What a held job waits for, in words: ``a v100_s1 GPU``, ``a shared a100 GPU``."""
+    if held != ANY_SHARED:
+        return f"a {held} GPU"
+    return f"a shared {model} GPU" if model else "a shared GPU"
+
+
 def make_tag(token: str, cls: str, mode: str, d: Decision, undone: bool = False,
              held: str = "", model: str = "") -> str:
     parts = [f"v=1 tok={token} cls={cls} mode={mode}"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..placement import ClusterView, GpuView
 from ..slurm.model import SlurmJob
-from ..tags import ANY_SHARED
+from ..tags import ANY_SHARED, held_for_text
 
 #: pending reasons that mean "waiting for resources" (not held, not a dependency, not a
 #: begin time): only such a job can be helped by draining GPUs
@@ -48,9 +48,7 @@ class Reservation:
     gres_type: str = ""
 
     def waits_for(self) -> str:
-        if not self.gres_type:
-            return "whole GPUs"
-        return "a shared GPU" if self.gres_type == ANY_SHARED else f"a {self.gres_type} GPU"
+        return held_for_text(self.gres_type) if self.gres_type else "whole GPUs"
 
 
 def whole_gpu_count(job: SlurmJob) -> int | None:

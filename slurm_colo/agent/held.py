@@ -38,7 +38,7 @@ from ..config import Config
 from ..placement import ClusterView, Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report, rate_floor
 from ..slurm.model import SlurmJob
-from ..tags import ANY_SHARED, make_tag, parse_tag
+from ..tags import ANY_SHARED, held_for_text, make_tag, parse_tag
 from .drain import kept
 
 if TYPE_CHECKING:
@@ -76,9 +76,7 @@ class Held:
         return self.request.gres_type or ANY_SHARED
 
     def waits_for(self) -> str:
-        if not self.any_gpu:
-            return f"a {self.request.gres_type} GPU"
-        return f"a shared {self.model} GPU" if self.model else "a shared GPU"
+        return held_for_text(self.gres_type, self.model)
 
 
 @dataclass(frozen=True)
@@ -293,9 +291,7 @@ class HeldInSlurm:
     model: str = ""
 
     def waits_for(self) -> str:
-        if self.gres_type != ANY_SHARED:
-            return f"a {self.gres_type} GPU"
-        return f"a shared {self.model} GPU" if self.model else "a shared GPU"
+        return held_for_text(self.gres_type, self.model)
 
     def release_gres(self, fallback: str) -> str:
         """The GPU request to give it when it is released by hand: none for a requeued job
