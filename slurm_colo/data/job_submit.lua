@@ -151,13 +151,33 @@ local function add_comment(job_desc, text)
   if c and c ~= "" then job_desc.comment = c .. " | " .. text else job_desc.comment = text end
 end
 
--- Replace the job's one-GPU request by a shard request. Shards cannot be asked per job
--- (Slurm rejects tres_per_job=gres:shard), so a --gpus=1 request moves to tres_per_node.
+-- --cpus-per-gpu / --mem-per-gpu name the gpu GRES; once the request is a shard (or none,
+-- for a held job) Slurm rejects the job ("Invalid generic resource"). For one GPU they
+-- mean: CPUs per shard (the one shard the job gets), memory per node.
+local function per_gpu_options(job_desc)
+  local c = job_desc.cpus_per_tres
+  if c and c ~= "" then
+    job_desc.cpus_per_tres = (c:gsub("gres([:/])gpu:", "gres%1shard:"))
+  end
+  local m = job_desc.mem_per_tres
+  if m and m ~= "" then
+    local mb = tonumber(m:match("^gres[:/]gpu:(%d+)$"))
+    if mb then
+      job_desc.mem_per_tres = ""
+      job_desc.pn_min_memory = mb
+    end
+  end
+end
+
+-- Replace the job's one-GPU request by a shard request ("" for none). Shards cannot be
+-- asked per job (Slurm rejects tres_per_job=gres:shard), so a --gpus=1 request moves to
+-- tres_per_node.
 local function set_gres(job_desc, req, gres)
   if req.field == "tres_per_job" then
     job_desc.tres_per_job = ""
   end
   job_desc.tres_per_node = gres
+  per_gpu_options(job_desc)
 end
 
 local function fallback(job_desc, req, why, skipped)

@@ -56,6 +56,19 @@ def test_gres_and_gpus_styles_are_both_rewritten_to_one_shared_gpu(clean: None) 
         assert not q[jid].get("tres_per_job")
 
 
+def test_per_gpu_cpus_and_memory_are_kept_when_the_request_becomes_a_shard(clean: None) -> None:
+    # with the gpu GRES gone, Slurm would reject --cpus-per-gpu / --mem-per-gpu
+    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "--cpus-per-gpu=2",
+               "--mem-per-gpu=100", sleep=3)
+    assert a.rc == 0, a.stderr
+    q = wait_running(a.job_id)
+    assert q[a.job_id]["tres_per_node"].startswith("gres:shard:v100_s")
+    show = run(["scontrol", "show", "job", str(a.job_id)], check=True).stdout
+    assert "NumCPUs=2" in show and "CpusPerTres=gres:shard:2" in show and "MinMemoryNode=100M" in show
+    wait_done(a.job_id)
+    assert squeue()[a.job_id]["job_state"] == "COMPLETED"
+
+
 def test_multi_gpu_and_multi_node_jobs_are_accepted_untouched(clean: None) -> None:
     a = sbatch("--colocate", "--gres=gpu:2")
     b = sbatch("--colocate", "-N", "2", "--gres=gpu:1")  # one node in the lab: stays pending

@@ -133,8 +133,9 @@ def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_releas
             q = wait_running(a.job_id, b.job_id)
             gpu_a, gpu_b = gpu_of(q[a.job_id]), gpu_of(q[b.job_id])
             assert gpu_a != gpu_b
-            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
-                       sleep=3)
+            # per-GPU options must survive the dropped GPU request (Slurm would reject them)
+            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", "--cpus-per-gpu=1",
+                       "--mem-per-gpu=100", user="alice", sleep=3)
             assert c.rc == 0 and "held until a shared GPU fits" in c.stderr
             j = squeue()[c.job_id]
             assert j["job_state"] == "PENDING" and j["priority"] == 0 and "held=*" in j["admin_comment"]

@@ -104,6 +104,20 @@ def test_a_malformed_hold_falls_back(tmp_path: Path, cfg: Config, agent: FakeAge
     assert out["comment"] == "colo: agent unavailable, own GPU" and out["rc"] == "0"
 
 
+@pytest.mark.parametrize("agent", [(SHARE, 0.0), (HOLD_ANY, 0.0)], indirect=True)
+def test_per_gpu_cpus_and_memory_follow_the_rewritten_request(tmp_path: Path, cfg: Config,
+                                                               agent: FakeAgent) -> None:
+    # Slurm rejects --cpus-per-gpu / --mem-per-gpu once the job asks for no gpu GRES: CPUs
+    # go per shard, memory per node (checked on the lab: the job runs with both)
+    out, _, _ = _run(tmp_path, dict(BATCH, cpus_per_tres="gres:gpu:4", mem_per_tres="gres:gpu:16384"), COLO, cfg)
+    assert out["tres_per_node"] in ("gres:shard:v100_s1:1", "")
+    assert out["cpus_per_tres"] == "gres:shard:4"
+    assert out["mem_per_tres"] == "" and out["pn_min_memory"] == "16384"
+    # untouched when the job keeps its own GPU
+    plain, _, _ = _run(tmp_path, dict(BATCH, name="x", cpus_per_tres="gres:gpu:4"), ["COLOCATE=off"], cfg)
+    assert plain["cpus_per_tres"] == "gres:gpu:4" and plain["tres_per_node"] == "gres:gpu:1"
+
+
 def test_gpus_style_request_moves_to_tres_per_node(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
     job = dict(BATCH, tres_per_job="gres:gpu:1")
     del job["tres_per_node"]

@@ -31,7 +31,8 @@ for i = 1, calls do
   rc = slurm_job_submit(copy, {}, job.user_id or 1000)
   if i == calls then job = copy end
 end
-for _, k in ipairs({"tres_per_node", "tres_per_job", "req_nodes", "comment", "admin_comment", "priority"}) do
+for _, k in ipairs({"tres_per_node", "tres_per_job", "req_nodes", "comment", "admin_comment", "priority",
+                   "cpus_per_tres", "mem_per_tres", "pn_min_memory"}) do
   print(k .. "=" .. tostring(job[k]))
 end
 print("rc=" .. tostring(rc))
