@@ -64,6 +64,11 @@ local function gpu_request(job_desc)
   if job_desc.tres_per_task or job_desc.tres_per_socket then
     return nil, "GPUs per task/socket"
   end
+  local freq = job_desc.tres_freq
+  if freq and freq:find("gpu") then
+    -- clocks are the whole GPU's; and Slurm rejects --gpu-freq without a gpu request
+    return nil, "--gpu-freq sets the clocks of the whole GPU"
+  end
   local found = {}
   for _, field in ipairs({"tres_per_node", "tres_per_job"}) do
     local v = job_desc[field]
