@@ -64,6 +64,9 @@ local function gpu_request(job_desc)
   if job_desc.tres_per_task or job_desc.tres_per_socket then
     return nil, "GPUs per task/socket"
   end
+  if not unset(job_desc.ntasks_per_tres) then
+    return nil, "--ntasks-per-gpu"  -- Slurm rejects it without a gpu request
+  end
   local freq = job_desc.tres_freq
   if freq and freq:find("gpu") then
     -- clocks are the whole GPU's; and Slurm rejects --gpu-freq without a gpu request

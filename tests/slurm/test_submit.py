@@ -69,12 +69,15 @@ def test_per_gpu_cpus_and_memory_are_kept_when_the_request_becomes_a_shard(clean
     assert squeue()[a.job_id]["job_state"] == "COMPLETED"
 
 
-def test_a_job_setting_gpu_clocks_is_accepted_on_its_own_gpu(clean: None) -> None:
+def test_jobs_setting_gpu_clocks_or_tasks_per_gpu_are_accepted_on_their_own_gpu(clean: None) -> None:
     # Slurm would reject --gpu-freq on a shard request; clocks are the whole GPU's anyway
     a = sbatch("--colocate", "--gres=gpu:1", "--gpu-freq=high", sleep=1)
     assert a.rc == 0, a.stderr
     j = squeue()[a.job_id]
     assert j["tres_per_node"] == "gres:gpu:1" and "not shared (--gpu-freq" in j["comment"]
+    b = sbatch("--colocate", "--gres=gpu:1", "--ntasks-per-gpu=1", sleep=1)
+    assert b.rc == 0, b.stderr
+    assert "not shared (--ntasks-per-gpu)" in squeue()[b.job_id]["comment"]
 
 
 def test_multi_gpu_and_multi_node_jobs_are_accepted_untouched(clean: None) -> None:

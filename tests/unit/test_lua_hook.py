@@ -118,10 +118,13 @@ def test_per_gpu_cpus_and_memory_follow_the_rewritten_request(tmp_path: Path, cf
     assert plain["cpus_per_tres"] == "gres:gpu:4" and plain["tres_per_node"] == "gres:gpu:1"
 
 
-def test_a_job_setting_gpu_clocks_is_not_shared(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_a_job_setting_gpu_clocks_or_tasks_per_gpu_is_not_shared(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
     out, _, _ = _run(tmp_path, dict(BATCH, tres_freq="gpu:high"), COLO, cfg)
     assert out["tres_per_node"] == "gres:gpu:1" and out["rc"] == "0"
     assert out["comment"] == "colo: not shared (--gpu-freq sets the clocks of the whole GPU)"
+    assert agent.requests == []
+    out, _, _ = _run(tmp_path, dict(BATCH, ntasks_per_tres="2"), COLO, cfg)
+    assert out["tres_per_node"] == "gres:gpu:1" and out["comment"] == "colo: not shared (--ntasks-per-gpu)"
     assert agent.requests == []
 
 

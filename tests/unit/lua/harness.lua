@@ -16,7 +16,7 @@ for line in io.lines() do
   local k, v = line:match("^([%w_]+)=(.*)$")
   if k == "spank" then
     spank[n] = v; n = n + 1
-  elseif k == "min_nodes" or k == "user_id" then
+  elseif k == "min_nodes" or k == "user_id" or k == "ntasks_per_tres" then
     job[k] = tonumber(v)
   elseif k then
     job[k] = v
