@@ -12,7 +12,7 @@ import typer
 
 from .. import __version__
 from ..config import load_config
-from ..errors import AgentError
+from ..errors import AgentError, SlurmError
 from ..tags import parse_tag
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
@@ -46,7 +46,6 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
 
 
 def _explain_from_slurm(job_id: int, backend_kind: str) -> dict[str, Any]:
-    from ..errors import SlurmError
     from ..slurm import open_backend
     try:
         j = open_backend(backend_kind).job(job_id)
@@ -117,15 +116,23 @@ def register(app: typer.Typer) -> None:
             typer.echo("no job is held for the agent")
             return
         control = ScontrolControl()
+        failed = 0
         for h in jobs:
             j = h.job
             typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for {h.waits_for()}: {j.comment}")
             if release:
                 gres = h.release_gres(cfg.placement.fallback)
-                control.aim_and_release(j.job_id, "", h.unheld_tag(), j.comment, gres)
+                try:
+                    control.aim_and_release(j.job_id, "", h.unheld_tag(), j.comment, gres)
+                except SlurmError as e:  # one refusal must not keep the others held
+                    failed += 1
+                    typer.echo(f"  not released: {e}", err=True)
+                    continue
                 typer.echo(f"  released: Slurm starts it on any {h.gres_type} GPU with a free shard"
                            if not gres else f"  released with {gres.removeprefix('gres:')}: "
                            "Slurm starts it where that fits, as if the agent had been down at submission")
+        if failed:
+            raise typer.Exit(1)
 
     @app.command()
     def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
