@@ -170,6 +170,26 @@ def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_a
     assert s2.held[11].request.gres_type == "v100_s0" and 11 not in s2.by_job
 
 
+def test_a_job_held_without_a_gpu_request_stays_so_when_slurm_refuses_a_change() -> None:
+    s = _state(unplaced="hold")
+    a = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.0)
+    b = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.1)
+    c = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.2)
+    held = SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2)
+    running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
+    s.apply_snapshot(running + [held], [], 5.0)
+    [lock] = agent_held.reaim(s, 5.0)
+    agent_held.failed(s, lock, 5.1)  # scontrol hold refused: it stays held by its user
+    assert s.held[12].locked and agent_held.reaim(s, 5.2) == []  # not retried at every look
+    s.job_ended(11)
+    s.apply_snapshot(running[:1] + [held], [], 9.0)
+    [aim] = agent_held.reaim(s, 9.0)
+    assert aim.gres == "gres:shard:v100_s1:1" and 12 not in s.held
+    agent_held.failed(s, aim, 9.1)  # the release refused: held again, still for any GPU
+    h = s.held[12]
+    assert h.any_gpu and h.model == "v100" and h.waits_for() == "a shared v100 GPU" and 12 not in s.by_job
+
+
 def test_learnt_pairs_outlive_an_older_score_set_and_yield_to_a_newer_one() -> None:
     s, _ = _pair()
     agent_held.probe(s, _report(3.0, 6.0), time.time())
