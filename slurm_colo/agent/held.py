@@ -227,7 +227,7 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
                              partition=j.partition,
                              rate_floor=rate_floor(state.cfg.placement, tag["undone"]))
             why = "requeued after a harmful probe" if tag["undone"] else \
-                "held at submission until a shared GPU fits"
+                f"held at submission until {held_for_text(tag['held'], tag['model'])} fits"
             state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,
                                         j.submit_time or now, why, undone=tag["undone"],
                                         model=tag["model"],

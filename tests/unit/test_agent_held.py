@@ -330,6 +330,26 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert sorted(s.held) == [13]
 
 
+def test_a_job_held_for_one_gpu_type_by_an_earlier_version_is_released_onto_that_type() -> None:
+    s = _state(unplaced="hold")
+    a = s.place_request(_req("slow"), 1.0)
+    b = s.place_request(_req("slow"), 1.1)
+    old = SlurmJob(12, "job", "alice", 1000, "PENDING", submit_time=1.2,
+                   admin_comment="slurm-colo[v=1 tok=old1 cls=slow mode=auto held=v100_s0]")
+    running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
+    s.apply_snapshot(running + [old], [], 5.0)
+    h = s.held[12]
+    assert not h.any_gpu and h.reason == "held at submission until a v100_s0 GPU fits"
+    assert agent_held.reaim(s, 5.0) == []  # it has its shard request: no admin hold needed
+    s.job_ended(11)  # GPU 1 frees up, but it is of another type
+    s.apply_snapshot(running[:1] + [old], [], 9.0)
+    assert agent_held.reaim(s, 9.0) == []
+    s.job_ended(10)
+    s.apply_snapshot([old], [], 12.0)
+    [aim] = agent_held.reaim(s, 12.0)
+    assert (aim.node, aim.gres) == ("n1", "") and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+
+
 def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() -> None:
     layout = (NodeGpus("n1", 1, "v100", 32.0, (0,), 4), NodeGpus("n2", 1, "a100", 40.0, (0,), 4))
     s = AgentState(Config(gpus=layout, placement=PlacementConfig(explore_rate=0.0, unplaced="hold")), SCORES)
