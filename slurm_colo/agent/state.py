@@ -85,7 +85,8 @@ class AgentState:
         self.learned_changes = 0
         self.scores = scores or ScoreTable()
         self.scores_error: str | None = None
-        #: requeued jobs held in Slurm until a GPU of their shard type takes them (held.py)
+        #: jobs held in Slurm until a GPU takes them (held.py): requeued ones (a GPU of
+        #: their shard type), held at submission (any shared GPU)
         self.held: dict[int, Held] = {}
         #: jobs held at submission not yet seen in Slurm: token -> time
         self.held_tokens: dict[str, float] = {}

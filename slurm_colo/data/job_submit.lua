@@ -164,12 +164,12 @@ end
 -- mean: CPUs per shard (the one shard the job gets), memory per node.
 local function per_gpu_options(job_desc)
   local c = job_desc.cpus_per_tres
-  if c and c ~= "" then
-    job_desc.cpus_per_tres = (c:gsub("gres([:/])gpu:", "gres%1shard:"))
+  if c and c ~= "" then  -- gres:gpu[:TYPE]:N -> gres:shard:N
+    job_desc.cpus_per_tres = (c:gsub("gres([:/])gpu:[^,]-(%d+)$", "gres%1shard:%2"))
   end
   local m = job_desc.mem_per_tres
   if m and m ~= "" then
-    local mb = tonumber(m:match("^gres[:/]gpu:(%d+)$"))
+    local mb = tonumber(m:match("^gres[:/]gpu:[^,]-(%d+)$"))
     if mb then
       job_desc.mem_per_tres = ""
       job_desc.pn_min_memory = mb

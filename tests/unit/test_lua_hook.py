@@ -113,6 +113,9 @@ def test_per_gpu_cpus_and_memory_follow_the_rewritten_request(tmp_path: Path, cf
     assert out["tres_per_node"] in ("gres:shard:v100_s1:1", "")
     assert out["cpus_per_tres"] == "gres:shard:4"
     assert out["mem_per_tres"] == "" and out["pn_min_memory"] == "16384"
+    typed, _, _ = _run(tmp_path, dict(BATCH, tres_per_node="gres:gpu:v100:1", cpus_per_tres="gres:gpu:v100:2",
+                                      mem_per_tres="gres:gpu:v100:100"), COLO, cfg)
+    assert typed["cpus_per_tres"] == "gres:shard:2" and typed["pn_min_memory"] == "100"
     # untouched when the job keeps its own GPU
     plain, _, _ = _run(tmp_path, dict(BATCH, name="x", cpus_per_tres="gres:gpu:4"), ["COLOCATE=off"], cfg)
     assert plain["cpus_per_tres"] == "gres:gpu:4" and plain["tres_per_node"] == "gres:gpu:1"
