@@ -293,15 +293,15 @@ class HeldInSlurm:
     def waits_for(self) -> str:
         return held_for_text(self.gres_type, self.model)
 
-    def release_gres(self, fallback: str) -> str:
+    def release_gres(self) -> str:
         """The GPU request to give it when it is released by hand: none for a requeued job
-        (it keeps its shard type), else what the Lua hook's fallback gives a job when the
-        agent is down: untargeted sharing (``shard``, no GPU model asked) or a whole GPU."""
+        (it keeps its shard type); else untargeted sharing (``shard:1``: Slurm's first GPU
+        with a free shard, which also keeps a ``--cpus-per-gpu`` the hook turned into CPUs
+        per shard valid), or a whole GPU of the model it asked for (there is no shard
+        request for "any GPU of one model")."""
         if self.gres_type != ANY_SHARED:
             return ""
-        if fallback == "shard" and not self.model:
-            return "gres:shard:1"
-        return f"gres:gpu:{self.model}:1" if self.model else "gres:gpu:1"
+        return f"gres:gpu:{self.model}:1" if self.model else "gres:shard:1"
 
     def unheld_tag(self) -> str:
         """Its tag without ``held=``, so that the agent leaves it to Slurm."""

@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
             j = h.job
             typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for {h.waits_for()}: {j.comment}")
             if release:
-                gres = h.release_gres(cfg.placement.fallback)
+                gres = h.release_gres()
                 try:
                     control.aim_and_release(j.job_id, "", h.unheld_tag(), j.comment, gres)
                 except SlurmError as e:  # one refusal must not keep the others held
@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
                     continue
                 typer.echo(f"  released: Slurm starts it on any {h.gres_type} GPU with a free shard"
                            if not gres else f"  released with {gres.removeprefix('gres:')}: "
-                           "Slurm starts it where that fits, as if the agent had been down at submission")
+                           "Slurm starts it where that fits")
         if failed:
             raise typer.Exit(1)
 

@@ -209,21 +209,21 @@ def test_held_jobs_can_be_released_by_hand_while_the_agent_is_down(clean: None) 
             a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice", sleep=60)
             b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=60)
             wait_running(a.job_id, b.job_id)
-            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
-                       sleep=3)
+            c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", "--cpus-per-gpu=1",
+                       user="alice", sleep=3)
             assert squeue()[c.job_id]["priority"] == 0
             stop_agent()
             listed = agent_cli("held")
             assert listed.returncode == 0 and f"job {c.job_id} (alice" in listed.stdout, listed.stdout + listed.stderr
             assert "waits for a shared GPU" in listed.stdout
             out = agent_cli("held", "--release")
-            assert out.returncode == 0 and "released with gpu:1" in out.stdout, out.stdout + out.stderr
-            # held without a GPU request, it gets what the Lua hook gives a job when the agent
-            # is down (the lab's placement.fallback: exclusive): a whole GPU, here a free one
+            assert out.returncode == 0 and "released with shard:1" in out.stdout, out.stdout + out.stderr
+            # held without a GPU request, it gets untargeted sharing: Slurm's first GPU with a
+            # free shard (its --cpus-per-gpu, CPUs per shard since submission, stays valid)
             wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED", 30, 0.5,
                      "the released job to run")
             j = squeue()[c.job_id]
-            assert "held=" not in j["admin_comment"] and j["tres_per_node"] == "gres:gpu:1"
+            assert "held=" not in j["admin_comment"] and j["tres_per_node"] == "gres:shard:1"
             assert agent_cli("held").stdout.strip() == "no job is held for the agent"
         finally:
             stop_agent()

@@ -403,10 +403,9 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
     assert anyg.unheld_tag() == "slurm-colo[v=1 tok=w cls=a mode=auto]"
     assert parse_tag(s1.unheld_tag())["held"] is None  # type: ignore[index]
     # released by hand: a requeued job keeps its shard request; one held without a request
-    # gets what the Lua hook gives when the agent is down
-    assert s1.release_gres("shard") == s1.release_gres("exclusive") == ""
-    assert (anyg.release_gres("shard"), anyg.release_gres("exclusive")) == ("gres:shard:1", "gres:gpu:1")
-    assert m.release_gres("shard") == m.release_gres("exclusive") == "gres:gpu:a100:1"
+    # gets untargeted sharing, or a whole GPU of the model it asked for
+    assert s1.release_gres() == ""
+    assert anyg.release_gres() == "gres:shard:1" and m.release_gres() == "gres:gpu:a100:1"
 
 
 def test_measurements_that_cannot_be_saved_stay_in_memory_with_a_warning(
