@@ -17,8 +17,8 @@ Two ways to drive it (see docs/simulator.md):
 Both keep the slowest-to-start job from starving: once the oldest waiting job has waited
 ``placement.reserve_after_h``, the busy shared GPU(s) expected to drain first are closed to new
 partners until they are idle (like a Slurm backfill reservation); failing such a job, the
-same holds for the requeued job held longest for its GPU type, with a GPU of that type. With ``learn``, a new set
-is observed after ``placement.probe_s`` and judged by the agent's code
+same holds for the requeued job held longest for its GPU type, with a GPU of that type.
+With ``learn``, a new set is observed after ``placement.probe_s`` and judged by the agent's code
 (:mod:`slurm_colo.placement.retract`); what it showed is folded into the score table every
 ``relearn_s`` (the nightly retrain). A harmful set is undone as ``undo`` says (see
 :data:`UNDO`; the live agent's is ``requeue``) and its observations are used at once.
@@ -413,18 +413,9 @@ class PolicyScheduler:
         need = sim.runs[jid].job.gpus - len(sim.idle)
         if need <= 0:
             return
-        drain = []
-        for g in sim.gpus:
-            if g.jobs and not g.exclusive:
-                t = max(sim.runs[j].remaining / sim.runs[j].rate for j in g.jobs)
-                drain.append((t, g.idx))
-        drain.sort()
-        for _, i in drain[:need]:
-            self.reserved[i] = jid
-            v = self.view.gpus[i]
-            v.closed_for = jid
-            self.view.touch(v)
-        self.reservations += 1
+        drain = sorted((self._drain_time(g.idx), g.idx) for g in sim.gpus
+                       if g.jobs and not g.exclusive)
+        self._close([i for _, i in drain[:need]], jid)
 
     def _reserve_held(self, after: float) -> None:
         """The same guard for the requeued job held longest for its GPU type (agent/drain.py,
@@ -442,13 +433,20 @@ class PolicyScheduler:
             if not g.jobs:
                 return  # an idle GPU of its type: the held pass gives it one
             if not g.exclusive:
-                drain.append((max(sim.runs[j].remaining / sim.runs[j].rate for j in g.jobs), i))
-        if not drain:
-            return
-        _, i = min(drain)
-        self.reserved[i] = jid
-        v = self.view.gpus[i]
-        v.closed_for = jid
-        self.view.touch(v)
-        self.reservations += 1
+                drain.append((self._drain_time(i), i))
+        if drain:
+            self._close([min(drain)[1]], jid)
 
+    def _drain_time(self, i: int) -> float:
+        """When GPU ``i`` is expected to be idle (the simulator knows the true remaining work)."""
+        runs = self.sim.runs
+        return max(runs[j].remaining / runs[j].rate for j in self.sim.gpus[i].jobs)
+
+    def _close(self, gpus: list[int], jid: int) -> None:
+        """Close ``gpus`` to new partners until idle, for job ``jid`` (one reservation)."""
+        for i in gpus:
+            self.reserved[i] = jid
+            v = self.view.gpus[i]
+            v.closed_for = jid
+            self.view.touch(v)
+        self.reservations += 1
