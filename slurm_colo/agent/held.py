@@ -166,9 +166,7 @@ def reaim(state: AgentState, now: float) -> list[Action]:
         if sj is None or sj.state != "PENDING":
             continue  # still being requeued (Slurm changes a pending job only), or gone
         part = h.request.partition if "," not in h.request.partition else ""
-        view = state.candidate_view({"partition": part, "gpu_type": h.model}) \
-            if part or h.model else state.view
-        d = _place_held(state, h, view)
+        d = _place_held(state, h, state.candidate_view({"partition": part, "gpu_type": h.model}))
         if not d.shared or d.node is None:
             if h.any_gpu and not h.locked and sj.state_reason != "JobHeldAdmin":
                 h.locked = True

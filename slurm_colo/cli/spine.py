@@ -13,7 +13,7 @@ import typer
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
-from ..tags import parse_tag
+from ..tags import held_for_text, parse_tag
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
 
@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"measured by probes, laid over the score set: {st['learned_pairs']} pair(s)")
         for h in st.get("held") or []:
             typer.echo(f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for "
-                       f"{h.get('waits_for') or 'a ' + h['gres_type'] + ' GPU'} that fits: {h['reason']}")
+                       f"{h.get('waits_for') or held_for_text(h['gres_type'])} that fits: {h['reason']}")
         r = st.get("reservation")
         if r:
             typer.echo(f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "

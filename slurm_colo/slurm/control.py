@@ -7,9 +7,9 @@ leaves it pending and held (reason ``job_requeued_in_held_state``, eligible agai
 after two minutes); node-level fields (``ReqNodeList``) and comments update on a held job;
 ``StartTime=now`` clears the two-minute wait; ``scontrol release`` lets it start. A
 pending job's GRES cannot be changed, so a requeued job keeps its shard type; but a
-pending job submitted *without* GRES takes one (``Gres=shard:TYPE:1``) and runs on a GPU
-of that type (``TresPerNode=gres:shard:TYPE:1``). ``scontrol hold`` as root turns a user's hold into an administrator's, which
-the user cannot release.
+pending job submitted *without* GRES takes one (``TresPerNode=gres:shard:TYPE:1``) and
+runs on a GPU of that type. ``scontrol hold`` as root turns a user's hold into an
+administrator's, which the user cannot release.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ class ScontrolControl:
     def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
                         gres: str = "") -> None:
         """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
-        ``tres_per_node`` string, for a job held without one; none: keep it) and comments, clear the wait after a requeue,
-        release it."""
+        ``tres_per_node`` string, for a job held without one; none: keep it) and comments,
+        clear the wait after a requeue, release it."""
         fields = {"ReqNodeList": node} if node else {}
         if gres:
             fields["TresPerNode"] = gres
