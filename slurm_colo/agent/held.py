@@ -211,12 +211,8 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
     jobs known only from their tags (agent restart), forget those Slurm no longer holds for
     us (released by hand, cancelled, ended)."""
     grace = 3 * state.cfg.agent.refresh_interval_s
-    ttl = state.cfg.agent.pending_ttl_s
-    state.held_tokens = {k: t for k, t in state.held_tokens.items() if now - t <= ttl}
     for job_id, tag in tags.items():
         j = state.jobs[job_id]
-        if tag["token"]:
-            state.held_tokens.pop(tag["token"], None)
         if (tag["held"] and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
             any_gpu = tag["held"] == ANY_SHARED

@@ -88,8 +88,6 @@ class AgentState:
         #: jobs held in Slurm until a GPU takes them (held.py): requeued ones (a GPU of
         #: their shard type), held at submission (any shared GPU)
         self.held: dict[int, Held] = {}
-        #: jobs held at submission not yet seen in Slurm: token -> time
-        self.held_tokens: dict[str, float] = {}
         #: probe verdicts: kept, undone, harmful (harmful, not to be undone), undo_failed
         #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
@@ -397,9 +395,7 @@ class AgentState:
                      "node": d.node or "", "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
 
         def record() -> None:
-            if hold:
-                self.held_tokens[token] = now
-            self._record(token, key, fields, d, now)
+            self._record(token, key, fields, d, now, held=hold)
             if hold:
                 self.note(token, reply["comment"][6:])
         return reply, record
@@ -411,11 +407,12 @@ class AgentState:
     def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> Decision:
         return place(self._request(token, key), self.candidate_view(fields), self.scores, self.cfg.placement)
 
-    def _record(self, token: str, key: tuple[Any, ...], fields: dict[str, str], d: Decision, now: float) -> None:
+    def _record(self, token: str, key: tuple[Any, ...], fields: dict[str, str], d: Decision, now: float,
+                held: bool = False) -> None:
         req = self._request(token, key)
         self._remember(token, fields.get("name", ""), req.user, req.cls, req.mode, d, now)
         log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), req.user, req.cls, d.reason)
-        if token in self.held_tokens:
+        if held:
             self.decisions["hold:no partner now"] += 1
         elif not d.shared:
             self.decisions["exclusive:" + d.reason.split(":")[0]] += 1
