@@ -9,7 +9,11 @@ Kernel between entries (a, b) and (a', b')::
 ``s_row`` is "how much a class suffers", ``s_col`` "how much a class disturbs", ``s_int`` the
 pair-specific interaction, ``s_self`` what all self-pairs (two jobs of one class) share,
 ``s_swap = rho * s_int`` (rho <= 1 keeps the kernel valid) ties ``n(a | b)`` to
-``n(b | a)``; ``D_g`` are the feature-group distances of
+``n(b | a)``. That is the ``pairs`` form. Two tied forms serve quantities of an unordered
+pair (see :mod:`.share`): ``symmetric`` (``f(a, b) = f(b, a)``: ``s_col = s_row``,
+``s_swap = s_int`` and a cross term ``s_row * (C[a, b'] + C[b, a'])``) and ``antisymmetric``
+(``f(a, b) = -f(b, a)``: the same with ``s_swap`` and the cross term negated, no self
+term). ``D_g`` are the feature-group distances of
 :mod:`.features` and ``ident`` lets each class keep an identity of its own beyond its
 features. This is matrix completion with side information: a pair never measured borrows
 from rows and columns of similar classes; a class with no pair data at all is predicted
@@ -60,10 +64,25 @@ def _class_kernel(theta: np.ndarray, dists: list[np.ndarray]) -> tuple[np.ndarra
     return c, rbf
 
 
-def _scales(theta: np.ndarray) -> tuple[float, float, float, float, float]:
-    """(s_int, s_row, s_col, s_self, s_swap) with s_swap = s_int * rho_swap."""
-    v = np.exp(theta[I_INT:I_SWAP + 1])
-    return float(v[0]), float(v[1]), float(v[2]), float(v[3]), float(v[0] * v[4])
+FORMS = ("pairs", "symmetric", "antisymmetric")
+# Each form's term scales (int, row, col, self, swap, cross) as sign * exp(E @ theta[I_INT:]):
+# rows of E are the exponents of (s_int, s_row, s_col, s_self, rho_swap) in each scale.
+_E = {
+    "pairs": np.array([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0],
+                       [1, 0, 0, 0, 1], [0, 0, 0, 0, 0]], float),
+    "symmetric": np.array([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 1, 0],
+                           [1, 0, 0, 0, 0], [0, 1, 0, 0, 0]], float),
+    "antisymmetric": np.array([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 0, 0, 0],
+                               [0, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0]], float),
+}
+_SIGN = {"pairs": np.array([1.0, 1, 1, 1, 1, 0]), "symmetric": np.array([1.0, 1, 1, 1, 1, 1]),
+         "antisymmetric": np.array([1.0, 1, 1, 0, -1, -1])}
+
+
+def _scales(theta: np.ndarray, form: str = "pairs") -> np.ndarray:
+    """Scales of the six terms (int, row, col, self, swap, cross) in ``form``; in the
+    ``pairs`` form s_swap = s_int * rho_swap and there is no cross term."""
+    return _SIGN[form] * np.exp(_E[form] @ theta[I_INT:I_SWAP + 1])
 
 
 def _parts(c: np.ndarray, x1: Entries, x2: Entries) -> tuple[np.ndarray, ...]:
@@ -77,25 +96,43 @@ def _parts(c: np.ndarray, x1: Entries, x2: Entries) -> tuple[np.ndarray, ...]:
     return ka, kb, xs, xt, ss
 
 
-def cross_kernel(theta: np.ndarray, c: np.ndarray, x1: Entries, x2: Entries) -> np.ndarray:
+def _terms(ka: np.ndarray, kb: np.ndarray, xs: np.ndarray, xt: np.ndarray,
+           ss: np.ndarray) -> list[np.ndarray]:
+    return [ka * kb, ka, kb, ss, xs * xt, xs + xt]
+
+
+def cross_kernel(theta: np.ndarray, c: np.ndarray, x1: Entries, x2: Entries,
+                 form: str = "pairs") -> np.ndarray:
     """Kernel matrix between two entry sets (no noise).
 
     Beyond the row/column/interaction terms: ``s_self`` is shared by all self-pairs (two
     jobs of one class), ``s_swap`` ties ``n(a | b)`` to ``n(b | a)`` (contention hurts both).
     """
-    s_int, s_row, s_col, s_self, s_swap = _scales(theta)
+    s_int, s_row, s_col, s_self, s_swap, s_cross = _scales(theta, form)
     ka, kb, xs, xt, ss = _parts(c, x1, x2)
-    return s_int * ka * kb + s_row * ka + s_col * kb + s_self * ss + s_swap * xs * xt
+    out = s_int * ka * kb  # in place from here: these are the largest arrays of a retrain
+    out += s_row * ka
+    out += s_col * kb
+    if s_self:
+        out += s_self * ss
+    if s_swap:
+        out += s_swap * xs * xt
+    if s_cross:
+        xs += xt
+        out += s_cross * xs
+    return out
 
 
 def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
-                  yc: np.ndarray) -> tuple[float, np.ndarray]:
+                  yc: np.ndarray, form: str = "pairs") -> tuple[float, np.ndarray]:
     c, rbf = _class_kernel(theta, dists)
-    s_int, s_row, s_col, s_self, s_swap = _scales(theta)
+    sc = _scales(theta, form)
+    s_int, s_row, s_col, _, s_swap, s_cross = sc
     noise = np.exp(theta[-1])
     ka, kb, xs, xt, ss = _parts(c, e, e)
+    terms = _terms(ka, kb, xs, xt, ss)
     nd = noise / e.w
-    k = s_int * ka * kb + s_row * ka + s_col * kb + s_self * ss + s_swap * xs * xt + np.diag(nd)
+    k = sum(s * t for s, t in zip(sc, terms)) + np.diag(nd)
     try:
         f = cho_factor(k, lower=True, check_finite=False)
     except np.linalg.LinAlgError:
@@ -107,22 +144,28 @@ def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
     grad = np.zeros_like(theta)
     da = s_int * kb + s_row  # dK/dKa
     db = s_int * ka + s_col  # dK/dKb
-    ds = s_swap * xt  # dK/dXs
-    dt = s_swap * xs  # dK/dXt
+    ds = s_swap * xt + s_cross  # dK/dXs
+    dt = s_swap * xs + s_cross  # dK/dXt
+
+    # d nll / dC, gathered once onto the k x k class grid: each hyper-parameter of C then
+    # costs one k x k product instead of four m x m gathers
+    k = c.shape[0]
+    dc_total = np.zeros(k * k)
+    for u, v, d in ((e.ia, e.ia, da), (e.ib, e.ib, db), (e.ia, e.ib, ds), (e.ib, e.ia, dt)):
+        dc_total += np.bincount((u[:, None] * k + v[None, :]).ravel(), weights=(wmat * d).ravel(),
+                                minlength=k * k)
+    dnll_dc = dc_total.reshape(k, k)
 
     def chain(dc: np.ndarray) -> float:
-        return -float((wmat * (da * dc[np.ix_(e.ia, e.ia)] + db * dc[np.ix_(e.ib, e.ib)]
-                               + ds * dc[np.ix_(e.ia, e.ib)] + dt * dc[np.ix_(e.ib, e.ia)])).sum())
+        return -float((dnll_dc * dc).sum())
 
     w2 = np.exp(2.0 * theta[:N_GROUPS])
     for g in range(N_GROUPS):
         grad[g] = chain(-w2[g] * dists[g] * rbf)
     grad[I_IDENT] = chain(np.exp(theta[I_IDENT]) * np.eye(c.shape[0]))
-    grad[I_INT] = -float((wmat * (s_int * ka * kb + s_swap * xs * xt)).sum())
-    grad[I_ROW] = -float((wmat * (s_row * ka)).sum())
-    grad[I_COL] = -float((wmat * (s_col * kb)).sum())
-    grad[I_SELF] = -float((wmat * (s_self * ss)).sum())
-    grad[I_SWAP] = -float((wmat * (s_swap * xs * xt)).sum())
+    # d scale_t / d theta_j = scale_t * E[t, j]
+    per_term = np.array([-float((wmat * t).sum()) for t in terms]) * sc
+    grad[I_INT:I_SWAP + 1] = per_term @ _E[form]
     grad[-1] = -float((np.diag(wmat) * nd).sum())
     return nll, grad
 
@@ -143,35 +186,45 @@ class PairGP:
     nll: float
     #: large data only: every entry, folded in afterwards by a per-pair precision update
     local: Entries | None = None
+    form: str = "pairs"
 
     @property
     def params(self) -> dict[str, float]:
-        return {n: round(float(np.exp(t)), 6) for n, t in zip(PARAM_NAMES, self.theta)}
+        """Fitted hyper-parameters by name (those the form uses)."""
+        used = np.ones(len(self.theta), bool)
+        used[I_INT:I_SWAP + 1] = (np.abs(_E[self.form][_SIGN[self.form] != 0]).sum(0) > 0)
+        return {n: round(float(np.exp(t)), 6) for n, t, u in zip(PARAM_NAMES, self.theta, used) if u}
 
-    def predict(self) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior (mean, standard deviation) of log n for every ordered pair (k x k)."""
+    def predict(self, fold_in: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior (mean, standard deviation) of log n for every ordered pair (k x k);
+        ``pairs`` form only. ``fold_in=False`` leaves out the per-pair update of large data
+        (:meth:`fold_in` applies it later, e.g. to a combined mean)."""
+        if self.form != "pairs":
+            raise ModelError(f"standard deviations need the 'pairs' form, not {self.form!r}")
         with threadpool_limits(limits=1, user_api="blas"):
-            mean, sd = self._mean_grid(), self._sd_grid()
-            if self.local is not None:
-                mean, sd = self._fold_in(mean, sd, self.local)
+            mean, sd = self.mean_grid(), self._sd_grid()
+            if fold_in:
+                mean, sd = self.fold_in(mean, sd)
             return mean, sd
 
-    def _mean_grid(self) -> np.ndarray:
+    def mean_grid(self) -> np.ndarray:
+        """Posterior mean for every ordered pair (k x k), before any fold-in."""
         k = self.c.shape[0]
-        s_int, s_row, s_col, s_self, s_swap = _scales(self.theta)
+        s_int, s_row, s_col, s_self, s_swap, s_cross = _scales(self.theta, self.form)
         a = np.zeros((k, k))
         np.add.at(a, (self.entries.ia, self.entries.ib), self.alpha)
+        rows, cols = self.c @ a.sum(1), self.c @ a.sum(0)
         grid = s_int * (self.c @ a @ self.c.T)
         grid += s_swap * (self.c @ a.T @ self.c.T)
-        grid += s_row * (self.c @ a.sum(1))[:, None]
-        grid += s_col * (self.c @ a.sum(0))[None, :]
+        grid += s_row * rows[:, None] + s_col * cols[None, :]
+        grid += s_cross * (cols[:, None] + rows[None, :])
         grid[np.diag_indices(k)] += s_self * float(np.trace(a))
         return grid + self.mean
 
     def _sd_grid(self) -> np.ndarray:
         """Row by row: k(x, X) for all pairs (a, .) is a broadcast of class-kernel rows."""
         k = self.c.shape[0]
-        s_int, s_row, s_col, s_self, s_swap = _scales(self.theta)
+        s_int, s_row, s_col, s_self, s_swap, _ = _scales(self.theta)
         dc = np.diag(self.c)
         prior = s_int * dc[:, None] * dc[None, :] + s_row * dc[:, None] + s_col * dc[None, :]
         prior += s_swap * self.c * self.c.T + s_self * np.eye(k)
@@ -197,8 +250,12 @@ class PairGP:
             red[a0:a0 + step] = np.einsum("rij,rij->ri", v, v)
         return np.sqrt(np.maximum(prior - red, 1e-8))
 
-    def _fold_in(self, mean: np.ndarray, sd: np.ndarray, e: Entries) -> tuple[np.ndarray, np.ndarray]:
-        """Precision-weighted update of each observed pair with its own aggregated value."""
+    def fold_in(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Large data: a precision-weighted update of each observed pair with its own
+        aggregated value (nothing to do when the posterior is exact)."""
+        if self.local is None:
+            return mean, sd
+        e = self.local
         noise = float(np.exp(self.theta[-1]))
         prec_obs = e.w / noise
         var0 = sd[e.ia, e.ib] ** 2
@@ -211,13 +268,17 @@ class PairGP:
 
 
 def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,
-           optimise: bool = True, theta: np.ndarray | None = None) -> PairGP:
-    """Fit the GP to aggregated entries (needs at least one entry).
+           optimise: bool = True, theta: np.ndarray | None = None,
+           form: str = "pairs") -> PairGP:
+    """Fit the GP to aggregated entries (needs at least one entry). In the
+    ``antisymmetric`` form the prior mean is 0 (the only antisymmetric constant).
 
     BLAS runs single-threaded here: the matrices are small, and a multi-threaded BLAS on a
     busy node is many times slower than one thread."""
+    if form not in FORMS:
+        raise ModelError(f"unknown kernel form {form!r}; known: {', '.join(FORMS)}")
     with threadpool_limits(limits=1, user_api="blas"):
-        return _fit_gp(e, dists, seed, optimise, theta)
+        return _fit_gp(e, dists, seed, optimise, theta, form)
 
 
 def _stratified(e: Entries, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -248,11 +309,11 @@ def _stratified(e: Entries, size: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
-            theta: np.ndarray | None) -> PairGP:
+            theta: np.ndarray | None, form: str) -> PairGP:
     rng = np.random.default_rng(seed)
     w = e.w / e.w.mean()
     e = Entries(e.ia, e.ib, e.y, np.clip(w, 0.05, 50.0), e.censored)
-    mean = float(np.average(e.y, weights=e.w))
+    mean = 0.0 if form == "antisymmetric" else float(np.average(e.y, weights=e.w))
     if len(e) > HYPER_SUBSAMPLE:
         sub = _subset(e, np.sort(rng.choice(len(e), HYPER_SUBSAMPLE, replace=False)))
     else:
@@ -260,14 +321,14 @@ def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
     th = _START.copy() if theta is None else np.asarray(theta, float)
     nll = float("nan")
     if optimise and len(sub) >= 8:
-        res = minimize(_nll_and_grad, th, args=(dists, sub, sub.y - mean), jac=True,
+        res = minimize(_nll_and_grad, th, args=(dists, sub, sub.y - mean, form), jac=True,
                        method="L-BFGS-B", bounds=_BOUNDS, options={"maxiter": 150})
         th, nll = res.x, float(res.fun)
     c, _ = _class_kernel(th, dists)
     noise = np.exp(th[-1])
 
     def factor(x: Entries) -> tuple[np.ndarray, bool]:
-        g = cross_kernel(th, c, x, x) + np.diag(noise / x.w)
+        g = cross_kernel(th, c, x, x, form) + np.diag(noise / x.w)
         jitter = 0.0
         for _ in range(6):  # round-off can leave a valid kernel a hair short of definite
             try:
@@ -279,9 +340,9 @@ def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
     if len(e) <= EXACT_LIMIT:
         f = factor(e)
         alpha = cho_solve(f, e.y - mean, check_finite=False)
-        return PairGP(th, mean, c, e, alpha, e, f, nll)
+        return PairGP(th, mean, c, e, alpha, e, f, nll, form=form)
     # large data: the structure from a stratified subsample, every entry folded in after
     mean_e = _subset(e, _stratified(e, EXACT_LIMIT, rng))
     alpha = cho_solve(factor(mean_e), mean_e.y - mean, check_finite=False)
     var_e = _subset(e, _stratified(e, VAR_SUBSAMPLE, rng))
-    return PairGP(th, mean, c, mean_e, alpha, var_e, factor(var_e), nll, local=e)
+    return PairGP(th, mean, c, mean_e, alpha, var_e, factor(var_e), nll, local=e, form=form)
