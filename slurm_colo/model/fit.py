@@ -26,6 +26,7 @@ from ..scores import ClassInfo, PairScore, ScoreTable
 from .data import Observations
 from .features import class_distances
 from .gp import PairGP, fit_gp
+from .share import ShareView, fit_share
 
 FAULT_NEVER = 3.0
 FAULT_N = 0.1
@@ -48,21 +49,33 @@ def _with_faults(obs: Observations) -> tuple[Observations, set[tuple[str, str]]]
     return out, never
 
 
-def fit_model(obs: Observations, seed: int = 0) -> tuple[PairGP | None, list[str]]:
-    """Fit the GP; ``None`` when there is no pair entry at all (prior only)."""
+def fit_model(obs: Observations, seed: int = 0) -> tuple[PairGP | None, ShareView | None, list[str]]:
+    """Fit the per-direction GP and the share view (:mod:`.share`; ``None`` with too few
+    pairs measured both ways); ``None, None`` when there is no pair entry at all (prior
+    only)."""
     classes = sorted(obs.classes)
     if len(obs) == 0:
-        return None, classes
+        return None, None, classes
     e = obs.aggregate(classes)
-    gp = fit_gp(e, class_distances(classes, obs.classes), seed=seed)
-    return gp, classes
+    dists = class_distances(classes, obs.classes)
+    return fit_gp(e, dists, seed=seed), fit_share(e, dists, seed=seed), classes
+
+
+def predict_log_n(gp: PairGP, share: ShareView | None) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of ``log n`` for every ordered pair: the mean of the two
+    views (the per-direction view alone without a share view), the standard deviation of
+    the per-direction view; large data then fold in each observed pair's own value."""
+    mean, sd = gp.predict(fold_in=False)
+    if share is not None:
+        mean = 0.5 * (mean + share.mean_grid())
+    return gp.fold_in(mean, sd)
 
 
 def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: float = 1.0,
               training: dict[str, Any] | None = None) -> ScoreTable:
     """Fit and return a full table: every pair (a <= b) of every known class."""
     obs2, never = _with_faults(obs)
-    gp, classes = fit_model(obs2, seed)
+    gp, share, classes = fit_model(obs2, seed)
     k = len(classes)
     info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate,
                       progress_rate=p.progress_rate)
@@ -74,7 +87,7 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
         table.prior_n, table.prior_sd = 0.6, PRIOR_SD
         table.training["model"] = "prior-only (no pair data)"
         return table
-    mean_log, sd_log = gp.predict()
+    mean_log, sd_log = predict_log_n(gp, share)
     mean = np.minimum(np.exp(mean_log), n_max)
     sd = mean * sd_log
     e = gp.local if gp.local is not None else gp.entries
@@ -102,12 +115,13 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
     table.prior_sd = float(table.prior_n * math.sqrt(prior_var + 1.0) if prior_var > 0 else PRIOR_SD)
     table.prior_sd = min(table.prior_sd, 1.0)
     table.training.update({
-        "model": "gp-pairs/1",
+        "model": "gp-pairs+share/2" if share is not None else "gp-pairs/1",
         "classes": k,
         "entries": int(len(e)),
         "never_pairs": len(never),
         "rejected_entries": obs.rejected,
         "hyper": gp.params,
+        **({"hyper_share": share.params} if share is not None else {}),
     })
     return table
 
