@@ -84,9 +84,9 @@ def main() -> None:
     obs = Observations()
     add_pair_episodes(obs, ep, now=1.8e9, half_life_days=30.0)
     t1 = time.perf_counter()
-    mae, hidden = holdout_mae(obs, share=0.2, seed=0)
+    mae, hidden, hyper = holdout_mae(obs, share=0.2, seed=0)
     t2 = time.perf_counter()
-    table = fit_table(obs, seed=0)
+    table = fit_table(obs, seed=0, hyper=hyper)
     t3 = time.perf_counter()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     names = ep.classes

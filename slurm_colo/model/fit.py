@@ -15,6 +15,7 @@ Rules applied on top of the GP (documented in docs/model.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..gavel import GavelData
 from ..scores import ClassInfo, PairScore, ScoreTable
 from .data import Observations
 from .features import class_distances
-from .gp import PairGP, fit_gp
+from .gp import PairGP, fit_gp, theta_from_params
 from .share import ShareView, fit_share
 
 FAULT_NEVER = 3.0
@@ -49,16 +50,26 @@ def _with_faults(obs: Observations) -> tuple[Observations, set[tuple[str, str]]]
     return out, never
 
 
-def fit_model(obs: Observations, seed: int = 0) -> tuple[PairGP | None, ShareView | None, list[str]]:
+def fit_model(obs: Observations, seed: int = 0, hyper: Mapping[str, Any] | None = None
+              ) -> tuple[PairGP | None, ShareView | None, list[str]]:
     """Fit the per-direction GP and the share view (:mod:`.share`; ``None`` with too few
     pairs measured both ways); ``None, None`` when there is no pair entry at all (prior
-    only)."""
+    only). ``hyper``: see :func:`fit_table`."""
     classes = sorted(obs.classes)
     if len(obs) == 0:
         return None, None, classes
     e = obs.aggregate(classes)
     dists = class_distances(classes, obs.classes)
-    return fit_gp(e, dists, seed=seed), fit_share(e, dists, seed=seed), classes
+    hyper = hyper or {}
+    given = hyper.get("hyper")
+    if isinstance(given, Mapping) and given:
+        gp = fit_gp(e, dists, seed=seed, optimise=False, theta=theta_from_params(given))
+    else:
+        gp = fit_gp(e, dists, seed=seed)
+    share_given = hyper.get("hyper_share")
+    share = fit_share(e, dists, seed=seed,
+                      hyper=share_given if isinstance(share_given, Mapping) else None)
+    return gp, share, classes
 
 
 def predict_log_n(gp: PairGP, share: ShareView | None) -> tuple[np.ndarray, np.ndarray]:
@@ -72,10 +83,16 @@ def predict_log_n(gp: PairGP, share: ShareView | None) -> tuple[np.ndarray, np.n
 
 
 def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: float = 1.0,
-              training: dict[str, Any] | None = None) -> ScoreTable:
-    """Fit and return a full table: every pair (a <= b) of every known class."""
+              training: dict[str, Any] | None = None,
+              hyper: Mapping[str, Any] | None = None) -> ScoreTable:
+    """Fit and return a full table: every pair (a <= b) of every known class.
+
+    ``hyper``: the ``training`` of a table fitted before on a part of the same data (the
+    held-out fit of :mod:`.validate`): its hyper-parameters (``hyper``, ``hyper_share``)
+    are used as they are instead of being searched again, so that the set published is the
+    one the held-out check scored; only the posterior is recomputed from every pair."""
     obs2, never = _with_faults(obs)
-    gp, share, classes = fit_model(obs2, seed)
+    gp, share, classes = fit_model(obs2, seed, hyper)
     k = len(classes)
     info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate,
                       progress_rate=p.progress_rate)
@@ -122,6 +139,7 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
         "rejected_entries": obs.rejected,
         "hyper": gp.params,
         **({"hyper_share": share.params} if share is not None else {}),
+        "hyper_search": "reused from the held-out fit" if hyper and hyper.get("hyper") else "fitted",
     })
     return table
 

@@ -31,6 +31,8 @@ the number of classes, not of episodes.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,7 +195,8 @@ class PairGP:
         """Fitted hyper-parameters by name (those the form uses)."""
         used = np.ones(len(self.theta), bool)
         used[I_INT:I_SWAP + 1] = (np.abs(_E[self.form][_SIGN[self.form] != 0]).sum(0) > 0)
-        return {n: round(float(np.exp(t)), 6) for n, t, u in zip(PARAM_NAMES, self.theta, used) if u}
+        return {n: float(f"{np.exp(t):.6g}") for n, t, u in zip(PARAM_NAMES, self.theta, used) if u}
+
 
     def predict(self, fold_in: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Posterior (mean, standard deviation) of log n for every ordered pair (k x k);
@@ -265,6 +268,16 @@ class PairGP:
         mean[e.ia, e.ib] = (mean[e.ia, e.ib] / var0 + e.y * prec_obs) / prec
         sd[e.ia, e.ib] = np.sqrt(1.0 / prec)
         return mean, sd
+
+
+def theta_from_params(params: Mapping[str, float]) -> np.ndarray:
+    """Log-parameters from :attr:`PairGP.params`; names not given keep their start values."""
+    th = _START.copy()
+    for i, name in enumerate(PARAM_NAMES):
+        v = params.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            th[i] = math.log(v)
+    return th
 
 
 def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,

@@ -20,12 +20,14 @@ Pairs with only one direction measured inform only the per-direction view.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .data import Entries
-from .gp import PairGP, fit_gp
+from .gp import PairGP, fit_gp, theta_from_params
 
 #: fewest pairs of two classes measured in both directions for this view to be fitted
 MIN_PAIRS = 8
@@ -67,11 +69,21 @@ class ShareView:
         return {"total": self.total.params, "ratio": self.ratio.params}
 
 
-def fit_share(e: Entries, dists: list[np.ndarray], seed: int = 0) -> ShareView | None:
+def fit_share(e: Entries, dists: list[np.ndarray], seed: int = 0,
+              hyper: Mapping[str, Any] | None = None) -> ShareView | None:
     """Fit the view; ``None`` when fewer than :data:`MIN_PAIRS` pairs of two classes were
-    measured in both directions."""
+    measured in both directions. ``hyper`` (:attr:`ShareView.params` of an earlier fit):
+    use those hyper-parameters instead of searching them."""
     total, ratio = share_entries(e, dists[0].shape[0])
     if len(ratio) < MIN_PAIRS:
         return None
-    return ShareView(fit_gp(total, dists, seed=seed, form="symmetric"),
-                     fit_gp(ratio, dists, seed=seed, form="antisymmetric"))
+    hyper = hyper or {}
+
+    def fit(x: Entries, form: str, name: str) -> PairGP:
+        given = hyper.get(name)
+        if isinstance(given, Mapping) and given:
+            return fit_gp(x, dists, seed=seed, form=form, optimise=False,
+                          theta=theta_from_params(given))
+        return fit_gp(x, dists, seed=seed, form=form)
+
+    return ShareView(fit(total, "symmetric", "total"), fit(ratio, "antisymmetric", "ratio"))

@@ -150,9 +150,9 @@ def _retrain(engine: Engine, cfg: Config, gpu: str | None, now: float | None, dr
                          f"({sc.window_days:g} days) and no profiling campaign is imported for "
                          f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
                          hint="slurm-colo history import --gavel FILE --gpu MODEL")
-    mae, n_hidden = holdout_mae(obs, share=sc.holdout_share, seed=0)
+    mae, n_hidden, hyper = holdout_mae(obs, share=sc.holdout_share, seed=0)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info)
+    table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info, hyper=hyper)
     table.id = f"{gpu_model or 'site'}-{stamp}"
     live = live_score_set(engine, gpu_model)
     live_mae = live.metrics.get("holdout_mae") if live is not None else None

@@ -164,3 +164,25 @@ def test_fit_gavel_predicts_a_full_table_from_some_pairs() -> None:
     for a, b in data.never:
         assert t.pair(a, b).never
     assert sum(p.observed for p in t.pairs.values() if not p.never) == len(train)
+
+
+def test_the_published_fit_reuses_the_hyper_parameters_the_held_out_check_scored(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import slurm_colo.model.gp as gp
+    from slurm_colo.model.validate import holdout_mae
+
+    obs = synthetic()
+    held = holdout_mae(obs, share=0.3, seed=0)
+    assert held.mae is not None and held.pairs > 0
+    assert set(held.hyper) == {"hyper", "hyper_share"}
+    searches: list[int] = []
+    real = gp.minimize
+    monkeypatch.setattr(gp, "minimize", lambda *a, **k: searches.append(1) or real(*a, **k))
+    t = fit_table(obs, hyper=held.hyper)
+    assert searches == []
+    assert t.training["hyper"] == held.hyper["hyper"]
+    assert t.training["hyper_share"] == held.hyper["hyper_share"]
+    assert t.training["hyper_search"] == "reused from the held-out fit"
+    for a, b in [("a-bs8", "d"), ("b-bs32", "c")]:  # every pair is in the posterior again
+        assert t.pair(a, b).n_a == pytest.approx(truth(a, b), abs=0.02)
+    fresh = fit_table(obs)
+    assert len(searches) == 3 and fresh.training["hyper_search"] == "fitted"
