@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("slurm_colo.agent")
 
+#: seconds before an administrator's hold that Slurm refused is tried again
+LOCK_RETRY_S = 60.0
+
 
 @dataclass
 class Held:
@@ -64,6 +67,8 @@ class Held:
     model: str = ""
     #: its hold is the administrator's (a job without a GPU request must not start by hand)
     locked: bool = False
+    #: after Slurm refused the administrator's hold: when to try it again
+    lock_retry_at: float = 0.0
 
     @property
     def any_gpu(self) -> bool:
@@ -168,7 +173,8 @@ def reaim(state: AgentState, now: float) -> list[Action]:
         part = h.request.partition if "," not in h.request.partition else ""
         d = _place_held(state, h, state.candidate_view({"partition": part, "gpu_type": h.model}))
         if not d.shared or d.node is None:
-            if h.any_gpu and not h.locked and sj.state_reason != "JobHeldAdmin":
+            if (h.any_gpu and not h.locked and now >= h.lock_retry_at
+                    and sj.state_reason != "JobHeldAdmin"):
                 h.locked = True
                 out.append(Action("admin_hold", h.job_id))
             continue
@@ -238,13 +244,17 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
 def failed(state: AgentState, action: Action, now: float) -> None:
     """Slurm refused ``action``. A failed requeue leaves the job running (it is forgotten
     here; the next look at Slurm finds it on its GPU again); a failed release puts the job
-    back among the held ones, to be aimed again at the next look."""
+    back among the held ones, to be aimed again at the next look; a failed administrator's
+    hold is tried again after :data:`LOCK_RETRY_S`."""
     if action.kind == "requeue_hold":
         state.held.pop(action.job_id, None)
         state.probes["undo_failed"] += 1
         return
     if action.kind == "admin_hold":
-        return  # it stays held by its user: tried again after an agent restart
+        h = state.held.get(action.job_id)
+        if h is not None:  # it stays held by its user meanwhile
+            h.locked, h.lock_retry_at = False, now + LOCK_RETRY_S
+        return
     token = state.by_job.get(action.job_id)
     p = state.placements.get(token) if token else None
     if p is None or token is None:

@@ -180,7 +180,9 @@ def test_a_job_held_without_a_gpu_request_stays_so_when_slurm_refuses_a_change()
     s.apply_snapshot(running + [held], [], 5.0)
     [lock] = agent_held.reaim(s, 5.0)
     agent_held.failed(s, lock, 5.1)  # scontrol hold refused: it stays held by its user
-    assert s.held[12].locked and agent_held.reaim(s, 5.2) == []  # not retried at every look
+    assert not s.held[12].locked and agent_held.reaim(s, 5.2) == []  # not retried at every look
+    [again] = agent_held.reaim(s, 5.1 + agent_held.LOCK_RETRY_S)  # but after a while
+    assert (again.kind, again.job_id) == ("admin_hold", 12) and s.held[12].locked
     s.job_ended(11)
     s.apply_snapshot(running[:1] + [held], [], 9.0)
     [aim] = agent_held.reaim(s, 9.0)
@@ -316,8 +318,15 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert sorted(s.held) == [12, 13]
     assert s.status(5.0)["held"][0]["waits_for"] == "a shared GPU"
     # nothing fits yet: their users' holds become the administrator's, once
-    assert [(x.kind, x.job_id) for x in agent_held.reaim(s, 5.0)] == [("admin_hold", 12), ("admin_hold", 13)]
+    locks = agent_held.reaim(s, 5.0)
+    assert [(x.kind, x.job_id) for x in locks] == [("admin_hold", 12), ("admin_hold", 13)]
     assert agent_held.reaim(s, 5.5) == []
+    # Slurm refused one (slurmctld busy): that one is tried again a while later, alone
+    agent_held.failed(s, locks[1], 5.6)
+    assert agent_held.reaim(s, 6.0) == []
+    later = 5.6 + agent_held.LOCK_RETRY_S
+    assert [(x.kind, x.job_id) for x in agent_held.reaim(s, later)] == [("admin_hold", 13)]
+    assert agent_held.reaim(s, later + 1.0) == []
     # GPU 1 (type v100_s1) frees up first: the oldest goes there, its shard request set now
     s.job_ended(11)
     s.apply_snapshot(running[:1] + held, [], 9.0)
