@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..placement import ClusterView, GpuView
 from ..slurm.model import SlurmJob
@@ -102,29 +103,46 @@ def end_times(jobs: Iterable[SlurmJob]) -> dict[int, float]:
     return {j.job_id: j.end_time for j in jobs if j.active}
 
 
-def reserve_held(held: Iterable[tuple[int, str, float, str]], view: ClusterView, now: float,
+class HeldWait(NamedTuple):
+    """A held job as the starvation guard sees it."""
+
+    job_id: int
+    #: the shard type it waits for, or ``*`` for any shared GPU
+    gres_type: str
+    since: float
+    #: the GPU model it asked for ("" any)
+    model: str = ""
+    #: the partitions it may run in, comma-separated ("" any)
+    partition: str = ""
+
+
+def reserve_held(held: Iterable[HeldWait], view: ClusterView, now: float,
                  after_s: float, ends: Mapping[int, float],
-                 skip: Collection[int] = ()) -> Reservation | None:
-    """The same guard for held jobs (``held``: job id, the shard type it waits for or ``*``
-    for any shared GPU, held since, GPU model asked or ""): for the one held longest, once
-    it has waited ``after_s``, the busy GPU it may use expected to drain first. None when
-    an idle one is there (the re-aim gives it that) or none can be drained."""
+                 skip: Collection[int] = (),
+                 partitions: Mapping[str, tuple[str, ...]] | None = None) -> Reservation | None:
+    """The same guard for held jobs: for the one held longest, once it has waited
+    ``after_s``, the busy GPU it may use (its type or any shared one, its model, a node of
+    its partitions; ``partitions`` maps node names to theirs) expected to drain first. None
+    when an idle one is there (the re-aim gives it that) or none can be drained."""
     if after_s <= 0:
         return None
-    for job_id, gres_type, since, model in sorted(held, key=lambda h: (h[2], h[0])):
-        if now - since < after_s:
+    partitions = partitions or {}
+    for h in sorted(held, key=lambda h: (h.since, h.job_id)):
+        if now - h.since < after_s:
             return None  # the rest waited less
-        if job_id in skip:
+        if h.job_id in skip:
             continue
+        wanted = set(h.partition.split(",")) - {""}
         gpus = [g for g in view.gpus
-                if (g.gres_type == gres_type or gres_type == ANY_SHARED)
-                and (not model or g.model == model) and g.available and g.exclusive_job is None]
+                if (g.gres_type == h.gres_type or h.gres_type == ANY_SHARED)
+                and (not h.model or g.model == h.model) and g.available and g.exclusive_job is None
+                and not (wanted and partitions.get(g.node) and not wanted & set(partitions[g.node]))]
         if any(not g.occupants for g in gpus):
             return None
         if gpus:
             t, g = min(((_drain_time(g, ends), g) for g in gpus),
                        key=lambda x: (x[0], x[1].node, x[1].index))
-            return Reservation(job_id, g.node, (g.index,), since, t, gres_type)
+            return Reservation(h.job_id, g.node, (g.index,), h.since, t, h.gres_type)
     return None
 
 

@@ -21,7 +21,7 @@ from ..placement.retract import rate_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from ..tags import ANY_SHARED, make_tag, parse_tag
-from .drain import Reservation, drained, end_times, kept, reserve, reserve_held
+from .drain import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
 from .held import Held, can_hold, hold_unplaced, sync_held
 
 log = logging.getLogger("slurm_colo.agent")
@@ -277,8 +277,10 @@ class AgentState:
         parts = {name: n.partitions for name, n in self.nodes.items()}
         new = reserve(self.jobs.values(), view, now, after_s, parts, skip=self._gave_up)
         if new is None and self.held:
-            new = reserve_held(((h.job_id, h.gres_type, h.since, h.model) for h in self.held.values()),
-                               view, now, after_s, end_times(self.jobs.values()), skip=self._gave_up)
+            waits = (HeldWait(h.job_id, h.gres_type, h.since, h.model, h.request.partition)
+                     for h in self.held.values())
+            new = reserve_held(waits, view, now, after_s, end_times(self.jobs.values()),
+                               skip=self._gave_up, partitions=parts)
         if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
             log.info("job %s has waited %.1f h for %s: GPU(s) %s of %s take no new partners "
                      "until it starts", new.job_id, (now - new.waiting_since) / 3600.0,

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from slurm_colo.agent import held as agent_held
-from slurm_colo.agent.drain import plan, reserve, reserve_held, starving_jobs, whole_gpu_count
+from slurm_colo.agent.drain import (
+    HeldWait,
+    plan,
+    reserve,
+    reserve_held,
+    starving_jobs,
+    whole_gpu_count,
+)
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.gres_layout import NodeGpus
@@ -190,24 +197,29 @@ def held_job(job_id: int = 60, submit: float = 1 * HOUR, gres_type: str = "v100_
 def test_a_held_job_gets_the_gpu_of_its_type_that_drains_first() -> None:
     view = _view((0, 10), (1, 11))
     ends = {10: 2 * HOUR, 11: 5 * HOUR}
-    r = reserve_held([(60, "v100_s1", 1 * HOUR, ""), (61, "v100_s0", 2 * HOUR, "")], view, 8 * HOUR,
+    r = reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, ""), HeldWait(61, "v100_s0", 2 * HOUR, "")], view, 8 * HOUR,
                      6 * HOUR, ends)
     # job 60 was held first; GPU 0 drains sooner but is of another type
     assert r is not None and (r.job_id, r.gpus, r.gres_type, r.drained_by) == (60, (1,), "v100_s1", 5 * HOUR)
     assert r.waits_for() == "a v100_s1 GPU"
     # passed over (the guard gave up on it): the next one
-    r = reserve_held([(60, "v100_s1", 1 * HOUR, ""), (61, "v100_s0", 2 * HOUR, "")], view, 8 * HOUR,
+    r = reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, ""), HeldWait(61, "v100_s0", 2 * HOUR, "")], view, 8 * HOUR,
                      6 * HOUR, ends, skip={60})
     assert r is not None and (r.job_id, r.gpus) == (61, (0,))
     # not held long enough, an idle GPU of its type, no GPU of its type, guard off
-    assert reserve_held([(60, "v100_s1", 3 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends) is None
-    assert reserve_held([(60, "v100_s1", 1 * HOUR, "")], _view((0, 10)), 8 * HOUR, 6 * HOUR, ends) is None
-    assert reserve_held([(60, "a100_s0", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends) is None
-    assert reserve_held([(60, "v100_s1", 1 * HOUR, "")], view, 8 * HOUR, 0.0, ends) is None
+    assert reserve_held([HeldWait(60, "v100_s1", 3 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, "")], _view((0, 10)), 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([HeldWait(60, "a100_s0", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, "")], view, 8 * HOUR, 0.0, ends) is None
     # held without a GPU request: any shared GPU (of its model) that drains first
-    r = reserve_held([(62, "*", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends)
+    r = reserve_held([HeldWait(62, "*", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends)
     assert r is not None and (r.gpus, r.gres_type, r.waits_for()) == ((0,), "*", "a shared GPU")
-    assert reserve_held([(62, "*", 1 * HOUR, "a100")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert reserve_held([HeldWait(62, "*", 1 * HOUR, "a100")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    # only nodes of its partitions
+    debug = HeldWait(62, "*", 1 * HOUR, "", "debug")
+    assert reserve_held([debug], view, 8 * HOUR, 6 * HOUR, ends, partitions={"n1": ("gpu",)}) is None
+    r = reserve_held([debug], view, 8 * HOUR, 6 * HOUR, ends, partitions={"n1": ("gpu", "debug")})
+    assert r is not None and r.job_id == 62
 
 
 def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_there() -> None:
