@@ -26,7 +26,7 @@ from ..gavel import GavelData
 from ..scores import ClassInfo, PairScore, ScoreTable
 from .data import Observations
 from .features import class_distances
-from .gp import PairGP, fit_gp, theta_from_params
+from .gp import PairGP, fit_gp
 from .share import ShareView, fit_share
 
 FAULT_NEVER = 3.0
@@ -61,15 +61,10 @@ def fit_model(obs: Observations, seed: int = 0, hyper: Mapping[str, Any] | None 
     e = obs.aggregate(classes)
     dists = class_distances(classes, obs.classes)
     hyper = hyper or {}
-    given = hyper.get("hyper")
-    if isinstance(given, Mapping) and given:
-        gp = fit_gp(e, dists, seed=seed, optimise=False, theta=theta_from_params(given))
-    else:
-        gp = fit_gp(e, dists, seed=seed)
     share_given = hyper.get("hyper_share")
-    share = fit_share(e, dists, seed=seed,
-                      hyper=share_given if isinstance(share_given, Mapping) else None)
-    return gp, share, classes
+    return (fit_gp(e, dists, seed=seed, fixed=hyper.get("hyper")),
+            fit_share(e, dists, seed=seed, hyper=share_given if isinstance(share_given, Mapping) else None),
+            classes)
 
 
 def predict_log_n(gp: PairGP, share: ShareView | None) -> tuple[np.ndarray, np.ndarray]:

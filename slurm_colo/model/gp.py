@@ -282,14 +282,18 @@ def theta_from_params(params: Mapping[str, float]) -> np.ndarray:
 
 def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,
            optimise: bool = True, theta: np.ndarray | None = None,
-           form: str = "pairs") -> PairGP:
+           form: str = "pairs", fixed: object = None) -> PairGP:
     """Fit the GP to aggregated entries (needs at least one entry). In the
     ``antisymmetric`` form the prior mean is 0 (the only antisymmetric constant).
+    ``fixed``: :attr:`PairGP.params` of an earlier fit, used as they are (no search);
+    anything but a non-empty mapping is ignored.
 
     BLAS runs single-threaded here: the matrices are small, and a multi-threaded BLAS on a
     busy node is many times slower than one thread."""
     if form not in FORMS:
         raise ModelError(f"unknown kernel form {form!r}; known: {', '.join(FORMS)}")
+    if isinstance(fixed, Mapping) and fixed:
+        theta, optimise = theta_from_params(fixed), False
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit_gp(e, dists, seed, optimise, theta, form)
 

@@ -12,8 +12,8 @@ forms of :mod:`.gp`: a self-pair then always splits evenly, and "a class that ta
 share against others" is one effect per class instead of separate "suffers" and "disturbs"
 effects. Jobs that take turns on a GPU (time-slicing) fit this view well, jobs that contend
 (MPS) the per-direction view of :mod:`.gp`; :func:`slurm_colo.model.fit.fit_table` averages
-the two (in log space), which scored better on both GPU types of the Gavel data and no
-worse on the synthetic data of :mod:`.evaluate` than either view alone.
+the two (in log space), which scored better than either view alone on both GPU types of
+the Gavel data, and about the same on the synthetic data of :mod:`.evaluate`.
 
 Pairs with only one direction measured inform only the per-direction view.
 """
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .data import Entries
-from .gp import PairGP, fit_gp, theta_from_params
+from .gp import PairGP, fit_gp
 
 #: fewest pairs of two classes measured in both directions for this view to be fitted
 MIN_PAIRS = 8
@@ -78,12 +78,5 @@ def fit_share(e: Entries, dists: list[np.ndarray], seed: int = 0,
     if len(ratio) < MIN_PAIRS:
         return None
     hyper = hyper or {}
-
-    def fit(x: Entries, form: str, name: str) -> PairGP:
-        given = hyper.get(name)
-        if isinstance(given, Mapping) and given:
-            return fit_gp(x, dists, seed=seed, form=form, optimise=False,
-                          theta=theta_from_params(given))
-        return fit_gp(x, dists, seed=seed, form=form)
-
-    return ShareView(fit(total, "symmetric", "total"), fit(ratio, "antisymmetric", "ratio"))
+    return ShareView(fit_gp(total, dists, seed=seed, form="symmetric", fixed=hyper.get("total")),
+                     fit_gp(ratio, dists, seed=seed, form="antisymmetric", fixed=hyper.get("ratio")))

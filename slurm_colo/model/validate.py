@@ -57,5 +57,5 @@ def holdout_mae(obs: Observations, share: float = 0.2, seed: int = 0) -> HeldOut
         pred = table.pair(a, b).n_a
         err += float(e.w[i]) * abs(pred - float(np.exp(e.y[i])))
         wsum += float(e.w[i])
-    hyper = {k: table.training[k] for k in ("hyper", "hyper_share") if k in table.training}
+    hyper: dict[str, Any] = {k: table.training[k] for k in ("hyper", "hyper_share") if k in table.training}
     return HeldOut(err / wsum, int(n_hide), hyper)
