@@ -132,11 +132,11 @@ def reserve_held(held: Iterable[HeldWait], view: ClusterView, now: float,
             return None  # the rest waited less
         if h.job_id in skip:
             continue
-        wanted = set(h.partition.split(",")) - {""}
+        wanted = _partitions(h.partition)
         gpus = [g for g in view.gpus
                 if (g.gres_type == h.gres_type or h.gres_type == ANY_SHARED)
                 and (not h.model or g.model == h.model) and g.available and g.exclusive_job is None
-                and not (wanted and partitions.get(g.node) and not wanted & set(partitions[g.node]))]
+                and _in_partitions(g.node, wanted, partitions)]
         if any(not g.occupants for g in gpus):
             return None
         if gpus:
@@ -144,6 +144,17 @@ def reserve_held(held: Iterable[HeldWait], view: ClusterView, now: float,
                        key=lambda x: (x[0], x[1].node, x[1].index))
             return Reservation(h.job_id, g.node, (g.index,), h.since, t, h.gres_type)
     return None
+
+
+def _partitions(text: str) -> set[str]:
+    """A job's partitions (Slurm's comma-separated list); empty: any."""
+    return set(text.split(",")) - {""}
+
+
+def _in_partitions(node: str, wanted: set[str], partitions: Mapping[str, tuple[str, ...]]) -> bool:
+    """Whether a job of partitions ``wanted`` may run on ``node`` (a node whose partitions
+    are unknown may take any job)."""
+    return not wanted or not partitions.get(node) or bool(wanted & set(partitions[node]))
 
 
 def _drain_time(g: GpuView, ends: Mapping[int, float]) -> float:
@@ -163,14 +174,14 @@ def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
     need = whole_gpu_count(job)
     if need is None:
         return None
-    wanted = set(job.partition.split(",")) - {""}
+    wanted = _partitions(job.partition)
     by_node: dict[str, list[GpuView]] = {}
     for g in view.gpus:
         if g.available and g.exclusive_job is None:
             by_node.setdefault(g.node, []).append(g)
     best: tuple[float, str, tuple[int, ...]] | None = None
     for node, gpus in sorted(by_node.items()):
-        if wanted and partitions.get(node) and not wanted & set(partitions[node]):
+        if not _in_partitions(node, wanted, partitions):
             continue
         idle = [g.index for g in gpus if not g.occupants]
         if len(idle) >= need:
