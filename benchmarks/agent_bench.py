@@ -15,12 +15,12 @@ import random
 import statistics
 import time
 
-from slurm_colo.agent.protocol import format_request
+from slurm_colo.contracts.protocol import format_request
 from slurm_colo.agent.server import Agent
 from slurm_colo.config import Config
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.gres_layout import NodeGpus
-from slurm_colo.options import derive_class
+from slurm_colo.contracts.options import derive_class
 from slurm_colo.seed import table_from_measurements
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 

@@ -21,7 +21,7 @@ unmeasured round first), so a checkout whose __pycache__ is stale under
 PYTHONDONTWRITEBYTECODE does not add compile time no node would see. --cold-bytecode
 runs with the environment as it is.
 
-MPS control calls run the bundled emulator (``python -I -S mps_emulator.py``), which stands
+MPS control calls run the bundled emulator (``python -I -S mps_control.py``), which stands
 in for NVIDIA's small C program ``nvidia-cuda-mps-control``: each call costs one bare
 interpreter start here (measured and printed), far more than the real binary.
 """
@@ -194,7 +194,7 @@ url = "sqlite:///{tmp}/history.db"
         hook("taskprolog", eb, "taskprolog")
         pipes = list(run_dir.glob("mps/*/pipe"))
         if pipes:  # one control call on the running daemon, as the hooks make it
-            from slurm_colo.node.mps import emulator_argv  # after the sys.path insert
+            from slurm_colo.node.gpu.mps import emulator_argv
 
             emu.append(timed(emulator_argv(), {"CUDA_MPS_PIPE_DIRECTORY": str(pipes[0])},
                              b"get_server_list\n"))
@@ -214,7 +214,7 @@ url = "sqlite:///{tmp}/history.db"
           f"Python {sys.version.split()[0]} ({sys.executable})")
     print("bytecode: " + ("as the environment gives it (--cold-bytecode)" if args.cold_bytecode
                           else "private cache, warmed by one unmeasured round (as installed)"))
-    print("MPS control: bundled emulator run as `python -I -S mps_emulator.py` per call "
+    print("MPS control: bundled emulator run as `python -I -S mps_control.py` per call "
           "(stands in for NVIDIA's C binary)")
     print("CPU = user+sys of the hook and of the MPS control calls it waits for (not of the "
           "detached sampler/helper); MPS runs/cmds = control program starts / commands sent")

@@ -16,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_colo.records import CoRunner, JobRecord
-from slurm_colo.store import ingest_records, ingest_spool, make_engine, upgrade
+from slurm_colo.contracts.records import CoRunner, JobRecord
+from slurm_colo.spool.ingest import ingest_spool
+from slurm_colo.store import ingest_records, make_engine, upgrade
 from slurm_colo.store.episodes import rebuild_episodes
 
 CLASSES = [f"model{i}-bs{2 ** (4 + i % 5)}" for i in range(40)]

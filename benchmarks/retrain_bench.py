@@ -115,7 +115,7 @@ def _retrain_child(url: str, now: float, scores: str) -> None:
     """Run one retrain in this process and print its figures as JSON (one line)."""
     from slurm_colo.config import Config, ScoresConfig
     from slurm_colo.store import make_engine
-    from slurm_colo.store.retrain import retrain
+    from slurm_colo.train.retrain import retrain
     engine = make_engine(url)
     cfg = Config(scores=ScoresConfig(path=scores, window_days=10_000))
     t0 = time.perf_counter()

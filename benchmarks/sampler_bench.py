@@ -24,8 +24,8 @@ from pathlib import Path
 
 from slurm_colo.fsutil import atomic_write_json
 from slurm_colo.node.layout import NodeLayout
-from slurm_colo.node.nvml import NvmlGate
-from slurm_colo.node.nvml_scenario import ScenarioNvml
+from slurm_colo.node.gpu.nvml import NvmlGate
+from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.node.sampler import Sampler
 
 TICK = os.sysconf("SC_CLK_TCK")

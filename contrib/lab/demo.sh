@@ -56,7 +56,7 @@ echo "== who runs where, read back from Slurm (squeue --json gres_detail) =="
 "$VENV/bin/python" - <<'EOP'
 from collections import defaultdict
 from slurm_colo.slurm.json_backend import JsonBackend
-from slurm_colo.tags import parse_tag
+from slurm_colo.contracts.placement import parse_tag
 by_gpu = defaultdict(list)
 waiting = []
 for j in sorted(JsonBackend().jobs(), key=lambda j: j.job_id):

@@ -72,7 +72,7 @@ for u in alice bob; do id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"; 
 install -d -m 0755 /etc/slurm-colo "$LAB_DIR" "$LAB_DIR/state" "$LAB_DIR/spool" "$LAB_DIR/libexec" /run/slurm-colo
 for h in prolog epilog taskprolog taskepilog; do install -m 0755 "$REPO/prolog/slurm-colo-$h" "$LAB_DIR/libexec/"; done
 install -m 0644 "$REPO/contrib/lab/nvml-scenario.json" "$LAB_DIR/libexec/"
-emu=$("$PY" -c 'import slurm_colo.node.mps_emulator as m; print(m.__file__)')
+emu=$("$PY" -c 'import slurm_colo.emulators.mps_control as m; print(m.__file__)')
 printf '#!/bin/sh\n# lab stand-in for nvidia-cuda-mps-control (the slurm-colo MPS emulator)\nexec %s -I -S %s "$@"\n' \
   "$PY" "$emu" > "$LAB_DIR/libexec/nvidia-cuda-mps-control"
 chmod 0755 "$LAB_DIR/libexec/nvidia-cuda-mps-control"
@@ -226,7 +226,7 @@ if ! alive "$LAB_DIR/agent.pid"; then
 fi
 ok=0
 for _ in $(seq 1 100); do
-  "$PY" -c 'from slurm_colo.agent.client import ping; from slurm_colo.config import load_config; import sys; sys.exit(0 if ping(load_config()) else 1)' 2>/dev/null && { ok=1; break; }
+  "$PY" -c 'from slurm_colo.contracts.client import ping; from slurm_colo.config import load_config; import sys; sys.exit(0 if ping(load_config()) else 1)' 2>/dev/null && { ok=1; break; }
   sleep 0.1
 done
 [ $ok -eq 1 ] || { echo "lab: the agent does not answer; last lines of $LAB_DIR/agent.log:" >&2; tail -20 "$LAB_DIR/agent.log" >&2; exit 1; }

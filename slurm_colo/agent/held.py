@@ -38,8 +38,8 @@ from ..config import Config
 from ..placement import ClusterView, Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report, rate_floor
 from ..slurm.model import SlurmJob
-from ..tags import ANY_SHARED, held_for_text, make_tag, parse_tag
-from .drain import kept
+from slurm_colo.contracts.placement import ANY_SHARED, held_for_text, make_tag, parse_tag
+from slurm_colo.placement.guard import kept
 
 if TYPE_CHECKING:
     from .state import AgentState

@@ -30,7 +30,7 @@ from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from . import held, learned
-from .protocol import format_error, format_reply, parse_request
+from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")

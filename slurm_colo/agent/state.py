@@ -14,14 +14,14 @@ from typing import Any
 from ..config import Config
 from ..errors import OptionError
 from ..gres_layout import NodeGpus, expand_hostlist
-from ..options import derive_class, parse_mode
+from slurm_colo.contracts.options import derive_class, parse_mode
 from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant, place
 from ..placement.policy import index_for
 from ..placement.retract import rate_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
-from ..tags import ANY_SHARED, make_tag, parse_tag
-from .drain import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
+from slurm_colo.contracts.placement import ANY_SHARED, make_tag, parse_tag
+from slurm_colo.placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
 from .held import Held, can_hold, hold_unplaced, sync_held
 
 log = logging.getLogger("slurm_colo.agent")

@@ -64,7 +64,7 @@ def _lua_or_none(cfg: Config) -> str | None:
 
 
 def _ping(cfg: Config) -> dict[str, Any] | None:
-    from ..agent.client import ping
+    from slurm_colo.contracts.client import ping
     return ping(cfg)
 
 

@@ -144,7 +144,7 @@ def _register_history(app: typer.Typer) -> None:
         config: Path | None = ConfigOpt,
     ) -> None:
         """Ingest the per-job record files of a spool directory (idempotent)."""
-        from ..store import ingest_spool
+        from ..spool.ingest import ingest_spool
         cfg = load_config(config)
         res = ingest_spool(_engine(cfg, url), spool or cfg.node.spool_dir, keep_done=not delete)
         typer.echo(res.summary())
@@ -165,7 +165,7 @@ def _register_retrain(app: typer.Typer) -> None:
         config: Path | None = ConfigOpt,
     ) -> None:
         """Retrain compatibility scores from the history (nightly); publish only if they validate."""
-        from ..store.retrain import retrain
+        from slurm_colo.train.retrain import retrain
         cfg = load_config(config)
         res = retrain(_engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out,
                       rebuild=rebuild)

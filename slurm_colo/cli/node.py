@@ -12,7 +12,7 @@ from ..config import load_config
 def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
     from ..node import jobstate, journal, procs
     from ..node.layout import NodeLayout
-    from ..node.spool import pending
+    from slurm_colo.spool.directory import pending
 
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     gpus = {}
@@ -71,10 +71,12 @@ def register(app: typer.Typer) -> None:
         restart-loop guard, spool records of finished jobs."""
         from ..fsutil import locked
         from ..node import journal
-        from ..node.lifecycle import gpu_mps, layout_of, recover
+        from ..node.gpu.mps_daemon import gpu_mps
+        from ..node.layout import NodeLayout
+        from ..node.lifecycle import recover
 
         cfg = load_config()
-        lay = layout_of(cfg)
+        lay = NodeLayout.of_config(cfg)
         rec = recover(cfg)
         typer.echo(f"recovered records: {rec or 'none'}")
         gdir = lay.run_dir / "gpu"
@@ -101,7 +103,7 @@ def register(app: typer.Typer) -> None:
                ) -> None:
         """Ingest spooled records (spool and fallback spool) into the history store."""
         from ..errors import StoreError
-        from ..node.ingest import ingest_pending
+        from slurm_colo.spool.drain import ingest_pending
 
         rep = ingest_pending(load_config(), busy_timeout, lock_timeout_s=wait)
         typer.echo(rep.summary())
@@ -112,8 +114,8 @@ def register(app: typer.Typer) -> None:
     @spool.command("list")
     def list_() -> None:
         """Records waiting in the spool."""
-        from ..node.lifecycle import layout_of
-        from ..node.spool import pending
+        from ..node.layout import NodeLayout
+        from slurm_colo.spool.directory import pending
 
-        for p in pending(layout_of(load_config())):
+        for p in pending(NodeLayout.of_config(load_config())):
             typer.echo(str(p))

@@ -13,7 +13,7 @@ import typer
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
-from ..tags import held_for_text, parse_tag
+from slurm_colo.contracts.placement import held_for_text, parse_tag
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
 
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                 json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
                 config: Optional[Path] = ConfigOpt) -> None:
         """Say where a --colocate job was placed and why (or why it got a GPU of its own)."""
-        from ..agent import client
+        from slurm_colo.contracts import client
         cfg = load_config(config)
         try:
             ex = client.explain(cfg, job_id)
@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
     def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
                config: Optional[Path] = ConfigOpt) -> None:
         """Every shared GPU with its occupants, limits, time together and predicted delta."""
-        from ..agent import client
+        from slurm_colo.contracts import client
         cfg = load_config(config)
         st = client.status(cfg)
         if json_out:

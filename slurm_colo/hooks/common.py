@@ -8,43 +8,11 @@ import os
 import sys
 from collections.abc import Callable
 
+from slurm_colo.logsetup import setup_logging
+
 log = logging.getLogger("slurm_colo.hooks")
 
-
-class _LazySyslog(logging.Handler):
-    """Opens /dev/log on the first message only: a quiet hook pays nothing for syslog."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._inner: logging.Handler | None = None
-        self._failed = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self._inner is None and not self._failed:
-            import logging.handlers
-
-            try:
-                self._inner = logging.handlers.SysLogHandler(address="/dev/log")
-                self._inner.setFormatter(self.formatter)
-            except OSError:
-                self._failed = True
-        if self._inner is not None:
-            self._inner.emit(record)
-
-
-def setup_logging(hook: str) -> None:
-    root = logging.getLogger("slurm_colo")
-    if root.handlers:
-        return
-    root.setLevel(logging.INFO)
-    fmt = logging.Formatter(f"slurm-colo {hook}[%(process)d]: %(levelname)s %(message)s")
-    err = logging.StreamHandler(sys.stderr)
-    err.setFormatter(fmt)
-    root.addHandler(err)
-    if os.path.exists("/dev/log"):
-        sl = _LazySyslog()
-        sl.setFormatter(fmt)
-        root.addHandler(sl)
+__all__ = ["env_int", "exit_status", "guarded", "job_gpus", "log", "setup_logging"]
 
 
 def env_int(name: str, default: int | None = None) -> int | None:

@@ -25,7 +25,7 @@ def main() -> int:
     mine = os.path.isdir(os.path.join(cfg.node.run_dir, "jobs", str(job_id)))
     if not mine and not pending_jobs(cfg.node.run_dir, job_id):
         if "SPANK_COLOCATE" in os.environ:
-            from ..agent.client import job_ended
+            from slurm_colo.contracts.client import job_ended
 
             job_ended(cfg, job_id, _node(), exit_status()[0])
         return 0  # a job the Prolog left alone, and nothing to recover
@@ -38,7 +38,7 @@ def main() -> int:
     handoff.ingest = rec is not None or bool(recovered)
     start_handoff(cfg, handoff)
     if rec is not None or "SPANK_COLOCATE" in os.environ:
-        from ..agent.client import job_ended
+        from slurm_colo.contracts.client import job_ended
 
         job_ended(cfg, job_id, _node(), code)
     return 0

@@ -18,13 +18,13 @@ def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: st
 
     Only jobs submitted with --colocate (or carrying a tag) are asked about at all.
     """
-    from ..tags import parse_tag
+    from slurm_colo.contracts.placement import parse_tag
 
     comment = os.environ.get("SLURM_JOB_COMMENT", "")
     tag = parse_tag(comment)
     if "SPANK_COLOCATE" not in os.environ and tag is None:
         return None
-    from ..agent.client import job_started
+    from slurm_colo.contracts.client import job_started
 
     p = job_started(cfg, job_id, node, gpus, user, uid)  # type: ignore[arg-type]
     if p is None and tag is not None:
@@ -37,7 +37,7 @@ def job_class() -> str:
     """The class of a job without placement (``profile = "all"``): its --colocate-class,
     else derived from its name, as the agent does; never raises."""
     from ..errors import OptionError
-    from ..options import derive_class
+    from slurm_colo.contracts.options import derive_class
 
     name = os.environ.get("SLURM_JOB_NAME")
     try:
@@ -55,7 +55,7 @@ def announce_if_on_shared_gpu(cfg: object, job_id: int) -> None:
     gpus = job_gpus()
     if layout is None or not any(layout.is_shared(g) for g in gpus):
         return
-    from ..agent.client import job_started
+    from slurm_colo.contracts.client import job_started
 
     uid = env_int("SLURM_JOB_UID", -1)
     job_started(cfg, job_id, node, gpus, os.environ.get("SLURM_JOB_USER", ""),  # type: ignore[arg-type]

@@ -1,11 +1,15 @@
 """Node side of slurm-colo: what runs on a GPU node around each job.
 
-- :mod:`.nvml` / :mod:`.nvml_scenario`: one typed, guarded gate to NVML (real or scenario).
-- :mod:`.mps` / :mod:`.mps_emulator`: the ``nvidia-cuda-mps-control`` gate and its emulator.
-- :mod:`.mps_daemon`: one MPS control daemon per GPU, started and stopped on demand.
+- :mod:`.gpu`: the two gates to the GPU, NVML (:mod:`.gpu.nvml`) and MPS control
+  (:mod:`.gpu.mps`), and one MPS control daemon per GPU (:mod:`.gpu.mps_daemon`). Their
+  stand-ins live apart, in :mod:`slurm_colo.emulators`, picked only when configured.
+- :mod:`.lifecycle`: what the Prolog and Epilog do; :mod:`.handoff`: the Epilog's detached
+  helper.
 - :mod:`.journal`: per-GPU occupancy journal (who shared the GPU, and when).
-- :mod:`.sampler`: detached per-job NVML sampler with bounded memory.
-- :mod:`.jobstate`, :mod:`.record_build`, :mod:`.spool`: per-job state, record, spool.
+- :mod:`.sampler`, :mod:`.profile_acc`, :mod:`.probe`: detached per-job NVML sampler with
+  bounded memory, and the probe of a shared GPU's pair.
+- :mod:`.jobstate`, :mod:`.record_build`: per-job state and the record built from it (the
+  record goes to :mod:`slurm_colo.spool`).
 
 Modules used by the Prolog/TaskProlog import only the standard library and
 :mod:`slurm_colo.config` so the hooks stay fast.

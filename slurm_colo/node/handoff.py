@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
         return 2
     gpus, ingest = parsed
     from ..config import load_config
-    from ..hooks.common import setup_logging
+    from slurm_colo.logsetup import setup_logging
 
     setup_logging("epilog-helper")  # detached: syslog is where an admin looks
     try:
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         return 1
     rc = 0
     if gpus:
-        from .mps_daemon import stop_if_idle
+        from slurm_colo.node.gpu.mps_daemon import stop_if_idle
 
         for g in gpus:
             try:
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
                 log.exception("GPU %d: MPS stop failed", g)
                 rc = 1
     if ingest:
-        from .ingest import ingest_logged
+        from slurm_colo.spool.drain import ingest_logged
 
         if ingest_logged(cfg).errors:
             rc = 1

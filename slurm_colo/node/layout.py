@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_colo.config import Config
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,10 @@ class NodeLayout:
     @classmethod
     def of(cls, run_dir: str, spool_dir: str) -> NodeLayout:
         return cls(Path(run_dir), Path(spool_dir))
+
+    @classmethod
+    def of_config(cls, cfg: Config) -> NodeLayout:
+        return cls.of(cfg.node.run_dir, cfg.node.spool_dir)
 
     def gpu_dir(self, index: int) -> Path:
         return self.run_dir / "gpu" / str(index)

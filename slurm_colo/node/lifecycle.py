@@ -20,12 +20,12 @@ from ..config import Config
 from ..fsutil import ensure_dir, locked, try_lock, unlock
 from . import jobstate, journal, procs
 from .layout import NodeLayout
-from .mps import control_argv, format_mem_limit
-from .mps_daemon import GpuMps, MpsOutcome
-from .nvml import Gpu, NullGpu
+from slurm_colo.node.gpu.mps import format_mem_limit
+from slurm_colo.node.gpu.mps_daemon import LazyNvml, MpsOutcome, gpu_mps, lock_wait
+from slurm_colo.node.gpu.nvml import Gpu
 
 if TYPE_CHECKING:
-    from ..records import JobRecord
+    from slurm_colo.contracts.records import JobRecord
 
 log = logging.getLogger("slurm_colo.node")
 
@@ -66,43 +66,6 @@ class Handoff:
         return out + (["--ingest"] if self.ingest else [])
 
 
-def layout_of(cfg: Config) -> NodeLayout:
-    return NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
-
-
-class _LazyNvml:
-    """Opens NVML only when a daemon must be started/stopped (keeps hooks fast)."""
-
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.gate: Any = None
-
-    def __call__(self, index: int) -> Gpu:
-        if self.gate is None:
-            from .nvml import open_nvml
-
-            try:
-                self.gate = open_nvml(self.cfg.node.nvml_backend, self.cfg.node.nvml_scenario,
-                                      self.cfg.node.run_dir)
-            except Exception as e:
-                log.warning("NVML unavailable: %s", e)
-                return NullGpu(index, str(e))
-        return self.gate.gpu(index)
-
-
-_warned: set[str] = set()
-
-
-def gpu_mps(cfg: Config, index: int, open_gpu: Callable[[int], Gpu] | None = None) -> GpuMps:
-    if cfg.node.mps_backend == "emulator" and "emu" not in _warned:
-        _warned.add("emu")
-        log.warning("MPS emulator backend in use (%s): no real MPS on this node",
-                    cfg.node.mps_control)
-    return GpuMps(layout_of(cfg), index, tuple(control_argv(cfg.node.mps_backend,
-                                                            cfg.node.mps_control)),
-                  cfg.node.mps_timeout_s, open_gpu or _LazyNvml(cfg))
-
-
 def _profiled(cfg: Config, info: JobInfo) -> bool:
     shared = bool(info.placement and info.placement.get("shared"))
     return bool(info.gpus) and (shared or cfg.node.profile == "all")
@@ -111,7 +74,7 @@ def _profiled(cfg: Config, info: JobInfo) -> bool:
 def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
               open_gpu: Callable[[int], Gpu] | None = None) -> StartResult:
     """Prolog work for one job. Jobs without a placement are left alone (except profiling)."""
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     res = StartResult()
     if not _profiled(cfg, info):
         return res
@@ -120,7 +83,7 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
     shared = bool(p.get("shared"))
     mech = p.get("mechanism") if shared else None
     now = time.time()
-    opener = open_gpu or _LazyNvml(cfg)
+    opener = open_gpu or LazyNvml(cfg)
     for g in info.gpus:
         ensure_dir(lay.gpu_dir(g), 0o700)
     state: dict[str, Any] = {
@@ -134,12 +97,12 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
     task: dict[str, Any] = {"mechanism": mech,
                             "progress_file": str(user_dir / "progress.json"), "messages": []}
     for g in info.gpus:
-        token = try_lock(lay.gpu_lock(g), _lock_wait(cfg))
+        token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         try:
             if mech == "mps":  # before the journal entry: faults found now predate the job
                 if token is None:
                     out = MpsOutcome("broken", f"GPU {g}: another slurm-colo hook held the GPU "
-                                     f"for over {_lock_wait(cfg):.0f}s; job {info.job_id} runs "
+                                     f"for over {lock_wait(cfg):.0f}s; job {info.job_id} runs "
                                      "without MPS")
                 else:
                     out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
@@ -223,13 +186,13 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
     stay, stop MPS if the last job left, build and spool the record. Returns the record
     (None for jobs the Prolog did not handle). With ``handoff`` a detached MPS stop is
     noted there (for :func:`start_handoff`) instead of started at once."""
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     st = jobstate.read_state(lay, job_id)
     if st is None:
         return None
     ended = jobstate.mark_ended(lay, job_id, exit_code, sig)
     stop_sampler(lay, job_id, st.get("sampler_pid"))
-    opener = open_gpu or _LazyNvml(cfg)
+    opener = open_gpu or LazyNvml(cfg)
     _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)
     for g in st.get("gpus", []):
@@ -244,7 +207,7 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
     job_id = int(st["job"])
     for g in st.get("gpus", []):
         g = int(g)
-        token = try_lock(lay.gpu_lock(g), _lock_wait(cfg))
+        token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         if token is None:
             log.warning("GPU %d: lock busy; closing job %d's stay without the fault scan",
                         g, job_id)
@@ -267,7 +230,7 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None
     """Build and spool the record of an ended job, then drop its state. If spooling fails
     everywhere the state stays, and the next hook run retries (nothing is lost)."""
     from .record_build import build_minimal_record, build_record
-    from .spool import write_record
+    from slurm_colo.spool.directory import write_record
 
     try:
         rec = build_record(lay, job_id)
@@ -297,7 +260,7 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
     ``handoff`` the GPU is only noted there; :func:`start_handoff` starts that process.
     """
     try:
-        with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
+        with locked(lay.gpu_lock(g), timeout_s=lock_wait(cfg)):
             # compact always (a GPU that is never idle would grow its journal forever);
             # a no-op while the journal is small and jobs are on the GPU
             journal.compact(lay.journal(g), set(jobstate.job_ids(lay)))
@@ -318,7 +281,7 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
             handoff.stop_gpus.append(g)
         return
     try:
-        _detached(cfg, "slurm_colo.node.mps_daemon", "stop", str(g))
+        _detached(cfg, "slurm_colo.node.gpu.mps_daemon", "stop", str(g))
     except OSError as e:
         log.warning("GPU %d: cannot start the MPS stop helper (%s); stopping inline", g, e)
         _stop_inline(cfg, lay, g, opener)
@@ -326,7 +289,7 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
 
 def _stop_inline(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu]) -> None:
     try:
-        with locked(lay.gpu_lock(g), timeout_s=_lock_wait(cfg)):
+        with locked(lay.gpu_lock(g), timeout_s=lock_wait(cfg)):
             if not journal.active(journal.read(lay.journal(g))):
                 gpu_mps(cfg, g, opener).stop()
     except TimeoutError:
@@ -344,17 +307,11 @@ def start_handoff(cfg: Config, handoff: Handoff) -> int | None:
         return _detached(cfg, "slurm_colo.node.handoff", *handoff.args())
     except OSError as e:
         log.warning("cannot start the detached helper (%s): MPS stop inline, ingest later", e)
-        lay = layout_of(cfg)
-        opener = _LazyNvml(cfg)
+        lay = NodeLayout.of_config(cfg)
+        opener = LazyNvml(cfg)
         for g in handoff.stop_gpus:
             _stop_inline(cfg, lay, g, opener)
         return None
-
-
-def _lock_wait(cfg: Config) -> float:
-    """How long a hook waits for a GPU's lock: a daemon start or stop by another hook
-    can take a few control-call timeouts."""
-    return max(5.0, 3 * cfg.node.mps_timeout_s)
 
 
 def _which(name: str) -> str | None:
@@ -394,7 +351,7 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
     (:func:`procs.job_alive`). Returns the recovered job ids. ``handoff``: as for
     :func:`job_end`.
     """
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     done: list[int] = []
     for job_id in jobstate.job_ids(lay):
         if job_id == skip:
@@ -410,7 +367,7 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
                                         end=_last_seen(lay, job_id, float(st["start"])))
         elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
             continue  # its Epilog is at work right now
-        opener = _LazyNvml(cfg)
+        opener = LazyNvml(cfg)
         _close_stays(cfg, lay, st, float(ended["end"]), opener)
         if finish_record(cfg, lay, job_id) is not None:
             done.append(job_id)

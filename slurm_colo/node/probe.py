@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..agent import client
+from slurm_colo.contracts import client
 from ..config import Config
 from . import journal
 from .jobstate import read_progress

@@ -7,7 +7,7 @@ import math
 from itertools import pairwise
 from typing import Any
 
-from ..records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from . import journal
 from .jobstate import read_ended, read_profile, read_progress, read_state
 from .layout import NodeLayout

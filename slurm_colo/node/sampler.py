@@ -21,7 +21,7 @@ from ..config import Config, load_config
 from ..fsutil import atomic_write_json, read_json
 from . import journal, procs
 from .layout import NodeLayout
-from .nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
+from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 from .probe import Prober
 from .profile_acc import ProfileAccumulator, Reading
 
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python -m slurm_colo.node.sampler JOB_ID", file=sys.stderr)
         return 2
-    from ..hooks.common import setup_logging
+    from slurm_colo.logsetup import setup_logging
 
     setup_logging("sampler")  # detached: syslog is where an admin looks
     try:

@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ColoError
-from ..options import derive_class
+from slurm_colo.contracts.options import derive_class
 
 
 class TraceError(ColoError):

@@ -24,7 +24,7 @@ class Base(DeclarativeBase):
 
 
 class Job(Base):
-    """One per-job record (``slurm_colo.records.JobRecord``), keyed by its record id."""
+    """One per-job record (``slurm_colo.contracts.records.JobRecord``), keyed by its record id."""
 
     __tablename__ = "jobs"
     record_id: Mapped[str] = mapped_column(String(200), primary_key=True)

@@ -97,7 +97,7 @@ def wait_done(*ids: int, timeout: float = 60) -> None:
 
 def agent_refresh() -> None:
     """Make the agent re-read Slurm now (instead of at its next refresh tick)."""
-    from slurm_colo.agent.client import request
+    from slurm_colo.contracts.client import request
     try:
         request(str(SOCKET), "RELOAD", {}, 5.0)
     except Exception:
@@ -162,7 +162,7 @@ def forget_probe_measurements() -> None:
 def start_agent_only(config: Path = LAB_CONFIG) -> None:
     """Start just the agent (up.sh would also re-create a missing score file), optionally
     with another configuration file."""
-    from slurm_colo.agent.client import request
+    from slurm_colo.contracts.client import request
     env = dict(os.environ, SLURM_COLO_CONFIG=str(config))
     with (LAB_DIR / "agent.log").open("ab") as log:
         p = subprocess.Popen([CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_colo.agent.protocol import format_request, parse_reply, parse_request
+from slurm_colo.contracts.protocol import format_request, parse_reply, parse_request
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 from slurm_colo.agent import held as agent_held
-from slurm_colo.agent.drain import (
-    HeldWait,
-    plan,
-    reserve,
-    reserve_held,
-    starving_jobs,
-    whole_gpu_count,
-)
+from slurm_colo.placement.guard import HeldWait, plan, reserve, reserve_held, starving_jobs, whole_gpu_count
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement import ClusterView, Decision, GpuView, Occupant
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
-from slurm_colo.tags import make_tag, parse_tag
+from slurm_colo.contracts.placement import make_tag, parse_tag
 
 HOUR = 3600.0
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
@@ -150,7 +143,7 @@ def test_guard_off_never_closes_a_gpu() -> None:
 def test_status_command_shows_the_reservation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
 
-    from slurm_colo.agent import client
+    from slurm_colo.contracts import client
     from slurm_colo.cli import app
 
     s = _state()
@@ -256,7 +249,7 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
 def test_the_status_command_says_what_a_held_job_waits_for(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
 
-    from slurm_colo.agent import client
+    from slurm_colo.contracts import client
     from slurm_colo.cli import app
 
     s = _state()

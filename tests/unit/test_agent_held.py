@@ -11,7 +11,7 @@ import pytest
 
 from slurm_colo.agent import held as agent_held
 from slurm_colo.agent import learned as agent_learned
-from slurm_colo.agent.protocol import format_request, parse_reply
+from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
@@ -20,7 +20,7 @@ from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement.retract import undone_floor
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
-from slurm_colo.tags import parse_tag
+from slurm_colo.contracts.placement import parse_tag
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 # the table says slow and fast get on well (1.0 each); in truth they do not

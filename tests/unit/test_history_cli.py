@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_colo.cli import main
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

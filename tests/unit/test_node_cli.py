@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from slurm_colo.cli import app
 from slurm_colo.node import procs
-from slurm_colo.node.lifecycle import gpu_mps, job_end, job_start
+from slurm_colo.node.gpu.mps_daemon import gpu_mps
+from slurm_colo.node.lifecycle import job_end, job_start
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_node_lifecycle import leftover_mps, mps_job, node_config

@@ -22,10 +22,12 @@ import pytest
 
 from slurm_colo.config import Config
 from slurm_colo.node import procs
-from slurm_colo.node.ingest import ingest_pending
-from slurm_colo.node.lifecycle import JobInfo, gpu_mps, job_end, job_start, layout_of, recover
-from slurm_colo.node.nvml import NvmlGate
-from slurm_colo.node.nvml_scenario import ScenarioNvml
+from slurm_colo.spool.drain import ingest_pending
+from slurm_colo.node.gpu.mps_daemon import gpu_mps
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.node.lifecycle import JobInfo, job_end, job_start, recover
+from slurm_colo.node.gpu.nvml import NvmlGate
+from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.node.sampler import Sampler
 from slurm_colo.store import make_engine, upgrade
 
@@ -119,8 +121,8 @@ def test_restart_loop_gives_up_and_says_so(cfg: Config, monkeypatch: pytest.Monk
     """Expected: a daemon that dies right after every start is retried until MAX_CRASHES
     crashes in the window, then the GPU's MPS is declared broken: the job still starts
     (exit 0, time-sliced, GPU back in DEFAULT compute mode) and is told why."""
-    from slurm_colo.node.mps_daemon import MAX_CRASHES
-    from slurm_colo.node.nvml import COMPUTE_DEFAULT, open_nvml
+    from slurm_colo.node.gpu.mps_daemon import MAX_CRASHES
+    from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, open_nvml
 
     monkeypatch.setenv("SLURM_COLO_MPS_EMU_FAULT", "crash-after=0")
     states = []
@@ -174,7 +176,7 @@ def test_stale_daemon_from_a_crashed_node_is_cleaned_at_next_prolog(cfg: Config)
     gm = gpu_mps(cfg, 0)
     stale = leftover_mps(cfg)
     assert len(stale) == 2
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     lay.mps_state(0).unlink()  # the state is gone, the processes are not
     (lay.journal(0)).write_text("")
     (lay.job_dir(1) / "state.json").unlink()
@@ -208,7 +210,7 @@ def epilog_killed_mid_write(cfg: Config, job: int) -> None:
     job_start(cfg, mps_job(job), launch_sampler=False)
     cp = subprocess.run([sys.executable, "-c", _KILL_MID_WRITE, cfg.source, str(job)])
     assert cp.returncode == 137
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     assert job not in spooled(cfg)
     assert any(p.name.startswith(".tmp-") for p in lay.spool_dir.iterdir())
     assert (lay.job_dir(job) / "ended.json").exists()
@@ -258,10 +260,10 @@ def test_database_locked_during_ingest(cfg: Config) -> None:
 def spool_full(cfg: Config, job: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Expected: ENOSPC on the spool sends the record to the fallback spool under run_dir;
     the Epilog still succeeds and ingest picks the record up from there."""
-    import slurm_colo.node.spool as spool_mod
+    import slurm_colo.spool.directory as spool_mod
 
     real = spool_mod.atomic_write_bytes
-    spool_dir = str(layout_of(cfg).spool_dir)
+    spool_dir = str(NodeLayout.of_config(cfg).spool_dir)
 
     def full(path: Path, *a: object, **kw: object) -> None:
         if str(path).startswith(spool_dir + "/"):
@@ -273,7 +275,7 @@ def spool_full(cfg: Config, job: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rec = job_end(cfg, job, 0, detach_stop=False)
     monkeypatch.setattr(spool_mod, "atomic_write_bytes", real)
     assert rec is not None
-    fb = layout_of(cfg).fallback_spool()
+    fb = NodeLayout.of_config(cfg).fallback_spool()
     assert [p.name for p in fb.glob("*.json")] == [f"default_{job}_n1_{int(rec.start)}.json"]
 
 
@@ -287,7 +289,7 @@ def test_spool_and_fallback_unwritable_keep_state_until_fixed(tmp_path: Path) ->
     """Expected: with both spools unwritable the Epilog still exits normally, the job's
     state stays in run_dir, and once the spool is writable again recovery spools it."""
     cfg = node_config(tmp_path)
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     lay.spool_dir.parent.mkdir(parents=True, exist_ok=True)
     lay.spool_dir.write_text("not a directory")  # unwritable spool
     lay.run_dir.mkdir(parents=True, exist_ok=True)
@@ -310,7 +312,7 @@ def nvml_raising_for_one_gpu(cfg: Config, job: int) -> dict:
     info = JobInfo(job, "u", 1000, "n1", [0, 1],
                    {"shared": True, "mechanism": "shard", "cls": "x", "mode": "auto"})
     job_start(cfg, info, launch_sampler=False)
-    s = Sampler(NvmlGate(nv, "scenario"), [0, 1], job, layout_of(cfg), 1.0)
+    s = Sampler(NvmlGate(nv, "scenario"), [0, 1], job, NodeLayout.of_config(cfg), 1.0)
     for _ in range(3):
         s.tick()
     s.flush(final=True)
@@ -352,7 +354,7 @@ def test_broken_mps_with_gpu_stuck_exclusive_refuses_the_job(
     """Expected: when the daemon cannot start AND the GPU cannot be put back into DEFAULT
     compute mode, the Prolog refuses the job (the one case it passes a failure on) rather
     than let it start on a GPU it cannot open; while the reset works, it never refuses."""
-    from slurm_colo.node.nvml import Gpu
+    from slurm_colo.node.gpu.nvml import Gpu
 
     monkeypatch.setenv("SLURM_COLO_MPS_EMU_FAULT", "crash-after=0")
     r = job_start(cfg, mps_job(1), launch_sampler=False)
@@ -382,8 +384,8 @@ def test_gpu_lock_held_by_a_stuck_hook(cfg: Config, monkeypatch: pytest.MonkeyPa
     import slurm_colo.node.lifecycle as lc
     from slurm_colo.fsutil import try_lock, unlock
 
-    monkeypatch.setattr(lc, "_lock_wait", lambda cfg: 0.2)
-    lay = layout_of(cfg)
+    monkeypatch.setattr(lc, "lock_wait", lambda cfg: 0.2)
+    lay = NodeLayout.of_config(cfg)
     lay.gpu_dir(0).mkdir(parents=True)
     holder = try_lock(lay.gpu_lock(0), 1.0)
     assert holder is not None
@@ -402,7 +404,7 @@ def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
     from slurm_colo.node import jobstate
 
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     st = jobstate.read_state(lay, 1)
     st["boot_id"] = "boot-before-the-crash"
     jobstate.write_state(lay, 1, st)
@@ -447,7 +449,7 @@ def test_damaged_files_or_a_builder_bug_never_wedge_a_record(
     import slurm_colo.node.record_build as rb
 
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     (lay.job_dir(1) / "profile.json").write_text("[1, 2, 3]")
     rec = job_end(cfg, 1, 0)
     assert rec is not None and "not an object" in rec.profile["record_error"]

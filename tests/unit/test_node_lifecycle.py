@@ -11,10 +11,12 @@ import pytest
 
 from slurm_colo.config import Config, load_config
 from slurm_colo.node import procs
-from slurm_colo.node.lifecycle import JobInfo, gpu_mps, job_end, job_start, layout_of
-from slurm_colo.node.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, open_nvml
-from slurm_colo.node.spool import pending
-from slurm_colo.records import JobRecord
+from slurm_colo.node.gpu.mps_daemon import gpu_mps
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.node.lifecycle import JobInfo, job_end, job_start
+from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, open_nvml
+from slurm_colo.spool.directory import pending
+from slurm_colo.contracts.records import JobRecord
 
 
 def node_config(tmp_path: Path, gpus: int = 2, timeout_s: float = 2.0, profile: str = "colocated",
@@ -63,7 +65,7 @@ def cfg(tmp_path: Path) -> Iterator[Config]:
 
 def spooled(cfg: Config) -> dict[int, JobRecord]:
     out = {}
-    for p in pending(layout_of(cfg)):
+    for p in pending(NodeLayout.of_config(cfg)):
         r = JobRecord.from_dict(json.loads(p.read_text()))
         assert r.job_id not in out, "duplicate record"
         out[r.job_id] = r
@@ -134,7 +136,7 @@ def test_jobs_without_placement_are_untouched(tmp_path: Path) -> None:
     cfg = node_config(tmp_path)
     r = job_start(cfg, JobInfo(9, "u", 1000, "n1", [0], None), launch_sampler=False)
     assert not r.profiled and not (Path(cfg.node.run_dir) / "jobs").exists()
-    assert job_end(cfg, 9, 0) is None and pending(layout_of(cfg)) == []
+    assert job_end(cfg, 9, 0) is None and pending(NodeLayout.of_config(cfg)) == []
     excl = {"shared": False, "mechanism": None, "cls": "x", "mode": "auto"}
     r = job_start(cfg, JobInfo(10, "u", 1000, "n1", [0], excl), launch_sampler=False)
     assert not r.profiled
@@ -166,7 +168,7 @@ def test_sampler_runs_detached_and_its_summary_lands_in_the_record(tmp_path: Pat
 def test_spooled_job_directory_goes_to_the_trash_then_away(cfg: Config) -> None:
     from slurm_colo.node import jobstate
 
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
     (lay.user_dir(1) / "many").mkdir()
     for i in range(50):  # whatever the job left behind: not deleted while the Epilog waits
@@ -180,7 +182,7 @@ def test_spooled_job_directory_goes_to_the_trash_then_away(cfg: Config) -> None:
 
 
 def test_job_directory_is_deleted_at_once_when_the_trash_is_unusable(cfg: Config) -> None:
-    lay = layout_of(cfg)
+    lay = NodeLayout.of_config(cfg)
     job_start(cfg, mps_job(2, mech="shard"), launch_sampler=False)
     lay.trash_dir().write_text("not a directory")
     assert job_end(cfg, 2, 0, detach_stop=False) is not None

@@ -1,4 +1,4 @@
-"""The real MPS gate (slurm_colo.node.mps.MpsControl) driving the emulator executable as
+"""The real MPS gate (slurm_colo.node.gpu.mps.MpsControl) driving the emulator executable as
 if it were nvidia-cuda-mps-control: protocol, per-UID servers, faults."""
 
 from __future__ import annotations
@@ -12,14 +12,7 @@ import pytest
 
 from slurm_colo.errors import MPSError
 from slurm_colo.node import procs
-from slurm_colo.node.mps import (
-    MpsControl,
-    MpsHung,
-    MpsNotRunning,
-    MpsReplyMismatch,
-    emulator_argv,
-    parse_fault_lines,
-)
+from slurm_colo.node.gpu.mps import MpsControl, MpsHung, MpsNotRunning, MpsReplyMismatch, emulator_argv, parse_fault_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -203,8 +196,8 @@ def test_console_script_is_declared() -> None:
     import tomllib
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["slurm-colo-mps-emulator"] == "slurm_colo.node.mps_emulator:main"
-    from slurm_colo.node.mps_emulator import main
+    assert scripts["slurm-colo-mps-emulator"] == "slurm_colo.emulators.mps_control:main"
+    from slurm_colo.emulators.mps_control import main
 
     assert main(["--help"]) == 0
 
@@ -236,17 +229,17 @@ def test_command_path_imports_only_what_a_small_binary_would_need(tmp_path: Path
     import sys
 
     cp = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime",
-                         str(REPO / "slurm_colo" / "node" / "mps_emulator.py")],
+                         str(REPO / "slurm_colo" / "emulators" / "mps_control.py")],
                         input="get_server_list\n", capture_output=True, text=True,
                         env={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}, check=False)
     assert cp.returncode == 1 and cp.stdout.strip() == "Cannot find MPS control daemon process"
     imported = {line.rsplit("|", 1)[-1].strip() for line in cp.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert not imported & {"json", "socket", "signal", "typing", "mps_emulator_daemon"}
+    assert not imported & {"json", "socket", "signal", "typing", "mps_server"}
 
 
 def test_front_and_daemon_module_agree_on_names() -> None:
-    from slurm_colo.node import mps_emulator, mps_emulator_daemon
+    from slurm_colo.emulators import mps_control as mps_emulator, mps_server as mps_emulator_daemon
 
     assert mps_emulator.PID_FILE == mps_emulator_daemon.PID_FILE
     assert mps_emulator.SOCKET == mps_emulator_daemon.SOCKET

@@ -6,13 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_colo.node.mps import (
-    format_mem_limit,
-    parse_device_client_list,
-    parse_fault_lines,
-    parse_pid_list,
-    parse_server_status,
-)
+from slurm_colo.node.gpu.mps import format_mem_limit, parse_device_client_list, parse_fault_lines, parse_pid_list, parse_server_status
 
 FIX = Path(__file__).parents[1] / "fixtures" / "mps"
 

@@ -11,15 +11,8 @@ import pynvml
 import pytest
 
 from slurm_colo.errors import NVMLError
-from slurm_colo.node.nvml import (
-    COMPUTE_DEFAULT,
-    COMPUTE_EXCLUSIVE_PROCESS,
-    NOT_SUPPORTED,
-    NullGpu,
-    NvmlGate,
-    open_nvml,
-)
-from slurm_colo.node.nvml_scenario import ScenarioNvml
+from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, NOT_SUPPORTED, NullGpu, NvmlGate, open_nvml
+from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nvml"))
 from fake_pynvml import FakePynvml

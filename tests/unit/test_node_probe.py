@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fake_agent import FakeAgent
 
-from slurm_colo.agent.protocol import parse_request
+from slurm_colo.contracts.protocol import parse_request
 from slurm_colo.config import AgentConfig, Config, NodeConfig, PlacementConfig
 from slurm_colo.node import journal
 from slurm_colo.node.layout import NodeLayout

@@ -13,8 +13,8 @@ from pathlib import Path
 from slurm_colo.fsutil import atomic_write_json, read_json
 from slurm_colo.node import journal
 from slurm_colo.node.layout import NodeLayout
-from slurm_colo.node.nvml import NvmlGate
-from slurm_colo.node.nvml_scenario import ScenarioNvml
+from slurm_colo.node.gpu.nvml import NvmlGate
+from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.node.profile_acc import GIB, ProfileAccumulator, Reading
 from slurm_colo.node.sampler import Sampler, dcgm_status, run
 

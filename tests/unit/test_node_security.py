@@ -53,7 +53,8 @@ def test_planted_temp_symlink_is_not_written_through(tmp_path: Path) -> None:
 
 def test_mps_directories_permissions(tmp_path: Path) -> None:
     from slurm_colo.node import procs
-    from slurm_colo.node.lifecycle import gpu_mps, job_end, job_start
+    from slurm_colo.node.gpu.mps_daemon import gpu_mps
+    from slurm_colo.node.lifecycle import job_end, job_start
 
     cfg = node_config(tmp_path)
     try:

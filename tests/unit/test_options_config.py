@@ -9,7 +9,7 @@ import pytest
 
 from slurm_colo.config import load_config, parse_config
 from slurm_colo.errors import ConfigError, OptionError
-from slurm_colo.options import DEFAULT_CLASS, MODES, derive_class, parse_mode, validate_class
+from slurm_colo.contracts.options import DEFAULT_CLASS, MODES, derive_class, parse_mode, validate_class
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.placement.view import Decision
 from slurm_colo.scores import ScoreTable, load_scores, publish_scores, scores_from_dict, table_from_pairs
 from slurm_colo.seed import table_from_measurements
-from slurm_colo.tags import make_tag, parse_tag
+from slurm_colo.contracts.placement import make_tag, parse_tag
 
 
 def test_pair_lookup_is_symmetric_and_unknown_uses_the_prior() -> None:

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from slurm_colo.errors import StoreError
-from slurm_colo.records import JobRecord
+from slurm_colo.contracts.records import JobRecord
 from slurm_colo.store import (
     current_revision,
     head_revision,

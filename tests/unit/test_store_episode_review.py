@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from slurm_colo.errors import StoreError
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.store import ingest_records, make_engine, upgrade
 from slurm_colo.store.episode_build import JobView, build_episodes, shared_s
 from slurm_colo.store.episodes import update_episodes

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.store import ingest_records, make_engine, upgrade
 from slurm_colo.store.episodes import (
     SKEW_TOLERANCE_S,

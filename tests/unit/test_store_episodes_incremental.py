@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.store import episode_sync, ingest_records, make_engine, upgrade
 from slurm_colo.store.episode_build import Member, SoloRef, job_n
 from slurm_colo.store.episode_read import SOURCES, member_n
@@ -27,7 +27,7 @@ from slurm_colo.store.episodes import (
     rebuild_episodes,
     update_episodes,
 )
-from slurm_colo.store.retrain import gather
+from slurm_colo.train.retrain import gather
 
 CLASSES = ["a-bs8", "a-bs16", "b", "c-bs32", "d"]
 

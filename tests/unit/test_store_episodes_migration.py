@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from slurm_colo.cli import main
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.store import current_revision, head_revision, ingest_records, make_engine, upgrade
 from slurm_colo.store.engine import _alembic_config
 from slurm_colo.store.episodes import load_episodes, update_episodes

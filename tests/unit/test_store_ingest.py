@@ -13,8 +13,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from slurm_colo.errors import StoreError
-from slurm_colo.records import CoRunner, JobRecord
-from slurm_colo.store import ingest_records, ingest_spool, make_engine, upgrade
+from slurm_colo.contracts.records import CoRunner, JobRecord
+from slurm_colo.spool.ingest import ingest_spool
+from slurm_colo.store import ingest_records, make_engine, upgrade
 
 
 @pytest.fixture

@@ -19,19 +19,19 @@ from sqlalchemy.engine import Engine
 from slurm_colo.config import Config, ScoresConfig
 from slurm_colo.errors import ModelError, StoreError
 from slurm_colo.gavel import bundled_path, load_gavel
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.scores import load_scores
+from slurm_colo.spool.ingest import ingest_spool
 from slurm_colo.store import (
     head_revision,
     ingest_records,
-    ingest_spool,
     make_engine,
     require_schema,
     upgrade,
 )
 from slurm_colo.store.episodes import load_episodes, rebuild_episodes
-from slurm_colo.store.retrain import retrain
-from slurm_colo.store.retrain_lock import PG_LOCK_KEY
+from slurm_colo.train.retrain import retrain
+from slurm_colo.train.lock import PG_LOCK_KEY
 from slurm_colo.store.scoresets import import_gavel, live_score_set
 
 _PG_URL = os.environ.get("SLURM_COLO_TEST_PG_URL")

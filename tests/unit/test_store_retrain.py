@@ -15,11 +15,11 @@ from sqlalchemy.engine import Engine
 
 from slurm_colo.config import Config, ScoresConfig
 from slurm_colo.errors import ModelError, StoreError
-from slurm_colo.records import CoRunner, JobRecord
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.scores import PairScore, load_scores
 from slurm_colo.store import ingest_records, make_engine, upgrade
-from slurm_colo.store import retrain as retrain_mod
-from slurm_colo.store.retrain import retrain
+from slurm_colo.train import retrain as retrain_mod
+from slurm_colo.train.retrain import retrain
 from slurm_colo.store.scoresets import list_score_sets, live_score_set
 
 NOW = 1_800_000_000.0
@@ -195,7 +195,7 @@ def _hold_lock_in_child(engine: Engine) -> subprocess.Popen[bytes]:
     """A separate process that takes the store's retrain lock and keeps it until killed."""
     code = ("import sys, time\n"
             "from slurm_colo.store import make_engine\n"
-            "from slurm_colo.store.retrain_lock import retrain_lock\n"
+            "from slurm_colo.train.lock import retrain_lock\n"
             "with retrain_lock(make_engine(sys.argv[1])):\n"
             "    print('held', flush=True)\n"
             "    time.sleep(600)\n")

@@ -8,7 +8,7 @@
  * job_desc.spank_job_env as COLOCATE=<mode> and COLOCATE_CLASS=<name>; Prolog/Epilog see
  * SPANK_COLOCATE / SPANK_COLOCATE_CLASS, tasks SLURM_SPANK_COLOCATE(_CLASS).
  *
- * Keep MODES and the class rule in step with slurm_colo/options.py (a test checks).
+ * Keep MODES and the class rule in step with slurm_colo/contracts/options.py (a test checks).
  */
 #include <stdlib.h>
 #include <string.h>

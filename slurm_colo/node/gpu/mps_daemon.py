@@ -21,17 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MPSError
-from ..fsutil import atomic_write_json, chown_if_root, read_json
-from . import journal, procs
-from .layout import NodeLayout
-from .mps import MpsControl, MpsHung, log_line_time, parse_fault_lines
-from .nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu
+from slurm_colo.errors import MPSError
+from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
+from slurm_colo.node import journal, procs
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.node.gpu.mps import (
+    MpsControl, MpsHung, control_argv, log_line_time, parse_fault_lines)
+from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu, NullGpu
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from slurm_colo.config import Config
 
-log = logging.getLogger("slurm_colo.node.mps_daemon")
+log = logging.getLogger("slurm_colo.node.gpu.mps_daemon")
 
 #: this many daemon crashes within CRASH_WINDOW_S marks the GPU's MPS broken (restart loop)
 MAX_CRASHES = 3
@@ -292,32 +293,71 @@ class GpuMps:
         return found
 
 
+def lock_wait(cfg: Config) -> float:
+    """How long a hook waits for a GPU's lock: a daemon start or stop by another hook
+    can take a few control-call timeouts."""
+    return max(5.0, 3 * cfg.node.mps_timeout_s)
+
+
+class LazyNvml:
+    """Opens NVML only when a daemon must be started/stopped (keeps hooks fast)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.gate: Any = None
+
+    def __call__(self, index: int) -> Gpu:
+        if self.gate is None:
+            from slurm_colo.node.gpu.nvml import open_nvml
+
+            try:
+                self.gate = open_nvml(self.cfg.node.nvml_backend, self.cfg.node.nvml_scenario,
+                                      self.cfg.node.run_dir)
+            except Exception as e:
+                log.warning("NVML unavailable: %s", e)
+                return NullGpu(index, str(e))
+        return self.gate.gpu(index)
+
+
+_warned: set[str] = set()
+
+
+def gpu_mps(cfg: Config, index: int, open_gpu: Callable[[int], Gpu] | None = None) -> GpuMps:
+    """The daemon of GPU ``index`` as the node's configuration says to run it."""
+    if cfg.node.mps_backend == "emulator" and "emu" not in _warned:
+        _warned.add("emu")
+        log.warning("MPS emulator backend in use (%s): no real MPS on this node",
+                    cfg.node.mps_control)
+    return GpuMps(NodeLayout.of_config(cfg), index,
+                  tuple(control_argv(cfg.node.mps_backend, cfg.node.mps_control)),
+                  cfg.node.mps_timeout_s, open_gpu or LazyNvml(cfg))
+
+
 def stop_if_idle(cfg: Config, g: int) -> list[str]:
     """Stop GPU ``g``'s daemon if no job uses it any more, under the GPU lock (run by the
     detached helper the Epilog starts). Returns the problems of the shutdown (empty when
     clean or when there was nothing to stop: a new job arrived first and reuses the daemon,
     or it is already stopped). TimeoutError when the lock cannot be had."""
-    from ..fsutil import locked
-    from .lifecycle import _lock_wait, gpu_mps
+    from slurm_colo.fsutil import locked
 
     gm = gpu_mps(cfg, g)
-    with locked(gm.layout.gpu_lock(g), timeout_s=_lock_wait(cfg)):
+    with locked(gm.layout.gpu_lock(g), timeout_s=lock_wait(cfg)):
         if journal.active(journal.read(gm.layout.journal(g))) or not gm.state():
             return []
         return gm.stop()
 
 
 def main(argv: list[str]) -> int:
-    """``python -m slurm_colo.node.mps_daemon stop GPU``: :func:`stop_if_idle` by hand
+    """``python -m slurm_colo.node.gpu.mps_daemon stop GPU``: :func:`stop_if_idle` by hand
     (the Epilog's helper is :mod:`.handoff`, which also ingests)."""
     import sys
 
-    from ..config import load_config
+    from slurm_colo.config import load_config
 
     if len(argv) != 2 or argv[0] != "stop" or not argv[1].isdigit():
-        print("usage: python -m slurm_colo.node.mps_daemon stop GPU_INDEX", file=sys.stderr)
+        print("usage: python -m slurm_colo.node.gpu.mps_daemon stop GPU_INDEX", file=sys.stderr)
         return 2
-    from ..hooks.common import setup_logging
+    from slurm_colo.logsetup import setup_logging
 
     setup_logging("mps-stop")  # detached: syslog is where an admin looks
     return 1 if stop_if_idle(load_config(), int(argv[1])) else 0

@@ -23,9 +23,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..placement import ClusterView, GpuView
-from ..slurm.model import SlurmJob
-from ..tags import ANY_SHARED, held_for_text
+from slurm_colo.placement import ClusterView, GpuView
+from slurm_colo.slurm.model import SlurmJob
+from slurm_colo.contracts.placement import ANY_SHARED, held_for_text
 
 #: pending reasons that mean "waiting for resources" (not held, not a dependency, not a
 #: begin time): only such a job can be helped by draining GPUs

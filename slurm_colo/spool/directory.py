@@ -13,11 +13,11 @@ import os
 import time
 from pathlib import Path
 
-from ..fsutil import atomic_write_bytes
-from ..records import JobRecord
-from .layout import NodeLayout
+from slurm_colo.fsutil import atomic_write_bytes
+from slurm_colo.contracts.records import JobRecord
+from slurm_colo.node.layout import NodeLayout
 
-log = logging.getLogger("slurm_colo.node.spool")
+log = logging.getLogger("slurm_colo.spool.directory")
 
 #: temporary files older than this are leftovers of a killed writer and are removed
 STALE_TMP_S = 3600.0

@@ -26,7 +26,7 @@ Call trace (benchmarks): with ``SLURM_COLO_MPS_EMU_TRACE=FILE`` every run append
 Start-up cost: this file stands in for a small C program that every MPS control call
 runs, so it is kept small (it is compiled on every run as a script) and its command path
 imports only ``os`` and ``_socket``. The daemon (``-d``/``-f``) and ``run`` live in
-:mod:`.mps_emulator_daemon`, loaded (from cached bytecode) only for those.
+:mod:`.mps_server`, loaded (from cached bytecode) only for those.
 """
 
 from __future__ import annotations
@@ -59,16 +59,16 @@ def _trace(mode: str, commands: int) -> None:
 
 
 def _daemon_module() -> ModuleType:
-    """:mod:`.mps_emulator_daemon`: by relative import when this file was imported as
-    ``slurm_colo.node.mps_emulator``, else (run as a file with ``-I -S``, nothing of ours
+    """:mod:`.mps_server`: by import when this file was imported as
+    ``slurm_colo.emulators.mps_control``, else (run as a file with ``-I -S``, nothing of ours
     on ``sys.path``) loaded from the same directory by path."""
     if __package__:
-        from . import mps_emulator_daemon
+        from slurm_colo.emulators import mps_server
 
-        return mps_emulator_daemon
+        return mps_server
     import importlib.util
 
-    name = "mps_emulator_daemon"
+    name = "mps_server"
     spec = importlib.util.spec_from_file_location(
         name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
     if spec is None or spec.loader is None:

@@ -25,9 +25,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import ModelError
-from ..fsutil import read_small, try_lock, unlock
-from .engine import db_errors
+from slurm_colo.errors import ModelError
+from slurm_colo.fsutil import read_small, try_lock, unlock
+from slurm_colo.store.engine import db_errors
 
 #: advisory lock key on PostgreSQL (an arbitrary constant: "colo" in ASCII)
 PG_LOCK_KEY = 0x636F6C6F

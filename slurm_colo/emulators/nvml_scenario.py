@@ -30,8 +30,8 @@ from typing import Any
 
 import pynvml as _nv
 
-from ..errors import NVMLError
-from ..fsutil import atomic_write_json, read_json
+from slurm_colo.errors import NVMLError
+from slurm_colo.fsutil import atomic_write_json, read_json
 
 _CALL_KEYS = {"nvmlDeviceGetUtilizationRates": "utilization", "nvmlDeviceGetPowerUsage": "power",
               "nvmlDeviceGetClockInfo": "clocks", "nvmlDeviceGetMemoryInfo": "memory",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import OptionError
+from slurm_colo.errors import OptionError
 
 #: Accepted ``--colocate`` modes.
 #: ``auto``        share when a compatible partner or a free shared GPU exists (default).

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-log = logging.getLogger("slurm_colo.node.nvml")
+log = logging.getLogger("slurm_colo.node.gpu.nvml")
 T = TypeVar("T")
 
 
@@ -219,7 +219,7 @@ class NvmlGate:
 def open_nvml(backend: str, scenario: str = "", state_dir: str = "") -> NvmlGate:
     """The gate for ``node.nvml_backend``. ``scenario`` is explicit opt-in and logged."""
     if backend == "scenario":
-        from .nvml_scenario import ScenarioNvml
+        from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 
         log.warning("NVML scenario backend in use (%s): readings are emulated, not real",
                     scenario or "<no file>")

@@ -10,9 +10,9 @@ import socket
 import time
 from typing import Any
 
-from ..config import Config
-from ..errors import AgentError, ProtocolError
-from .protocol import format_request, parse_reply
+from slurm_colo.config import Config
+from slurm_colo.errors import AgentError, ProtocolError
+from slurm_colo.contracts.protocol import format_request, parse_reply
 
 
 def request(socket_path: str, verb: str, payload: dict[str, Any], timeout_s: float = 1.0) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def ping(cfg: Config, timeout_s: float = 1.0) -> dict[str, Any] | None:
 
 def job_started(cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int,
                 timeout_s: float = 0.5) -> dict[str, Any] | None:
-    """Tell the agent a job starts; returns its placement dict (see slurm_colo.tags)."""
+    """Tell the agent a job starts; returns its placement dict (see slurm_colo.contracts.placement)."""
     r = _quiet(cfg, "JOBSTART", {"job": job_id, "node": node, "gpus": gpus, "user": user, "uid": uid},
                timeout_s)
     return r.get("placement") if r else None

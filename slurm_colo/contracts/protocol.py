@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ProtocolError
+from slurm_colo.errors import ProtocolError
 
 MAX_LINE = 64 * 1024
 VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "EXPLAIN", "STATUS", "PING", "RELOAD")

@@ -1,6 +1,6 @@
 """The daemon side of the ``nvidia-cuda-mps-control`` emulator (standard library only).
 
-:mod:`.mps_emulator` is the executable: it answers control commands itself (the common,
+:mod:`.mps_control` is the executable: it answers control commands itself (the common,
 fast case) and loads this module only to run a control daemon (``-d`` / ``-f``) or to make
 a command an MPS client (``run -- CMD``). Kept apart so that each control call, which
 stands in for NVIDIA's small C program, starts an interpreter that compiles and imports

@@ -21,19 +21,19 @@ import numpy as np
 from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Engine
 
-from ..config import Config
-from ..errors import ModelError, ScoresError
-from ..model.data import Observations
-from ..model.fit import fit_table
-from ..model.history import SOURCE_WEIGHT, add_pair_episodes, member_pair_episodes
-from ..model.validate import holdout_mae
-from ..scores import ScoreTable, publish_scores, scores_from_dict
-from .engine import db_errors, require_schema
-from .episode_read import SOURCES
-from .episodes import read_window, rebuild_episodes, update_episodes
-from .retrain_lock import retrain_lock
-from .schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
-from .scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
+from slurm_colo.config import Config
+from slurm_colo.errors import ModelError, ScoresError
+from slurm_colo.model.data import Observations
+from slurm_colo.model.fit import fit_table
+from slurm_colo.model.history import SOURCE_WEIGHT, add_pair_episodes, member_pair_episodes
+from slurm_colo.model.validate import holdout_mae
+from slurm_colo.scores import ScoreTable, publish_scores, scores_from_dict
+from slurm_colo.store.engine import db_errors, require_schema
+from slurm_colo.store.episode_read import SOURCES
+from slurm_colo.store.episodes import read_window, rebuild_episodes, update_episodes
+from slurm_colo.train.lock import retrain_lock
+from slurm_colo.store.schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
+from slurm_colo.store.scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
 
 
 @dataclass

@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # keep the Prolog's import of parse_tag free of the placement package
-    from .placement.view import Decision
+    from slurm_colo.placement.view import Decision
 
 _TAG_RE = re.compile(r"slurm-colo\[v=1((?: [a-z]+=[^ \]]*)*)\]")
 

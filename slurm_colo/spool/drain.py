@@ -2,7 +2,7 @@
 
 Run detached by the Epilog (through :mod:`.handoff`) so the Epilog never waits on
 SQLAlchemy or a locked database, by ``slurm-colo spool ingest``, and by hand
-(``python -m slurm_colo.node.ingest``). One run at a time per node (a lock file); a locked
+(``python -m slurm_colo.spool.drain``). One run at a time per node (a lock file); a locked
 or unreachable database leaves the files in the spool for the next run. Both the spool and
 the fallback spool are ingested.
 """
@@ -13,13 +13,13 @@ import logging
 import sys
 from dataclasses import dataclass, field
 
-from ..config import Config, load_config
-from ..errors import StoreError
-from ..fsutil import ensure_dir, locked
-from .layout import NodeLayout
-from .spool import pending, prune_done
+from slurm_colo.config import Config, load_config
+from slurm_colo.errors import StoreError
+from slurm_colo.fsutil import ensure_dir, locked
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.spool.directory import pending, prune_done
 
-log = logging.getLogger("slurm_colo.node.ingest")
+log = logging.getLogger("slurm_colo.spool.drain")
 
 
 @dataclass
@@ -41,7 +41,8 @@ class IngestReport:
 def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
                    lock_timeout_s: float = 0.0) -> IngestReport:
     """Ingest both spool directories; never raises for a DB problem (it is reported)."""
-    from ..store import ingest_spool, make_engine
+    from slurm_colo.spool.ingest import ingest_spool
+    from slurm_colo.store import make_engine
 
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     rep = IngestReport()
@@ -87,7 +88,7 @@ def ingest_logged(cfg: Config) -> IngestReport:
 
 
 def main() -> int:
-    from ..hooks.common import setup_logging
+    from slurm_colo.logsetup import setup_logging
 
     setup_logging("ingest")  # detached: syslog is where an admin looks
     try:

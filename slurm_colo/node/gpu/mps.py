@@ -3,7 +3,7 @@
 Every call has a timeout, never uses a shell, and maps failures to :class:`MPSError`
 subclasses: :class:`MpsNotRunning` (no daemon answers) and :class:`MpsHung` (the call
 timed out). The same class drives the real NVIDIA binary and the emulator
-(:mod:`.mps_emulator`); only the argv differs (:func:`control_argv`).
+(:mod:`slurm_colo.emulators.mps_control`); only the argv differs (:func:`control_argv`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MPSError
+from slurm_colo.errors import MPSError
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 _NOT_RUNNING_MARKERS = ("cannot find mps control daemon", "connection refused")
@@ -36,7 +36,7 @@ def emulator_argv() -> list[str]:
     """The emulator run as a plain file with -I -S: standard library only, fast start (it
     stands in for NVIDIA's small C program; its command path imports only ``os`` and
     ``_socket``)."""
-    return [sys.executable, "-I", "-S", str(Path(__file__).with_name("mps_emulator.py"))]
+    return [sys.executable, "-I", "-S", str(Path(__file__).parents[2] / "emulators" / "mps_control.py")]
 
 
 def control_argv(backend: str, mps_control: str) -> list[str]:
@@ -214,7 +214,7 @@ class MpsControl:
 
         The pipe directory belongs to the job user, so the file is read without following
         symlinks and with a size cap; callers prefer the PID kept in root's state file."""
-        from ..fsutil import read_small
+        from slurm_colo.fsutil import read_small
 
         raw = read_small(self.pipe_dir / PID_FILE, 64)
         try:

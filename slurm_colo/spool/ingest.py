@@ -1,0 +1,93 @@
+"""Ingest a spool directory into the history store.
+
+Reads every ``*.json`` record file (written atomically by :mod:`.directory`), stores them
+with :func:`slurm_colo.store.ingest_records`, moves ingested files to ``done/`` (or deletes
+them) and quarantines corrupt ones in ``bad/`` with a ``.reason`` file, never blocking the
+others. A locked database raises :class:`StoreError` and the failed batch's files stay in
+the spool for the next try.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from slurm_colo.contracts.records import JobRecord
+from slurm_colo.errors import StoreError
+from slurm_colo.store.engine import require_schema
+from slurm_colo.store.ingest import BATCH, BadRecord, ingest_records, record_from_json
+
+log = logging.getLogger("slurm_colo.spool")
+
+
+@dataclass
+class IngestResult:
+    ingested: int = 0
+    duplicates: int = 0
+    done_files: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{self.ingested} new record(s), {self.duplicates} already stored, "
+                f"{len(self.bad)} bad file(s) quarantined")
+
+
+def _quarantine(spool: Path, f: Path, reason: str) -> None:
+    bad = spool / "bad"
+    bad.mkdir(exist_ok=True)
+    try:
+        os.replace(f, bad / f.name)
+        (bad / f"{f.name}.reason").write_text(reason + "\n", encoding="utf-8")
+    except OSError as e:
+        log.error("cannot quarantine %s: %s", f, e.strerror)
+    log.warning("bad record file %s moved to %s: %s", f.name, bad, reason)
+
+
+def ingest_spool(engine: Engine, spool_dir: str | Path, keep_done: bool = True,
+                 batch: int = BATCH) -> IngestResult:
+    """Ingest every ``*.json`` file of ``spool_dir``.
+
+    Ingested files go to ``spool_dir/done/`` (``keep_done=False``: deleted); unreadable or
+    invalid ones to ``spool_dir/bad/`` beside a ``NAME.reason`` file. Hidden and temporary
+    files (names starting with a dot, not ending in ``.json``) are left alone: the node side
+    writes them before the atomic rename. A database error raises :class:`StoreError`
+    after the batches before it were committed; the failed batch's files stay in place.
+    """
+    spool = Path(spool_dir)
+    if not spool.is_dir():
+        raise StoreError(f"spool directory {spool} does not exist")
+    require_schema(engine)
+    res = IngestResult()
+    files = sorted(p for p in spool.glob("*.json") if p.is_file() and not p.name.startswith("."))
+    for s in range(0, len(files), batch):
+        good: list[tuple[Path, JobRecord]] = []
+        for f in files[s:s + batch]:
+            try:
+                good.append((f, record_from_json(f.read_bytes())))
+            except BadRecord as e:
+                _quarantine(spool, f, str(e))
+                res.bad.append((f.name, str(e)))
+            except OSError as e:
+                log.warning("cannot read %s: %s (left in place)", f, e.strerror)
+        if not good:
+            continue
+        new = ingest_records(engine, [r for _, r in good])
+        res.ingested += new
+        res.duplicates += len(good) - new
+        done = spool / "done"
+        if keep_done:
+            done.mkdir(exist_ok=True)
+        for f, _ in good:
+            try:
+                if keep_done:
+                    os.replace(f, done / f.name)
+                else:
+                    f.unlink()
+                res.done_files += 1
+            except OSError as e:
+                log.error("ingested %s but cannot move it: %s", f, e.strerror)
+    return res
