@@ -38,7 +38,7 @@ from ..config import Config
 from ..placement import ClusterView, Decision, JobRequest, place
 from ..placement.retract import judge, members_from_report, rate_floor
 from ..slurm.model import SlurmJob
-from slurm_colo.contracts.placement import ANY_SHARED, held_for_text, make_tag, parse_tag
+from slurm_colo.contracts.placement import ANY_SHARED, Placement, held_for_text
 from slurm_colo.placement.guard import kept
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
         log.info("job %s: probe %s", job_id, v.reason)
         return {"verdict": "keep", "reason": v.reason}, []
     sj = state.jobs.get(job_id)
-    tag = parse_tag(sj.admin_comment) if sj else None
+    tag = Placement.from_tag(sj.admin_comment) if sj else None
     why_not = ""
     if state.cfg.placement.undo != "requeue":
         why_not = "placement.undo is off"
@@ -128,7 +128,7 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
         why_not = "the job was not placed by the agent"
     elif sj is not None and not sj.requeue:
         why_not = "Slurm may not requeue the job (--no-requeue)"
-    elif tag is not None and tag["undone"]:
+    elif tag is not None and tag.undone:
         why_not = "the job was requeued once already"
     elif sj is not None and sj.active and 0 < sj.end_time - now < state.cfg.placement.probe_s:
         why_not = "its time limit ends it sooner than a restart would help"
@@ -148,8 +148,8 @@ def probe(state: AgentState, report: dict[str, Any], now: float) -> tuple[dict[s
     state.rebuild()
     log.warning("job %s: probe %s; requeued, to be aimed again at a GPU of type %s",
                 job_id, v.reason, gres_type)
-    held_tag = make_tag(token, req.cls, req.mode, Decision("exclusive", v.reason), undone=True,
-                        held=gres_type)
+    held_tag = Decision("exclusive", v.reason).placement(token, req.cls, req.mode, undone=True,
+                                                         held=gres_type).to_tag()
     act = Action("requeue_hold", job_id, held_tag,
                  f"colo: requeued after {state.cfg.placement.probe_s:g}s together: {v.reason}",
                  restore=(sj.admin_comment, sj.comment) if sj else ("", ""))
@@ -189,8 +189,8 @@ def reaim(state: AgentState, now: float) -> list[Action]:
         log.info("job %s: released onto GPU %s of %s (%s): %s", h.job_id, d.index, d.node,
                  "after its undo" if h.undone else "held at submission", d.reason)
         gres = state.layouts[d.node].shard_request(d.index or 0) if h.any_gpu else ""
-        out.append(Action("aim", h.job_id, make_tag(h.token, h.request.cls, h.request.mode, d,
-                                                    undone=h.undone), comment, node=d.node,
+        out.append(Action("aim", h.job_id, d.placement(h.token, h.request.cls, h.request.mode,
+                                                       undone=h.undone).to_tag(), comment, node=d.node,
                           gres=gres, model=h.model))
     return out
 
@@ -219,18 +219,18 @@ def sync_held(state: AgentState, tags: dict[int, dict[str, Any]], now: float) ->
     grace = 3 * state.cfg.agent.refresh_interval_s
     for job_id, tag in tags.items():
         j = state.jobs[job_id]
-        if (tag["held"] and j.state == "PENDING" and j.job_id not in state.held
+        if (tag.held and j.state == "PENDING" and j.job_id not in state.held
                 and j.job_id not in state.by_job):
-            any_gpu = tag["held"] == ANY_SHARED
-            req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"],
-                             mode=tag["mode"], gres_type="" if any_gpu else tag["held"],
+            any_gpu = tag.held == ANY_SHARED
+            req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag.cls,
+                             mode=tag.mode, gres_type="" if any_gpu else tag.held,
                              partition=j.partition,
-                             rate_floor=rate_floor(state.cfg.placement, tag["undone"]))
-            why = "requeued after a harmful probe" if tag["undone"] else \
-                f"held at submission until {held_for_text(tag['held'], tag['model'])} fits"
-            state.held[j.job_id] = Held(j.job_id, tag["token"] or f"job{j.job_id}", req,
-                                        j.submit_time or now, why, undone=tag["undone"],
-                                        model=tag["model"],
+                             rate_floor=rate_floor(state.cfg.placement, tag.undone))
+            why = "requeued after a harmful probe" if tag.undone else \
+                f"held at submission until {held_for_text(tag.held, tag.model)} fits"
+            state.held[j.job_id] = Held(j.job_id, tag.token or f"job{j.job_id}", req,
+                                        j.submit_time or now, why, undone=tag.undone,
+                                        model=tag.model,
                                         locked=j.state_reason == "JobHeldAdmin")
     for job_id, h in list(state.held.items()):
         sj = state.jobs.get(job_id)
@@ -262,9 +262,9 @@ def failed(state: AgentState, action: Action, now: float) -> None:
     state.drop_placement(token)
     # a job held without a GPU request may still go anywhere; a requeued one keeps its type
     gres_type = "" if action.gres else _shard_type(state, p.decision)
-    tag = parse_tag(action.admin_comment)
+    tag = Placement.from_tag(action.admin_comment)
     state.held[action.job_id] = Held(action.job_id, token, replace(p.request, gres_type=gres_type),
-                                     now, "its release failed", undone=bool(tag and tag["undone"]),
+                                     now, "its release failed", undone=bool(tag and tag.undone),
                                      model=action.model)
     state.rebuild()
 
@@ -316,7 +316,7 @@ def held_in_slurm(jobs: list[SlurmJob]) -> list[HeldInSlurm]:
     """Pending jobs whose tag says they wait, held, for the agent to release them."""
     out = []
     for j in jobs:
-        tag = parse_tag(j.admin_comment)
-        if tag and tag["held"] and j.state == "PENDING":
-            out.append(HeldInSlurm(j, str(tag["held"]), tag["model"]))
+        tag = Placement.from_tag(j.admin_comment)
+        if tag and tag.held and j.state == "PENDING":
+            out.append(HeldInSlurm(j, tag.held, tag.model))
     return sorted(out, key=lambda x: x.job.job_id)

@@ -20,7 +20,7 @@ from ..placement.policy import index_for
 from ..placement.retract import rate_floor, with_pairs
 from ..scores import PairScore, ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
-from slurm_colo.contracts.placement import ANY_SHARED, make_tag, parse_tag
+from slurm_colo.contracts.placement import ANY_SHARED, Placement
 from slurm_colo.placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
 from .held import Held, can_hold, hold_unplaced, sync_held
 
@@ -31,7 +31,9 @@ DRAINED_GRACE_S = 60.0
 
 
 @dataclass
-class Placement:
+class PlacedJob:
+    """A placement the agent handed out, and what became of it."""
+
     token: str
     request: JobRequest
     decision: Decision
@@ -39,15 +41,6 @@ class Placement:
     job_id: int | None = None
     running: bool = False
     started: float | None = None
-
-
-def _decision_from_tag(tag: dict[str, Any]) -> Decision:
-    return Decision(
-        "share", "rebuilt from the job's tag after an agent restart",
-        node=tag["node"], index=tag["gpu"], mechanism=tag["mechanism"],
-        thread_pct=tag["thread_pct"], mem_limit_gib=tag["mem_limit_gib"],
-        predicted_delta=tag["delta"], memory_gib=tag["memory_gib"],
-    )
 
 
 def _timestamp(iso: str) -> float | None:
@@ -91,7 +84,7 @@ class AgentState:
         #: probe verdicts: kept, undone, harmful (harmful, not to be undone), undo_failed
         #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
-        self.placements: dict[str, Placement] = {}
+        self.placements: dict[str, PlacedJob] = {}
         self.by_job: dict[int, str] = {}
         self.jobs: dict[int, SlurmJob] = {}
         self.nodes: dict[str, SlurmNode] = {}
@@ -160,19 +153,20 @@ class AgentState:
         self.snapshot_time = now
         tags: dict[int, dict[str, Any]] = {}
         for j in jobs:
-            tag = parse_tag(j.admin_comment)
+            tag = Placement.from_tag(j.admin_comment)
             if tag:
                 tags[j.job_id] = tag
-            if not tag or not tag["token"]:
+            if not tag or not tag.token:
                 continue
-            p = self.placements.get(tag["token"])
-            if (p is None and tag["shared"] and tag["node"] is not None and tag["gpu"] is not None
+            p = self.placements.get(tag.token)
+            if (p is None and tag.shared and tag.node is not None and tag.gpu is not None
                     and (j.active or j.state == "PENDING")):
-                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag["cls"], mode=tag["mode"],
-                                 rate_floor=rate_floor(self.cfg.placement, tag["undone"]))
-                p = Placement(tag["token"], req, _decision_from_tag(tag), created=j.submit_time or now)
+                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag.cls, mode=tag.mode,
+                                 rate_floor=rate_floor(self.cfg.placement, tag.undone))
+                d = Decision.from_placement(tag, "rebuilt from the job's tag after an agent restart")
+                p = PlacedJob(tag.token, req, d, created=j.submit_time or now)
                 self.placements[p.token] = p
-                log.info("job %s: placement rebuilt from Slurm (GPU %s of %s)", j.job_id, tag["gpu"], tag["node"])
+                log.info("job %s: placement rebuilt from Slurm (GPU %s of %s)", j.job_id, tag.gpu, tag.node)
             if p is not None and p.job_id is None:
                 self._link(p, j.job_id)
             if p is not None:
@@ -194,7 +188,7 @@ class AgentState:
         self.apply_learned()
         self.rebuild(plan_at=now)
 
-    def _link(self, p: Placement, job_id: int) -> None:
+    def _link(self, p: PlacedJob, job_id: int) -> None:
         p.job_id = job_id
         self.by_job[job_id] = p.token
         p.request = replace(p.request, key=str(job_id))
@@ -301,7 +295,7 @@ class AgentState:
         for g in kept(r, view):
             g.closed_for = r.job_id
 
-    def _occupant_for_placement(self, p: Placement) -> Occupant:
+    def _occupant_for_placement(self, p: PlacedJob) -> Occupant:
         d = p.decision
         est = d.memory_gib if d.memory_gib is not None else self.cfg.placement.default_memory_gib
         return Occupant(key=str(p.job_id) if p.job_id else p.token, user=p.request.user, uid=p.request.uid,
@@ -377,12 +371,13 @@ class AgentState:
         else:
             token = _new_token()
             d = self._place(token, key, fields)
-        tag = make_tag(token, cls, mode, d)
+        tag = d.placement(token, cls, mode).to_tag()
         hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self, fields)
         if hold:
             # held without a GPU request: the agent sets it when it releases the job onto
             # whichever shared GPU fits it first (held.reaim)
-            tag = make_tag(token, cls, mode, d, held=ANY_SHARED, model=fields.get("gpu_type", ""))
+            tag = d.placement(token, cls, mode, held=ANY_SHARED,
+                              model=fields.get("gpu_type", "")).to_tag()
             reply = {"action": "hold", "gres": "none", "tag": tag,
                      "comment": f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
                      "user_msg": "slurm-colo: held until a shared GPU fits; "
@@ -419,7 +414,7 @@ class AgentState:
         elif not d.shared:
             self.decisions["exclusive:" + d.reason.split(":")[0]] += 1
         else:
-            p = Placement(token, req, d, created=now)
+            p = PlacedJob(token, req, d, created=now)
             self.placements[token] = p
             g = self.view.find(d.node or "", d.index if d.index is not None else -1)
             if g is not None:
@@ -445,9 +440,9 @@ class AgentState:
                     node: str = "", gpus: list[int] | None = None) -> dict[str, Any] | None:
         token = self.by_job.get(job_id)
         if token is None and tag_text:
-            tag = parse_tag(tag_text)
-            if tag and tag["token"] in self.placements:
-                token = tag["token"]
+            tag = Placement.from_tag(tag_text)
+            if tag and tag.token in self.placements:
+                token = tag.token
                 self._link(self.placements[token], job_id)
         if token is None or token not in self.placements or not self.placements[token].decision.shared:
             if node and gpus:  # not ours: the GPU is taken whole until the job ends
@@ -461,10 +456,8 @@ class AgentState:
         g = self.view.find(d.node or "", d.index if d.index is not None else -1)
         partners = [o.job_id for o in (g.occupants if g else []) if o.job_id and o.job_id != job_id]
         log.info("job %s: started on GPU %s of %s with %s", job_id, d.index, d.node, partners or "no partner")
-        return {"shared": True, "mechanism": d.mechanism, "thread_pct": d.thread_pct,
-                "mem_limit_gib": d.mem_limit_gib, "cls": p.request.cls, "mode": p.request.mode,
-                "node": d.node, "gpu": d.index, "partners": partners, "token": token,
-                "delta": d.predicted_delta, "memory_gib": d.memory_gib}
+        return replace(d.placement(token, p.request.cls, p.request.mode),
+                       partners=tuple(partners)).to_wire()
 
     def job_ended(self, job_id: int) -> None:
         token = self.by_job.get(job_id)
@@ -480,7 +473,7 @@ class AgentState:
 
     def adopt(self, token: str, req: JobRequest, d: Decision, job_id: int, now: float) -> None:
         """Record a placement made by the agent itself for an existing job (a re-aim)."""
-        p = Placement(token, replace(req, key=str(job_id)), d, created=now)
+        p = PlacedJob(token, replace(req, key=str(job_id)), d, created=now)
         self.placements[token] = p
         self._link(p, job_id)
         g = self.view.find(d.node or "", d.index if d.index is not None else -1)
@@ -500,8 +493,8 @@ class AgentState:
     def explain(self, job_id: int, tag_text: str | None = None) -> dict[str, Any]:
         token = self.by_job.get(job_id)
         if token is None and tag_text:
-            t = parse_tag(tag_text)
-            token = t["token"] if t else None
+            t = Placement.from_tag(tag_text)
+            token = t.token if t else None
         ex = dict(self.explanations.get(token or "", {}))
         if not ex:
             return {"job_id": job_id, "known": False,

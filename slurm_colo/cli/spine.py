@@ -13,7 +13,7 @@ import typer
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
-from slurm_colo.contracts.placement import held_for_text, parse_tag
+from slurm_colo.contracts.placement import Placement, held_for_text
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
 
@@ -53,15 +53,15 @@ def _explain_from_slurm(job_id: int, backend_kind: str) -> dict[str, Any]:
         j = None
     if j is None:
         return {"job_id": job_id, "known": False, "reason": "job not found in Slurm and agent unreachable"}
-    tag = parse_tag(j.admin_comment) or parse_tag(j.comment)
+    tag = Placement.from_tag(j.admin_comment) or Placement.from_tag(j.comment)
     if not tag:
         return {"job_id": job_id, "known": False,
                 "reason": f"not a --colocate job (comment: {j.comment or '-'})"}
     ex: dict[str, Any] = {"job_id": job_id, "known": True, "name": j.name, "user": j.user,
-                          "cls": tag["cls"], "mode": tag["mode"], "gpu": tag["gpu"], "node": tag["node"],
-                          "mechanism": tag["mechanism"], "thread_pct": tag["thread_pct"],
-                          "mem_limit_gib": tag["mem_limit_gib"], "predicted_delta": tag["delta"],
-                          "partners": [], "action": "share" if tag["shared"] else "exclusive",
+                          "cls": tag.cls, "mode": tag.mode, "gpu": tag.gpu, "node": tag.node,
+                          "mechanism": tag.mechanism, "thread_pct": tag.thread_pct,
+                          "mem_limit_gib": tag.mem_limit_gib, "predicted_delta": tag.predicted_delta,
+                          "partners": [], "action": "share" if tag.shared else "exclusive",
                           "reason": j.comment}
     return ex
 

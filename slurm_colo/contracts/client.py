@@ -12,6 +12,7 @@ from typing import Any
 
 from slurm_colo.config import Config
 from slurm_colo.errors import AgentError, ProtocolError
+from slurm_colo.contracts.placement import Placement
 from slurm_colo.contracts.protocol import format_request, parse_reply
 
 
@@ -63,11 +64,18 @@ def ping(cfg: Config, timeout_s: float = 1.0) -> dict[str, Any] | None:
 
 
 def job_started(cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int,
-                timeout_s: float = 0.5) -> dict[str, Any] | None:
-    """Tell the agent a job starts; returns its placement dict (see slurm_colo.contracts.placement)."""
+                timeout_s: float = 0.5) -> Placement | None:
+    """Tell the agent a job starts; returns its placement (None: not placed by the agent,
+    or the agent unreachable, or its answer unreadable)."""
     r = _quiet(cfg, "JOBSTART", {"job": job_id, "node": node, "gpus": gpus, "user": user, "uid": uid},
                timeout_s)
-    return r.get("placement") if r else None
+    raw = r.get("placement") if r else None
+    if not raw:
+        return None
+    try:
+        return Placement.from_wire(raw)
+    except ProtocolError:
+        return None
 
 
 def job_ended(cfg: Config, job_id: int, node: str, exit_code: int = 0, timeout_s: float = 0.5) -> None:

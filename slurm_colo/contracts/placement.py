@@ -1,27 +1,36 @@
-"""The machine-readable placement tag carried in a job's comment and admin comment.
+"""A placement: where the agent put a ``--colocate`` job and with what limits.
 
-Format: ``slurm-colo[v=1 tok=TOKEN cls=CLASS mode=MODE mech=mps gpu=NODE:IDX pct=N mem=GIB d=DELTA]``
-(fields after ``v`` optional). After the agent undid a harmful placement, ``undone=1`` is
-added; ``held=SHARD_TYPE`` while a requeued job waits, held, to be aimed at a GPU of that
-type, ``held=*`` while a job held at submission (``placement.unplaced = "hold"``) waits,
-without a GPU request, to be aimed at any shared GPU (``model=MODEL`` if it asked for one
-GPU model). The agent writes it at submit time; it rebuilds its view
-from the admin comment (users cannot edit it) after a restart, and the Prolog falls back
-to the copy in the comment (``SLURM_JOB_COMMENT``) when the agent cannot be reached.
+One frozen type, :class:`Placement`, from the agent's decision to the job's history record.
+It travels in two encodings:
+
+- the **tag** (:meth:`Placement.to_tag` / :meth:`Placement.from_tag`), carried in a job's
+  comment and admin comment: ``slurm-colo[v=1 tok=TOKEN cls=CLASS mode=MODE mech=mps
+  gpu=NODE:IDX pct=N mem=GIB est=GIB d=DELTA]`` (fields after ``mode`` optional). After the
+  agent undid a harmful placement ``undone=1`` is added; ``held=SHARD_TYPE`` while a
+  requeued job waits, held, to be aimed at a GPU of that type, ``held=*`` while a job held at
+  submission waits, without a GPU request, for any shared GPU (``model=MODEL`` if it asked
+  for one GPU model). The agent rebuilds its view from the admin comment (users cannot edit
+  it) after a restart; the Prolog falls back to the comment's copy when the agent cannot be
+  reached.
+- the **wire** form (:meth:`Placement.to_wire` / :meth:`Placement.from_wire`), a JSON
+  object with the field names below: the agent's JOBSTART reply, and the node's per-job
+  state file.
+
+Standard library only: the Prolog imports this.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-if TYPE_CHECKING:  # keep the Prolog's import of parse_tag free of the placement package
-    from slurm_colo.placement.view import Decision
+from slurm_colo.contracts.enums import Mechanism, Mode
+from slurm_colo.errors import ProtocolError
 
 _TAG_RE = re.compile(r"slurm-colo\[v=1((?: [a-z]+=[^ \]]*)*)\]")
 
-
-#: ``held=`` value of a job held at submission: it may go to any shared GPU (of its model)
+#: ``held`` value of a job held at submission: it may go to any shared GPU (of its model)
 ANY_SHARED = "*"
 
 
@@ -32,60 +41,133 @@ def held_for_text(held: str, model: str = "") -> str:
     return f"a shared {model} GPU" if model else "a shared GPU"
 
 
-def make_tag(token: str, cls: str, mode: str, d: Decision, undone: bool = False,
-             held: str = "", model: str = "") -> str:
-    parts = [f"v=1 tok={token} cls={cls} mode={mode}"]
-    if d.shared:
-        parts.append(f"mech={d.mechanism} gpu={d.node}:{d.index}")
-        if d.thread_pct is not None:
-            parts.append(f"pct={d.thread_pct}")
-        if d.mem_limit_gib is not None:
-            parts.append(f"mem={d.mem_limit_gib:g}")
-        if d.memory_gib is not None:
-            parts.append(f"est={d.memory_gib:g}")
-        if d.predicted_delta is not None:
-            parts.append(f"d={d.predicted_delta:g}")
-    if undone:
-        parts.append("undone=1")
-    if held:
-        parts.append(f"held={held}")
-    if model:
-        parts.append(f"model={model}")
-    return "slurm-colo[" + " ".join(parts) + "]"
-
-
-def parse_tag(text: str | None) -> dict[str, Any] | None:
-    """Decode a tag found anywhere in ``text`` into the placement dict the hooks use:
-    ``shared, mechanism, thread_pct, mem_limit_gib, cls, mode, node, gpu, token, delta,
-    undone, held, model``."""
-    if not text:
+def _num(conv: type, v: Any) -> Any:
+    try:
+        return None if v is None else conv(v)
+    except (TypeError, ValueError):
         return None
-    m = _TAG_RE.search(text)
-    if not m:
-        return None
-    kv = dict(item.split("=", 1) for item in m.group(1).split())
-    node, _, idx = kv.get("gpu", "").rpartition(":")
 
-    def num(key: str, conv: type) -> Any:
-        try:
-            return conv(kv[key]) if key in kv else None
-        except ValueError:
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job goes. ``mechanism`` is None for a job that keeps a GPU of its own."""
+
+    token: str
+    cls: str = "default"
+    mode: Mode = Mode.AUTO
+    mechanism: Mechanism | None = None
+    node: str | None = None
+    gpu: int | None = None
+    #: MPS active thread percentage and pinned-memory limit (GiB) of the job
+    thread_pct: int | None = None
+    mem_limit_gib: float | None = None
+    #: the job's GPU memory as the policy estimated it, GiB
+    memory_gib: float | None = None
+    #: predicted speedup of the GPU's set with this job in it (> 1: sharing pays)
+    predicted_delta: float | None = None
+    #: the agent undid this job's harmful placement (requeued it)
+    undone: bool = False
+    #: while held: the shard type it waits for, or ANY_SHARED
+    held: str | None = None
+    #: the GPU model the job asked for ("" = any)
+    model: str = ""
+    #: job ids sharing the GPU when the job started (wire only: a tag is written earlier)
+    partners: tuple[int, ...] = field(default=())
+
+    @property
+    def shared(self) -> bool:
+        return self.mechanism is not None
+
+    # ---- tag ------------------------------------------------------------------------------
+    def to_tag(self) -> str:
+        parts = [f"v=1 tok={self.token} cls={self.cls} mode={self.mode}"]
+        if self.mechanism is not None:
+            parts.append(f"mech={self.mechanism} gpu={self.node}:{self.gpu}")
+            if self.thread_pct is not None:
+                parts.append(f"pct={self.thread_pct}")
+            if self.mem_limit_gib is not None:
+                parts.append(f"mem={self.mem_limit_gib:g}")
+            if self.memory_gib is not None:
+                parts.append(f"est={self.memory_gib:g}")
+            if self.predicted_delta is not None:
+                parts.append(f"d={self.predicted_delta:g}")
+        if self.undone:
+            parts.append("undone=1")
+        if self.held:
+            parts.append(f"held={self.held}")
+        if self.model:
+            parts.append(f"model={self.model}")
+        return "slurm-colo[" + " ".join(parts) + "]"
+
+    @classmethod
+    def from_tag(cls, text: str | None) -> Placement | None:
+        """The placement of the tag found anywhere in ``text``; None without one."""
+        if not text:
             return None
+        m = _TAG_RE.search(text)
+        if not m:
+            return None
+        kv = dict(item.split("=", 1) for item in m.group(1).split())
+        node, _, idx = kv.get("gpu", "").rpartition(":")
+        try:
+            mode = Mode(kv.get("mode", "auto"))
+        except ValueError:
+            mode = Mode.AUTO
+        try:
+            mech = Mechanism(kv["mech"]) if "mech" in kv else None
+        except ValueError:
+            mech = Mechanism.SHARD  # shared by a newer agent's mechanism: no MPS limits
+        return cls(
+            token=kv.get("tok", ""), cls=kv.get("cls", "default"), mode=mode, mechanism=mech,
+            node=node or None, gpu=int(idx) if idx.isdigit() else None,
+            thread_pct=_num(int, kv.get("pct")), mem_limit_gib=_num(float, kv.get("mem")),
+            memory_gib=_num(float, kv.get("est")), predicted_delta=_num(float, kv.get("d")),
+            undone=kv.get("undone") == "1", held=kv.get("held") or None,
+            model=kv.get("model", ""),
+        )
 
-    return {
-        "token": kv.get("tok", ""),
-        "cls": kv.get("cls", "default"),
-        "mode": kv.get("mode", "auto"),
-        "shared": "mech" in kv,
-        "mechanism": kv.get("mech"),
-        "node": node or None,
-        "gpu": int(idx) if idx.isdigit() else None,
-        "thread_pct": num("pct", int),
-        "mem_limit_gib": num("mem", float),
-        "memory_gib": num("est", float),
-        "delta": num("d", float),
-        "partners": [],
-        "undone": kv.get("undone") == "1",
-        "held": kv.get("held") or None,
-        "model": kv.get("model", ""),
-    }
+    # ---- wire -----------------------------------------------------------------------------
+    def to_wire(self) -> dict[str, Any]:
+        """A JSON object. ``shared`` is written too, for hooks of earlier versions."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["mode"] = str(self.mode)
+        out["mechanism"] = None if self.mechanism is None else str(self.mechanism)
+        out["partners"] = list(self.partners)
+        out["shared"] = self.shared
+        return out
+
+    @classmethod
+    def from_wire(cls, d: Any) -> Placement:
+        """Read :meth:`to_wire`'s object back. Unknown keys are ignored (a newer sender);
+        a value of the wrong type raises :class:`ProtocolError`. Objects written by earlier
+        versions (``delta``; ``shared`` with a mechanism) are read as well."""
+        if not isinstance(d, dict) or not isinstance(d.get("token", ""), str):
+            raise ProtocolError("placement: not an object with a string token")
+        try:
+            mech = d.get("mechanism")
+            if mech is not None and d.get("shared") is False:
+                mech = None
+            return cls(
+                token=d.get("token", ""), cls=str(d.get("cls") or "default"),
+                mode=Mode(d.get("mode") or "auto"),
+                mechanism=None if mech is None else Mechanism(mech),
+                node=None if d.get("node") is None else str(d["node"]),
+                gpu=None if d.get("gpu") is None else int(d["gpu"]),
+                thread_pct=None if d.get("thread_pct") is None else int(d["thread_pct"]),
+                mem_limit_gib=_float_or_none(d.get("mem_limit_gib")),
+                memory_gib=_float_or_none(d.get("memory_gib")),
+                predicted_delta=_float_or_none(d.get("predicted_delta", d.get("delta"))),
+                undone=bool(d.get("undone", False)), held=d.get("held") or None,
+                model=str(d.get("model") or ""),
+                partners=tuple(int(p) for p in d.get("partners") or ()),
+            )
+        except (TypeError, ValueError) as e:
+            raise ProtocolError(f"placement: {e}") from None
+
+
+def _float_or_none(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"not a number: {v!r}")
+    return float(v)

@@ -8,20 +8,20 @@ from __future__ import annotations
 import os
 import time
 
+from slurm_colo.contracts.placement import Placement
+
 from . import REFUSE
 from .common import env_int, guarded, job_gpus, log
 
 
 def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: str,
-                  uid: int) -> dict | None:
+                  uid: int) -> Placement | None:
     """The agent's placement for the job, else the tag in its comment, else None.
 
     Only jobs submitted with --colocate (or carrying a tag) are asked about at all.
     """
-    from slurm_colo.contracts.placement import parse_tag
-
     comment = os.environ.get("SLURM_JOB_COMMENT", "")
-    tag = parse_tag(comment)
+    tag = Placement.from_tag(comment)
     if "SPANK_COLOCATE" not in os.environ and tag is None:
         return None
     from slurm_colo.contracts.client import job_started
@@ -95,8 +95,8 @@ def main() -> int:
     uid = -1 if uid is None else uid
     gpus = job_gpus()
     p = placement_for(cfg, job_id, node, gpus, user, uid)
-    if p and not gpus and p.get("gpu") is not None:
-        gpus = [int(p["gpu"])]
+    if p and not gpus and p.gpu is not None:
+        gpus = [p.gpu]
     info = JobInfo(job_id, user, uid, node, gpus, p, cls=job_class(),
                    cluster=os.environ.get("SLURM_CLUSTER_NAME") or "default")
     res = job_start(cfg, info)

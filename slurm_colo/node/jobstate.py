@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..fsutil import atomic_write_json, chown_if_root, read_json
+from slurm_colo.contracts.placement import Placement
+from slurm_colo.errors import ProtocolError
+from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
 
 
@@ -21,6 +23,18 @@ def write_state(layout: NodeLayout, job_id: int, state: dict[str, Any]) -> None:
 
 def read_state(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
     return read_json(layout.job_dir(job_id) / "state.json")
+
+
+def placement_of(state: dict[str, Any]) -> Placement | None:
+    """The job's placement as the Prolog stored it (None: a job we did not place, or an
+    unreadable entry, which then counts as not placed)."""
+    raw = state.get("placement")
+    if not raw:
+        return None
+    try:
+        return Placement.from_wire(raw)
+    except ProtocolError:
+        return None
 
 
 def write_task(layout: NodeLayout, job_id: int, uid: int, task: dict[str, Any]) -> Path:

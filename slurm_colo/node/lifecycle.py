@@ -25,6 +25,7 @@ from slurm_colo.node.gpu.mps_daemon import LazyNvml, MpsOutcome, gpu_mps, lock_w
 from slurm_colo.node.gpu.nvml import Gpu
 
 if TYPE_CHECKING:
+    from slurm_colo.contracts.placement import Placement
     from slurm_colo.contracts.records import JobRecord
 
 log = logging.getLogger("slurm_colo.node")
@@ -37,7 +38,7 @@ class JobInfo:
     uid: int
     node: str
     gpus: list[int]
-    placement: dict[str, Any] | None = None
+    placement: Placement | None = None
     cls: str = "default"
     mode: str = "off"
     #: Slurm's cluster name: part of the record id, so it is fixed at the Prolog
@@ -67,7 +68,7 @@ class Handoff:
 
 
 def _profiled(cfg: Config, info: JobInfo) -> bool:
-    shared = bool(info.placement and info.placement.get("shared"))
+    shared = info.placement is not None and info.placement.shared
     return bool(info.gpus) and (shared or cfg.node.profile == "all")
 
 
@@ -79,17 +80,16 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
     if not _profiled(cfg, info):
         return res
     res.profiled = True
-    p = info.placement or {}
-    shared = bool(p.get("shared"))
-    mech = p.get("mechanism") if shared else None
+    p = info.placement
+    mech = p.mechanism if p is not None else None
     now = time.time()
     opener = open_gpu or LazyNvml(cfg)
     for g in info.gpus:
         ensure_dir(lay.gpu_dir(g), 0o700)
     state: dict[str, Any] = {
         "job": info.job_id, "user": info.user, "uid": info.uid, "node": info.node,
-        "gpus": info.gpus, "cls": p.get("cls", info.cls), "mode": p.get("mode", info.mode),
-        "placement": p, "mechanism": mech, "start": now, "boot_id": procs.boot_id(),
+        "gpus": info.gpus, "cls": p.cls if p else info.cls, "mode": p.mode if p else info.mode,
+        "placement": p.to_wire() if p else None, "mechanism": mech, "start": now, "boot_id": procs.boot_id(),
         "mps": {}, "gpu_uuids": [], "cluster": info.cluster,
     }
     jobstate.write_state(lay, info.job_id, state)  # first: recovery can always find the job
@@ -125,9 +125,9 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
         outs = [res.mps[g] for g in info.gpus]
         if all(o.state == "ok" for o in outs):
             task["mps"] = {"pipe_dir": outs[0].pipe_dir, "log_dir": outs[0].log_dir,
-                           "thread_pct": p.get("thread_pct"),
-                           "mem_limit": (format_mem_limit(float(p["mem_limit_gib"]))
-                                         if p.get("mem_limit_gib") else None)}
+                           "thread_pct": p.thread_pct if p else None,
+                           "mem_limit": (format_mem_limit(p.mem_limit_gib)
+                                         if p and p.mem_limit_gib else None)}
         else:
             task["messages"] += [o.message for o in outs if o.state != "ok"]
             for o in outs:

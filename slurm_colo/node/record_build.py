@@ -9,7 +9,7 @@ from typing import Any
 
 from slurm_colo.contracts.records import CoRunner, JobRecord
 from . import journal
-from .jobstate import read_ended, read_profile, read_progress, read_state
+from .jobstate import placement_of, read_ended, read_profile, read_progress, read_state
 from .layout import NodeLayout
 
 
@@ -88,15 +88,15 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
             fault = True
     if st.get("mps_fault"):
         fault = True
-    placement = st.get("placement") or {}
+    p = placement_of(st)
     return JobRecord(
         job_id=job_id, node=st.get("node", ""), user=st.get("user", ""), uid=int(st.get("uid", -1)),
-        cls=str(placement.get("cls") or st.get("cls") or "default"), start=start, end=end,
+        cls=str((p.cls if p else None) or st.get("cls") or "default"), start=start, end=end,
         cluster=str(st.get("cluster") or "default"),
-        mode=str(placement.get("mode") or st.get("mode") or "off"),
+        mode=str((p.mode if p else None) or st.get("mode") or "off"),
         gpus=[int(g) for g in st.get("gpus", [])], gpu_uuids=list(st.get("gpu_uuids", [])),
-        shared=bool(placement.get("shared", False)), mechanism=st.get("mechanism"),
-        thread_pct=placement.get("thread_pct"), mem_limit_gib=placement.get("mem_limit_gib"),
+        shared=bool(p and p.shared), mechanism=st.get("mechanism"),
+        thread_pct=p.thread_pct if p else None, mem_limit_gib=p.mem_limit_gib if p else None,
         co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
         profile=_profile(read_profile(layout, job_id)),
         progress=progress_summary(read_progress(layout, job_id), shared_iv),
@@ -113,14 +113,14 @@ def build_minimal_record(layout: NodeLayout, job_id: int, error: str) -> JobReco
     ended = read_ended(layout, job_id)
     if not st or not ended:
         return None
-    placement = st.get("placement") or {}
+    p = placement_of(st)
     code = int(ended.get("exit_code", 0))
     return JobRecord(
         job_id=job_id, node=str(st.get("node", "")), user=str(st.get("user", "")),
-        uid=int(st.get("uid", -1)), cls=str(placement.get("cls") or st.get("cls") or "default"),
+        uid=int(st.get("uid", -1)), cls=str((p.cls if p else None) or st.get("cls") or "default"),
         start=float(st["start"]), end=float(ended["end"]),
-        cluster=str(st.get("cluster") or "default"), mode=str(placement.get("mode") or "off"),
-        gpus=[int(g) for g in st.get("gpus", [])], shared=bool(placement.get("shared", False)),
+        cluster=str(st.get("cluster") or "default"), mode=str(p.mode if p else "off"),
+        gpus=[int(g) for g in st.get("gpus", [])], shared=bool(p and p.shared),
         mechanism=st.get("mechanism"), profile={"record_error": error[:500]},
         exit_code=code, state=exit_state(code, int(ended.get("signal", 0))),
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import Config, load_config
 from ..fsutil import atomic_write_json, read_json
-from . import journal, procs
+from . import jobstate, journal, procs
 from .layout import NodeLayout
 from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 from .probe import Prober
@@ -152,7 +152,8 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
     s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s)
-    shared = bool((st.get("placement") or {}).get("shared"))
+    p = jobstate.placement_of(st)
+    shared = p is not None and p.shared
     s.prober = Prober(cfg, lay, job_id, gpus) if shared else None
     cap = max_ticks or 0
     ticks, last_flush = 0, time.monotonic()

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_colo.contracts.enums import Mechanism, Mode
+from slurm_colo.contracts.placement import Placement
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -192,7 +195,7 @@ class Decision:
     node: str | None = None
     index: int | None = None
     gres_type: str | None = None
-    mechanism: str | None = None  # "mps" or "shard" (time-sliced, no MPS)
+    mechanism: Mechanism | None = None
     thread_pct: int | None = None
     mem_limit_gib: float | None = None
     predicted_delta: float | None = None
@@ -206,3 +209,20 @@ class Decision:
     @property
     def shared(self) -> bool:
         return self.action == "share"
+
+    def placement(self, token: str, cls: str, mode: str, *, undone: bool = False,
+                  held: str | None = None, model: str = "") -> Placement:
+        """The decision as it travels (tag, JOBSTART reply, record)."""
+        p = Placement(token, cls, Mode(mode), undone=undone, held=held, model=model)
+        if not self.shared:
+            return p
+        return Placement(token, cls, Mode(mode), Mechanism(self.mechanism or Mechanism.SHARD),
+                         self.node, self.index, self.thread_pct, self.mem_limit_gib,
+                         self.memory_gib, self.predicted_delta, undone, held, model)
+
+    @classmethod
+    def from_placement(cls, p: Placement, reason: str) -> Decision:
+        """A shared placement read back (from a job's tag after an agent restart)."""
+        return cls("share", reason, node=p.node, index=p.gpu, mechanism=p.mechanism,
+                   thread_pct=p.thread_pct, mem_limit_gib=p.mem_limit_gib,
+                   predicted_delta=p.predicted_delta, memory_gib=p.memory_gib)

@@ -10,7 +10,7 @@ from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement import ClusterView, Decision, GpuView, Occupant
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
-from slurm_colo.contracts.placement import make_tag, parse_tag
+from slurm_colo.contracts.placement import Placement
 
 HOUR = 3600.0
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
@@ -182,7 +182,7 @@ def test_drained_gpus_wait_a_little_for_the_job_then_the_guard_gives_up() -> Non
 
 
 def held_job(job_id: int = 60, submit: float = 1 * HOUR, gres_type: str = "v100_s1") -> SlurmJob:
-    tag = make_tag("tokheld", "loner", "auto", Decision("exclusive", "no partner"), held=gres_type)
+    tag = Decision("exclusive", "no partner").placement("tokheld", "loner", "auto", held=gres_type).to_tag()
     return SlurmJob(job_id, "loner", "carol", 1002, "PENDING", submit_time=submit,
                     state_reason="JobHeldUser", admin_comment=tag, partition="gpu")
 
@@ -236,7 +236,7 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
     assert full["action"] == "exclusive" and "kept free for job 60" in full["comment"]
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), held_job()], node, 9 * HOUR)
     [aim] = agent_held.reaim(s, 9 * HOUR)
-    assert aim.job_id == 60 and aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 1  # type: ignore[index]
+    assert aim.job_id == 60 and aim.node == "n1" and Placement.from_tag(aim.admin_comment).gpu == 1  # type: ignore[union-attr]
     assert [o.job_id for o in s.view.gpus[1].occupants] == [60]
     # Slurm runs it: the reservation ends and GPU 1 takes partners again
     started = SlurmJob(60, "loner", "carol", 1002, "RUNNING", nodes="n1", start_time=9 * HOUR,

@@ -20,7 +20,7 @@ from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement.retract import undone_floor
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
-from slurm_colo.contracts.placement import parse_tag
+from slurm_colo.contracts.placement import Placement
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 # the table says slow and fast get on well (1.0 each); in truth they do not
@@ -83,8 +83,8 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     assert reply["verdict"] == "undo" and "combined throughput 0.60 < 1" in reply["reason"]
     [a] = actions
     assert a.kind == "requeue_hold" and a.job_id == 11
-    tag = parse_tag(a.admin_comment)
-    assert tag is not None and tag["held"] == "v100_s0" and tag["undone"] and not tag["shared"]
+    tag = Placement.from_tag(a.admin_comment)
+    assert tag is not None and tag.held == "v100_s0" and tag.undone and not tag.shared
     assert "requeued after 600s together" in a.comment
     # the job left GPU 0, the pair is learnt; GPU 1 is idle but of another type: it waits
     assert [o.job_id for o in s.view.gpus[0].occupants] == [10]
@@ -100,8 +100,8 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     s.apply_snapshot([held], [], 700.0)
     [aim] = agent_held.reaim(s, 700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
-    t2 = parse_tag(aim.admin_comment)
-    assert t2 is not None and t2["undone"] and t2["held"] is None and t2["gpu"] == 0
+    t2 = Placement.from_tag(aim.admin_comment)
+    assert t2 is not None and t2.undone and t2.held is None and t2.gpu == 0
     assert 11 not in s.held and [o.job_id for o in s.view.gpus[0].occupants] == [11]
     # it lost its probe window: no new partner joins it while it runs
     assert s.view.gpus[0].occupants[0].no_partners
@@ -142,7 +142,7 @@ def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
     assert fresh.held[11].request.gres_type == "v100_s0" and fresh.held[11].request.cls == "fast"
     assert fresh.held[11].request.rate_floor == pytest.approx(undone_floor(fresh.cfg.placement))
     [aim] = agent_held.reaim(fresh, 700.0)
-    assert aim.node == "n1" and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+    assert aim.node == "n1" and Placement.from_tag(aim.admin_comment).gpu == 0  # type: ignore[union-attr]
     # once it runs, another restart still finds it may not take partners (its tag says undone)
     again = _state()
     again.apply_snapshot([replace(jobs[1], admin_comment=aim.admin_comment)], [], 800.0)
@@ -305,9 +305,9 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert c["action"] == d["action"] == "hold" and "node" not in c
     assert c["gres"] == d["gres"] == "none"
     assert c["comment"].startswith("colo: held until a shared GPU fits (n1:0: slow+slow: slow predicted at 0.50x")
-    tag = parse_tag(c["tag"])
-    assert tag is not None and tag["held"] == "*" and not tag["undone"] and not tag["shared"]
-    assert tag["model"] == ""
+    tag = Placement.from_tag(c["tag"])
+    assert tag is not None and tag.held == "*" and not tag.undone and not tag.shared
+    assert tag.model == ""
     assert s.decisions["hold:no partner now"] == 2
     held = [SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
                      state_reason="JobHeldUser"),
@@ -332,9 +332,9 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     s.apply_snapshot(running[:1] + held, [], 9.0)
     [aim] = agent_held.reaim(s, 9.0)
     assert (aim.kind, aim.job_id, aim.node, aim.gres) == ("aim", 12, "n1", "gres:shard:v100_s1:1")
-    assert parse_tag(aim.admin_comment)["gpu"] == 1  # type: ignore[index]
+    assert Placement.from_tag(aim.admin_comment).gpu == 1  # type: ignore[union-attr]
     assert aim.comment.startswith("colo: released onto GPU 1 of n1: opened idle shared GPU 1")
-    assert not parse_tag(aim.admin_comment)["undone"]  # type: ignore[index]
+    assert not Placement.from_tag(aim.admin_comment).undone  # type: ignore[union-attr]
     assert "held=" not in aim.admin_comment
     assert sorted(s.held) == [13]
 
@@ -356,7 +356,7 @@ def test_a_job_held_for_one_gpu_type_by_an_earlier_version_is_released_onto_that
     s.job_ended(10)
     s.apply_snapshot([old], [], 12.0)
     [aim] = agent_held.reaim(s, 12.0)
-    assert (aim.node, aim.gres) == ("n1", "") and parse_tag(aim.admin_comment)["gpu"] == 0  # type: ignore[index]
+    assert (aim.node, aim.gres) == ("n1", "") and Placement.from_tag(aim.admin_comment).gpu == 0  # type: ignore[union-attr]
 
 
 def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() -> None:
@@ -365,7 +365,7 @@ def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() ->
     s.apply_snapshot([], [SlurmNode("n1", "IDLE"), SlurmNode("n2", "IDLE")], 0.0)
     a = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.0)
     c = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.2)
-    assert a["node"] == "n1" and c["action"] == "hold" and parse_tag(c["tag"])["model"] == "v100"  # type: ignore[index]
+    assert a["node"] == "n1" and c["action"] == "hold" and Placement.from_tag(c["tag"]).model == "v100"  # type: ignore[union-attr]
     run_a = SlurmJob(10, "job", "alice", 1000, "RUNNING", nodes="n1",
                      gres=(GresAlloc("shard", "v100_s0", 1, (0,)),), admin_comment=a["tag"])
     held = SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
@@ -410,7 +410,7 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
     assert [h.waits_for() for h in found] == ["a shared a100 GPU", "a v100_s0 GPU", "a v100_s1 GPU", "a shared GPU"]
     assert s1.unheld_tag() == "slurm-colo[v=1 tok=t cls=a mode=auto]"
     assert anyg.unheld_tag() == "slurm-colo[v=1 tok=w cls=a mode=auto]"
-    assert parse_tag(s1.unheld_tag())["held"] is None  # type: ignore[index]
+    assert Placement.from_tag(s1.unheld_tag()).held is None  # type: ignore[union-attr]
     # released by hand: a requeued job keeps its shard request; one held without a request
     # gets untargeted sharing, or a whole GPU of the model it asked for
     assert s1.release_gres() == ""

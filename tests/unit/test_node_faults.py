@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_colo.contracts.enums import Mechanism
+from slurm_colo.contracts.placement import Placement
 from slurm_colo.config import Config
 from slurm_colo.node import procs
 from slurm_colo.spool.drain import ingest_pending
@@ -310,7 +312,7 @@ def nvml_raising_for_one_gpu(cfg: Config, job: int) -> dict:
                                 {"uuid": "GPU-test-1", "lost_after_s": 0.0,
                                  "errors": {"utilization": "UNKNOWN"}}]})
     info = JobInfo(job, "u", 1000, "n1", [0, 1],
-                   {"shared": True, "mechanism": "shard", "cls": "x", "mode": "auto"})
+                   Placement("t", "x", mechanism=Mechanism.SHARD))
     job_start(cfg, info, launch_sampler=False)
     s = Sampler(NvmlGate(nv, "scenario"), [0, 1], job, NodeLayout.of_config(cfg), 1.0)
     for _ in range(3):

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from slurm_colo.config import Config, load_config
+from slurm_colo.contracts.enums import Mechanism, Mode
+from slurm_colo.contracts.placement import Placement
 from slurm_colo.node import procs
 from slurm_colo.node.gpu.mps_daemon import gpu_mps
 from slurm_colo.node.layout import NodeLayout
@@ -46,8 +48,7 @@ socket = "{tmp_path}/no-agent.sock"
 def mps_job(job: int, uid: int = 1000, gpu: int = 0, cls: str = "resnet50",
             pct: int | None = 50, mem: float | None = 8.0, mech: str = "mps") -> JobInfo:
     return JobInfo(job, f"user{uid}", uid, "n1", [gpu],
-                   {"shared": True, "mechanism": mech, "thread_pct": pct, "mem_limit_gib": mem,
-                    "cls": cls, "mode": "auto", "gpu": gpu, "partners": []})
+                   Placement(f"t{job}", cls, Mode.AUTO, Mechanism(mech), "n1", gpu, pct, mem))
 
 
 def leftover_mps(cfg: Config) -> list[int]:
@@ -137,7 +138,7 @@ def test_jobs_without_placement_are_untouched(tmp_path: Path) -> None:
     r = job_start(cfg, JobInfo(9, "u", 1000, "n1", [0], None), launch_sampler=False)
     assert not r.profiled and not (Path(cfg.node.run_dir) / "jobs").exists()
     assert job_end(cfg, 9, 0) is None and pending(NodeLayout.of_config(cfg)) == []
-    excl = {"shared": False, "mechanism": None, "cls": "x", "mode": "auto"}
+    excl = Placement("t10", "x", Mode.AUTO)
     r = job_start(cfg, JobInfo(10, "u", 1000, "n1", [0], excl), launch_sampler=False)
     assert not r.profiled
 

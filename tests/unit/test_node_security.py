@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from slurm_colo.contracts.enums import Mechanism
+from slurm_colo.contracts.placement import Placement
 from slurm_colo.fsutil import atomic_write_json, read_json, read_small
 from slurm_colo.node import jobstate
 from slurm_colo.node.layout import NodeLayout
@@ -91,7 +93,7 @@ def test_taskprolog_as_the_job_user_reads_its_file_and_others_cannot(tmp_path: P
         (base / "scenario.json").chmod(0o644)
         uid = 65534 if os.geteuid() == 0 else os.geteuid()
         info = JobInfo(3, "nobody", uid, "n1", [0],
-                       {"shared": True, "mechanism": "shard", "cls": "x", "mode": "auto"})
+                       Placement("t", "x", mechanism=Mechanism.SHARD))
         job_start(cfg, info, launch_sampler=False)
         task = base / "run" / "jobs" / "3" / "user" / "task.json"
         assert task.stat().st_uid == uid

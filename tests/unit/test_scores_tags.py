@@ -14,7 +14,9 @@ from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.placement.view import Decision
 from slurm_colo.scores import ScoreTable, load_scores, publish_scores, scores_from_dict, table_from_pairs
 from slurm_colo.seed import table_from_measurements
-from slurm_colo.contracts.placement import make_tag, parse_tag
+from slurm_colo.contracts.enums import Mechanism, Mode
+from slurm_colo.contracts.placement import Placement
+from slurm_colo.errors import ProtocolError
 
 
 def test_pair_lookup_is_symmetric_and_unknown_uses_the_prior() -> None:
@@ -71,22 +73,42 @@ def test_unreadable_files(tmp_path: Path) -> None:
 def test_tag_round_trip() -> None:
     d = Decision("share", "x", node="gpu07", index=3, mechanism="mps", thread_pct=40,
                  mem_limit_gib=7.5, predicted_delta=1.42, memory_gib=6.0)
-    tag = make_tag("ab12cd34", "bert-bs32", "aggressive", d)
-    got = parse_tag(f"user text | {tag} trailing")
-    assert got == {"token": "ab12cd34", "cls": "bert-bs32", "mode": "aggressive", "shared": True,
-                   "mechanism": "mps", "node": "gpu07", "gpu": 3, "thread_pct": 40, "mem_limit_gib": 7.5,
-                   "memory_gib": 6.0, "delta": 1.42, "partners": [], "undone": False, "held": None,
-                   "model": ""}
-    held = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "harmful"), undone=True, held="v100_s1"))
-    assert held is not None and held["held"] == "v100_s1" and held["undone"] and not held["shared"]
-    waiting = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "no partner"), held="v100_s0"))
-    assert waiting is not None and waiting["held"] == "v100_s0" and not waiting["undone"]
-    again = parse_tag(make_tag("t", "c", "auto", d, undone=True))
-    assert again is not None and again["undone"] and again["held"] is None and again["gpu"] == 3
-    own = parse_tag(make_tag("t", "c", "auto", Decision("exclusive", "why")))
-    assert own is not None and own["shared"] is False and own["gpu"] is None
-    assert parse_tag("no tag here") is None and parse_tag(None) is None
-    assert parse_tag("slurm-colo[v=1 tok=x pct=abc]")["thread_pct"] is None  # type: ignore[index]
+    tag = d.placement("ab12cd34", "bert-bs32", "aggressive").to_tag()
+    got = Placement.from_tag(f"user text | {tag} trailing")
+    assert got == Placement("ab12cd34", "bert-bs32", Mode.AGGRESSIVE, Mechanism.MPS, "gpu07", 3,
+                            thread_pct=40, mem_limit_gib=7.5, memory_gib=6.0, predicted_delta=1.42)
+    assert got.shared and Decision.from_placement(got, "x") == d
+    held = Placement.from_tag(Decision("exclusive", "harmful").placement(
+        "t", "c", "auto", undone=True, held="v100_s1").to_tag())
+    assert held is not None and held.held == "v100_s1" and held.undone and not held.shared
+    waiting = Placement.from_tag(Decision("exclusive", "no partner").placement(
+        "t", "c", "auto", held="v100_s0").to_tag())
+    assert waiting is not None and waiting.held == "v100_s0" and not waiting.undone
+    again = Placement.from_tag(d.placement("t", "c", "auto", undone=True).to_tag())
+    assert again is not None and again.undone and again.held is None and again.gpu == 3
+    own = Placement.from_tag(Decision("exclusive", "why").placement("t", "c", "auto").to_tag())
+    assert own is not None and own.shared is False and own.gpu is None
+    assert Placement.from_tag("no tag here") is None and Placement.from_tag(None) is None
+    bad = Placement.from_tag("slurm-colo[v=1 tok=x pct=abc mode=weird]")
+    assert bad is not None and bad.thread_pct is None and bad.mode == Mode.AUTO
+
+
+def test_placement_wire_round_trip_and_earlier_versions() -> None:
+    p = Placement("tok1", "bert", Mode.AUTO, Mechanism.MPS, "n1", 2, 40, 7.5, 6.0, 1.3,
+                  partners=(11, 12))
+    w = json.loads(json.dumps(p.to_wire()))
+    assert Placement.from_wire(w) == p and w["shared"] is True and w["mechanism"] == "mps"
+    # what an agent of an earlier version sent (a dict with "delta", "shared")
+    old = {"shared": True, "mechanism": "shard", "thread_pct": None, "mem_limit_gib": None,
+           "cls": "c", "mode": "auto", "node": "n1", "gpu": 0, "partners": [5], "token": "t",
+           "delta": 1.2, "memory_gib": 4.0, "some_newer_key": 1}
+    q = Placement.from_wire(old)
+    assert q.mechanism == Mechanism.SHARD and q.predicted_delta == 1.2 and q.partners == (5,)
+    assert not Placement.from_wire({"token": "t", "shared": False, "mechanism": "mps"}).shared
+    for broken in ([], {"token": 3}, {"token": "t", "gpu": "x"}, {"token": "t", "mode": "fast"},
+                   {"token": "t", "mem_limit_gib": [1]}):
+        with pytest.raises(ProtocolError):
+            Placement.from_wire(broken)
 
 
 def test_measured_table_covers_all_v100_pairs() -> None:

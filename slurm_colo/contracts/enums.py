@@ -1,0 +1,59 @@
+"""The closed sets of words that travel between the parts: ``--colocate`` modes, sharing
+mechanisms and the placement settings that choose between behaviours.
+
+Each is a :class:`~enum.StrEnum`, so a member is also the plain string users and config
+files write (``Mode.AUTO == "auto"``) and JSON/tag encoding needs nothing special.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    """``--colocate[=MODE]``."""
+
+    #: share when a compatible partner or a free shared GPU exists (default)
+    AUTO = "auto"
+    #: also accept pairs with a smaller predicted gain and untried pairs
+    AGGRESSIVE = "aggressive"
+    #: never share; the job is left exactly as submitted
+    OFF = "off"
+
+
+class Mechanism(StrEnum):
+    """How a shared GPU is shared."""
+
+    #: NVIDIA MPS: one server per GPU and user, per-job thread share and memory limit
+    MPS = "mps"
+    #: plain gres/shard time slicing (jobs of different users, or MPS unavailable)
+    SHARD = "shard"
+
+
+class CrossUser(StrEnum):
+    """``placement.cross_user``: jobs of different users on one GPU."""
+
+    SHARD = "shard"
+    NEVER = "never"
+
+
+class Fallback(StrEnum):
+    """``placement.fallback``: what the Lua hook does when the agent cannot answer."""
+
+    EXCLUSIVE = "exclusive"
+    SHARD = "shard"
+
+
+class Undo(StrEnum):
+    """``placement.undo``: what the agent does with a set its probe judged harmful."""
+
+    REQUEUE = "requeue"
+    OFF = "off"
+
+
+class Unplaced(StrEnum):
+    """``placement.unplaced``: a ``--colocate`` job no shared GPU takes now."""
+
+    AUTO = "auto"
+    OWN_GPU = "own-gpu"
+    HOLD = "hold"
