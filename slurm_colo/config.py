@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from .contracts.enums import CrossUser, Fallback, Undo, Unplaced
 from .errors import ConfigError
 from .gres_layout import NodeGpus, parse_index_list
 
@@ -41,9 +43,9 @@ class AgentConfig:
 class PlacementConfig:
     #: what the Lua hook does when the agent is down/slow/garbled: "exclusive" keeps the job's
     #: own GPU request; "shard" turns it into untargeted gres:shard sharing
-    fallback: str = "exclusive"
+    fallback: Fallback = Fallback.EXCLUSIVE
     #: jobs of different users on one GPU: "shard" (plain time-sliced sharing, no MPS) or "never"
-    cross_user: str = "never"
+    cross_user: CrossUser = CrossUser.NEVER
     #: the predicted speedup (delta) a shared GPU must keep, auto mode
     min_delta: float = 1.05
     #: the same for --colocate=aggressive
@@ -66,12 +68,12 @@ class PlacementConfig:
     probe_s: float = 600.0
     #: what the agent does with a set judged harmful: "requeue" the newest job and aim it
     #: again, or "off" (it runs on; the next retrain learns from it)
-    undo: str = "requeue"
+    undo: Undo = Undo.REQUEUE
     #: a --colocate job no shared GPU takes now: "own-gpu" keeps its own-GPU request (it
     #: waits in Slurm's queue for a whole GPU), "hold" holds it without a GPU request,
     #: released by the agent onto the first shared GPU that fits it (with its shard request);
     #: "auto": "hold" when every configured GPU is shared, else "own-gpu"
-    unplaced: str = "auto"
+    unplaced: Unplaced = Unplaced.AUTO
 
 
 @dataclass(frozen=True)
@@ -139,14 +141,19 @@ class Config:
 _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("agent", "slurm_backend"): ("auto", "json", "pyslurm"),
     ("agent", "log_level"): ("debug", "info", "warning", "error"),
-    ("placement", "fallback"): ("exclusive", "shard"),
-    ("placement", "cross_user"): ("shard", "never"),
-    ("placement", "undo"): ("requeue", "off"),
-    ("placement", "unplaced"): ("auto", "own-gpu", "hold"),
     ("node", "mps_backend"): ("real", "emulator"),
     ("node", "nvml_backend"): ("real", "scenario"),
     ("node", "profile"): ("colocated", "all", "none"),
 }
+
+def choices(section: str, key: str) -> tuple[str, ...]:
+    """The accepted values of a setting that takes one of a few words (() for others)."""
+    cls = _SECTIONS.get(section)
+    default = next((f.default for f in fields(cls) if f.name == key), None) if cls else None
+    if isinstance(default, StrEnum):
+        return tuple(m.value for m in type(default))
+    return _CHOICES.get((section, key), ())
+
 
 _SECTIONS: dict[str, type] = {
     "agent": AgentConfig,
@@ -168,6 +175,13 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
                 f"{src}: unknown key {name}.{key}; known keys: {', '.join(sorted(known))}"
             )
         default = known[key].default
+        if isinstance(default, StrEnum):  # a closed set of words: the enum lists them
+            kind = type(default)
+            if not isinstance(value, str) or value not in kind._value2member_map_:
+                accepted = ", ".join(m.value for m in kind)
+                raise ConfigError(f"{src}: {name}.{key} = {value!r}; accepted: {accepted}")
+            kwargs[key] = kind(value)
+            continue
         if isinstance(default, bool) or not isinstance(value, type(default)):
             if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)

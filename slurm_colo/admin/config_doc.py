@@ -171,7 +171,7 @@ def sections() -> dict[str, type]:
 
 
 def choices(section: str, key: str) -> tuple[str, ...]:
-    return _config._CHOICES.get((section, key), ())
+    return _config.choices(section, key)
 
 
 def iter_keys() -> Iterator[ConfigKey]:

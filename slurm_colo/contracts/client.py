@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurm_colo.config import Config
 from slurm_colo.errors import AgentError, ProtocolError
 from slurm_colo.contracts.placement import Placement
 from slurm_colo.contracts.protocol import format_request, parse_reply
+
+if TYPE_CHECKING:
+    from slurm_colo.config import Config
 
 
 def request(socket_path: str, verb: str, payload: dict[str, Any], timeout_s: float = 1.0) -> dict[str, Any]:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import re
 
+from slurm_colo.contracts.enums import Mode
 from slurm_colo.errors import OptionError
 
-#: Accepted ``--colocate`` modes.
-#: ``auto``        share when a compatible partner or a free shared GPU exists (default).
-#: ``aggressive``  also accept pairs with a smaller predicted gain and untried pairs.
-#: ``off``         never share; the job is left exactly as submitted.
-MODES: tuple[str, ...] = ("auto", "aggressive", "off")
-DEFAULT_MODE = "auto"
+#: Accepted ``--colocate`` modes (see :class:`~slurm_colo.contracts.enums.Mode`).
+MODES: tuple[str, ...] = tuple(m.value for m in Mode)
+DEFAULT_MODE = Mode.AUTO
 
 #: A class name: 1-64 chars, starts alphanumeric, then alphanumerics and ``. _ + -``.
 CLASS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}"
@@ -29,7 +27,7 @@ GENERIC_JOB_NAMES = frozenset({"", "wrap", "sbatch", "srun", "salloc", "bash", "
 DEFAULT_CLASS = "default"
 
 
-def parse_mode(value: str | None) -> str:
+def parse_mode(value: str | None) -> Mode:
     """Normalise a ``--colocate`` value. ``None``, empty and the literal ``(null)`` mean auto."""
     if value is None:
         return DEFAULT_MODE
@@ -40,7 +38,7 @@ def parse_mode(value: str | None) -> str:
         raise OptionError(
             f"invalid --colocate mode {value!r}: accepted values are {', '.join(MODES)}"
         )
-    return v
+    return Mode(v)
 
 
 def validate_class(value: str) -> str:

@@ -11,20 +11,22 @@ import json
 import os
 import sys
 
+from slurm_colo.contracts.enums import Mechanism
+
 from .common import env_int, guarded
 
 
 def export_lines(task: dict) -> list[str]:
     out = []
     mps = task.get("mps")
-    if task.get("mechanism") == "mps" and mps:
+    if task.get("mechanism") == Mechanism.MPS and mps:
         out.append(f"export CUDA_MPS_PIPE_DIRECTORY={mps['pipe_dir']}")
         out.append(f"export CUDA_MPS_LOG_DIRECTORY={mps['log_dir']}")
         if mps.get("thread_pct"):
             out.append(f"export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={int(mps['thread_pct'])}")
         if mps.get("mem_limit"):
             out.append(f"export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={mps['mem_limit']}")
-    if task.get("mechanism") in ("mps", "shard") and os.environ.get("SLURM_SHARDS_ON_NODE"):
+    if task.get("mechanism") in (Mechanism.MPS, Mechanism.SHARD) and os.environ.get("SLURM_SHARDS_ON_NODE"):
         # Slurm 22.05 cannot give a job step the typed shard the job holds ("Invalid generic
         # resource"); a plain `srun` inside the job then asks for one untyped shard instead
         out.append("export SLURM_GRES=shard:1")

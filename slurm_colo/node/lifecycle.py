@@ -20,6 +20,7 @@ from ..config import Config
 from ..fsutil import ensure_dir, locked, try_lock, unlock
 from . import jobstate, journal, procs
 from .layout import NodeLayout
+from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.node.gpu.mps import format_mem_limit
 from slurm_colo.node.gpu.mps_daemon import LazyNvml, MpsOutcome, gpu_mps, lock_wait
 from slurm_colo.node.gpu.nvml import Gpu
@@ -40,7 +41,7 @@ class JobInfo:
     gpus: list[int]
     placement: Placement | None = None
     cls: str = "default"
-    mode: str = "off"
+    mode: Mode = Mode.OFF
     #: Slurm's cluster name: part of the record id, so it is fixed at the Prolog
     cluster: str = "default"
 
@@ -99,7 +100,7 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
     for g in info.gpus:
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         try:
-            if mech == "mps":  # before the journal entry: faults found now predate the job
+            if mech == Mechanism.MPS:  # before the journal entry: faults found now predate the job
                 if token is None:
                     out = MpsOutcome("broken", f"GPU {g}: another slurm-colo hook held the GPU "
                                      f"for over {lock_wait(cfg):.0f}s; job {info.job_id} runs "
@@ -121,7 +122,7 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
         finally:
             unlock(token)
     state["start"] = now
-    if mech == "mps":
+    if mech == Mechanism.MPS:
         outs = [res.mps[g] for g in info.gpus]
         if all(o.state == "ok" for o in outs):
             task["mps"] = {"pipe_dir": outs[0].pipe_dir, "log_dir": outs[0].log_dir,
@@ -215,7 +216,7 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
             events = journal.read(lay.journal(g))
             if any(e["ev"] == "end" and int(e["job"]) == job_id for e in events):
                 continue  # an Epilog re-run: already closed
-            if st.get("mechanism") == "mps" and token is not None:
+            if st.get("mechanism") == Mechanism.MPS and token is not None:
                 info = (st.get("mps") or {}).get(str(g), {})
                 if info.get("state") == "ok":
                     gpu_mps(cfg, g, opener).scan_faults(

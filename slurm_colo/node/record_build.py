@@ -7,6 +7,7 @@ import math
 from itertools import pairwise
 from typing import Any
 
+from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.records import CoRunner, JobRecord
 from . import journal
 from .jobstate import placement_of, read_ended, read_profile, read_progress, read_state
@@ -84,7 +85,7 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
             else:
                 prev.start, prev.end = min(prev.start, lo), max(prev.end, hi)
         shared_iv += journal.shared_intervals(events, job_id, start, end)
-        if st.get("mechanism") == "mps" and journal.faults(events, start, end):
+        if st.get("mechanism") == Mechanism.MPS and journal.faults(events, start, end):
             fault = True
     if st.get("mps_fault"):
         fault = True

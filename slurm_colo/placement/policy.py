@@ -36,6 +36,7 @@ import numpy as np
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
+from slurm_colo.contracts.enums import CrossUser, Mode
 from .index import PlacementIndex
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
@@ -151,8 +152,8 @@ def job_signature(job: JobRequest, scores: ScoreTable, cfg: PlacementConfig) -> 
     with equal signatures get the same decision from the same view."""
     est = job.memory_gib if job.memory_gib is not None else scores.memory_gib(
         job.cls, cfg.default_memory_gib)
-    return _Job(job.cls, job.uid if cfg.cross_user == "never" else None, float(est),
-                job.mode == "aggressive", explore_draw(job.key) < cfg.explore_rate)
+    return _Job(job.cls, job.uid if cfg.cross_user == CrossUser.NEVER else None, float(est),
+                job.mode == Mode.AGGRESSIVE, explore_draw(job.key) < cfg.explore_rate)
 
 
 def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,

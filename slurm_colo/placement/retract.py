@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import PlacementConfig
+from slurm_colo.contracts.enums import Mode
 from ..scores import PairScore, ScoreTable
 
 
@@ -56,7 +57,7 @@ def judge(newcomer: str, members: Sequence[Member], scores: ScoreTable,
     obs = observed_pairs(new, members, scores) if any(m.measured for m in members) else {}
     floor = 1.0 / cfg.max_slowdown
     total = sum(m.n for m in members)
-    slow = [m for m in members if m.mode != "aggressive" and m.n < floor]
+    slow = [m for m in members if m.mode != Mode.AGGRESSIVE and m.n < floor]
     rates = ", ".join(f"{m.key} {m.n:.2f}{'' if m.measured else ' (predicted)'}" for m in members)
     if not any(m.measured for m in members):
         return Verdict(False, f"kept: no member reports progress ({rates})")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Sim
+from slurm_colo.contracts.enums import Mode
 
 
 @dataclass
@@ -49,7 +50,7 @@ def summarize(sim: Sim, max_slowdown: float = 1.5, wall_s: float = 0.0) -> Resul
     jct = end - arrival
     slow = jct / work
     stretch = np.array([r.run_time for r in runs]) / work
-    aggressive = np.array([r.job.mode == "aggressive" for r in runs])
+    aggressive = np.array([r.job.mode == Mode.AGGRESSIVE for r in runs])
     cls = np.array([r.job.cls for r in runs])
     user = np.array([r.job.user for r in runs])
     k = max(1, len(runs) // 10)

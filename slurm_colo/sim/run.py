@@ -16,6 +16,7 @@ from .metrics import Result, summarize
 from .ours import PolicyScheduler
 from .policies import ExclusiveFifo, GandivaRandom, SlurmShard
 from .trace import SimJob
+from slurm_colo.contracts.enums import CrossUser, Undo, Unplaced
 from .truth import Truth, oracle_scores, split_pairs
 
 POLICIES = ("exclusive-fifo", "exclusive-backfill", "slurm-shard", "gandiva-random", "ours",
@@ -51,14 +52,14 @@ def make_scheduler(name: str, setup: Setup, data: GavelData,
         return SlurmShard()
     if name == "gandiva-random":
         # under MPS (cross_user = "never") it may pair only one user's jobs, like ours
-        return GandivaRandom(setup.sim.seed, same_user=setup.placement.cross_user == "never")
+        return GandivaRandom(setup.sim.seed, same_user=setup.placement.cross_user == CrossUser.NEVER)
     if name == "ours":
         return PolicyScheduler("ours", predicted(), setup.placement, learn=True)
     if name == "ours-submit":
         return PolicyScheduler("ours-submit", predicted(), setup.placement, learn=True,
                                submit_time=True,
-                               undo="requeue" if setup.placement.undo == "requeue" else "none",
-                               hold=setup.placement.unplaced != "own-gpu")  # all GPUs shared
+                               undo="requeue" if setup.placement.undo == Undo.REQUEUE else "none",
+                               hold=setup.placement.unplaced != Unplaced.OWN_GPU)  # all GPUs shared
     if name == "oracle":
         return PolicyScheduler("oracle", oracle_scores(data), setup.placement, learn=False)
     raise SimError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
@@ -91,4 +92,4 @@ def simulate(trace: Sequence[SimJob], data: GavelData, setup: Setup,
 
 
 def with_cross_user(setup: Setup, cross_user: str) -> Setup:
-    return replace(setup, placement=replace(setup.placement, cross_user=cross_user))
+    return replace(setup, placement=replace(setup.placement, cross_user=CrossUser(cross_user)))
