@@ -35,7 +35,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         }
     return {"run_dir": str(lay.run_dir), "mps_backend": cfg.node.mps_backend,
             "nvml_backend": cfg.node.nvml_backend, "gpus": gpus,
-            "jobs": jobstate.job_ids(lay), "spooled_records": len(pending(lay))}
+            "jobs": jobstate.job_ids(lay), "spooled_records": len(pending(lay.spool_dirs()))}
 
 
 def register(app: typer.Typer) -> None:
@@ -114,8 +114,7 @@ def register(app: typer.Typer) -> None:
     @spool.command("list")
     def list_() -> None:
         """Records waiting in the spool."""
-        from ..node.layout import NodeLayout
-        from slurm_colo.spool.directory import pending
+        from slurm_colo.spool.directory import SpoolDirs, pending
 
-        for p in pending(NodeLayout.of_config(load_config())):
+        for p in pending(SpoolDirs.of_config(load_config())):
             typer.echo(str(p))

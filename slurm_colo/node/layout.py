@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_colo.spool.directory import SpoolDirs
+
 if TYPE_CHECKING:
     from slurm_colo.config import Config
 
@@ -67,8 +69,11 @@ class NodeLayout:
     def user_dir(self, job_id: int) -> Path:
         return self.job_dir(job_id) / "user"
 
+    def spool_dirs(self) -> SpoolDirs:
+        return SpoolDirs.of(self.run_dir, self.spool_dir)
+
     def fallback_spool(self) -> Path:
-        return self.run_dir / "spool-fallback"
+        return self.spool_dirs().fallback
 
     def trash_dir(self) -> Path:
         return self.run_dir / "trash"

@@ -242,7 +242,7 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None
     if rec is None:
         return None
     try:
-        write_record(lay, rec)
+        write_record(lay.spool_dirs(), rec)
     except OSError as e:
         log.error("job %d: record kept in %s until it can be spooled: %s", job_id,
                   lay.job_dir(job_id), e)

@@ -11,11 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_colo.config import Config
 
 from slurm_colo.fsutil import atomic_write_bytes
 from slurm_colo.contracts.records import JobRecord
-from slurm_colo.node.layout import NodeLayout
 
 log = logging.getLogger("slurm_colo.spool.directory")
 
@@ -23,36 +27,56 @@ log = logging.getLogger("slurm_colo.spool.directory")
 STALE_TMP_S = 3600.0
 
 
+@dataclass(frozen=True)
+class SpoolDirs:
+    """Where a node's records wait for ingest: ``<spool_dir>``, and
+    ``<run_dir>/spool-fallback`` when the spool is full or unwritable."""
+
+    spool: Path
+    fallback: Path
+
+    @classmethod
+    def of(cls, run_dir: str | Path, spool_dir: str | Path) -> SpoolDirs:
+        return cls(Path(spool_dir), Path(run_dir) / "spool-fallback")
+
+    @classmethod
+    def of_config(cls, cfg: Config) -> SpoolDirs:
+        return cls.of(cfg.node.run_dir, cfg.node.spool_dir)
+
+    def both(self) -> tuple[Path, Path]:
+        return self.spool, self.fallback
+
+
 def file_name(record_id: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in record_id)
     return f"{safe}.json"
 
 
-def write_record(layout: NodeLayout, rec: JobRecord) -> Path:
+def write_record(dirs: SpoolDirs, rec: JobRecord) -> Path:
     """Spool ``rec``; returns where it went. Raises OSError only if every place failed."""
     import json
 
     data = json.dumps(rec.to_dict(), sort_keys=True).encode() + b"\n"
     errors: list[str] = []
-    for d in (layout.spool_dir, layout.fallback_spool()):
+    for d in dirs.both():
         try:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             path = d / file_name(rec.record_id)
             atomic_write_bytes(path, data, mode=0o600, fsync=True)
-            if d != layout.spool_dir:
+            if d != dirs.spool:
                 log.error("spool %s unusable (%s); record %s written to %s",
-                          layout.spool_dir, errors[0], rec.record_id, path)
+                          dirs.spool, errors[0], rec.record_id, path)
             return path
         except OSError as e:
             errors.append(f"{d}: {e.strerror or e}")
     raise OSError(f"cannot spool record {rec.record_id}: {'; '.join(errors)}")
 
 
-def pending(layout: NodeLayout) -> list[Path]:
+def pending(dirs: SpoolDirs) -> list[Path]:
     """Spooled record files (both directories), oldest first; stale temp files removed."""
     out = []
     now = time.time()
-    for d in (layout.spool_dir, layout.fallback_spool()):
+    for d in dirs.both():
         try:
             entries = list(os.scandir(d))
         except OSError:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from slurm_colo.config import Config, load_config
 from slurm_colo.errors import StoreError
 from slurm_colo.fsutil import ensure_dir, locked
-from slurm_colo.node.layout import NodeLayout
-from slurm_colo.spool.directory import pending, prune_done
+from slurm_colo.spool.directory import SpoolDirs, pending, prune_done
 
 log = logging.getLogger("slurm_colo.spool.drain")
 
@@ -44,11 +44,12 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
     from slurm_colo.spool.ingest import ingest_spool
     from slurm_colo.store import make_engine
 
-    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    dirs = SpoolDirs.of_config(cfg)
     rep = IngestReport()
-    ensure_dir(lay.run_dir)
+    run_dir = Path(cfg.node.run_dir)
+    ensure_dir(run_dir)
     try:
-        with locked(lay.run_dir / "ingest.lock", timeout_s=lock_timeout_s):
+        with locked(run_dir / "ingest.lock", timeout_s=lock_timeout_s):
             engine = make_engine(cfg.store.url, busy_timeout_s if busy_timeout_s is not None
                                  else cfg.store.busy_timeout_s)
             try:
@@ -56,7 +57,7 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
                 # the lock (their own ingest gave up at once) are picked up too
                 for _ in range(3):
                     before = rep.ingested + rep.duplicates
-                    for d in (lay.spool_dir, lay.fallback_spool()):
+                    for d in dirs.both():
                         if not d.is_dir():
                             continue
                         try:
@@ -67,9 +68,9 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
                         rep.ingested += r.ingested
                         rep.duplicates += r.duplicates
                         rep.bad += len(r.bad)
-                    if rep.errors or rep.ingested + rep.duplicates == before or not pending(lay):
+                    if rep.errors or rep.ingested + rep.duplicates == before or not pending(dirs):
                         break
-                for d in (lay.spool_dir, lay.fallback_spool()):
+                for d in dirs.both():
                     rep.pruned += prune_done(d, cfg.node.spool_keep_days)
             finally:
                 engine.dispose()

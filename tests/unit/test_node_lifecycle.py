@@ -66,7 +66,7 @@ def cfg(tmp_path: Path) -> Iterator[Config]:
 
 def spooled(cfg: Config) -> dict[int, JobRecord]:
     out = {}
-    for p in pending(NodeLayout.of_config(cfg)):
+    for p in pending(NodeLayout.of_config(cfg).spool_dirs()):
         r = JobRecord.from_dict(json.loads(p.read_text()))
         assert r.job_id not in out, "duplicate record"
         out[r.job_id] = r
@@ -137,7 +137,7 @@ def test_jobs_without_placement_are_untouched(tmp_path: Path) -> None:
     cfg = node_config(tmp_path)
     r = job_start(cfg, JobInfo(9, "u", 1000, "n1", [0], None), launch_sampler=False)
     assert not r.profiled and not (Path(cfg.node.run_dir) / "jobs").exists()
-    assert job_end(cfg, 9, 0) is None and pending(NodeLayout.of_config(cfg)) == []
+    assert job_end(cfg, 9, 0) is None and pending(NodeLayout.of_config(cfg).spool_dirs()) == []
     excl = Placement("t10", "x", Mode.AUTO)
     r = job_start(cfg, JobInfo(10, "u", 1000, "n1", [0], excl), launch_sampler=False)
     assert not r.profiled
