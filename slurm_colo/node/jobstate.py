@@ -9,32 +9,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurm_colo.contracts.placement import Placement
+from slurm_colo.contracts.jobstate import JobState
 from slurm_colo.errors import ProtocolError
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
 
 
-def write_state(layout: NodeLayout, job_id: int, state: dict[str, Any]) -> None:
-    d = layout.job_dir(job_id)
+def write_state(layout: NodeLayout, state: JobState) -> None:
+    d = layout.job_dir(state.job)
     d.mkdir(parents=True, exist_ok=True, mode=0o755)
-    atomic_write_json(d / "state.json", state, fsync=False)
+    atomic_write_json(d / "state.json", state.to_json(), fsync=False)
 
 
-def read_state(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
-    return read_json(layout.job_dir(job_id) / "state.json")
-
-
-def placement_of(state: dict[str, Any]) -> Placement | None:
-    """The job's placement as the Prolog stored it (None: a job we did not place, or an
-    unreadable entry, which then counts as not placed)."""
-    raw = state.get("placement")
-    if not raw:
-        return None
-    try:
-        return Placement.from_wire(raw)
-    except ProtocolError:
-        return None
+def read_state(layout: NodeLayout, job_id: int) -> JobState | None:
+    """The job's state; None when missing. A damaged file raises ProtocolError (the
+    callers write a minimal record, or leave the job for the next run)."""
+    raw = read_json(layout.job_dir(job_id) / "state.json")
+    return None if raw is None else JobState.from_json(raw, job_id)
 
 
 def write_task(layout: NodeLayout, job_id: int, uid: int, task: dict[str, Any]) -> Path:

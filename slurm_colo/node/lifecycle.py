@@ -21,6 +21,8 @@ from ..fsutil import ensure_dir, locked, try_lock, unlock
 from . import jobstate, journal, procs
 from .layout import NodeLayout
 from slurm_colo.contracts.enums import Mechanism, Mode
+from slurm_colo.contracts.jobstate import GpuMpsStart, JobState
+from slurm_colo.errors import ProtocolError
 from slurm_colo.node.gpu.mps import format_mem_limit
 from slurm_colo.node.gpu.mps_daemon import LazyNvml, MpsOutcome, gpu_mps, lock_wait
 from slurm_colo.node.gpu.nvml import Gpu
@@ -87,13 +89,10 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
     opener = open_gpu or LazyNvml(cfg)
     for g in info.gpus:
         ensure_dir(lay.gpu_dir(g), 0o700)
-    state: dict[str, Any] = {
-        "job": info.job_id, "user": info.user, "uid": info.uid, "node": info.node,
-        "gpus": info.gpus, "cls": p.cls if p else info.cls, "mode": p.mode if p else info.mode,
-        "placement": p.to_wire() if p else None, "mechanism": mech, "start": now, "boot_id": procs.boot_id(),
-        "mps": {}, "gpu_uuids": [], "cluster": info.cluster,
-    }
-    jobstate.write_state(lay, info.job_id, state)  # first: recovery can always find the job
+    state = JobState(info.job_id, info.user, info.uid, info.node, list(info.gpus),
+                     p.cls if p else info.cls, p.mode if p else info.mode, now,
+                     procs.boot_id(), info.cluster, p, mech)
+    jobstate.write_state(lay, state)  # first: recovery can always find the job
     user_dir = lay.user_dir(info.job_id)
     task: dict[str, Any] = {"mechanism": mech,
                             "progress_file": str(user_dir / "progress.json"), "messages": []}
@@ -108,20 +107,19 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                 else:
                     out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
                 res.mps[g] = out
-                state["mps"][str(g)] = {"state": out.state, "log_offset": out.log_offset,
-                                        "server_log_offset": out.server_log_offset,
-                                        "message": out.message}
+                state.mps[g] = GpuMpsStart(out.state, out.log_offset, out.server_log_offset,
+                                           out.message)
                 st = gpu_mps(cfg, g, opener).state()
                 if st.get("uuid"):
-                    state["gpu_uuids"].append(st["uuid"])
+                    state.gpu_uuids.append(st["uuid"])
             now = max(now, time.time())
             # one O_APPEND write: safe even when the lock could not be had
             journal.append(lay.journal(g), {"ev": "start", "job": info.job_id, "t": now,
-                                            "cls": state["cls"], "user": info.user,
+                                            "cls": state.cls, "user": info.user,
                                             "uid": info.uid})
         finally:
             unlock(token)
-    state["start"] = now
+    state.start = now
     if mech == Mechanism.MPS:
         outs = [res.mps[g] for g in info.gpus]
         if all(o.state == "ok" for o in outs):
@@ -141,8 +139,8 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                               "drain: fix the GPU, then 'slurm-colo node cleanup')", info.job_id)
     jobstate.write_task(lay, info.job_id, info.uid, task)
     if launch_sampler and cfg.node.profile != "none":
-        state["sampler_pid"] = start_sampler(cfg, info.job_id)
-    jobstate.write_state(lay, info.job_id, state)
+        state.sampler_pid = start_sampler(cfg, info.job_id)
+    jobstate.write_state(lay, state)
     res.task = task
     return res
 
@@ -188,26 +186,30 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
     (None for jobs the Prolog did not handle). With ``handoff`` a detached MPS stop is
     noted there (for :func:`start_handoff`) instead of started at once."""
     lay = NodeLayout.of_config(cfg)
-    st = jobstate.read_state(lay, job_id)
+    try:
+        st = jobstate.read_state(lay, job_id)
+    except ProtocolError as e:
+        log.error("job %d: state file unreadable (%s); its files stay in %s for a look", job_id,
+                  e, lay.job_dir(job_id))
+        return None
     if st is None:
         return None
     ended = jobstate.mark_ended(lay, job_id, exit_code, sig)
-    stop_sampler(lay, job_id, st.get("sampler_pid"))
+    stop_sampler(lay, job_id, st.sampler_pid)
     opener = open_gpu or LazyNvml(cfg)
     _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)
-    for g in st.get("gpus", []):
-        _maybe_stop(cfg, lay, int(g), opener, detach_stop, handoff)
+    for g in st.gpus:
+        _maybe_stop(cfg, lay, g, opener, detach_stop, handoff)
     return rec
 
 
-def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
+def _close_stays(cfg: Config, lay: NodeLayout, st: JobState, end: float,
                  opener: Callable[[int], Gpu], failed: bool = False) -> None:
     """Close the job's stay in each GPU journal, after noting MPS faults there
     (``failed``: the job did not exit cleanly, so MPS servers are also asked for FAULT)."""
-    job_id = int(st["job"])
-    for g in st.get("gpus", []):
-        g = int(g)
+    job_id = st.job
+    for g in st.gpus:
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         if token is None:
             log.warning("GPU %d: lock busy; closing job %d's stay without the fault scan",
@@ -216,12 +218,11 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: dict[str, Any], end: float,
             events = journal.read(lay.journal(g))
             if any(e["ev"] == "end" and int(e["job"]) == job_id for e in events):
                 continue  # an Epilog re-run: already closed
-            if st.get("mechanism") == Mechanism.MPS and token is not None:
-                info = (st.get("mps") or {}).get(str(g), {})
-                if info.get("state") == "ok":
-                    gpu_mps(cfg, g, opener).scan_faults(
-                        int(info.get("log_offset", 0)), int(info.get("server_log_offset", 0)),
-                        query_servers=failed)
+            started = st.mps.get(g)
+            if st.mechanism == Mechanism.MPS and token is not None and started is not None \
+                    and started.state == "ok":
+                gpu_mps(cfg, g, opener).scan_faults(started.log_offset, started.server_log_offset,
+                                                    query_servers=failed)
             journal.append(lay.journal(g), {"ev": "end", "job": job_id, "t": end})
         finally:
             unlock(token)
@@ -357,15 +358,20 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
     for job_id in jobstate.job_ids(lay):
         if job_id == skip:
             continue
-        st = jobstate.read_state(lay, job_id)
+        try:
+            st = jobstate.read_state(lay, job_id)
+        except ProtocolError as e:
+            log.error("job %d: state file unreadable (%s); left in %s", job_id, e,
+                      lay.job_dir(job_id))
+            continue
         ended = jobstate.read_ended(lay, job_id)
         if st is None:
             continue
         if ended is None:
-            if procs.job_alive(job_id, str(st.get("boot_id", "")), float(st["start"])):
+            if procs.job_alive(job_id, st.boot_id, st.start):
                 continue  # still running (or its Epilog has not started yet)
             ended = jobstate.mark_ended(lay, job_id, exit_code=-1, signal=0,
-                                        end=_last_seen(lay, job_id, float(st["start"])))
+                                        end=_last_seen(lay, job_id, st.start))
         elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
             continue  # its Epilog is at work right now
         opener = LazyNvml(cfg)
@@ -373,8 +379,8 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
         if finish_record(cfg, lay, job_id) is not None:
             done.append(job_id)
             log.warning("job %d: record recovered after an interrupted Epilog", job_id)
-            for g in st.get("gpus", []):
-                _maybe_stop(cfg, lay, int(g), opener, handoff=handoff)
+            for g in st.gpus:
+                _maybe_stop(cfg, lay, g, opener, handoff=handoff)
     return done
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.records import CoRunner, JobRecord
 from . import journal
-from .jobstate import placement_of, read_ended, read_profile, read_progress, read_state
+from .jobstate import read_ended, read_profile, read_progress, read_state
 from .layout import NodeLayout
 
 
@@ -72,12 +72,12 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
     ended = read_ended(layout, job_id)
     if not st or not ended:
         return None
-    start, end = float(st["start"]), float(ended["end"])
+    start, end = st.start, float(ended["end"])
     co: dict[int, CoRunner] = {}
     shared_iv: list[tuple[float, float]] = []
     fault = False
-    for gpu in st.get("gpus", []):
-        events = journal.read(layout.journal(int(gpu)))
+    for gpu in st.gpus:
+        events = journal.read(layout.journal(gpu))
         for stay, lo, hi in journal.overlaps(events, job_id, start, end):
             prev = co.get(stay.job)
             if prev is None:
@@ -85,18 +85,13 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
             else:
                 prev.start, prev.end = min(prev.start, lo), max(prev.end, hi)
         shared_iv += journal.shared_intervals(events, job_id, start, end)
-        if st.get("mechanism") == Mechanism.MPS and journal.faults(events, start, end):
+        if st.mechanism == Mechanism.MPS and journal.faults(events, start, end):
             fault = True
-    if st.get("mps_fault"):
-        fault = True
-    p = placement_of(st)
+    p = st.placement
     return JobRecord(
-        job_id=job_id, node=st.get("node", ""), user=st.get("user", ""), uid=int(st.get("uid", -1)),
-        cls=str((p.cls if p else None) or st.get("cls") or "default"), start=start, end=end,
-        cluster=str(st.get("cluster") or "default"),
-        mode=str((p.mode if p else None) or st.get("mode") or "off"),
-        gpus=[int(g) for g in st.get("gpus", [])], gpu_uuids=list(st.get("gpu_uuids", [])),
-        shared=bool(p and p.shared), mechanism=st.get("mechanism"),
+        job_id=job_id, node=st.node, user=st.user, uid=st.uid, cls=st.cls, start=start, end=end,
+        cluster=st.cluster, mode=st.mode, gpus=list(st.gpus), gpu_uuids=list(st.gpu_uuids),
+        shared=bool(p and p.shared), mechanism=st.mechanism,
         thread_pct=p.thread_pct if p else None, mem_limit_gib=p.mem_limit_gib if p else None,
         co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
         profile=_profile(read_profile(layout, job_id)),
@@ -114,14 +109,11 @@ def build_minimal_record(layout: NodeLayout, job_id: int, error: str) -> JobReco
     ended = read_ended(layout, job_id)
     if not st or not ended:
         return None
-    p = placement_of(st)
     code = int(ended.get("exit_code", 0))
     return JobRecord(
-        job_id=job_id, node=str(st.get("node", "")), user=str(st.get("user", "")),
-        uid=int(st.get("uid", -1)), cls=str((p.cls if p else None) or st.get("cls") or "default"),
-        start=float(st["start"]), end=float(ended["end"]),
-        cluster=str(st.get("cluster") or "default"), mode=str(p.mode if p else "off"),
-        gpus=[int(g) for g in st.get("gpus", [])], shared=bool(p and p.shared),
-        mechanism=st.get("mechanism"), profile={"record_error": error[:500]},
+        job_id=job_id, node=st.node, user=st.user, uid=st.uid, cls=st.cls,
+        start=st.start, end=float(ended["end"]), cluster=st.cluster, mode=st.mode,
+        gpus=list(st.gpus), shared=bool(st.placement and st.placement.shared),
+        mechanism=st.mechanism, profile={"record_error": error[:500]},
         exit_code=code, state=exit_state(code, int(ended.get("signal", 0))),
     )

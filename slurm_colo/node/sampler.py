@@ -19,6 +19,8 @@ from typing import Any
 
 from ..config import Config, load_config
 from ..fsutil import atomic_write_json, read_json
+from slurm_colo.contracts.jobstate import JobState
+
 from . import jobstate, journal, procs
 from .layout import NodeLayout
 from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
@@ -145,15 +147,14 @@ class Sampler:
 def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     state_path = lay.job_dir(job_id) / "state.json"
-    st = read_json(state_path) or {}
-    gpus = [int(g) for g in st.get("gpus", [])]
+    st = jobstate.read_state(lay, job_id) or JobState(job_id)
+    gpus = st.gpus
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
     s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s)
-    p = jobstate.placement_of(st)
-    shared = p is not None and p.shared
+    shared = st.placement is not None and st.placement.shared
     s.prober = Prober(cfg, lay, job_id, gpus) if shared else None
     cap = max_ticks or 0
     ticks, last_flush = 0, time.monotonic()

@@ -408,8 +408,9 @@ def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
     lay = NodeLayout.of_config(cfg)
     st = jobstate.read_state(lay, 1)
-    st["boot_id"] = "boot-before-the-crash"
-    jobstate.write_state(lay, 1, st)
+    assert st is not None
+    st.boot_id = "boot-before-the-crash"
+    jobstate.write_state(lay, st)
     assert recover(cfg, skip=2) == [1]
     assert recover(cfg, skip=2) == []
     rec = spooled(cfg)[1]
