@@ -76,7 +76,7 @@ class GpuView:
     exclusive_job: int | None = None
     #: node usable (not down/drained)
     available: bool = True
-    #: draining for this waiting whole-GPU job: no new partners (see agent/drain.py)
+    #: draining for this waiting whole-GPU job: no new partners (see placement/guard.py)
     closed_for: int | None = None
 
     @property

@@ -134,7 +134,7 @@ def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | No
             rebuild: bool = False) -> RetrainResult:
     """Train, validate and publish (see the module); ``rebuild``: rebuild every episode
     from the records instead of updating them. One run at a time per store: a second one
-    raises :class:`ModelError` at once (:mod:`.retrain_lock`)."""
+    raises :class:`ModelError` at once (:mod:`.lock`)."""
     with retrain_lock(engine):
         return _retrain(engine, cfg, gpu, now, dry_run, force, path, rebuild)
 

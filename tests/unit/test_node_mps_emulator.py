@@ -239,7 +239,7 @@ def test_command_path_imports_only_what_a_small_binary_would_need(tmp_path: Path
 
 
 def test_front_and_daemon_module_agree_on_names() -> None:
-    from slurm_colo.emulators import mps_control as mps_emulator, mps_server as mps_emulator_daemon
+    from slurm_colo.emulators import mps_control, mps_server
 
-    assert mps_emulator.PID_FILE == mps_emulator_daemon.PID_FILE
-    assert mps_emulator.SOCKET == mps_emulator_daemon.SOCKET
+    assert mps_control.PID_FILE == mps_server.PID_FILE
+    assert mps_control.SOCKET == mps_server.SOCKET

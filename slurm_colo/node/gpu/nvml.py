@@ -6,7 +6,7 @@
 - any other NVML error makes that one reading None and is remembered in ``errors``.
 
 The gate wraps a module object with pynvml's API: the official ``pynvml`` (from
-``nvidia-ml-py``) or the scenario emulator (:mod:`.nvml_scenario`), so both run through
+``nvidia-ml-py``) or the scenario emulator (:mod:`slurm_colo.emulators.nvml_scenario`), so both run through
 exactly the same code. :func:`open_nvml` picks by ``node.nvml_backend`` and never falls
 back from real to scenario.
 """
