@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,40 +47,64 @@ class GavelData:
         return sorted({(a, b) for (a, b) in self.pairs if a <= b})
 
 
-def _key(k: str) -> tuple[str, int]:
+def _key(k: str, source: str) -> tuple[str, int]:
     try:
         name, scale = ast.literal_eval(k)
         return str(name), int(scale)
     except (ValueError, SyntaxError, TypeError) as e:
-        raise ScoresError(f"gavel data: bad job key {k!r}") from e
+        raise ScoresError(f"{source}: bad job key {k!r} "
+                          f"(expected \"('<job type>', <scale factor>)\")") from e
 
 
-def parse_gavel(raw: dict[str, Any], gpu: str) -> GavelData:
+def gpu_keys(raw: Any) -> list[str]:
+    """The GPU types of a decoded Gavel file: its top-level keys whose value is an object."""
+    return sorted(k for k, v in raw.items() if isinstance(v, dict)) if isinstance(raw, dict) else []
+
+
+def _rate(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ScoresError(f"{what}: expected a number, got {v!r}")
+    return float(v)
+
+
+def parse_gavel(raw: Any, gpu: str, source: str = "gavel data") -> GavelData:
+    """Any GPU type (top-level key) of the file works; a missing one, or a malformed
+    entry, raises :class:`ScoresError` naming ``source``."""
+    if not isinstance(raw, dict):
+        raise ScoresError(f"{source}: not Gavel throughputs (top level is not an object of "
+                          f"GPU types)")
+    if gpu in raw and not isinstance(raw[gpu], dict):
+        raise ScoresError(f"{source}: GPU type {gpu!r} is not an object of job types")
     if gpu not in raw:
-        avail = ", ".join(k for k in raw if not k.endswith("_unconsolidated"))
-        raise ScoresError(f"gavel data has no GPU type {gpu!r}; available: {avail}")
+        avail = ", ".join(gpu_keys(raw)) or "(none)"
+        raise ScoresError(f"{source} has no GPU type {gpu!r}; the file has: {avail}")
     table = raw[gpu]
     data = GavelData(gpu=gpu)
     for k, entry in table.items():
-        name, scale = _key(k)
+        name, scale = _key(k, source)
+        if not isinstance(entry, dict):
+            raise ScoresError(f"{source}: {gpu} {k}: expected an object of rates, got {entry!r}")
         if scale != 1:
             continue
         solo = entry.get("null")
-        if isinstance(solo, (int, float)) and solo > 0:
-            data.solo[class_slug(name)] = float(solo)
+        if isinstance(solo, (int, float)) and not isinstance(solo, bool) and solo > 0:
+            data.solo[class_slug(name)] = _rate(solo, f"{source}: {gpu} {k} solo rate")
     for k, entry in table.items():
-        name, scale = _key(k)
+        name, scale = _key(k, source)
         a = class_slug(name)
         if scale != 1 or a not in data.solo:
             continue
         for ok, val in entry.items():
             if ok == "null":
                 continue
-            oname, oscale = _key(ok)
+            oname, oscale = _key(ok, source)
             b = class_slug(oname)
             if oscale != 1 or b not in data.solo:
                 continue
-            ra, rb = float(val[0]), float(val[1])
+            what = f"{source}: {gpu} {k} with {ok}"
+            if not isinstance(val, (list, tuple)) or len(val) != 2:
+                raise ScoresError(f"{what}: expected [rate, other rate], got {val!r}")
+            ra, rb = _rate(val[0], what), _rate(val[1], what)
             if ra <= 0 and rb <= 0:
                 data.never.add((a, b))
                 continue
@@ -87,18 +112,26 @@ def parse_gavel(raw: dict[str, Any], gpu: str) -> GavelData:
             data.pairs[(a, b)] = (na, nb)
             if abs(na - 1.0) < 1e-9 and abs(nb - 1.0) < 1e-9:
                 data.censored.add((a, b))
+    if not data.solo:
+        raise ScoresError(f"{source}: GPU type {gpu!r} has no single-GPU job type with a solo "
+                          f"rate (entries ('<job type>', 1) with \"null\": steps/s)")
     return data
 
 
 def load_gavel(path: str | Path, gpu: str) -> GavelData:
+    """Read a file in Gavel's format and take the GPU type ``gpu`` (any key of the file)."""
     p = Path(path)
     try:
-        raw = json.loads(p.read_text())
+        raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ScoresError(f"gavel data file {p} not found") from None
+    except OSError as e:
+        raise ScoresError(f"cannot read gavel data file {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScoresError(f"gavel data file {p} is not JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
-        raise ScoresError(f"gavel data file {p} is not JSON: {e.msg}") from None
-    return parse_gavel(raw, gpu)
+        raise ScoresError(f"gavel data file {p} is not JSON: {e.msg} at line {e.lineno}") from None
+    return parse_gavel(raw, gpu, f"gavel data file {p}")
 
 
 def bundled_path(name: str = "throughputs_v100_k80.json") -> Path:

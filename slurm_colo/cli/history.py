@@ -121,9 +121,13 @@ def _register_history(app: typer.Typer) -> None:
 
     @hist.command("import")
     def import_cmd(
-        gavel: Path | None = typer.Option(None, "--gavel", help="Gavel throughputs JSON "
-                                             "(default: the copy bundled with slurm-colo)."),
-        gpu: str = typer.Option(..., "--gpu", help="GPU type in the file: v100, k80."),
+        gavel: Path | None = typer.Option(None, "--gavel", help="Measured throughputs in "
+                                             "Gavel's format (default: the copy bundled with "
+                                             "slurm-colo)."),
+        gpu: str = typer.Option(..., "--gpu", help="GPU type to import: any GPU key of the "
+                                "file (the bundled file has v100 and k80); it becomes the "
+                                "campaign's GPU model (retrain --gpu). A key the file lacks is "
+                                "an error that lists the keys it has."),
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
@@ -279,10 +283,12 @@ def _register_model(app: typer.Typer) -> None:
 
     @model_app.command("evaluate")
     def evaluate_cmd(
-        gpu: str = typer.Option("v100", "--gpu", help="GPU type of the measured data: v100, k80."),
+        gpu: str = typer.Option("v100", "--gpu", help="GPU type of the measured data: any GPU "
+                                "key of the file (the bundled file has v100 and k80)."),
         hide: float = typer.Option(0.3, "--hide", help="Share of measured pairs hidden from training."),
         seeds: int = typer.Option(5, "--seeds", help="Number of seeded splits to average."),
-        gavel: Path | None = typer.Option(None, "--gavel", help="Gavel throughputs JSON (default: bundled)."),
+        gavel: Path | None = typer.Option(None, "--gavel", help="Measured throughputs in "
+                                          "Gavel's format (default: the bundled file)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Hide a seeded share of measured pairs, train on the rest, score the hidden ones."""

@@ -10,8 +10,9 @@ from pathlib import Path
 import typer
 
 from ..config import PlacementConfig, load_config
-from ..errors import ColoError
-from ..gavel import bundled_path, load_gavel
+from ..errors import ColoError, ScoresError
+from ..gavel import GavelData, bundled_path, load_gavel
+from ..scores import ScoreTable
 from ..sim.metrics import Result
 from ..sim.spread import SeedRow
 
@@ -21,6 +22,21 @@ _OUT = typer.Option(None, "--out", "-o", help="Directory for results.md, results
                     "per-job CSV and PNG plots.")
 _CONFIG = typer.Option(None, "--config", "-c", help="Site config whose [placement] section the "
                        "policy uses (default: built-in defaults).")
+_GAVEL = typer.Option(None, "--gavel", help="Measured co-location throughputs in Gavel's format "
+                      "(JSON: GPU type -> job type -> solo and pair rates, see docs/simulator.md) "
+                      "instead of the bundled V100/K80 file: the simulation's ground truth and "
+                      "the data its model is trained on.")
+_GPU = typer.Option("v100", "--gpu", help="GPU type of the measured data: any GPU key of the "
+                    "--gavel file (the bundled file has v100 and k80); a key the file lacks is "
+                    "an error that lists the keys it has.")
+_SCORES = typer.Option(None, "--scores", help="A score set (slurm-colo-scores/1 JSON, e.g. the "
+                       "live set or the output of `slurm-colo retrain --out`) that ours and "
+                       "ours-submit start from, instead of a model trained on part of the "
+                       "measured pairs (--hidden-share is then unused); they still learn from "
+                       "their probes. Classes of the measured data the set lacks are named in a "
+                       "warning and handled as the live agent handles them: their pairs are "
+                       "shared only when explored or aggressive. A set with none of the "
+                       "data's classes is refused (it is for other jobs).")
 
 
 def register(app: typer.Typer) -> None:
@@ -51,11 +67,18 @@ def register(app: typer.Typer) -> None:
                                      "own-gpu (a job no GPU takes at arrival waits for a whole "
                                      "GPU) or hold (it waits, held, for any GPU that takes it; "
                                      "what auto gives, every simulated GPU being shared)."),
-        gpu_memory_gib: float = typer.Option(32.0, help="Memory of each GPU, GiB."),
+        gpu_memory_gib: float = typer.Option(32.0, help="Memory of each simulated GPU, GiB. "
+                                             "Our policies share a GPU only while the jobs' "
+                                             "memory (the score set's class estimate, else "
+                                             "placement.default_memory_gib) fits under it, "
+                                             "less placement.memory_headroom; the baselines "
+                                             "check no memory."),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
         hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
                                            "model (it must predict them)."),
-        gpu: str = typer.Option("v100", help="GPU type of the measured data."),
+        gpu: str = _GPU,
+        gavel: Path = _GAVEL,
+        scores: Path = _SCORES,
         out: Path = _OUT,
         config: Path = _CONFIG,
     ) -> None:
@@ -85,7 +108,14 @@ def register(app: typer.Typer) -> None:
             if unplaced not in ("auto", "own-gpu", "hold"):
                 raise SimError(f"--unplaced {unplaced!r}: accepted values are auto, own-gpu, hold")
             pcfg = replace(pcfg, unplaced=unplaced)
-        data = load_gavel(bundled_path(), gpu)
+        if not gpu_memory_gib > 0 or gpu_memory_gib == float("inf"):
+            raise SimError(f"--gpu-memory-gib {gpu_memory_gib:g}: give a positive size in GiB")
+        data = load_gavel(gavel or bundled_path(), gpu)
+        score_set = _score_set(scores, data) if scores else None
+        typer.echo(f"{data.gpu} data of {gavel or 'the bundled file'}: {len(data.classes)} "
+                   f"classes, {len(data.unordered_pairs())} measured pairs; our policies use "
+                   + (f"score set {score_set.id} of {scores}" if score_set is not None else
+                      f"a model trained on {1 - hidden_share:.0%} of the pairs"), err=True)
         seed_list = parse_seeds(seeds) if seeds else [seed]
         per_seed: dict[int, list[Result]] = {}
         # a site's export is the same trace for every seed (the seed then changes the pair
@@ -107,7 +137,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{len(trace)} jobs on {gpus} GPUs, offered load "
                        f"{offered_load(trace, gpus):.2f}, cross_user={pcfg.cross_user}, "
                        f"seed {s}", err=True)
-            per_seed[s] = run_all(trace, data, setup, names)
+            per_seed[s] = run_all(trace, data, setup, names, scores=score_set)
             if not seeds:
                 typer.echo(table(per_seed[s], markdown=False))
                 typer.echo(versus(per_seed[s]))
@@ -133,7 +163,12 @@ def register(app: typer.Typer) -> None:
                        + f"--cross-user {pcfg.cross_user} "
                        f"--undo {pcfg.undo} --unplaced {pcfg.unplaced} "
                        f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
-                       f"--hidden-share {hidden_share:g} --policies {','.join(names)}")
+                       f"--hidden-share {hidden_share:g} --policies {','.join(names)} "
+                       f"--gpu {shlex.quote(gpu)}")
+            if gavel:
+                cmd.append(f"--gavel {shlex.quote(str(gavel))}")
+            if scores:
+                cmd.append(f"--scores {shlex.quote(str(scores))}")
             if config:
                 cmd.append(f"--config {shlex.quote(str(config))}")
             if seeds:
@@ -143,6 +178,48 @@ def register(app: typer.Typer) -> None:
                 _write(out, results, " ".join(cmd), table(results), versus(results))
             typer.echo(f"results written to {out}" if seeds else
                        f"results and plots written to {out}", err=True)
+
+
+def _score_set(path: Path, data: GavelData) -> ScoreTable:
+    """The score set of ``--scores``; every defect is a :class:`ScoresError` naming the file.
+    Classes of ``data`` it lacks are warned about (the policies treat them as the live agent
+    does: no data); a set with none of them is refused."""
+    from ..scores import load_scores
+    from ..sim.run import missing_classes, unscored_pairs
+
+    try:
+        table = load_scores(path)
+    except UnicodeDecodeError:
+        raise ScoresError(f"score file {path} is corrupt (not UTF-8 text)") from None
+    except ScoresError as e:
+        if f"score file {path}" in e.message:
+            raise
+        msg = e.message.removeprefix(f"{path}: ")  # scores_from_dict names the path alone
+        raise ScoresError(f"score file {path}: {msg}", hint=e.hint) from None
+    missing = missing_classes(table, data.classes)
+    if len(missing) == len(data.classes):
+        theirs = sorted(set(table.classes) | {c for p in table.pairs for c in p})
+        raise ScoresError(f"score file {path} (score set {table.id}) has none of the "
+                          f"{len(data.classes)} classes of the {data.gpu} data "
+                          f"({_names(data.classes)}); it has: {_names(theirs) or 'no classes'}")
+    if missing:
+        typer.echo(f"warning: score set {table.id} ({path}) lacks {len(missing)} of the "
+                   f"{len(data.classes)} classes of the {data.gpu} data: {_names(missing)}; "
+                   f"our policies have no data on their pairs", err=True)
+    n = len(data.classes) * (len(data.classes) + 1) // 2
+    lacking = unscored_pairs(table, data.classes)
+    if lacking and not missing:
+        typer.echo(f"warning: score set {table.id} ({path}) has no score for {lacking} of the "
+                   f"{n} pairs of the {data.gpu} data's classes", err=True)
+    if table.gpu_model and table.gpu_model != data.gpu:
+        typer.echo(f"warning: score set {table.id} ({path}) is for GPU type "
+                   f"{table.gpu_model!r}, the measured data for {data.gpu!r}", err=True)
+    return table
+
+
+def _names(names: list[str], most: int = 8) -> str:
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
 
 
 def _policies() -> list[str]:

@@ -4,7 +4,7 @@ except for the wall-clock time it measures."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..config import PlacementConfig
@@ -40,6 +40,20 @@ def predicted_scores(data: GavelData, train: list[tuple[str, str]], seed: int) -
     except ImportError as e:
         raise ModelError(f"the compatibility model is not available ({e})") from None
     return fit_gavel(data, set(train), seed)
+
+
+def missing_classes(scores: ScoreTable, classes: Iterable[str]) -> list[str]:
+    """Classes the score set knows nothing of: neither a class entry nor a pair."""
+    known = set(scores.classes) | {c for pair in scores.pairs for c in pair}
+    return sorted(set(classes) - known)
+
+
+def unscored_pairs(scores: ScoreTable, classes: Iterable[str]) -> int:
+    """How many pairs of ``classes`` (each once, a class with itself included) the score set
+    has no score for: the policy has no data on them (the set's prior, unknown)."""
+    cl = sorted(set(classes))
+    return sum(1 for i, a in enumerate(cl) for b in cl[i:]
+               if (a, b) not in scores.pairs and (b, a) not in scores.pairs)
 
 
 def make_scheduler(name: str, setup: Setup, data: GavelData,

@@ -107,3 +107,38 @@ def test_model_evaluate_prints_model_and_baselines(capsys: pytest.CaptureFixture
     assert res["model"]["mae_n"] < res["row effect + column effect"]["mae_n"]
     code, _, err = run(["model", "evaluate", "--gpu", "p100", "--seeds", "1"], capsys)
     assert code == 2 and "no GPU type 'p100'" in err
+
+
+def test_any_gpu_key_of_a_gavel_file_is_imported_and_evaluated(
+        site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_colo.gavel import bundled_path
+    # the bundled K80 measurements under a GPU key the bundled file does not have
+    f = site / "campaign.json"
+    f.write_text(json.dumps({"a100": json.loads(bundled_path().read_text())["k80"]}))
+    run(["db", "upgrade"], capsys)
+    code, out, _ = run(["history", "import", "--gavel", str(f), "--gpu", "a100"], capsys)
+    assert code == 0 and "imported gavel:a100: 26 classes" in out
+    code, out, _ = run(["retrain", "--gpu", "a100"], capsys)
+    assert code == 0 and "published" in out
+    assert json.loads((site / "live.json").read_text())["gpu_model"] == "a100"
+    code, out, _ = run(["model", "evaluate", "--gavel", str(f), "--gpu", "a100", "--seeds", "1",
+                        "--json"], capsys)
+    assert code == 0 and json.loads(out)["gpu"] == "a100"
+    for cmd in (["history", "import"], ["model", "evaluate"]):
+        code, _, err = run([*cmd, "--gavel", str(f), "--gpu", "v100"], capsys)
+        assert code == 2 and f"{f} has no GPU type 'v100'; the file has: a100" in err
+    f.write_text('{"a100": {"(\'A3C\', 1)": {"null": 2.0, "(\'A3C\', 1)": 7}}}')
+    for cmd in (["history", "import"], ["model", "evaluate"]):
+        code, _, err = run([*cmd, "--gavel", str(f), "--gpu", "a100"], capsys)
+        assert code == 2 and f"gavel data file {f}" in err and "expected [rate, other rate]" in err
+
+
+def test_import_and_evaluate_help_say_any_gpu_key_works() -> None:
+    from typer.main import get_command
+
+    from slurm_colo.cli import app
+    root = get_command(app)
+    for group, cmd in (("history", "import"), ("model", "evaluate")):
+        sub = root.commands[group].commands[cmd]  # type: ignore[attr-defined]
+        opts = {o.name: o for o in sub.params}
+        assert "any GPU key of the file" in opts["gpu"].help

@@ -1,0 +1,246 @@
+"""``slurm-colo simulate --gavel FILE --gpu NAME --scores FILE --gpu-memory-gib``: another
+measured file and GPU type, a site's score set instead of the fitted model, and every bad
+input refused with a message that names it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from slurm_colo.cli import app, main
+from slurm_colo.errors import ScoresError
+from slurm_colo.gavel import load_gavel, parse_gavel
+from slurm_colo.scores import load_scores
+from slurm_colo.sim.run import missing_classes, unscored_pairs
+
+#: a made-up GPU type and job types, in Gavel's format; every pair runs at 0.8 of solo speed
+TYPES = {"Alpha (batch size 32)": 10.0, "Beta (batch size 64)": 4.0, "Gamma": 2.0}
+CLASSES = ["alpha-bs32", "beta-bs64", "gamma"]
+SMALL = ["--jobs", "160", "--gpus", "8", "--cross-user", "shard", "--seed", "1"]
+
+
+def gavel_doc(gpu: str = "a100") -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for a, ra in TYPES.items():
+        e: dict[str, Any] = {"null": ra}
+        for b, rb in TYPES.items():
+            e[f"('{b}', 1)"] = [0.8 * ra, 0.8 * rb]
+        table[f"('{a}', 1)"] = e
+        table[f"('{a}', 2)"] = {"null": 2 * ra}  # multi-GPU entries carry no pairs
+    return {gpu: table}
+
+
+@pytest.fixture
+def gavel(tmp_path: Path) -> Path:
+    f = tmp_path / "throughputs_a100.json"
+    f.write_text(json.dumps(gavel_doc()))
+    return f
+
+
+def score_doc(never: set[str] = frozenset(), classes: list[str] = CLASSES, n: float = 0.8,
+              **extra: Any) -> dict[str, Any]:
+    """Every pair of ``classes`` at ``n``; pairs with a class of ``never`` must not share."""
+    pairs = [{"a": a, "b": b, "n_a": n, "n_b": n, "sd": 0.0, "observed": True,
+              "never": a in never or b in never}
+             for i, a in enumerate(classes) for b in classes[i:]]
+    return {"format": "slurm-colo-scores/1", "id": "site-set", "gpu_model": "a100",
+            "classes": {c: {} for c in classes}, "pairs": pairs, **extra}
+
+
+def write(path: Path, doc: Any) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def simulate(*args: str) -> Any:
+    r = CliRunner().invoke(app, ["simulate", *SMALL, *args])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def results(out: Path) -> dict[str, dict[str, Any]]:
+    return {row["policy"]: row for row in json.loads((out / "results.json").read_text())}
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """The real entry point: a ColoError is printed and exits 2."""
+    old = sys.argv
+    sys.argv = ["slurm-colo", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err
+
+
+# ---- another file, any GPU key ---------------------------------------------------------
+
+def test_any_gpu_key_of_a_gavel_file_is_simulated_end_to_end(gavel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = simulate("--gavel", str(gavel), "--gpu", "a100", "--policies",
+                 "exclusive-fifo,slurm-shard,ours,oracle", "--out", str(out))
+    assert "a100 data of" in r.output and "3 classes, 6 measured pairs" in r.output
+    res = results(out)
+    assert set(res) == {"exclusive-fifo", "slurm-shard", "ours", "oracle"}
+    assert res["ours"]["colocated_share"] > 0 and res["oracle"]["colocated_share"] > 0
+    with open(out / "jobs.csv", encoding="utf-8") as f:
+        assert {row["cls"] for row in csv.DictReader(f)} == set(CLASSES)
+    cmd = (out / "results.md").read_text()
+    assert f"--gpu a100 --gavel {gavel}" in cmd and "--scores" not in cmd
+
+
+def test_the_gpu_key_of_the_bundled_file_is_not_fixed_to_v100(tmp_path: Path) -> None:
+    r = simulate("--jobs", "40", "--gpu", "k80", "--policies", "exclusive-fifo,oracle")
+    assert "k80 data of the bundled file: 26 classes" in r.output
+
+
+def test_parse_gavel_takes_any_key_and_lists_the_keys_a_file_has() -> None:
+    data = parse_gavel({**gavel_doc("a100"), **gavel_doc("h100")}, "h100")
+    assert data.gpu == "h100" and data.classes == CLASSES and len(data.unordered_pairs()) == 6
+    with pytest.raises(ScoresError, match=r"no GPU type 'v100'; the file has: a100, h100"):
+        parse_gavel({**gavel_doc("a100"), **gavel_doc("h100")}, "v100")
+
+
+# ---- a score set instead of the fitted model -------------------------------------------
+
+def test_a_score_set_replaces_the_fitted_model(gavel: Path, tmp_path: Path) -> None:
+    base = ["--gavel", str(gavel), "--gpu", "a100", "--policies", "exclusive-fifo,ours"]
+    simulate(*base, "--out", str(tmp_path / "fitted"))
+    fitted = results(tmp_path / "fitted")["ours"]
+    assert fitted["colocated_share"] > 0
+    # a set that marks every pair harmful: ours never shares, whatever the data says
+    never = write(tmp_path / "never.json", score_doc(never=set(CLASSES)))
+    r = simulate(*base, "--scores", str(never), "--out", str(tmp_path / "never"))
+    assert f"score set site-set of {never}" in r.output
+    ours = results(tmp_path / "never")["ours"]
+    assert ours["colocated_share"] == 0 and ours["avg_jct_h"] != fitted["avg_jct_h"]
+    assert f"--scores {never}" in (tmp_path / "never" / "results.md").read_text()
+
+
+def test_a_pair_the_score_set_marks_harmful_is_never_shared(gavel: Path, tmp_path: Path) -> None:
+    scores = write(tmp_path / "s.json", score_doc(never={"gamma"}))
+    out = tmp_path / "out"
+    simulate("--gavel", str(gavel), "--gpu", "a100", "--policies", "ours,ours-submit",
+             "--scores", str(scores), "--out", str(out))
+    with open(out / "jobs.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for policy in ("ours", "ours-submit"):
+        mine = [r for r in rows if r["policy"] == policy]
+        # stretch = time running / solo time: 1 exactly for a job that never shared
+        assert all(float(r["stretch"]) == 1.0 for r in mine if r["cls"] == "gamma")
+        assert any(float(r["stretch"]) > 1.0 for r in mine if r["cls"] != "gamma")
+
+
+def test_gpu_memory_is_honoured_with_the_score_sets_class_memory(gavel: Path,
+                                                                tmp_path: Path) -> None:
+    base = ["--gavel", str(gavel), "--gpu", "a100", "--policies", "ours",
+            "--gpu-memory-gib", "12"]
+    # 8 GiB a job by default (placement.default_memory_gib): two do not fit in 12 GiB
+    simulate(*base, "--out", str(tmp_path / "a"))
+    assert results(tmp_path / "a")["ours"]["colocated_share"] == 0
+    # the score set says 3 GiB a job: they share again
+    small = score_doc()
+    small["classes"] = {c: {"memory_gib": 3.0} for c in CLASSES}
+    scores = write(tmp_path / "small.json", small)
+    simulate(*base, "--scores", str(scores), "--out", str(tmp_path / "b"))
+    assert results(tmp_path / "b")["ours"]["colocated_share"] > 0
+    assert "--gpu-memory-gib 12" in (tmp_path / "b" / "results.md").read_text()
+
+
+def test_classes_the_score_set_lacks_are_named_and_get_no_data(gavel: Path,
+                                                               tmp_path: Path) -> None:
+    scores = write(tmp_path / "part.json", score_doc(classes=["alpha-bs32", "beta-bs64"]))
+    table = load_scores(scores)
+    assert missing_classes(table, CLASSES) == ["gamma"]
+    assert unscored_pairs(table, CLASSES) == 3  # gamma with alpha, beta and itself
+    r = simulate("--gavel", str(gavel), "--gpu", "a100", "--policies", "ours",
+                 "--scores", str(scores))
+    assert "lacks 1 of the 3 classes of the a100 data: gamma" in r.output
+
+
+def test_a_score_set_for_another_gpu_type_is_used_with_a_warning(gavel: Path,
+                                                                 tmp_path: Path) -> None:
+    scores = write(tmp_path / "v.json", {**score_doc(), "gpu_model": "v100"})
+    r = simulate("--jobs", "40", "--gavel", str(gavel), "--gpu", "a100", "--policies", "ours",
+                 "--scores", str(scores))
+    assert "is for GPU type 'v100', the measured data for 'a100'" in r.output
+
+
+# ---- bad input: exit code 2 and a message naming the file, never a traceback ------------
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("{not json", "is not JSON"),
+    (b"\xff\xfe\x00", "is not JSON (not UTF-8 text)"),
+    ("[1, 2]", "top level is not an object"),
+    ('{"a100": 5}', "GPU type 'a100' is not an object"),
+    ('{"a100": {"bad key": {"null": 1}}}', "bad job key"),
+    ('{"a100": {"(\'A\', 1)": 3}}', "expected an object of rates"),
+    ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": "x"}}}', "expected [rate, other rate]"),
+    ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": [1, "x"]}}}', "expected a number"),
+    ('{"a100": {}}', "no single-GPU job type"),
+])
+def test_a_corrupt_gavel_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         content: str | bytes, says: str) -> None:
+    f = tmp_path / "bad.json"
+    if isinstance(content, bytes):
+        f.write_bytes(content)
+    else:
+        f.write_text(content)
+    code, err = cli(["simulate", "--jobs", "10", "--gavel", str(f), "--gpu", "a100"], capsys)
+    assert code == 2 and f"gavel data file {f}" in err and says in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_gavel_file_or_gpu_key_is_refused(gavel: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = cli(["simulate", "--gavel", str(tmp_path / "nope.json"), "--gpu", "a100"], capsys)
+    assert code == 2 and f"gavel data file {tmp_path / 'nope.json'} not found" in err
+    code, err = cli(["simulate", "--gavel", str(gavel), "--gpu", "v100"], capsys)
+    assert code == 2 and f"{gavel} has no GPU type 'v100'; the file has: a100" in err
+    code, err = cli(["simulate", "--gpu", "h100"], capsys)  # the bundled file
+    assert code == 2 and "the file has: k80, k80_unconsolidated, v100, v100_unconsolidated" in err
+
+
+@pytest.mark.parametrize(("doc", "says"), [
+    (None, "not found"),
+    ("{oops", "is corrupt (not JSON"),
+    (b"\x89PNG\xff", "is corrupt (not UTF-8 text)"),
+    ('{"format": "other/1"}', "unknown format"),
+    (json.dumps(score_doc(n=-1.0)), "outside"),
+    (json.dumps({**score_doc(), "pairs": [{"a": "gamma"}]}), "malformed score set"),
+    (json.dumps(score_doc(classes=["resnet50-bs64", "lm-bs20"])),
+     "has none of the 3 classes of the a100 data (alpha-bs32, beta-bs64, gamma); "
+     "it has: lm-bs20, resnet50-bs64"),
+])
+def test_a_bad_score_file_is_refused(gavel: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str],
+                                     doc: str | bytes | None, says: str) -> None:
+    f = tmp_path / "scores.json"
+    if isinstance(doc, bytes):
+        f.write_bytes(doc)
+    elif doc is not None:
+        f.write_text(doc)
+    code, err = cli(["simulate", "--jobs", "10", "--gavel", str(gavel), "--gpu", "a100",
+                     "--scores", str(f)], capsys)
+    assert code == 2 and f"score file {f}" in err and says in err, err
+    assert "Traceback" not in err
+
+
+def test_a_gpu_memory_that_is_not_a_size_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = cli(["simulate", "--jobs", "10", "--gpu-memory-gib", "0"], capsys)
+    assert code == 2 and "--gpu-memory-gib 0: give a positive size in GiB" in err
+
+
+def test_load_gavel_names_the_file(gavel: Path) -> None:
+    assert load_gavel(gavel, "a100").classes == CLASSES
+    with pytest.raises(ScoresError, match=str(gavel)):
+        load_gavel(gavel, "b200")
