@@ -188,6 +188,10 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
             training=dict(d.get("training") or {}),
             metrics=dict(d.get("metrics") or {}),
         )
+    except ScoresError as e:  # a value out of range: say which file it is in
+        if e.message.startswith(f"{source}:"):
+            raise
+        raise ScoresError(f"{source}: {e.message}", hint=e.hint) from None
     except (KeyError, TypeError, AttributeError) as e:
         raise ScoresError(f"{source}: malformed score set ({type(e).__name__}: {e})") from None
 
@@ -196,6 +200,8 @@ def load_scores(path: str | Path) -> ScoreTable:
     p = Path(path)
     try:
         raw = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScoresError(f"score file {p} is corrupt (not UTF-8 text)") from None
     except FileNotFoundError:
         raise ScoresError(f"score file {p} not found",
                           hint="slurm-colo retrain, or slurm-colo scores load FILE") from None

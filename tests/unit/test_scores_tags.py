@@ -117,3 +117,14 @@ def test_measured_table_covers_all_v100_pairs() -> None:
     assert len(t.classes) == 26
     assert len(t.pairs) == len(d.unordered_pairs()) + len({p for p in d.never if p[0] <= p[1]})
     json.dumps(t.to_dict())
+
+
+def test_a_bad_value_or_encoding_names_the_score_file(tmp_path: Path) -> None:
+    f = tmp_path / "live.json"
+    f.write_text(json.dumps({"format": "slurm-colo-scores/1",
+                             "pairs": [{"a": "x", "b": "y", "n_a": 99, "n_b": 0.5}]}))
+    with pytest.raises(ScoresError, match=r"live\.json: pairs\[0\]\.n_a: 99 outside"):
+        load_scores(f)
+    f.write_bytes(b"\xff\xfe{")
+    with pytest.raises(ScoresError, match=r"live\.json is corrupt \(not UTF-8"):
+        load_scores(f)
