@@ -56,15 +56,15 @@ echo "== who runs where, read back from Slurm (squeue --json gres_detail) =="
 "$VENV/bin/python" - <<'EOP'
 from collections import defaultdict
 from slurm_colo.slurm.json_backend import JsonBackend
-from slurm_colo.contracts.placement import parse_tag
+from slurm_colo.contracts.placement import Placement
 by_gpu = defaultdict(list)
 waiting = []
 for j in sorted(JsonBackend().jobs(), key=lambda j: j.job_id):
     if j.state not in ("RUNNING", "PENDING"):
         continue
-    tag = parse_tag(j.admin_comment) or {}
+    tag = Placement.from_tag(j.admin_comment)
     kind = "shard" if "shard" in (j.tres_per_node + j.tres_per_job) else "gpu"
-    line = f"job {j.job_id:<4} {j.user:<6} {j.name:<10} {kind:<5} class={tag.get('cls', '-'):<22} {j.comment}"
+    line = f"job {j.job_id:<4} {j.user:<6} {j.name:<10} {kind:<5} class={tag.cls if tag else '-':<22} {j.comment}"
     gpus = sorted({i for g in j.gres for i in g.indices if g.count > 0})
     if j.state == "RUNNING" and gpus:
         for i in gpus:
