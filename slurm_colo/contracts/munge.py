@@ -146,7 +146,8 @@ def _check_credential(cred: str) -> bytes:
     try:
         raw = cred.strip().encode("ascii")
     except UnicodeEncodeError:
-        raise CredentialInvalid("not a munge credential (not ASCII)", code=EMUNGE_BAD_CRED) from None
+        raise CredentialInvalid("not a munge credential (not ASCII)",
+                                code=EMUNGE_BAD_CRED) from None
     if b"\0" in raw or b"\n" in raw:
         raise CredentialInvalid("not a munge credential (control characters)", code=EMUNGE_BAD_CRED)
     return raw
@@ -211,7 +212,8 @@ class _Lib:
         c = self.ct.c_void_p(ctx)
         try:
             if socket_path:
-                rc = self.dll.munge_ctx_set(c, MUNGE_OPT_SOCKET, self.ct.c_char_p(os.fsencode(socket_path)))
+                path = self.ct.c_char_p(os.fsencode(socket_path))
+                rc = self.dll.munge_ctx_set(c, MUNGE_OPT_SOCKET, path)
                 if rc != EMUNGE_SUCCESS:
                     raise _error(rc, self._strerror(c, rc), socket_path)
             if ttl_s is not None:

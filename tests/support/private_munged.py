@@ -80,7 +80,8 @@ def start(key: Path | None = None, max_ttl: int | None = None) -> Munged:
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
-            log = (d / "munged.log").read_text(errors="replace") if (d / "munged.log").exists() else ""
+            log_file = d / "munged.log"
+            log = log_file.read_text(errors="replace") if log_file.exists() else ""
             m.stop()
             pytest.fail(f"private munged did not start: {out.strip()} {log[-600:]}", pytrace=False)
         time.sleep(0.02)
