@@ -29,9 +29,6 @@ munged's ``--max-ttl`` (default 3600 s) is cut down to it; TTL 0 means munged's 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,24 +269,27 @@ class _Lib:
 
 _lib: _Lib | None = None
 _lib_error: str | None = None
-_load_lock = threading.Lock()
 
 
 def _load_lib() -> _Lib | None:
+    """libmunge, loaded on first use (two threads racing here load it twice, harmlessly)."""
     global _lib, _lib_error
     if _lib is None and _lib_error is None:
-        with _load_lock:
-            if _lib is None and _lib_error is None:
-                try:
-                    _lib = _Lib()
-                except (OSError, AttributeError) as e:
-                    _lib_error = str(e)
+        try:
+            _lib = _Lib()
+        except (OSError, AttributeError) as e:
+            _lib_error = str(e)
     return _lib
 
 
 # ---- munge / unmunge programs ---------------------------------------------------------
 
+# subprocess and shutil are imported here, not at the top: the hooks load this module and
+# mostly never need them
+
 def _tool(name: str) -> str:
+    import shutil
+
     path = shutil.which(name) or next(
         (p for p in (f"/usr/bin/{name}", f"/usr/local/bin/{name}") if os.access(p, os.X_OK)), None)
     if not path:
@@ -298,6 +298,8 @@ def _tool(name: str) -> str:
 
 
 def _run(argv: list[str], data: bytes, socket_path: str | None) -> tuple[int, bytes, str]:
+    import subprocess
+
     try:
         p = subprocess.run(argv, input=data, capture_output=True, timeout=CLI_TIMEOUT_S,
                            check=False)

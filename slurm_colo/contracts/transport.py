@@ -44,14 +44,12 @@ programs. The programs are a fallback only.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import re
 import socket
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_colo.contracts import munge
 from slurm_colo.errors import (
@@ -67,6 +65,9 @@ from slurm_colo.errors import (
     UntrustedSigner,
     WrongCluster,
 )
+
+if TYPE_CHECKING:
+    import logging
 
 UNIX, TCP = "unix", "tcp"
 #: what starts an enveloped line on TCP
@@ -168,6 +169,8 @@ def _check_cluster(cluster: str) -> bytes:
 
 def _binding(cred: bytes) -> bytes:
     """Ties a reply to the request credential it answers."""
+    import hashlib  # TCP only: the unix path of the hooks never loads it
+
     return hashlib.sha256(cred.strip()).hexdigest().encode()
 
 
@@ -297,6 +300,8 @@ def refusal_logger(log: logging.Logger, peer: str) -> Callable[[AuthError], None
     """An ``on_refusal`` for :func:`serve_line` that logs one line per refused message:
     a warning naming the peer and the reason word, an error when this host's munged is down
     (then every TCP message is refused)."""
+    import logging
+
     def report(err: AuthError) -> None:
         level = logging.ERROR if isinstance(err, MungeUnavailable) else logging.WARNING
         log.log(level, "refused a TCP message from %s: %s [%s]", peer, err, err.reason)
