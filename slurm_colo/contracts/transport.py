@@ -24,7 +24,7 @@ payload is ``slurm-colo/1 reply\\n<cluster>\\n<sha256 of the request credential>
 line>``, and :func:`round_trip` accepts it only when munged vouches that root or the
 agent's user made it, for this cluster, in answer to this very request. Why: the JOBSTART
 reply carries the placement from which the Prolog, as root, sets the job's MPS thread and
-memory limits, and the PROBE reply can end a job's sharing. Port 6830 is not a privileged
+memory limits, and the PROBE verdict is written into the job's record. Port 6830 is not a privileged
 port; while the agent is down any user on the head node could listen on it, and anyone
 on the network path could answer in the agent's place. An unsigned reply could give a
 job a whole GPU's threads next to a partner, or starve it. The hash ties a reply to one
@@ -34,12 +34,18 @@ replay cache is per host). A refusal before authentication (``ERR<TAB>auth <reas
 never returned as a reply, and a forged one only denies service, which anyone on the
 path can do anyway.
 
-Cost per message (one encode + one decode), measured with a private munged on this
-build host (munge 0.5.15, 2 CPUs, 2,000 messages with libmunge, 200 with the tools):
-libmunge median 0.13 ms (encode 0.06, decode 0.07), the ``munge``/``unmunge`` programs
-median 5.2 ms (2.2 + 2.2 ms and process start-up). A TCP round trip makes two of each
-(request and signed reply): about 0.25 ms of munge with libmunge, about 10 ms with the
-programs. The programs are a fallback only.
+Cost (``benchmarks/transport_bench.py``: two private munged with one key, munge 0.5.15,
+a 2-CPU build host shared with other work; medians, the range over five runs):
+
+* one encode + one decode: libmunge 0.09-0.15 ms; the ``munge``/``unmunge`` programs
+  1.9-3.5 ms (a process each);
+* a whole round trip on loopback to an agent stand-in that answers at once: unix socket,
+  plain line 0.11-0.19 ms; TCP with envelope and signed reply (two encodes, two decodes)
+  0.56-0.77 ms with libmunge, 3.6-5.3 ms with the programs;
+* once per hook process (a hook makes one request per run): importing this module beside
+  the client about 1.4 ms, loading libmunge through ctypes about 1.8 ms.
+
+The programs are a fallback for hosts without libmunge only.
 """
 
 from __future__ import annotations
