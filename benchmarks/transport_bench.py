@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import shutil
 import socketserver
 import statistics
 import subprocess
@@ -113,8 +114,10 @@ def bench_round_trips(head, node, n: int, n_cli: int) -> None:
                 xs.append(time.perf_counter() - t0)
             line(f"round trip: {name}", xs)
     finally:
-        us.shutdown()
-        tcp.shutdown()
+        for s in (us, tcp):
+            s.shutdown()
+            s.server_close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def bench_startup(node_socket: str) -> None:
@@ -126,15 +129,18 @@ def bench_startup(node_socket: str) -> None:
             "t4=time.perf_counter(); print(t2-t1, t3-t2, t4-t3)")
     runs: list[list[float]] = [[], [], []]
     # as installed: byte-code compiled once (the first run writes it, and is not counted)
-    env = {**os.environ, "PYTHONPATH": str(REPO),
-           "PYTHONPYCACHEPREFIX": tempfile.mkdtemp(prefix="transport-bench-pyc-")}
+    pyc = tempfile.mkdtemp(prefix="transport-bench-pyc-")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONPYCACHEPREFIX": pyc}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-    for _ in range(20):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=env, check=True).stdout.split()
-        for xs, v in zip(runs, out):
-            xs.append(float(v))
+    try:
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+        for _ in range(20):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 env=env, check=True).stdout.split()
+            for xs, v in zip(runs, out):
+                xs.append(float(v))
+    finally:
+        shutil.rmtree(pyc, ignore_errors=True)
     line("import transport (after client)", runs[0])
     line("load libmunge (ctypes)", runs[1])
     line("first encode + decode", runs[2])
