@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,18 @@ ENV_VAR = "SLURM_COLO_CONFIG"
 
 @dataclass(frozen=True)
 class AgentConfig:
+    #: the agent's unix socket: the Lua hook and the local CLI connect here
     socket: str = "/run/slurm-colo/agent.sock"
+    #: addresses the agent listens on, "unix:/path" or "tcp:HOST:PORT"; must include the
+    #: unix socket above (follows agent.socket when only that is set)
+    listen: tuple[str, ...] = ("unix:/run/slurm-colo/agent.sock",)
+    #: where the node hooks reach the agent (follows agent.socket when only that is set)
+    address: str = "unix:/run/slurm-colo/agent.sock"
+    #: munged's socket for the credentials of TCP messages; "" is libmunge's default
+    munge_socket: str = ""
+    #: the user the agent runs as; over TCP, node hooks accept only replies signed by root
+    #: or this user
+    user: str = "slurm-colo"
     #: hard timeout of one placement round trip from the Lua hook, milliseconds
     request_timeout_ms: int = 150
     #: after a failed round trip the Lua hook skips the agent for this long (circuit breaker)
@@ -182,7 +193,11 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
                 raise ConfigError(f"{src}: {name}.{key} = {value!r}; accepted: {accepted}")
             kwargs[key] = kind(value)
             continue
-        if isinstance(default, bool) or not isinstance(value, type(default)):
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{src}: {name}.{key} must be an array of strings, got {value!r}")
+            value = tuple(value)
+        elif isinstance(default, bool) or not isinstance(value, type(default)):
             if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             else:
@@ -196,6 +211,40 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
             raise ConfigError(f"{src}: {name}.{key} must not be negative, got {value!r}")
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def _finish_agent(a: AgentConfig, raw: dict[str, Any], src: str) -> AgentConfig:
+    """agent.listen and agent.address follow agent.socket unless set; every address parses;
+    the agent listens on its unix socket (the Lua hook knows no other way in)."""
+    from .contracts.transport import UNIX, parse_address
+
+    if "socket" in raw:
+        follow: dict[str, Any] = {}
+        if "listen" not in raw:
+            follow["listen"] = (f"unix:{a.socket}",)
+        if "address" not in raw:
+            follow["address"] = f"unix:{a.socket}"
+        a = replace(a, **follow)
+    if not a.user:
+        raise ConfigError(f"{src}: agent.user must name the user the agent runs as")
+    if not a.listen:
+        raise ConfigError(f"{src}: agent.listen is empty; it must include \"unix:{a.socket}\"")
+    listen = []
+    for i, text in enumerate(a.listen):
+        try:
+            listen.append(parse_address(text))
+        except ConfigError as e:
+            raise ConfigError(f"{src}: agent.listen[{i}]: {e.message}") from None
+    try:
+        parse_address(a.address)
+    except ConfigError as e:
+        raise ConfigError(f"{src}: agent.address: {e.message}") from None
+    here = os.path.normpath(a.socket)
+    if not any(x.scheme == UNIX and os.path.normpath(x.path) == here for x in listen):
+        raise ConfigError(
+            f"{src}: agent.listen must include \"unix:{a.socket}\" (agent.socket): the Lua "
+            f"hook and the local CLI connect there")
+    return a
 
 
 def _build_gpus(raw: Any, src: str) -> tuple[NodeGpus, ...]:
@@ -238,6 +287,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     for key, value in raw.items():
         if key in _SECTIONS:
             kwargs[key] = _build_section(key, _SECTIONS[key], value, source)
+            if key == "agent":
+                kwargs[key] = _finish_agent(kwargs[key], value, source)
         elif key == "gpus":
             kwargs["gpus"] = _build_gpus(value, source)
         else:

@@ -19,6 +19,18 @@ HELP: dict[str, str] = {
     # [agent]
     "agent.socket": "Unix socket the placement agent listens on; the Lua hook and the CLI "
     "connect to it.",
+    "agent.listen": "Addresses the agent listens on: \"unix:/path\" or \"tcp:HOST:PORT\" "
+    "(\"tcp:[::]:6830\" for IPv6). It must include the unix socket of agent.socket. On TCP "
+    "every message is wrapped in a munge credential (same munge key on every node) and "
+    "unauthenticated, replayed, expired, foreign-key or wrong-cluster messages are refused "
+    "and logged. Unset, it follows agent.socket.",
+    "agent.address": "Where the node hooks (Prolog, Epilog, sampler probe) reach the agent: "
+    "\"unix:/path\" on the head node, \"tcp:HEAD:PORT\" on GPU nodes (one of the head "
+    "node's agent.listen addresses). Unset, it follows agent.socket.",
+    "agent.munge_socket": "Socket of the munged that signs and checks the TCP messages. Empty: "
+    "libmunge's default (/run/munge/munge.socket.2 on most systems).",
+    "agent.user": "The user the agent runs as (User= of its systemd unit). Over TCP the node "
+    "hooks accept only replies signed by root or this user.",
     "agent.request_timeout_ms": "Hard time limit, in milliseconds, of one placement round trip "
     "from the Lua hook. A slower answer is ignored and the job gets the fallback.",
     "agent.retry_after_s": "After a failed round trip the Lua hook does not ask the agent again "
@@ -197,6 +209,8 @@ def toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     return json.dumps(str(v))
 
 
