@@ -34,7 +34,8 @@ from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView, JobRequest, place
 from ..placement.guard import HeldWait, drain_order, held_drain, usable
 from ..placement.policy import index_for, job_signature, occupant_for
-from ..placement.retract import Member, judge, undone_floor, with_pairs
+from ..placement.held import requeued
+from ..placement.retract import Member, judge, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
 
@@ -178,7 +179,7 @@ class PolicyScheduler:
             g = self.view.gpus[i]
             g.closed_for = None
             self.view.touch(g)
-            if jid in self.held_since:  # a held job's turn first (the agent's _place_held)
+            if jid in self.held_since:  # a held job's turn first (cf. placement.held.place_held)
                 self._drained_for[g.gres_type] = jid
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
@@ -204,9 +205,9 @@ class PolicyScheduler:
         if self.undo == "checkpoint":
             self.arrive(sim, jid)
             return
-        # placed again only where it keeps undone_floor; its GPU then takes no new partner
-        self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type,
-                                 rate_floor=undone_floor(self.cfg))
+        # placed again only where it keeps undone_floor, on a GPU of its shard type (as the
+        # agent's re-aim, placement/held.py); its GPU then takes no new partner
+        self.reqs[jid] = requeued(self._req(jid), gpu.gres_type, self.cfg)
         if self._try(jid, hold_idle=False) != "started":
             self._wait_for_type(jid, gpu.gres_type)
 
@@ -220,7 +221,11 @@ class PolicyScheduler:
         changed. A waiting job was refused by every GPU of its type, so only a changed one
         can take it now (all of them after new scores). Equal signatures get equal
         decisions: once one is refused, the others are skipped for this pass (a start only
-        adds to a GPU's set: never makes it accept what it refused)."""
+        adds to a GPU's set: never makes it accept what it refused).
+
+        The simulator's own form of the agent's re-aim (placement/held.py): event-driven, by
+        arrival within a type, and a GPU drained for a held job gives it the first turn
+        (the agent keeps such a GPU closed to others until the job runs)."""
         if self._held_all:
             changed = set(range(len(self.view.gpus)))
             self._held_all = False
