@@ -1,7 +1,7 @@
-"""Pair throughputs the probes measured, kept across agent restarts.
+"""Pair throughputs the probes measured: laid over the live score set, kept across restarts.
 
 The agent lays what its probes measured over the live score set until a score set made
-after the measurement is loaded (see :meth:`AgentState.learn`). They are saved next to the
+after the measurement is loaded (:class:`LiveScores`). They are saved next to the
 live score set (``learned.json`` in the directory of ``scores.path``) after each probe that
 learnt something, and read back when the agent starts, so a restart does not put jobs back
 into a pair that has just proved harmful. The nightly retrain does not need this file: the
@@ -17,17 +17,19 @@ import json
 import logging
 import math
 import os
+from datetime import datetime
 from pathlib import Path
 
 from ..config import Config
 from ..errors import ColoError
 from ..fsutil import atomic_write_bytes
-from ..scores import PairScore
+from ..placement.retract import with_pairs
+from ..scores import PairScore, ScoreTable
 
 log = logging.getLogger("slurm_colo.agent")
 
 FORMAT = "slurm-colo-learned/1"
-#: (class a, class b) -> (the pair as measured, when), as AgentState.learned keeps them
+#: (class a, class b) -> (the pair as measured, when), as LiveScores.learned keeps them
 Learned = dict[tuple[str, str], tuple[PairScore, float]]
 
 
@@ -98,3 +100,62 @@ def load(path: Path) -> Learned:
             where = f"could not be set aside ({err.strerror})"
         log.warning("%s; %s, starting without probe measurements", e, where)
         return {}
+
+
+def _timestamp(iso: str) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+class LiveScores:
+    """The live score set with what probes measured since it was made laid over it."""
+
+    def __init__(self, table: ScoreTable | None = None) -> None:
+        #: pair throughputs probes measured since the score set was made, laid over it
+        self.learned: Learned = {}
+        self._pending = False
+        #: bumped whenever ``learned`` gains a measurement (the agent then saves it)
+        self.changes = 0
+        #: why the last score file could not be loaded (the set in use is kept)
+        self.error: str | None = None
+        self.load(table or ScoreTable())
+
+    @property
+    def table(self) -> ScoreTable:
+        return self._table
+
+    def load(self, table: ScoreTable) -> None:
+        """Use a new score set; measurements older than it are dropped."""
+        self._base = table
+        made = _timestamp(table.created)
+        self.learned = {k: v for k, v in self.learned.items() if made is None or v[1] > made}
+        self._table = with_pairs(table, {k: v[0] for k, v in self.learned.items()})
+
+    def learn(self, observed: dict[tuple[str, str], PairScore], now: float,
+              at_once: bool = False) -> None:
+        """Use pair throughputs a probe measured (until a newer score set): ``at_once`` (a
+        harmful set: the caller rebuilds the view), else from the next look at Slurm, so a
+        kept set costs no rebuild of the placement cache on a hook's request."""
+        if not observed:
+            return
+        for (a, b), ps in observed.items():
+            self.learned.pop((b, a), None)
+            self.learned[(a, b)] = (ps, now)
+        self._pending = True
+        self.changes += 1
+        if at_once:  # the caller rebuilds the view
+            self.apply()
+
+    def restore(self, learned: Learned) -> None:
+        """Measurements saved before a restart, laid over the score set unless it was made
+        after them."""
+        self.learned = dict(learned)
+        self.load(self._base)
+
+    def apply(self) -> None:
+        """Lay the pairs probes measured over the score set."""
+        if self._pending:
+            self._pending = False
+            self.load(self._base)

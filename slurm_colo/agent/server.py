@@ -2,8 +2,10 @@
 
 Threads: one per connection (requests are tiny), one refresher polling Slurm every
 ``agent.refresh_interval_s`` and re-reading the score file when it changes, and optionally
-an HTTP thread serving Prometheus metrics. All state lives in :class:`AgentState` behind
-one lock; answering a placement touches only memory.
+an HTTP thread serving Prometheus metrics. All state lives in :class:`.state.AgentState`
+(the scores, the view, the ledger, the held jobs) behind one lock; answering a placement
+touches only memory. This module only does the I/O: sockets, threads, timers, the Slurm
+commands the state asks for, and the metrics page.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from . import held, learned
+from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
@@ -102,10 +105,10 @@ class Agent:
         with self.lock:
             if table is not None:
                 self.state.scores = table
-                self.state.scores_error = None
+                self.state.live.error = None
                 log.info("scores: loaded set %s (%d classes, %d pairs)", table.id, len(table.classes), len(table.pairs))
             else:
-                self.state.scores_error = err
+                self.state.live.error = err
                 log.error("scores: %s; keeping set %s (unknown pairs use the conservative prior)",
                           err, self.state.scores.id)
 
@@ -120,7 +123,7 @@ class Agent:
             return
         with self.lock:
             self.state.apply_snapshot(jobs, nodes, time.time())
-            actions = held.reaim(self.state, time.time()) if self.state.held else []
+            actions = self.state.reaim(time.time()) if self.state.held else []
         self.run_actions(actions)
 
     def run_actions(self, actions: list[held.Action]) -> None:
@@ -140,7 +143,7 @@ class Agent:
                 except SlurmError as e:
                     log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:
-                        held.failed(self.state, a, time.time())
+                        self.state.failed(a, time.time())
 
     def _save_learned(self, measured: learned.Learned, changes: int) -> None:
         """Save a copy of the measurements, unless a newer one was saved meanwhile."""
@@ -225,10 +228,11 @@ class Agent:
                 return {"placement": self.state.job_started(
                     job_id, tag_text, now, str(p.get("node", "")), [int(g) for g in p.get("gpus") or []])}
         if verb == "PROBE":
+            report = ProbeReport.from_wire(p)
             with self.lock:
-                reply, actions = held.probe(self.state, p, now)
-                changes = self.state.learned_changes
-                measured = dict(self.state.learned) if changes > self._saved_changes else None
+                reply, actions = self.state.probe(report, now)
+                changes = self.state.live.changes
+                measured = dict(self.state.live.learned) if changes > self._saved_changes else None
             if measured is not None:
                 self._save_learned(measured, changes)
             if actions:  # Slurm commands take tens of ms: run them after the reply

@@ -13,7 +13,8 @@ Measured per member, from the progress points the job writes (:mod:`slurm_colo.p
 
 Only a set that has not changed since the newcomer started is measured: a later arrival is
 judged by its own probe. :func:`measure` is pure (journal events and progress points in);
-:func:`read_set` reads them from the node's files.
+:func:`read_set` reads them from the node's files. The report is a
+:class:`~slurm_colo.contracts.probe.ProbeReport`, the agent's side of the contract too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurm_colo.contracts import client
+from slurm_colo.contracts.probe import ProbeMember, ProbeReport
 from ..config import Config
 from . import journal
 from .jobstate import read_progress
@@ -47,7 +49,7 @@ def rate_between(points: list[tuple[float, float]], t0: float, t1: float) -> flo
 
 
 def measure(events: list[dict[str, Any]], job: int, now: float, warmup_s: float,
-            points_of: Callable[[int], list[tuple[float, float]]]) -> dict[str, Any] | None:
+            points_of: Callable[[int], list[tuple[float, float]]]) -> ProbeReport | None:
     """The probe report for ``job`` on one GPU, or None when there is nothing to judge (the
     job is alone, not on this GPU, or the set changed after it started)."""
     st = journal.stays(events)
@@ -66,26 +68,24 @@ def measure(events: list[dict[str, Any]], job: int, now: float, warmup_s: float,
     members = []
     for s in sorted(live, key=lambda s: s.start):
         pts = points_of(s.job)
-        m: dict[str, Any] = {"job": s.job, "cls": s.cls,
-                             "rate": rate_between(pts, me.start + warmup_s, now)}
-        if s.job != job:
-            m["rate_before"] = rate_between(pts, before_from + warmup_s, me.start)
-            m["before"] = sorted(o.cls for o in st.values() if o.job not in (s.job, job)
-                                 and o.start <= before_from
-                                 and (o.end is None or o.end >= me.start))
-        members.append(m)
-    return {"job": job, "since": me.start, "window_s": round(now - me.start - warmup_s, 1),
-            "members": members}
+        rate = rate_between(pts, me.start + warmup_s, now)
+        if s.job == job:
+            members.append(ProbeMember(s.job, s.cls, rate))
+            continue
+        members.append(ProbeMember(
+            s.job, s.cls, rate, rate_before=rate_between(pts, before_from + warmup_s, me.start),
+            before=tuple(sorted(o.cls for o in st.values() if o.job not in (s.job, job)
+                                and o.start <= before_from
+                                and (o.end is None or o.end >= me.start)))))
+    return ProbeReport(job, me.start, round(now - me.start - warmup_s, 1), tuple(members))
 
 
 def read_set(layout: NodeLayout, gpu: int, job: int, now: float,
-             warmup_s: float) -> dict[str, Any] | None:
+             warmup_s: float) -> ProbeReport | None:
     """:func:`measure` on the node's journal of ``gpu`` and the members' progress files."""
     report = measure(journal.read(layout.journal(gpu)), job, now, warmup_s,
                      lambda j: progress_points(read_progress(layout, j)))
-    if report is not None:
-        report["gpu"] = gpu
-    return report
+    return report.with_gpu(gpu) if report is not None else None
 
 
 #: the first part of the probe window is not measured (start-up: data loading, compilation)
@@ -122,11 +122,12 @@ class Prober:
         if report is None:
             self.result = {"verdict": "none", "reason": "alone, or the set changed since the job came"}
             return
-        reply = client.probe(self.cfg, report)
+        wire = report.to_wire()
+        reply = client.probe(self.cfg, wire)
         if reply is None:
             self.result = {"verdict": "unjudged", "reason": "the agent could not be reached"}
             log.warning("job %s: probe not judged, the agent could not be reached", self.job_id)
         else:
             self.result = {"verdict": str(reply.get("verdict")), "reason": str(reply.get("reason"))}
             log.info("job %s: probe %s: %s", self.job_id, self.result["verdict"], self.result["reason"])
-        self.result["members"] = report["members"]
+        self.result["members"] = wire["members"]

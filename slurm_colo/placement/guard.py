@@ -8,18 +8,20 @@ until the job has started: one job at a time, the oldest that draining can help.
 simulator's ``ours`` policies do the same.
 
 A held job (``placement.unplaced = "hold"``: any shared GPU; or requeued by an undo: a GPU
-of its shard type; see agent/held.py) could wait as long when no GPU it may use ever
+of its shard type; see placement/held.py) could wait as long when no GPU it may use ever
 accepts it. When no whole-GPU job needs the guard, the job held longest gets it once it has
 waited ``reserve_after_h``: the busy GPU it may use expected to drain first takes no new
 partner, and once it is idle the re-aim gives it to that job first.
 
-Pure: works on the agent's Slurm snapshot and view; :class:`~.state.AgentState` applies the
-result at every refresh.
+Pure: works on the agent's Slurm snapshot and view (:mod:`slurm_colo.agent.occupancy`
+plans it afresh at every refresh). The simulator's ``ours`` policies choose their GPUs with
+the same :func:`drain_order` and :func:`held_drain`, with their own drain times (the
+simulator knows each job's true remaining work).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,7 +46,7 @@ class Reservation:
     waiting_since: float
     #: when the last of the closed GPUs is expected to be free (from the occupants' end times)
     drained_by: float
-    #: for a held job (agent/held.py): the shard type it waits for, ``*`` for any shared
+    #: for a held job (placement/held.py): the shard type it waits for, ``*`` for any shared
     #: GPU; "" for whole GPUs
     gres_type: str = ""
 
@@ -126,24 +128,32 @@ def reserve_held(held: Iterable[HeldWait], view: ClusterView, now: float,
     when an idle one is there (the re-aim gives it that) or none can be drained."""
     if after_s <= 0:
         return None
-    partitions = partitions or {}
+    drain_time = by_end_times(ends)
     for h in sorted(held, key=lambda h: (h.since, h.job_id)):
         if now - h.since < after_s:
             return None  # the rest waited less
         if h.job_id in skip:
             continue
-        wanted = _partitions(h.partition)
-        gpus = [g for g in view.gpus
-                if (g.gres_type == h.gres_type or h.gres_type == ANY_SHARED)
-                and (not h.model or g.model == h.model) and g.available and g.exclusive_job is None
-                and _in_partitions(g.node, wanted, partitions)]
-        if any(not g.occupants for g in gpus):
+        d = held_drain(h, view, drain_time, partitions)
+        if d.idle:
             return None
-        if gpus:
-            t, g = min(((_drain_time(g, ends), g) for g in gpus),
-                       key=lambda x: (x[0], x[1].node, x[1].index))
+        if d.busy:
+            t, g = d.busy[0]
             return Reservation(h.job_id, g.node, (g.index,), h.since, t, h.gres_type)
     return None
+
+
+def held_drain(h: HeldWait, view: ClusterView, drain_time: DrainTime,
+               partitions: Mapping[str, tuple[str, ...]] | None = None) -> Drain:
+    """The shared GPUs held job ``h`` may use (its shard type or any, its model, a node of
+    its partitions), idle or by expected drain time. An idle one means the re-aim gives it
+    one; else the first of ``busy`` is the one to drain for it."""
+    wanted = _partitions(h.partition)
+    parts = partitions or {}
+    return drain_order((g for g in usable(view.gpus)
+                        if (g.gres_type == h.gres_type or h.gres_type == ANY_SHARED)
+                        and (not h.model or g.model == h.model)
+                        and _in_partitions(g.node, wanted, parts)), drain_time)
 
 
 def _partitions(text: str) -> set[str]:
@@ -157,10 +167,39 @@ def _in_partitions(node: str, wanted: set[str], partitions: Mapping[str, tuple[s
     return not wanted or not partitions.get(node) or bool(wanted & set(partitions[node]))
 
 
-def _drain_time(g: GpuView, ends: Mapping[int, float]) -> float:
-    times = [ends.get(o.job_id, 0.0) if o.job_id is not None and not o.pending else UNKNOWN_END
-             for o in g.occupants]
-    return max((t if t > 0 else UNKNOWN_END for t in times), default=0.0)
+#: when a GPU is expected to be free of its occupants
+DrainTime = Callable[[GpuView], float]
+
+
+class Drain(NamedTuple):
+    """Shared GPUs a waiting job could be given: the idle ones, and the busy ones with
+    when each is expected to drain, soonest first (equal times: in the order given, which
+    for a view is node, then index)."""
+
+    idle: list[GpuView]
+    busy: list[tuple[float, GpuView]]
+
+
+def usable(gpus: Iterable[GpuView]) -> list[GpuView]:
+    """The GPUs draining can free: available, not held by a whole-GPU job."""
+    return [g for g in gpus if g.available and g.exclusive_job is None]
+
+
+def drain_order(gpus: Iterable[GpuView], drain_time: DrainTime) -> Drain:
+    """Split ``gpus`` into idle ones and busy ones by expected drain time (stable sort)."""
+    gpus = list(gpus)
+    busy = sorted(((drain_time(g), g) for g in gpus if g.occupants), key=lambda x: x[0])
+    return Drain([g for g in gpus if not g.occupants], busy)
+
+
+def by_end_times(ends: Mapping[int, float]) -> DrainTime:
+    """Drain times from the occupants' expected ends (``ends``: job id -> end, from Slurm);
+    an occupant with no known end (a placement not started) drains never."""
+    def drain_time(g: GpuView) -> float:
+        times = [ends.get(o.job_id, 0.0) if o.job_id is not None and not o.pending
+                 else UNKNOWN_END for o in g.occupants]
+        return max((t if t > 0 else UNKNOWN_END for t in times), default=0.0)
+    return drain_time
 
 
 def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
@@ -175,25 +214,25 @@ def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
     if need is None:
         return None
     wanted = _partitions(job.partition)
+    drain_time = by_end_times(ends)
     by_node: dict[str, list[GpuView]] = {}
-    for g in view.gpus:
-        if g.available and g.exclusive_job is None:
-            by_node.setdefault(g.node, []).append(g)
+    for g in usable(view.gpus):
+        by_node.setdefault(g.node, []).append(g)
     best: tuple[float, str, tuple[int, ...]] | None = None
     for node, gpus in sorted(by_node.items()):
         if not _in_partitions(node, wanted, partitions):
             continue
-        idle = [g.index for g in gpus if not g.occupants]
-        if len(idle) >= need:
+        d = drain_order(gpus, drain_time)
+        if len(d.idle) >= need:
             return None
-        busy = sorted((_drain_time(g, ends), g.index) for g in gpus if g.occupants)
-        short = need - len(idle)
-        if len(busy) < short:
+        short = need - len(d.idle)
+        if len(d.busy) < short:
             continue
-        t = busy[short - 1][0]
+        t = d.busy[short - 1][0]
         if best is None or t < best[0]:
             # idle ones too: a new partner must not take them while the others drain
-            best = (t, node, tuple(sorted([*idle, *(i for _, i in busy[:short])])))
+            best = (t, node, tuple(sorted([*(g.index for g in d.idle),
+                                           *(g.index for _, g in d.busy[:short])])))
     if best is None:
         return None
     return Reservation(job.job_id, best[1], best[2], job.submit_time, best[0])

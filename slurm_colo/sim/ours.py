@@ -32,8 +32,10 @@ from typing import Any
 
 from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView, JobRequest, place
+from ..placement.guard import HeldWait, drain_order, held_drain, usable
 from ..placement.policy import index_for, job_signature, occupant_for
-from ..placement.retract import Member, judge, undone_floor, with_pairs
+from ..placement.held import requeued
+from ..placement.retract import Member, judge, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
 
@@ -177,7 +179,7 @@ class PolicyScheduler:
             g = self.view.gpus[i]
             g.closed_for = None
             self.view.touch(g)
-            if jid in self.held_since:  # a held job's turn first (the agent's _place_held)
+            if jid in self.held_since:  # a held job's turn first (cf. placement.held.place_held)
                 self._drained_for[g.gres_type] = jid
 
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
@@ -203,9 +205,9 @@ class PolicyScheduler:
         if self.undo == "checkpoint":
             self.arrive(sim, jid)
             return
-        # placed again only where it keeps undone_floor; its GPU then takes no new partner
-        self.reqs[jid] = replace(self._req(jid), gres_type=gpu.gres_type,
-                                 rate_floor=undone_floor(self.cfg))
+        # placed again only where it keeps undone_floor, on a GPU of its shard type (as the
+        # agent's re-aim, placement/held.py); its GPU then takes no new partner
+        self.reqs[jid] = requeued(self._req(jid), gpu.gres_type, self.cfg)
         if self._try(jid, hold_idle=False) != "started":
             self._wait_for_type(jid, gpu.gres_type)
 
@@ -219,7 +221,11 @@ class PolicyScheduler:
         changed. A waiting job was refused by every GPU of its type, so only a changed one
         can take it now (all of them after new scores). Equal signatures get equal
         decisions: once one is refused, the others are skipped for this pass (a start only
-        adds to a GPU's set: never makes it accept what it refused)."""
+        adds to a GPU's set: never makes it accept what it refused).
+
+        The simulator's own form of the agent's re-aim (placement/held.py): event-driven, by
+        arrival within a type, and a GPU drained for a held job gives it the first turn
+        (the agent keeps such a GPU closed to others until the job runs)."""
         if self._held_all:
             changed = set(range(len(self.view.gpus)))
             self._held_all = False
@@ -399,7 +405,8 @@ class PolicyScheduler:
 
     def _reserve(self) -> None:
         """Close the GPU(s) expected to drain first to new partners, for the oldest waiting
-        job once it has waited ``placement.reserve_after_h`` (the agent's guard, agent/drain.py)."""
+        job once it has waited ``placement.reserve_after_h`` (the agent's guard,
+        :mod:`slurm_colo.placement.guard`; here a job's GPUs may be on any node)."""
         sim = self.sim
         if self.reserved:
             return
@@ -410,37 +417,37 @@ class PolicyScheduler:
             self._reserve_held(after)
             return
         jid = self.heads[0][1]
-        need = sim.runs[jid].job.gpus - len(sim.idle)
+        d = drain_order(usable(self.view.gpus), self._drain_time)
+        need = sim.runs[jid].job.gpus - len(d.idle)
         if need <= 0:
             return
-        drain = sorted((self._drain_time(g.idx), g.idx) for g in sim.gpus
-                       if g.jobs and not g.exclusive)
-        self._close([i for _, i in drain[:need]], jid)
+        self._close([self._pos(g) for _, g in d.busy[:need]], jid)
 
     def _reserve_held(self, after: float) -> None:
-        """The same guard for the requeued job held longest for its GPU type (agent/drain.py,
-        ``reserve_held``): the busy GPU of its type expected to drain first takes no new
-        partner until it is idle; the held pass, oldest first, then offers it to that job."""
-        sim = self.sim
+        """The same guard for the requeued job held longest for its GPU type
+        (:func:`~slurm_colo.placement.guard.held_drain`, as the agent's ``reserve_held``):
+        the busy GPU of its type expected to drain first takes no new partner until it is
+        idle; the held pass, oldest first, then offers it to that job."""
         oldest = min(((t, j) for j, t in self.held_since.items()), default=None)
-        if oldest is None or sim.now - oldest[0] < after:
+        if oldest is None or self.sim.now - oldest[0] < after:
             return
         jid = oldest[1]
-        gtype = self._req(jid).gres_type
-        drain = []
-        for i in self.view.positions_of_type(gtype):
-            g = sim.gpus[i]
-            if not g.jobs:
-                return  # an idle GPU of its type: the held pass gives it one
-            if not g.exclusive:
-                drain.append((self._drain_time(i), i))
-        if drain:
-            self._close([min(drain)[1]], jid)
+        d = held_drain(HeldWait(jid, self._req(jid).gres_type, oldest[0]), self.view,
+                       self._drain_time)
+        if d.idle:
+            return  # an idle GPU of its type: the held pass gives it one
+        if d.busy:
+            self._close([self._pos(d.busy[0][1])], jid)
 
-    def _drain_time(self, i: int) -> float:
-        """When GPU ``i`` is expected to be idle (the simulator knows the true remaining work)."""
+    def _pos(self, g: GpuView) -> int:
+        i = self.view.position(g.node, g.index)
+        assert i is not None
+        return i
+
+    def _drain_time(self, g: GpuView) -> float:
+        """When GPU ``g`` is expected to be idle (the simulator knows the true remaining work)."""
         runs = self.sim.runs
-        return max(runs[j].remaining / runs[j].rate for j in self.sim.gpus[i].jobs)
+        return max(runs[j].remaining / runs[j].rate for j in self.sim.gpus[self._pos(g)].jobs)
 
     def _close(self, gpus: list[int], jid: int) -> None:
         """Close ``gpus`` to new partners until idle, for job ``jid`` (one reservation)."""

@@ -203,9 +203,9 @@ def test_server_answers_place_before_recording_it() -> None:
                                     "class": "good"})
     reply, after = agent.answer(line, peer_uid=0)
     assert reply.startswith(b"OK\taction=share")
-    assert agent.lock.locked() and not agent.state.placements  # recorded only by `after`
+    assert agent.lock.locked() and not agent.state.ledger.placements  # recorded only by `after`
     after()
-    assert not agent.lock.locked() and len(agent.state.placements) == 1
+    assert not agent.lock.locked() and len(agent.state.ledger.placements) == 1
 
 
 def test_explain_text_gives_the_reason_once() -> None:
@@ -216,7 +216,7 @@ def test_explain_text_gives_the_reason_once() -> None:
     s.place_request(_req("bad"), 1.0)  # both shared GPUs now hold alice's jobs
     reply = s.place_request(_req("good", user="bob", uid=1001), 1.0)
     token = reply["tag"].split("tok=")[1].split()[0].rstrip("]")
-    text = _fmt_explain({**s.explanations[token], "known": True, "job_id": 99})
+    text = _fmt_explain({**s.ledger.explanations[token], "known": True, "job_id": 99})
     assert "  own GPU: no shared GPU with a free slot for this user" in text
     assert text.count("own GPU") == 1
     off = _fmt_explain({"known": True, "job_id": 98, "action": "exclusive",

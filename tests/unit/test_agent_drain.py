@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from slurm_colo.agent import held as agent_held
 from slurm_colo.placement.guard import HeldWait, plan, reserve, reserve_held, starving_jobs, whole_gpu_count
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
@@ -235,7 +234,7 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
     full = s.place_request(_req(), 9 * HOUR)  # GPU 0 is full: nothing takes GPU 1 from it
     assert full["action"] == "exclusive" and "kept free for job 60" in full["comment"]
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), held_job()], node, 9 * HOUR)
-    [aim] = agent_held.reaim(s, 9 * HOUR)
+    [aim] = s.reaim(9 * HOUR)
     assert aim.job_id == 60 and aim.node == "n1" and Placement.from_tag(aim.admin_comment).gpu == 1  # type: ignore[union-attr]
     assert [o.job_id for o in s.view.gpus[1].occupants] == [60]
     # Slurm runs it: the reservation ends and GPU 1 takes partners again

@@ -21,6 +21,7 @@ from slurm_colo.placement.retract import undone_floor
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 from slurm_colo.contracts.placement import Placement
+from slurm_colo.contracts.probe import ProbeReport
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 # the table says slow and fast get on well (1.0 each); in truth they do not
@@ -68,18 +69,18 @@ def _report(slow_now: float, fast_now: float) -> dict[str, object]:
 
 def test_a_good_set_is_kept_and_its_measurement_used_from_the_next_look_at_slurm() -> None:
     s, jobs = _pair()
-    reply, actions = agent_held.probe(s, _report(9.0, 18.0), 600.0)
+    reply, actions = s.probe(ProbeReport.from_wire(_report(9.0, 18.0)), 600.0)
     assert reply["verdict"] == "keep" and actions == []
     assert s.scores is SCORES  # no rebuild on the hook's request
     s.apply_snapshot(jobs, [], 602.0)
     p = s.scores.pair("fast", "slow")
     assert p.observed and p.n_a == pytest.approx(0.9) and p.n_b == pytest.approx(0.9)
-    assert s.probes["kept"] == 1 and s.status(600.0)["probes"] == {"kept": 1}
+    assert s.ledger.probes["kept"] == 1 and s.status(600.0)["probes"] == {"kept": 1}
 
 
 def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fits() -> None:
     s, jobs = _pair()
-    reply, actions = agent_held.probe(s, _report(3.0, 6.0), 600.0)  # 0.3 each: combined 0.6
+    reply, actions = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)  # 0.3 each: combined 0.6
     assert reply["verdict"] == "undo" and "combined throughput 0.60 < 1" in reply["reason"]
     [a] = actions
     assert a.kind == "requeue_hold" and a.job_id == 11
@@ -89,16 +90,16 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     # the job left GPU 0, the pair is learnt; GPU 1 is idle but of another type: it waits
     assert [o.job_id for o in s.view.gpus[0].occupants] == [10]
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
-    assert agent_held.reaim(s, 601.0) == [] and 11 in s.held
+    assert s.reaim(601.0) == [] and 11 in s.held
     assert s.status(601.0)["held"][0]["gres_type"] == "v100_s0"
     assert "requeued after its probe" in s.explain(11, jobs[1].admin_comment)["reason"]
     # Slurm shows it held; slow ends: GPU 0 is free and the job is aimed there
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     s.apply_snapshot([jobs[0], held], [], 620.0)
-    assert agent_held.reaim(s, 620.0) == [] and 11 in s.held
+    assert s.reaim(620.0) == [] and 11 in s.held
     s.job_ended(10)
     s.apply_snapshot([held], [], 700.0)
-    [aim] = agent_held.reaim(s, 700.0)
+    [aim] = s.reaim(700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
     t2 = Placement.from_tag(aim.admin_comment)
     assert t2 is not None and t2.undone and t2.held is None and t2.gpu == 0
@@ -109,7 +110,7 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     # the Epilog of the run that was requeued may report its end late: the new
     # placement stays
     s.job_ended(11)
-    assert s.by_job.get(11) in s.placements
+    assert s.ledger.by_job.get(11) in s.ledger.placements
 
 
 @pytest.mark.parametrize("why, setup", [
@@ -127,7 +128,7 @@ def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup
     if setup.get("ends_at"):
         jobs[1] = replace(jobs[1], end_time=setup["ends_at"])  # 300 s after the probe at 600 s
     s.apply_snapshot(jobs, [], 500.0)
-    reply, actions = agent_held.probe(s, _report(3.0, 6.0), 600.0)
+    reply, actions = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
     assert reply["verdict"] == "harmful" and why in reply["reason"] and actions == []
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)  # learnt all the same
     assert len(s.view.gpus[0].occupants) == 2
@@ -135,13 +136,13 @@ def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup
 
 def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
     s, jobs = _pair()
-    _, [a] = agent_held.probe(s, _report(3.0, 6.0), 600.0)
+    _, [a] = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
     fresh = _state()
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     fresh.apply_snapshot([held], [], 700.0)
     assert fresh.held[11].request.gres_type == "v100_s0" and fresh.held[11].request.cls == "fast"
     assert fresh.held[11].request.rate_floor == pytest.approx(undone_floor(fresh.cfg.placement))
-    [aim] = agent_held.reaim(fresh, 700.0)
+    [aim] = fresh.reaim(700.0)
     assert aim.node == "n1" and Placement.from_tag(aim.admin_comment).gpu == 0  # type: ignore[union-attr]
     # once it runs, another restart still finds it may not take partners (its tag says undone)
     again = _state()
@@ -158,16 +159,16 @@ def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
 
 def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_again() -> None:
     s, _ = _pair()
-    _, [a] = agent_held.probe(s, _report(3.0, 6.0), 600.0)
-    agent_held.failed(s, a, 601.0)
-    assert s.held == {} and s.probes == {"undone": 1, "undo_failed": 1}
+    _, [a] = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
+    s.failed(a, 601.0)
+    assert s.held == {} and s.ledger.probes == {"undone": 1, "undo_failed": 1}
     s2, jobs = _pair()
-    _, [a2] = agent_held.probe(s2, _report(3.0, 6.0), 600.0)
+    _, [a2] = s2.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
     s2.job_ended(10)
     s2.apply_snapshot([replace(jobs[1], state="PENDING", gres=(), admin_comment=a2.admin_comment)], [], 700.0)
-    [aim] = agent_held.reaim(s2, 700.0)
-    agent_held.failed(s2, aim, 701.0)
-    assert s2.held[11].request.gres_type == "v100_s0" and 11 not in s2.by_job
+    [aim] = s2.reaim(700.0)
+    s2.failed(aim, 701.0)
+    assert s2.held[11].request.gres_type == "v100_s0" and 11 not in s2.ledger.by_job
 
 
 def test_a_job_held_without_a_gpu_request_stays_so_when_slurm_refuses_a_change() -> None:
@@ -178,27 +179,27 @@ def test_a_job_held_without_a_gpu_request_stays_so_when_slurm_refuses_a_change()
     held = SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2)
     running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
     s.apply_snapshot(running + [held], [], 5.0)
-    [lock] = agent_held.reaim(s, 5.0)
-    agent_held.failed(s, lock, 5.1)  # scontrol hold refused: it stays held by its user
-    assert not s.held[12].locked and agent_held.reaim(s, 5.2) == []  # not retried at every look
-    [again] = agent_held.reaim(s, 5.1 + agent_held.LOCK_RETRY_S)  # but after a while
+    [lock] = s.reaim(5.0)
+    s.failed(lock, 5.1)  # scontrol hold refused: it stays held by its user
+    assert not s.held[12].locked and s.reaim(5.2) == []  # not retried at every look
+    [again] = s.reaim(5.1 + agent_held.LOCK_RETRY_S)  # but after a while
     assert (again.kind, again.job_id) == ("admin_hold", 12) and s.held[12].locked
     s.job_ended(11)
     s.apply_snapshot(running[:1] + [held], [], 9.0)
-    [aim] = agent_held.reaim(s, 9.0)
+    [aim] = s.reaim(9.0)
     assert aim.gres == "gres:shard:v100_s1:1" and 12 not in s.held
-    agent_held.failed(s, aim, 9.1)  # the release refused: held again, still for any GPU
+    s.failed(aim, 9.1)  # the release refused: held again, still for any GPU
     h = s.held[12]
-    assert h.any_gpu and h.model == "v100" and h.waits_for() == "a shared v100 GPU" and 12 not in s.by_job
+    assert h.any_gpu and h.model == "v100" and h.waits_for() == "a shared v100 GPU" and 12 not in s.ledger.by_job
 
 
 def test_learnt_pairs_outlive_an_older_score_set_and_yield_to_a_newer_one() -> None:
     s, _ = _pair()
-    agent_held.probe(s, _report(3.0, 6.0), time.time())
+    s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), time.time())
     s.scores = replace(SCORES, created="2026-01-01T00:00:00+00:00")  # made before the probe
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
     s.scores = replace(SCORES, created="2099-01-01T00:00:00+00:00")
-    assert s.scores.pair("fast", "slow").n_a == 1.0 and s.learned == {}
+    assert s.scores.pair("fast", "slow").n_a == 1.0 and s.live.learned == {}
 
 
 class FakeControl:
@@ -275,7 +276,7 @@ def test_an_unreadable_measurements_file_is_set_aside_and_the_agent_starts(
     f = tmp_path / "learned.json"
     f.write_text('{"format": "slurm-colo-learned/1", "pairs": [{"a": "x"')
     agent = Agent(Config(gpus=LAYOUT), NoSlurm(), FakeControl(), learned_file=f)
-    assert agent.state.learned == {}
+    assert agent.state.live.learned == {}
     assert not f.exists() and (tmp_path / "learned.json.bad").exists()  # nothing lost
     assert "not JSON" in caplog.text and "set aside" in caplog.text
 
@@ -308,7 +309,7 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     tag = Placement.from_tag(c["tag"])
     assert tag is not None and tag.held == "*" and not tag.undone and not tag.shared
     assert tag.model == ""
-    assert s.decisions["hold:no partner now"] == 2
+    assert s.ledger.decisions["hold:no partner now"] == 2
     held = [SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
                      state_reason="JobHeldUser"),
             SlurmJob(13, "job", "alice", 1000, "PENDING", admin_comment=d["tag"], submit_time=1.3,
@@ -318,19 +319,19 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert sorted(s.held) == [12, 13]
     assert s.status(5.0)["held"][0]["waits_for"] == "a shared GPU"
     # nothing fits yet: their users' holds become the administrator's, once
-    locks = agent_held.reaim(s, 5.0)
+    locks = s.reaim(5.0)
     assert [(x.kind, x.job_id) for x in locks] == [("admin_hold", 12), ("admin_hold", 13)]
-    assert agent_held.reaim(s, 5.5) == []
+    assert s.reaim(5.5) == []
     # Slurm refused one (slurmctld busy): that one is tried again a while later, alone
-    agent_held.failed(s, locks[1], 5.6)
-    assert agent_held.reaim(s, 6.0) == []
+    s.failed(locks[1], 5.6)
+    assert s.reaim(6.0) == []
     later = 5.6 + agent_held.LOCK_RETRY_S
-    assert [(x.kind, x.job_id) for x in agent_held.reaim(s, later)] == [("admin_hold", 13)]
-    assert agent_held.reaim(s, later + 1.0) == []
+    assert [(x.kind, x.job_id) for x in s.reaim(later)] == [("admin_hold", 13)]
+    assert s.reaim(later + 1.0) == []
     # GPU 1 (type v100_s1) frees up first: the oldest goes there, its shard request set now
     s.job_ended(11)
     s.apply_snapshot(running[:1] + held, [], 9.0)
-    [aim] = agent_held.reaim(s, 9.0)
+    [aim] = s.reaim(9.0)
     assert (aim.kind, aim.job_id, aim.node, aim.gres) == ("aim", 12, "n1", "gres:shard:v100_s1:1")
     assert Placement.from_tag(aim.admin_comment).gpu == 1  # type: ignore[union-attr]
     assert aim.comment.startswith("colo: released onto GPU 1 of n1: opened idle shared GPU 1")
@@ -349,13 +350,13 @@ def test_a_job_held_for_one_gpu_type_by_an_earlier_version_is_released_onto_that
     s.apply_snapshot(running + [old], [], 5.0)
     h = s.held[12]
     assert not h.any_gpu and h.reason == "held at submission until a v100_s0 GPU fits"
-    assert agent_held.reaim(s, 5.0) == []  # it has its shard request: no admin hold needed
+    assert s.reaim(5.0) == []  # it has its shard request: no admin hold needed
     s.job_ended(11)  # GPU 1 frees up, but it is of another type
     s.apply_snapshot(running[:1] + [old], [], 9.0)
-    assert agent_held.reaim(s, 9.0) == []
+    assert s.reaim(9.0) == []
     s.job_ended(10)
     s.apply_snapshot([old], [], 12.0)
-    [aim] = agent_held.reaim(s, 12.0)
+    [aim] = s.reaim(12.0)
     assert (aim.node, aim.gres) == ("n1", "") and Placement.from_tag(aim.admin_comment).gpu == 0  # type: ignore[union-attr]
 
 
@@ -372,10 +373,10 @@ def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() ->
                     state_reason="JobHeldAdmin")
     s.apply_snapshot([run_a, held], [], 5.0)
     assert s.held[12].model == "v100" and s.held[12].locked
-    assert agent_held.reaim(s, 5.0) == []  # the idle a100 is not for it, and it is locked already
+    assert s.reaim(5.0) == []  # the idle a100 is not for it, and it is locked already
     s.job_ended(10)
     s.apply_snapshot([held], [], 9.0)
-    [aim] = agent_held.reaim(s, 9.0)
+    [aim] = s.reaim(9.0)
     assert (aim.node, aim.gres) == ("n1", "gres:shard:v100_s0:1")
 
 

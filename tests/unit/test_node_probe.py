@@ -38,8 +38,10 @@ def test_measure_reads_the_newcomer_now_and_the_incumbent_before_and_after() -> 
     # job 1 alone from 0, job 2 arrives at 1000: job 1 drops from 10/s to 4/s
     events = [ev("start", 0, 1, "a"), ev("start", 1000, 2, "b")]
     points = {1: pts(10, 0, 1000) + pts(4, 1010, 1600, start_it=10000), 2: pts(3, 1000, 1600)}
-    r = measure(events, 2, 1600, 100, lambda j: points[j])
-    assert r is not None and r["job"] == 2 and r["since"] == 1000 and r["window_s"] == 500
+    m = measure(events, 2, 1600, 100, lambda j: points[j])
+    assert m is not None
+    r = m.to_wire()  # what the agent is sent
+    assert r["job"] == 2 and r["since"] == 1000 and r["window_s"] == 500
     one, two = r["members"]
     assert one["job"] == 1 and one["rate"] == pytest.approx(4) and one["rate_before"] == pytest.approx(10)
     assert one["before"] == []
@@ -50,7 +52,7 @@ def test_measure_names_the_set_an_incumbent_was_in_before() -> None:
     events = [ev("start", 0, 1, "a"), ev("start", 100, 3, "x"), ev("start", 1000, 2, "b")]
     r = measure(events, 2, 1600, 100, lambda j: pts(1, 0, 1600))
     assert r is not None
-    by_job = {m["job"]: m for m in r["members"]}
+    by_job = {m["job"]: m for m in r.to_wire()["members"]}
     assert by_job[1]["before"] == ["x"] and by_job[3]["before"] == ["a"]
     assert by_job[1]["rate_before"] == pytest.approx(1)  # from 100 + warm-up to 1000
 

@@ -1,0 +1,209 @@
+"""Which job sits on which shared GPU: the agent's :class:`~slurm_colo.placement.ClusterView`,
+built from the last Slurm snapshot, the node hooks' reports and the ledger's placements, with
+the GPUs the starvation guard (:mod:`slurm_colo.placement.guard`) keeps free closed. No I/O."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container, Sequence
+from typing import Any
+
+from ..config import Config
+from ..gres_layout import NodeGpus, expand_hostlist
+from ..placement import ClusterView, Decision, GpuView
+from ..placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
+from ..placement.policy import index_for
+from ..scores import ScoreTable
+from ..slurm.model import SlurmJob, SlurmNode
+from .ledger import Ledger
+
+log = logging.getLogger("slurm_colo.agent")
+#: how long GPUs drained for a waiting job stay closed while Slurm has not started it yet
+DRAINED_GRACE_S = 60.0
+
+
+class Occupancy:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.jobs: dict[int, SlurmJob] = {}
+        self.nodes: dict[str, SlurmNode] = {}
+        self.view = ClusterView()
+        self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
+        self.snapshot_time: float = 0.0
+        #: GPUs that the node hooks reported as taken by jobs we did not place
+        self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
+        #: shared GPUs drained for a job waiting too long (placement/guard.py)
+        self.reservation: Reservation | None = None
+        #: waiting jobs the guard gave up on (GPUs drained, still not started) -> when
+        self._gave_up: dict[int, float] = {}
+        self._drained_since: float | None = None
+
+    # ---- Slurm and the hooks ---------------------------------------------------------
+    def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
+        """A new Slurm snapshot (``nodes`` empty: keep the last node list)."""
+        self.jobs = {j.job_id: j for j in jobs}
+        if nodes:
+            self.nodes = {n.name: n for n in nodes}
+        self.snapshot_time = now
+
+    def forget_reported(self, now: float) -> None:
+        """Forget reported jobs Slurm shows ended, or no longer shows at all (after a grace
+        period: the report may be newer than the snapshot)."""
+        grace = 3 * self.cfg.agent.refresh_interval_s
+        for job_id in [k for k, (_, _, t) in self.unplaced_gpus.items()
+                       if (k in self.jobs and not self.jobs[k].active)
+                       or (k not in self.jobs and now - t > grace)]:
+            del self.unplaced_gpus[job_id]
+
+    def report_unplaced(self, job_id: int, node: str, gpus: Sequence[int], now: float) -> None:
+        """A job we did not place started on ``gpus``: they are taken whole until it ends."""
+        self.unplaced_gpus[job_id] = (node, tuple(gpus), now)
+
+    def job_ended(self, job_id: int) -> None:
+        self.jobs.pop(job_id, None)
+        self.unplaced_gpus.pop(job_id, None)
+
+    def shard_type(self, d: Decision) -> str:
+        """The shard GRES type of the GPU a shared decision names ("" if its node is unknown)."""
+        ng = self.layouts.get(d.node or "")
+        return ng.gres_type(d.index or 0) if ng is not None else ""
+
+    # ---- the view ----------------------------------------------------------------------
+    def rebuild(self, ledger: Ledger, scores: ScoreTable, held: Container[int],
+                waits: Sequence[HeldWait] = (), plan_at: float | None = None) -> None:
+        """The view from the last snapshot, the hooks' reports and the ledger's placements
+        (``held``: jobs being requeued, leaving their GPU); with ``plan_at`` (a new
+        snapshot) the starvation guard is planned afresh too (``waits``: the held jobs)."""
+        gpus: dict[tuple[str, int], GpuView] = {}
+        for node, ng in self.layouts.items():
+            sn = self.nodes.get(node)
+            for i in ng.shared:
+                gpus[(node, i)] = GpuView(node=node, index=i, gres_type=ng.gres_type(i),
+                                          memory_gib=ng.memory_gib, slots=ng.shards_per_gpu,
+                                          model=ng.model, available=sn.usable if sn else not self.nodes)
+        placed: set[str] = set()
+        for j in self.jobs.values():
+            if not j.active or j.nodes not in self.layouts or j.job_id in held:
+                continue  # (a held job is being requeued: it is leaving its GPU)
+            ng = self.layouts[j.nodes]
+            for alloc in j.gres:
+                if alloc.name == "gpu":
+                    for i in alloc.indices:
+                        if (j.nodes, i) in gpus:
+                            gpus[(j.nodes, i)].exclusive_job = j.job_id
+                elif alloc.name == "shard":
+                    idx = alloc.indices[0] if alloc.indices else ng.index_for_type(alloc.type)
+                    g = gpus.get((j.nodes, idx)) if idx is not None else None
+                    if g is not None:
+                        g.occupants.append(ledger.occupant_for_job(j, scores))
+                        token = ledger.by_job.get(j.job_id)
+                        if token:
+                            placed.add(token)
+        for job_id, (node, idxs, _) in self.unplaced_gpus.items():
+            if job_id in self.jobs and self.jobs[job_id].active:
+                continue  # the snapshot already knows this job
+            for i in idxs:
+                if (node, i) in gpus and not gpus[(node, i)].occupants:
+                    gpus[(node, i)].exclusive_job = job_id
+        for p in ledger.placements.values():
+            if p.token in placed or not p.decision.shared:
+                continue
+            g = gpus.get((p.decision.node or "", p.decision.index if p.decision.index is not None else -1))
+            if g is not None:
+                g.occupants.append(ledger.occupant(p))
+        view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
+        if plan_at is not None:
+            self._plan_reservation(view, plan_at, waits)
+        self._close_reserved(view)
+        self.view = view
+        index_for(self.view, scores, self.cfg.placement)  # built here, off the request path
+
+    def _plan_reservation(self, view: ClusterView, now: float, waits: Sequence[HeldWait]) -> None:
+        after_s = self.cfg.placement.reserve_after_h * 3600.0
+        old = self.reservation
+        sj = self.jobs.get(old.job_id) if old is not None else None
+        if old is not None and sj is not None and sj.state == "PENDING" and drained(old, view):
+            # its GPUs are free: keep them for it while Slurm gets round to starting it
+            if self._drained_since is None:
+                self._drained_since = now
+            if now - self._drained_since < max(DRAINED_GRACE_S, 3 * self.cfg.agent.refresh_interval_s):
+                return
+            # still not started: it waits for something else (CPUs, memory, a limit)
+            log.warning("job %s still waits (%s) although GPU(s) %s of %s were drained for it; "
+                        "they take partners again and the job is passed over for %.1f h", old.job_id,
+                        sj.state_reason or "no reason given", ",".join(map(str, old.gpus)), old.node,
+                        after_s / 3600.0)
+            self._gave_up[old.job_id] = now
+        self._drained_since = None
+        self._gave_up = {j: t for j, t in self._gave_up.items() if j in self.jobs and now - t < after_s}
+        parts = {name: n.partitions for name, n in self.nodes.items()}
+        new = reserve(self.jobs.values(), view, now, after_s, parts, skip=self._gave_up)
+        if new is None and waits:
+            new = reserve_held(waits, view, now, after_s, end_times(self.jobs.values()),
+                               skip=self._gave_up, partitions=parts)
+        if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
+            log.info("job %s has waited %.1f h for %s: GPU(s) %s of %s take no new partners "
+                     "until it starts", new.job_id, (now - new.waiting_since) / 3600.0,
+                     new.waits_for(), ",".join(map(str, new.gpus)), new.node)
+        elif new is None and old is not None:
+            log.info("job %s: GPUs of %s open to partners again", old.job_id, old.node)
+        self.reservation = new
+
+    def _close_reserved(self, view: ClusterView) -> None:
+        r = self.reservation
+        if r is None:
+            return
+        sj = self.jobs.get(r.job_id)
+        if sj is None or sj.state != "PENDING" or r.job_id in self.unplaced_gpus:
+            log.info("job %s: no longer waiting; GPUs of %s open to partners again", r.job_id, r.node)
+            self.reservation = None
+            return
+        for g in kept(r, view):
+            g.closed_for = r.job_id
+
+    def candidate_view(self, fields: dict[str, str]) -> ClusterView:
+        """The GPUs a request may use (GPU model, node lists, partition)."""
+        gpus = self.view.gpus
+        want_type = fields.get("gpu_type", "")
+        if want_type:
+            gpus = [g for g in gpus if g.model == want_type]
+        if fields.get("req_nodes"):
+            allowed = set(expand_hostlist(fields["req_nodes"]))
+            gpus = [g for g in gpus if g.node in allowed]
+        if fields.get("exc_nodes"):
+            banned = set(expand_hostlist(fields["exc_nodes"]))
+            gpus = [g for g in gpus if g.node not in banned]
+        part = fields.get("partition", "")
+        if part:
+            gpus = [g for g in gpus if g.node not in self.nodes
+                    or not self.nodes[g.node].partitions or part in self.nodes[g.node].partitions]
+        if len(gpus) == len(self.view.gpus):
+            return self.view  # nothing filtered out: keep the view and its placement index
+        return ClusterView(gpus=gpus)
+
+    # ---- reporting ---------------------------------------------------------------------
+    def gpu_rows(self, scores: ScoreTable, now: float) -> list[dict[str, Any]]:
+        """The GPUs as ``slurm-colo status`` shows them."""
+        gpus = []
+        for g in self.view.gpus:
+            classes = [o.cls for o in g.occupants]
+            delta = scores.delta(classes)[0] if len(classes) >= 2 else None
+            gpus.append({
+                "node": g.node, "index": g.index, "gres_type": g.gres_type, "available": g.available,
+                "closed_for": g.closed_for, "exclusive_job": g.exclusive_job, "slots": g.slots, "predicted_delta": delta,
+                "observed_slowdown": None,
+                "occupants": [{"job_id": o.job_id, "key": o.key, "user": o.user, "cls": o.cls,
+                               "pending": o.pending, "thread_pct": o.thread_pct,
+                               "mem_limit_gib": o.mem_limit_gib, "since": o.since,
+                               "together_s": max(0.0, now - o.since) if not o.pending and o.since else 0.0,
+                               "no_partners": o.no_partners}
+                              for o in g.occupants],
+            })
+        return gpus
+
+    def reservation_row(self, now: float) -> dict[str, Any] | None:
+        r = self.reservation
+        return None if r is None else {
+            "job_id": r.job_id, "node": r.node, "gpus": list(r.gpus),
+            "waiting_s": now - r.waiting_since, "drained_by": r.drained_by,
+            "gres_type": r.gres_type, "waits_for": r.waits_for()}

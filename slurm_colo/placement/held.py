@@ -1,0 +1,194 @@
+"""Held jobs as the placement policy sees them: what a probe's verdict does to the newcomer,
+and where a held job may go. Pure: plain data in, decisions out (no Slurm, no I/O).
+
+A job is *held* until a GPU takes it:
+
+* requeued after a harmful probe (``placement.undo = "requeue"``): Slurm 22.05 cannot
+  change the GRES of a pending job that has one, so it may only go to a GPU of its own
+  shard type, and must be predicted to keep :func:`~.retract.undone_floor`
+  (:func:`requeued`);
+* held at submission (``placement.unplaced = "hold"``): held without a GPU request, so it
+  may go to any shared GPU (of the GPU model it asked for).
+
+The re-aim places held jobs oldest first (:func:`oldest_first`); a GPU the starvation guard
+(:mod:`.guard`) drained for a held job is open to it, and to it only (:func:`place_held`).
+The agent (:mod:`slurm_colo.agent.held`) turns the results into ``scontrol`` actions; the
+simulator (:mod:`slurm_colo.sim.ours`) uses :func:`requeued` and the guard's drain order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..config import PlacementConfig
+from ..contracts.enums import Undo
+from ..contracts.placement import ANY_SHARED, held_for_text
+from ..scores import PairScore, ScoreTable
+from .guard import Reservation, kept
+from .policy import place
+from .retract import Member, judge, rate_floor
+from .view import ClusterView, Decision, JobRequest
+
+
+@dataclass
+class HeldJob:
+    """A job held in Slurm until a GPU takes it: requeued by an undo (a GPU of its shard
+    type), or held at submission (any shared GPU of its model)."""
+
+    job_id: int
+    token: str
+    #: gres_type set: the requeued job's fixed shard type; empty: any shared GPU
+    request: JobRequest
+    since: float
+    reason: str
+    #: requeued after a harmful probe (else held at submission, placement.unplaced = "hold")
+    undone: bool = True
+    #: the GPU model the job asked for ("" any); for a job held without a GPU request
+    model: str = ""
+    #: its hold is the administrator's (a job without a GPU request must not start by hand)
+    locked: bool = False
+    #: after Slurm refused the administrator's hold: when to try it again
+    lock_retry_at: float = 0.0
+
+    @property
+    def any_gpu(self) -> bool:
+        """Held without a GPU request: its shard type is chosen when it is released."""
+        return not self.request.gres_type
+
+    @property
+    def gres_type(self) -> str:
+        """The type it waits for, as its tag says it (``*``: any shared GPU)."""
+        return self.request.gres_type or ANY_SHARED
+
+    def waits_for(self) -> str:
+        return held_for_text(self.gres_type, self.model)
+
+
+def requeued(req: JobRequest, gres_type: str, cfg: PlacementConfig) -> JobRequest:
+    """The request of a job requeued by an undo: a GPU of ``gres_type`` only, where it is
+    predicted to keep the undone job's rate floor."""
+    return replace(req, gres_type=gres_type, rate_floor=rate_floor(cfg, undone=True))
+
+
+# ---- the probe's verdict ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Newcomer:
+    """What is known of the job a probe judges (the newest member of the set)."""
+
+    #: placed by the agent on a shared GPU of a configured node
+    placed: bool
+    #: Slurm may requeue it (not ``--no-requeue``)
+    requeue: bool = True
+    #: its tag says it was requeued once already
+    undone: bool = False
+    #: while it runs: seconds until its time limit ends it (None unknown)
+    ends_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeJudgement:
+    """``keep`` the set, ``undo`` it (requeue the newcomer), or ``harmful`` (left running:
+    ``why_not``); ``observed``: the pair throughputs the set showed."""
+
+    verdict: str
+    reason: str
+    observed: dict[tuple[str, str], PairScore] = field(default_factory=dict)
+    why_not: str = ""
+
+    def reply(self) -> dict[str, Any]:
+        """The answer to the node's PROBE."""
+        if self.verdict == "harmful":
+            return {"verdict": "harmful", "reason": f"{self.reason}; left running: {self.why_not}"}
+        return {"verdict": self.verdict, "reason": self.reason}
+
+
+def judge_probe(job_key: str, members: Sequence[Member], scores: ScoreTable,
+                cfg: PlacementConfig, newcomer: Newcomer) -> ProbeJudgement:
+    """Judge a measured set (:func:`~.retract.judge`) and say whether its newcomer is to be
+    undone: at most once, only a job the agent placed that Slurm may requeue, not one whose
+    time limit ends it within ``probe_s`` anyway, and only with ``undo = "requeue"``."""
+    v = judge(job_key, members, scores, cfg)
+    if not v.undo:
+        return ProbeJudgement("keep", v.reason, v.observed)
+    why_not = why_not_undone(cfg, newcomer)
+    return ProbeJudgement("harmful" if why_not else "undo", v.reason, v.observed, why_not)
+
+
+def why_not_undone(cfg: PlacementConfig, n: Newcomer) -> str:
+    """Why a harmful set's newcomer is left running ("" when it is to be undone)."""
+    if cfg.undo != Undo.REQUEUE:
+        return "placement.undo is off"
+    if not n.placed:
+        return "the job was not placed by the agent"
+    if not n.requeue:
+        return "Slurm may not requeue the job (--no-requeue)"
+    if n.undone:
+        return "the job was requeued once already"
+    if n.ends_in_s is not None and 0 < n.ends_in_s < cfg.probe_s:
+        return "its time limit ends it sooner than a restart would help"
+    return ""
+
+
+def undo_tag(token: str, req: JobRequest, reason: str, gres_type: str) -> str:
+    """The tag of a job requeued by an undo: held for a GPU of ``gres_type``."""
+    return Decision("exclusive", reason).placement(token, req.cls, req.mode, undone=True,
+                                                   held=gres_type).to_tag()
+
+
+def undo_comment(cfg: PlacementConfig, reason: str) -> str:
+    return f"colo: requeued after {cfg.probe_s:g}s together: {reason}"
+
+
+# ---- the re-aim ---------------------------------------------------------------------------
+def oldest_first(held: Iterable[HeldJob]) -> list[HeldJob]:
+    """The order held jobs are aimed in: the one held longest first."""
+    return sorted(held, key=lambda h: h.since)
+
+
+def place_held(h: HeldJob, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig,
+               reservation: Reservation | None) -> Decision:
+    """:func:`~.policy.place` for a held job; a GPU the starvation guard drained for it is
+    open to it, and to it only (``view`` is left as it was)."""
+    r = reservation
+    opened = [g for g in kept(r, view) if g.closed_for == h.job_id and not g.occupants] \
+        if r is not None and r.job_id == h.job_id else []
+    for g in opened:
+        g.closed_for = None
+        view.touch(g)
+    try:
+        return place(h.request, view, scores, cfg)
+    finally:
+        for g in opened:  # closed again until Slurm shows the job running
+            g.closed_for = h.job_id
+            view.touch(g)
+
+
+def must_lock(h: HeldJob, now: float, state_reason: str) -> bool:
+    """A job held without a GPU request that stays held gets the administrator's hold (it
+    must not start on its own), unless it has it or Slurm refused it a moment ago."""
+    return (h.any_gpu and not h.locked and now >= h.lock_retry_at
+            and state_reason != "JobHeldAdmin")
+
+
+@dataclass(frozen=True)
+class Release:
+    """A held job placed: its new tag, the comment for Slurm and the reason to explain."""
+
+    job_id: int
+    decision: Decision
+    tag: str
+    comment: str
+    note: str
+
+
+def release(h: HeldJob, d: Decision) -> Release:
+    """What to tell Slurm and ``slurm-colo explain`` when ``h`` goes to ``d``'s GPU."""
+    tag = d.placement(h.token, h.request.cls, h.request.mode, undone=h.undone).to_tag()
+    if h.undone:
+        return Release(h.job_id, d, tag,
+                       f"colo: requeued after a harmful pairing; now GPU {d.index} of {d.node}",
+                       f"requeued after its probe ({h.reason}); then {d.reason}")
+    return Release(h.job_id, d, tag, f"colo: released onto GPU {d.index} of {d.node}: {d.reason}",
+                   f"held at submission; then {d.reason}")
