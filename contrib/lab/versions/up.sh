@@ -17,7 +17,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = --ns-init ]; then
   # Runs as PID 1 of the new PID namespace, in the new mount/UTS/network namespaces, with the
   # host's binaries; sets up the mounts and enters the chroot.
-  DIR=$2 NODE=$3
+  DIR=$2 NODE=$3   # $4: bind-cgroup or nothing
   hostname "$NODE"
   ip link set lo up
   # glibc's getaddrinfo(AI_ADDRCONFIG) ignores 127.0.0.1: with nothing else configured, Slurm
@@ -27,6 +27,8 @@ if [ "${1:-}" = --ns-init ]; then
   mount --make-rprivate /
   mount -t proc proc "$DIR/proc"
   mount -t sysfs -o ro sysfs "$DIR/sys"
+  # Slurm 22.05 cannot be told to use no cgroup plugin: give it the host's cgroup mounts
+  if [ "$4" = bind-cgroup ]; then mount --rbind /sys/fs/cgroup "$DIR/sys/fs/cgroup"; fi
   mount -t tmpfs -o mode=0755,size=64m tmpfs "$DIR/run"
   mount -t tmpfs -o mode=0755,size=16m tmpfs "$DIR/dev"
   d=$DIR/dev
@@ -122,8 +124,15 @@ NodeName=${NODE} Name=shard Count=4 File=/dev/nvidia0
 NodeName=${NODE} Name=shard Count=4 File=/dev/nvidia1
 EOT
 fi
-# no cgroup plugin is used (no systemd, no delegated cgroup tree): tell Slurm not to load one
-printf 'CgroupPlugin=disabled\n' > "$new/cgroup.conf"
+# No cgroup plugin is used (no systemd, no delegated cgroup tree). Slurm >= 23.02 slurmd fails
+# without one ("No filesystem mounted on /sys/fs/cgroup ... slurmd initialization failed") unless
+# told CgroupPlugin=disabled; 22.05 does not know "disabled" ("cannot find cgroup plugin for
+# disabled") and, with no cgroup file system visible, fails the same way: it gets the host's
+# /sys/fs/cgroup bound in (autodetect then picks cgroup/v1 or v2 as on the host; nothing is
+# written there with proctrack/linuxproc and task/none).
+major=$(chroot "$DIR" slurmctld -V | awk '{split($2, v, "."); print v[1]}')
+cgroup_mode=bind-cgroup
+if [ "$major" -ge 23 ]; then printf 'CgroupPlugin=disabled\n' > "$new/cgroup.conf"; cgroup_mode=none; fi
 cat > "$new/init.sh" <<'EOT'
 #!/bin/bash
 # PID 1 of the lab (inside the chroot): starts munged, slurmctld, slurmd; reaps orphans;
@@ -161,7 +170,9 @@ changed=0
 inst() { # inst SRC DEST MODE
   if ! cmp -s "$1" "$DIR$2"; then install -D -m "$3" "$1" "$DIR$2"; changed=1; fi
 }
-for f in slurm.conf gres.conf cgroup.conf; do inst "$new/$f" /etc/slurm/$f 0644; done
+for f in slurm.conf gres.conf; do inst "$new/$f" /etc/slurm/$f 0644; done
+if [ -f "$new/cgroup.conf" ]; then inst "$new/cgroup.conf" /etc/slurm/cgroup.conf 0644
+elif [ -e "$DIR/etc/slurm/cgroup.conf" ]; then rm -f "$DIR/etc/slurm/cgroup.conf"; changed=1; fi
 if [ -f "$new/job_submit.lua" ]; then inst "$new/job_submit.lua" /etc/slurm/job_submit.lua 0644
 elif [ -e "$DIR/etc/slurm/job_submit.lua" ]; then rm -f "$DIR/etc/slurm/job_submit.lua"; changed=1; fi
 inst "$new/init.sh" $LAB/init.sh 0755
@@ -184,7 +195,7 @@ if ! pid=$(holder_pid); then
     [ -f "$DIR/var/log/slurm/$f.log" ] && mv "$DIR/var/log/slurm/$f.log" "$DIR/var/log/slurm/$f.log.old"
   done
   setsid unshare --mount --uts --net --pid --fork --propagation private \
-    "$HERE/up.sh" --ns-init "$DIR" "$NODE" </dev/null >>"$DIR/var/log/slurm/lab-init.log" 2>&1 &
+    "$HERE/up.sh" --ns-init "$DIR" "$NODE" "$cgroup_mode" </dev/null >>"$DIR/var/log/slurm/lab-init.log" 2>&1 &
   ushare=$!
   for _ in $(seq 1 50); do
     pid=$(cat "/proc/$ushare/task/$ushare/children" 2>/dev/null | awk '{print $1}')
