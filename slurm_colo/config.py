@@ -35,6 +35,9 @@ class AgentConfig:
     #: the user the agent runs as; over TCP, node hooks accept only replies signed by root
     #: or this user
     user: str = "slurm-colo"
+    #: the cluster's name (Slurm's ClusterName) carried in every TCP message; the agent
+    #: refuses messages made for another name
+    cluster: str = "default"
     #: hard timeout of one placement round trip from the Lua hook, milliseconds
     request_timeout_ms: int = 150
     #: after a failed round trip the Lua hook skips the agent for this long (circuit breaker)

@@ -17,6 +17,9 @@ from .. import config as _config
 #: ``section.key`` -> one paragraph of help. Keep sentences short; they become man-page text.
 HELP: dict[str, str] = {
     # [agent]
+    "agent.cluster": "The cluster's name (use Slurm's ClusterName). Every TCP message between "
+    "the node hooks and the agent carries it, and the agent refuses a message made for "
+    "another name. Set the same value on the head node and every GPU node.",
     "agent.socket": "Unix socket the placement agent listens on; the Lua hook and the CLI "
     "connect to it.",
     "agent.listen": "Addresses the agent listens on: \"unix:/path\" or \"tcp:HOST:PORT\" "

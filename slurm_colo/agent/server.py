@@ -1,4 +1,9 @@
-"""The agent daemon: unix-socket server, Slurm refresher, score reloader, metrics.
+"""The agent daemon: socket servers, Slurm refresher, score reloader, metrics.
+
+It listens on its unix socket (the Lua hook in slurmctld, the local CLI; the caller's uid
+comes from SO_PEERCRED) and on every ``tcp:`` address of ``agent.listen`` (node hooks on
+other hosts; each line is a munge envelope, the caller's uid is the one munged vouches for,
+and the reply is signed: :mod:`slurm_colo.contracts.transport`).
 
 Threads: one per connection (requests are tiny), one refresher polling Slurm every
 ``agent.refresh_interval_s`` and re-reading the score file when it changes, and optionally
@@ -85,6 +90,7 @@ class Agent:
         self.req_seconds = 0.0
         self._scores_mtime: float | None = None
         self._server: socketserver.UnixStreamServer | None = None
+        self._tcp: list[socketserver.TCPServer] = []
         self._http: ThreadingHTTPServer | None = None
 
     # ---- scores and Slurm --------------------------------------------------------------
@@ -308,6 +314,7 @@ class Agent:
 
         self._server = Server(str(path), Handler)
         os.chmod(path, 0o666)  # anyone may ask EXPLAIN/STATUS; writes are checked by peer uid
+        self._start_tcp()
         self.reload_scores(force=True)
         self.refresh()
         threading.Thread(target=self._refresher, name="refresher", daemon=True).start()
@@ -327,8 +334,61 @@ class Agent:
             path.unlink(missing_ok=True)
             log.info("agent stopped")
 
+    def _start_tcp(self) -> None:
+        """A server thread per ``tcp:`` address of ``agent.listen``."""
+        from slurm_colo.contracts import munge, transport
+
+        a = self.cfg.agent
+        sock = a.munge_socket or None
+        agent = self
+
+        def decode(cred: str) -> munge.Credential:
+            return munge.decode(cred, sock)
+
+        def encode(payload: bytes) -> str:
+            return munge.encode(payload, sock, transport.REPLY_TTL_S)
+
+        class TcpHandler(socketserver.StreamRequestHandler):
+            timeout = IDLE_CONNECTION_S
+
+            def handle(self) -> None:
+                peer = f"{self.client_address[0]}:{self.client_address[1]}"
+                refused = transport.refusal_logger(log, peer)
+                while not agent.stop.is_set():
+                    try:
+                        line = self.rfile.readline(transport.MAX_REQUEST_ENVELOPE + 1)
+                    except (socket.timeout, OSError):
+                        return
+                    if not line:
+                        return
+                    reply = transport.serve_line(line, a.cluster, agent.handle, decode=decode,
+                                                 encode=encode, on_refusal=refused)
+                    try:
+                        self.wfile.write(reply)
+                    except OSError:
+                        return
+
+        class TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        for text in a.listen:
+            addr = transport.parse_address(text)
+            if addr.scheme != transport.TCP:
+                continue
+            family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
+            server_cls = type("TcpServer", (TcpServer,), {"address_family": family})
+            srv = server_cls((addr.host, addr.port), TcpHandler)
+            self._tcp.append(srv)
+            threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
+                             name=f"tcp {text}", daemon=True).start()
+            log.info("agent listening on %s (munge-authenticated, cluster %s)", text, a.cluster)
+
     def shutdown(self) -> None:
         self.stop.set()
+        for srv in self._tcp:
+            srv.shutdown()
+            srv.server_close()
         if self._http:
             self._http.shutdown()
         if self._server:

@@ -1,4 +1,6 @@
-"""Client side of the agent socket, for the node hooks and the CLI.
+"""Client side of the agent, for the node hooks and the CLI: over the local unix socket,
+or over TCP with munge-authenticated messages (``agent.address``; see
+:mod:`slurm_colo.contracts.transport`).
 
 Every function has a hard time limit and returns ``None`` when the agent cannot be
 reached or answers garbage: callers (the Prolog above all) must never fail because of it.
@@ -18,8 +20,29 @@ if TYPE_CHECKING:
     from slurm_colo.config import Config
 
 
-def request(socket_path: str, verb: str, payload: dict[str, Any], timeout_s: float = 1.0) -> dict[str, Any]:
-    """One round trip. Raises :class:`AgentError` on any failure."""
+def request(address: str, verb: str, payload: dict[str, Any], timeout_s: float = 1.0,
+            cfg: Config | None = None) -> dict[str, Any]:
+    """One round trip to the agent at ``address`` (a unix socket path, ``unix:PATH`` or
+    ``tcp:HOST:PORT``; over TCP the message is munge-authenticated with ``cfg``'s cluster
+    name, munge socket and agent user). Raises :class:`AgentError` on any failure."""
+    from slurm_colo.contracts import transport
+
+    if not address.startswith("tcp:"):
+        return _unix_request(address.removeprefix("unix:"), verb, payload, timeout_s)
+    a = cfg.agent if cfg is not None else None
+    line = transport.round_trip(
+        address, format_request(verb, payload), timeout_s,
+        a.cluster if a else "default", (a.munge_socket or None) if a else None,
+        signers=transport.agent_signers(a.user if a else "slurm-colo"))
+    try:
+        return parse_reply(verb, line)
+    except ProtocolError as e:
+        raise AgentError(str(e)) from None
+
+
+def _unix_request(socket_path: str, verb: str, payload: dict[str, Any],
+                  timeout_s: float) -> dict[str, Any]:
+    """One round trip over the local unix socket (the common case: no extra imports)."""
     deadline = time.monotonic() + timeout_s
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -56,7 +79,7 @@ def request(socket_path: str, verb: str, payload: dict[str, Any], timeout_s: flo
 
 def _quiet(cfg: Config, verb: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
     try:
-        return request(cfg.agent.socket, verb, payload, timeout_s)
+        return request(cfg.agent.address, verb, payload, timeout_s, cfg)
     except AgentError:
         return None
 
@@ -90,8 +113,8 @@ def probe(cfg: Config, report: dict[str, Any], timeout_s: float = 2.0) -> dict[s
 
 
 def explain(cfg: Config, job_id: int, timeout_s: float = 2.0) -> dict[str, Any]:
-    return request(cfg.agent.socket, "EXPLAIN", {"job": job_id}, timeout_s)
+    return request(cfg.agent.address, "EXPLAIN", {"job": job_id}, timeout_s, cfg)
 
 
 def status(cfg: Config, timeout_s: float = 2.0) -> dict[str, Any]:
-    return request(cfg.agent.socket, "STATUS", {}, timeout_s)
+    return request(cfg.agent.address, "STATUS", {}, timeout_s, cfg)

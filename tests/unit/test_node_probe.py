@@ -68,7 +68,8 @@ def test_nothing_is_measured_alone_or_after_the_set_changed() -> None:
 
 
 def _cfg(tmp_path: Path, probe_s: float = 100.0) -> Config:
-    return Config(agent=AgentConfig(socket=str(tmp_path / "agent.sock")),
+    sock = str(tmp_path / "agent.sock")
+    return Config(agent=AgentConfig(socket=sock, address=f"unix:{sock}"),
                   node=NodeConfig(run_dir=str(tmp_path / "run"), spool_dir=str(tmp_path / "spool")),
                   placement=PlacementConfig(probe_s=probe_s))
 

@@ -1,0 +1,114 @@
+"""The agent's TCP listener: node hooks on other hosts reach it with munge-authenticated
+messages through the same client as on the head node; anything else is refused."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_colo.agent.server import Agent
+from slurm_colo.config import AgentConfig, Config
+from slurm_colo.contracts import client
+from slurm_colo.errors import AgentError, CredentialForeign, WrongCluster
+from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.slurm.model import SlurmJob, SlurmNode
+
+import private_munged
+
+LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
+
+
+class _Backend:
+    name = "fake"
+
+    def jobs(self) -> list[SlurmJob]:
+        return []
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return None
+
+    def nodes(self) -> list[SlurmNode]:
+        return [SlurmNode("n1", "IDLE")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[private_munged.Munged]:
+    m = private_munged.start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="module")
+def gpu_node(head: private_munged.Munged) -> Iterator[private_munged.Munged]:
+    """Another host of the same cluster: its own munged with the head node's key."""
+    m = private_munged.start(key=head.key)
+    yield m
+    m.stop()
+
+
+@pytest.fixture()
+def agent(head: private_munged.Munged, tmp_path: Path) -> Iterator[tuple[Agent, int]]:
+    port = _free_port()
+    sock = str(tmp_path / "agent.sock")
+    cfg = Config(gpus=LAYOUT, agent=AgentConfig(
+        socket=sock, listen=(f"unix:{sock}", f"tcp:127.0.0.1:{port}"), address=f"unix:{sock}",
+        cluster="alpha", munge_socket=head.socket, user="root"))
+    a = Agent(cfg, backend=_Backend(), learned_file=tmp_path / "learned.json")
+    a._start_tcp()
+    yield a, port
+    a.shutdown()
+
+
+def _node_cfg(port: int, munged: private_munged.Munged, cluster: str = "alpha") -> Config:
+    return Config(gpus=LAYOUT, agent=AgentConfig(address=f"tcp:127.0.0.1:{port}", cluster=cluster,
+                                                 munge_socket=munged.socket, user="root"))
+
+
+def test_a_node_hook_reaches_the_agent_over_tcp(agent: tuple[Agent, int],
+                                                gpu_node: private_munged.Munged) -> None:
+    a, port = agent
+    cfg = _node_cfg(port, gpu_node)
+    pong = client.ping(cfg)
+    assert pong is not None and pong["pong"] is True
+    # a reserved verb from root on the node (the Prolog, the Epilog) is accepted
+    assert client.request(cfg.agent.address, "JOBEND", {"job": 5, "node": "n2"}, 2.0, cfg) == {}
+    assert client.job_started(cfg, 6, "n1", [2], "alice", 1000) is None  # not ours: GPU noted
+    assert a.state.occupancy.unplaced_gpus[6][:2] == ("n1", (2,))
+
+
+def test_a_plain_line_on_the_tcp_port_is_refused(agent: tuple[Agent, int]) -> None:
+    _, port = agent
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b'JOBEND\t{"job": 5}\n')
+        reply = s.makefile("rb").readline()
+    assert reply.startswith(b"ERR\tauth unauthenticated")
+
+
+def test_another_clusters_key_or_name_is_refused(agent: tuple[Agent, int],
+                                                 gpu_node: private_munged.Munged) -> None:
+    _, port = agent
+    other = private_munged.start()  # another cluster: another key
+    try:
+        with pytest.raises(CredentialForeign):
+            client.request(f"tcp:127.0.0.1:{port}", "PING", {}, 2.0, _node_cfg(port, other))
+    finally:
+        other.stop()
+    with pytest.raises(WrongCluster):
+        client.request(f"tcp:127.0.0.1:{port}", "PING", {}, 2.0,
+                       _node_cfg(port, gpu_node, cluster="beta"))
+    assert client.ping(_node_cfg(port, gpu_node, cluster="beta")) is None  # hooks: just None
+
+
+def test_an_unreachable_agent_is_an_agent_error(gpu_node: private_munged.Munged) -> None:
+    cfg = _node_cfg(_free_port(), gpu_node)
+    with pytest.raises(AgentError, match="nothing listens"):
+        client.request(cfg.agent.address, "PING", {}, 1.0, cfg)
