@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .contracts.enums import CrossUser, Fallback, Undo, Unplaced
+from .contracts.enums import CrossUser, Fallback, RecordsTo, Undo, Unplaced
 from .errors import ConfigError
 from .gres_layout import NodeGpus, parse_index_list
 
@@ -129,6 +129,13 @@ class NodeConfig:
     sampler_max_samples: int = 3600
     #: ingested record files stay in ``<spool_dir>/done/`` this many days (0: kept forever)
     spool_keep_days: float = 14.0
+    #: where spooled job records go: "store" (store.url), "agent" (over the agent's channel,
+    #: into the head node's store.url), "auto" (the agent when agent.address is tcp: and
+    #: store.url is SQLite, else store.url)
+    records_to: RecordsTo = RecordsTo.AUTO
+    #: while the agent cannot be reached, the node's ingest run keeps trying this long
+    #: (later Epilogs try again too), seconds
+    records_retry_s: float = 600.0
     #: which GPU jobs the node side profiles: "colocated" (jobs placed on a shared GPU),
     #: "all" (also exclusive jobs: their solo profiles feed the model) or "none"
     profile: str = "colocated"

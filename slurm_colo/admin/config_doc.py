@@ -17,6 +17,13 @@ from .. import config as _config
 #: ``section.key`` -> one paragraph of help. Keep sentences short; they become man-page text.
 HELP: dict[str, str] = {
     # [agent]
+    "node.records_to": "Where a node's spooled job records go: \"store\" writes them to "
+    "store.url; \"agent\" sends them to the agent (over agent.address), which writes them "
+    "to the head node's store.url; \"auto\" sends them to the agent when agent.address is "
+    "a tcp: address and store.url is SQLite (a file on the head node), else writes them to "
+    "store.url. Either way they are stored once, by record id.",
+    "node.records_retry_s": "While the agent cannot be reached, a node's ingest run keeps "
+    "its records and tries again for this long, seconds (each later Epilog tries too).",
     "agent.cluster": "The cluster's name (use Slurm's ClusterName). Every TCP message between "
     "the node hooks and the agent carries it, and the agent refuses a message made for "
     "another name. Set the same value on the head node and every GPU node.",

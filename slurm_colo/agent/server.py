@@ -42,7 +42,7 @@ from slurm_colo.contracts.protocol import format_error, format_reply, parse_requ
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
-PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RELOAD")
+PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "RELOAD")
 IDLE_CONNECTION_S = 300.0
 SWITCH_INTERVAL_S = 0.0005
 
@@ -91,6 +91,9 @@ class Agent:
         self._scores_mtime: float | None = None
         self._server: socketserver.UnixStreamServer | None = None
         self._tcp: list[socketserver.TCPServer] = []
+        #: the history database, opened at the first RECORDS message
+        self._store: Any = None
+        self._store_lock = threading.Lock()
         self._http: ThreadingHTTPServer | None = None
 
     # ---- scores and Slurm --------------------------------------------------------------
@@ -245,6 +248,8 @@ class Agent:
                 threading.Thread(target=self.run_actions, args=(actions,), name="undo",
                                  daemon=True).start()
             return reply
+        if verb == "RECORDS":
+            return self.store_records(p)
         if verb == "JOBEND":
             with self.lock:
                 self.state.job_ended(int(p["job"]))
@@ -271,6 +276,33 @@ class Agent:
             self.refresh()
             return {"scores": self.state.scores.id}
         raise ProtocolError(f"unhandled verb {verb}")
+
+    def store_records(self, p: dict[str, Any]) -> dict[str, Any]:
+        """RECORDS from a GPU node: its spooled job records, stored in this (the head
+        node's) ``store.url``, once by record id. Outside the agent's lock: a busy
+        database holds up only this connection. A record that cannot be stored is named in
+        the reply and skipped; a database error is an error reply (the node keeps its
+        files and sends them again)."""
+        from ..store import make_engine
+        from ..store.ingest import BadRecord, ingest_records, record_from_dict
+
+        raw = p.get("records")
+        if not isinstance(raw, list):
+            raise ProtocolError("RECORDS: 'records' must be a list")
+        good, bad = [], []
+        for d in raw:
+            try:
+                good.append(record_from_dict(d))
+            except BadRecord as e:
+                rid = d.get("record_id", "?") if isinstance(d, dict) else "?"
+                bad.append([str(rid), str(e)])
+                log.warning("RECORDS: record %s not stored: %s", rid, e)
+        with self._store_lock:
+            if self._store is None:
+                self._store = make_engine(self.cfg.store.url, self.cfg.store.busy_timeout_s)
+            engine = self._store
+        new = ingest_records(engine, good) if good else 0
+        return {"stored": new, "duplicates": len(good) - new, "bad": bad}
 
     # ---- serving ----------------------------------------------------------------------
     def serve(self) -> None:

@@ -101,11 +101,12 @@ def register(app: typer.Typer) -> None:
     def ingest(busy_timeout: float = typer.Option(None, help="seconds to wait on a locked DB"),
                wait: float = typer.Option(10.0, help="seconds to wait for a running ingest")
                ) -> None:
-        """Ingest spooled records (spool and fallback spool) into the history store."""
+        """Ingest spooled records (spool and fallback spool) into the history store, or send
+        them to the agent on the head node (node.records_to); one try, no retries."""
         from ..errors import StoreError
         from slurm_colo.spool.drain import ingest_pending
 
-        rep = ingest_pending(load_config(), busy_timeout, lock_timeout_s=wait)
+        rep = ingest_pending(load_config(), busy_timeout, lock_timeout_s=wait, retry_s=0)
         typer.echo(rep.summary())
         if rep.errors:
             raise StoreError(f"ingest incomplete: {'; '.join(rep.errors)}",

@@ -51,6 +51,16 @@ class Undo(StrEnum):
     OFF = "off"
 
 
+class RecordsTo(StrEnum):
+    """``node.records_to``: where a GPU node's spooled job records go."""
+
+    #: to the agent when the node reaches it over TCP and ``store.url`` is SQLite (a file
+    #: on the head node); else straight to ``store.url``
+    AUTO = "auto"
+    STORE = "store"
+    AGENT = "agent"
+
+
 class Unplaced(StrEnum):
     """``placement.unplaced``: a ``--colocate`` job no shared GPU takes now."""
 

@@ -13,7 +13,7 @@ from typing import Any
 from slurm_colo.errors import ProtocolError
 
 MAX_LINE = 64 * 1024
-VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "EXPLAIN", "STATUS", "PING", "RELOAD")
+VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "EXPLAIN", "STATUS", "PING", "RELOAD")
 KV_VERBS = ("PLACE",)
 
 

@@ -1,21 +1,27 @@
-"""Ingest spooled records into the history store (``slurm_colo.store``).
+"""Ingest spooled records into the history store (``slurm_colo.store``), directly or
+through the agent on the head node (``node.records_to``).
 
-Run detached by the Epilog (through :mod:`.handoff`) so the Epilog never waits on
-SQLAlchemy or a locked database, by ``slurm-colo spool ingest``, and by hand
-(``python -m slurm_colo.spool.drain``). One run at a time per node (a lock file); a locked
-or unreachable database leaves the files in the spool for the next run. Both the spool and
-the fallback spool are ingested.
+Run detached by the Epilog (through :mod:`slurm_colo.node.handoff`) so the Epilog never
+waits on SQLAlchemy, a locked database or the network, by ``slurm-colo spool ingest``, and
+by hand (``python -m slurm_colo.spool.drain``). One run at a time per node (a lock file); a
+locked or unreachable database leaves the files in the spool for the next run; an
+unreachable agent is tried again for ``node.records_retry_s`` (and by every later run).
+Both the spool and the fallback spool are ingested.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slurm_colo.config import Config, load_config
-from slurm_colo.errors import StoreError
+from slurm_colo.contracts.enums import RecordsTo
+from slurm_colo.errors import AgentError, StoreError
 from slurm_colo.fsutil import ensure_dir, locked
 from slurm_colo.spool.directory import SpoolDirs, pending, prune_done
 
@@ -38,9 +44,24 @@ class IngestReport:
         return s + (f"; errors: {'; '.join(self.errors)}" if self.errors else "")
 
 
+def records_to(cfg: Config) -> RecordsTo:
+    """``node.records_to`` with "auto" resolved: the agent when this node reaches it over
+    TCP and the history is SQLite (a file on the head node), else ``store.url``."""
+    if cfg.node.records_to != RecordsTo.AUTO:
+        return cfg.node.records_to
+    remote = cfg.agent.address.startswith("tcp:")
+    return RecordsTo.AGENT if remote and cfg.store.url.startswith("sqlite") else RecordsTo.STORE
+
+
 def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
-                   lock_timeout_s: float = 0.0) -> IngestReport:
-    """Ingest both spool directories; never raises for a DB problem (it is reported)."""
+                   lock_timeout_s: float = 0.0, retry_s: float | None = None,
+                   sleep: Callable[[float], None] = time.sleep) -> IngestReport:
+    """Ingest both spool directories; never raises for a DB or agent problem (it is
+    reported). ``retry_s``: how long to keep trying an unreachable agent (default
+    ``node.records_retry_s``; 0 tries once)."""
+    if records_to(cfg) == RecordsTo.AGENT:
+        return _ship_pending(cfg, lock_timeout_s,
+                             cfg.node.records_retry_s if retry_s is None else retry_s, sleep)
     from slurm_colo.spool.ingest import ingest_spool
     from slurm_colo.store import make_engine
 
@@ -78,6 +99,59 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
         rep.errors.append("another ingest is running")
     except StoreError as e:
         rep.errors.append(str(e))
+    return rep
+
+
+def _ship_pending(cfg: Config, lock_timeout_s: float, retry_s: float,
+                  sleep: Callable[[float], None]) -> IngestReport:
+    """:func:`ingest_pending` through the agent: RECORDS messages, retried with a growing
+    pause (2 s to 60 s) while the agent cannot be reached, for at most ``retry_s``."""
+    from slurm_colo.contracts import client
+    from slurm_colo.spool.ingest import ship_spool
+
+    def send(records: list[dict[str, Any]]) -> dict[str, Any]:
+        reply = client.request(cfg.agent.address, "RECORDS", {"records": records}, 10.0, cfg)
+        for rid, why in reply.get("bad") or []:
+            log.warning("the agent did not store record %s: %s", rid, why)
+        return reply
+
+    dirs = SpoolDirs.of_config(cfg)
+    rep = IngestReport()
+    run_dir = Path(cfg.node.run_dir)
+    ensure_dir(run_dir)
+    deadline = time.monotonic() + retry_s
+    pause = 2.0
+    try:
+        with locked(run_dir / "ingest.lock", timeout_s=lock_timeout_s):
+            while True:
+                failed = ""
+                before = rep.ingested + rep.duplicates + rep.bad
+                for d in dirs.both():
+                    if not d.is_dir():
+                        continue
+                    try:
+                        r = ship_spool(send, d)
+                    except (AgentError, StoreError) as e:
+                        failed = f"{d}: {e}"
+                        continue
+                    rep.ingested += r.ingested
+                    rep.duplicates += r.duplicates
+                    rep.bad += len(r.bad)
+                if not failed and (not pending(dirs)
+                                   or rep.ingested + rep.duplicates + rep.bad == before):
+                    break  # all sent, or what is left cannot be read now
+                if time.monotonic() + pause > deadline:
+                    if failed:
+                        rep.errors.append(failed + "; records stay spooled for the next run")
+                    break
+                if failed:
+                    log.warning("%s; trying again in %.0f s", failed, pause)
+                sleep(pause)
+                pause = min(60.0, pause * 2)
+            for d in dirs.both():
+                rep.pruned += prune_done(d, cfg.node.spool_keep_days)
+    except TimeoutError:
+        rep.errors.append("another ingest is running")
     return rep
 
 

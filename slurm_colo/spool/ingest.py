@@ -1,10 +1,14 @@
-"""Ingest a spool directory into the history store.
+"""Ingest a spool directory into the history store, directly or through the agent.
 
 Reads every ``*.json`` record file (written atomically by :mod:`.directory`), stores them
-with :func:`slurm_colo.store.ingest_records`, moves ingested files to ``done/`` (or deletes
-them) and quarantines corrupt ones in ``bad/`` with a ``.reason`` file, never blocking the
-others. A locked database raises :class:`StoreError` and the failed batch's files stay in
-the spool for the next try.
+in batches, moves stored files to ``done/`` (or deletes them) and quarantines corrupt ones
+in ``bad/`` with a ``.reason`` file, never blocking the others. Where the batches go is the
+caller's: :func:`ingest_spool` writes them to a database
+(:func:`slurm_colo.store.ingest_records`); :func:`ship_spool` sends them to the agent on
+the head node (``RECORDS``), which stores them in its database. Both are idempotent by
+record id: a batch stored but not acknowledged is sent again and stored once. A failed
+batch (a locked database, an unreachable agent) raises, and its files stay in the spool
+for the next try.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
+
+from collections.abc import Callable
+from typing import Any
 
 from slurm_colo.contracts.records import JobRecord
 from slurm_colo.errors import StoreError
@@ -61,6 +68,31 @@ def ingest_spool(engine: Engine, spool_dir: str | Path, keep_done: bool = True,
     if not spool.is_dir():
         raise StoreError(f"spool directory {spool} does not exist")
     require_schema(engine)
+    return store_files(spool, lambda recs: ingest_records(engine, recs), keep_done, batch)
+
+
+#: records per RECORDS message: well under the protocol's 64 KiB line
+SHIP_BATCH = 20
+
+
+def ship_spool(send: Callable[[list[dict[str, Any]]], dict[str, Any]], spool_dir: str | Path,
+               keep_done: bool = True) -> IngestResult:
+    """:func:`ingest_spool` through the agent: ``send`` makes one ``RECORDS`` round trip
+    (raising :class:`~slurm_colo.errors.AgentError` when the agent cannot be reached, which
+    leaves the batch's files in place) and returns the agent's ``{"stored": n}``."""
+    spool = Path(spool_dir)
+    if not spool.is_dir():
+        raise StoreError(f"spool directory {spool} does not exist")
+
+    def store(recs: list[JobRecord]) -> int:
+        reply = send([r.to_dict() for r in recs])
+        return int(reply.get("stored", 0))
+    return store_files(spool, store, keep_done, SHIP_BATCH)
+
+
+def store_files(spool: Path, store: Callable[[list[JobRecord]], int], keep_done: bool = True,
+                batch: int = BATCH) -> IngestResult:
+    """The file loop of both: read, check, store a batch, move its files to ``done/``."""
     res = IngestResult()
     files = sorted(p for p in spool.glob("*.json") if p.is_file() and not p.name.startswith("."))
     for s in range(0, len(files), batch):
@@ -75,7 +107,7 @@ def ingest_spool(engine: Engine, spool_dir: str | Path, keep_done: bool = True,
                 log.warning("cannot read %s: %s (left in place)", f, e.strerror)
         if not good:
             continue
-        new = ingest_records(engine, [r for _, r in good])
+        new = store([r for _, r in good])
         res.ingested += new
         res.duplicates += len(good) - new
         done = spool / "done"

@@ -112,6 +112,12 @@ def record_from_json(text: str | bytes) -> JobRecord:
         d = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRecord(f"not JSON ({e})") from None
+    return record_from_dict(d)
+
+
+def record_from_dict(d: Any) -> JobRecord:
+    """One record as decoded JSON (a file, a RECORDS message); :class:`BadRecord` says what
+    is wrong."""
     if not isinstance(d, dict):
         raise BadRecord("top level is not an object")
     try:

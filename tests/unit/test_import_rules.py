@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"errors", "gavel", "scores"},
     "sim": BASE | {"placement", "model", "scores", "gavel"},
     "slurm": BASE,
-    "agent": BASE | {"placement", "slurm", "scores", "metrics"},
+    "agent": BASE | {"placement", "slurm", "scores", "metrics", "store"},
     "emulators": {"errors", "fsutil"},
     "node": BASE | {"spool", "emulators"},
     "spool": BASE | {"store"},
