@@ -167,6 +167,15 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("node", "profile"): ("colocated", "all", "none"),
 }
 
+def records_to(cfg: Config) -> RecordsTo:
+    """``node.records_to`` with "auto" resolved: the agent when this node reaches it over
+    TCP and the history is SQLite (a file on the head node), else ``store.url``."""
+    if cfg.node.records_to != RecordsTo.AUTO:
+        return cfg.node.records_to
+    remote = cfg.agent.address.startswith("tcp:")
+    return RecordsTo.AGENT if remote and cfg.store.url.startswith("sqlite") else RecordsTo.STORE
+
+
 def choices(section: str, key: str) -> tuple[str, ...]:
     """The accepted values of a setting that takes one of a few words (() for others)."""
     cls = _SECTIONS.get(section)

@@ -303,16 +303,33 @@ def check_gres_conf(text: str | None, path: Path, cfg: Config) -> Check:
 
 # ---- agent, store, scores, MPS -----------------------------------------------------------
 def check_agent(ping: Callable[[], dict[str, Any] | None], socket: str) -> Check:
+    """The agent answers at ``socket`` (agent.address: on a GPU node, the munge-authenticated
+    TCP channel to the head node, so a refusal there names the cause)."""
     name = "agent"
     fix = "systemctl start slurm-colo-agent (logs: journalctl -u slurm-colo-agent)"
     try:
         reply = ping()
     except ColoError as e:
-        return Check(name, FAIL, f"agent at {socket}: {e.message}", fix)
+        return Check(name, FAIL, f"agent at {socket}: {e.message}", e.hint or fix)
     if reply is None:
         return Check(name, FAIL, f"no answer from the agent at {socket} (placement falls back)", fix)
     details = ", ".join(f"{k} {reply[k]}" for k in ("version", "scores") if reply.get(k) is not None)
     return Check(name, OK, f"agent answers at {socket}" + (f" ({details})" if details else ""))
+
+
+def check_records(cfg: Config) -> Check:
+    """Where this node's job records go (node.records_to, resolved)."""
+    from slurm_colo.config import records_to
+
+    to = records_to(cfg)
+    if to == "agent":
+        return Check("records", OK, f"job records go to the agent at {cfg.agent.address}, "
+                     "which stores them in the head node's store.url")
+    if cfg.agent.address.startswith("tcp:") and cfg.store.url.startswith("sqlite"):
+        return Check("records", WARN, f"job records go to {cfg.store.url}, a file on this node "
+                     "that the head node's retrain never reads",
+                     'set node.records_to = "auto" (or "agent") on GPU nodes')
+    return Check("records", OK, f"job records go to {cfg.store.url}")
 
 
 def check_store(probe: Callable[[], str] | None, url: str) -> Check:
@@ -403,7 +420,8 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     checks.append(check_lua_socket(sys.lua_socket_globs))
     gres = sys.etc_slurm / "gres.conf"
     checks.append(check_gres_conf(read_text(gres), gres, cfg))
-    checks.append(check_agent(lambda: sys.ping(cfg), cfg.agent.socket))
+    checks.append(check_agent(lambda: sys.ping(cfg), cfg.agent.address))
+    checks.append(check_records(cfg))
     checks.append(check_store(sys.store_probe(cfg), cfg.store.url))
     checks.append(check_scores(sys.load_scores, cfg.scores.path, cfg.scores.max_age_h, sys.now))
     checks.append(check_mps(cfg.node, sys.which, gpu_node))

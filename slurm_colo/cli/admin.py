@@ -64,8 +64,9 @@ def _lua_or_none(cfg: Config) -> str | None:
 
 
 def _ping(cfg: Config) -> dict[str, Any] | None:
-    from slurm_colo.contracts.client import ping
-    return ping(cfg)
+    """PING at agent.address; an AgentError (unreachable, munge refused) says why."""
+    from slurm_colo.contracts.client import request
+    return request(cfg.agent.address, "PING", {}, 2.0, cfg)
 
 
 def _load_scores(path: str) -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurm_colo.config import Config, load_config
+from slurm_colo.config import Config, load_config, records_to
 from slurm_colo.contracts.enums import RecordsTo
 from slurm_colo.errors import AgentError, StoreError
 from slurm_colo.fsutil import ensure_dir, locked
@@ -42,15 +42,6 @@ class IngestReport:
         if self.pruned:
             s += f", {self.pruned} old ingested file(s) deleted"
         return s + (f"; errors: {'; '.join(self.errors)}" if self.errors else "")
-
-
-def records_to(cfg: Config) -> RecordsTo:
-    """``node.records_to`` with "auto" resolved: the agent when this node reaches it over
-    TCP and the history is SQLite (a file on the head node), else ``store.url``."""
-    if cfg.node.records_to != RecordsTo.AUTO:
-        return cfg.node.records_to
-    remote = cfg.agent.address.startswith("tcp:")
-    return RecordsTo.AGENT if remote and cfg.store.url.startswith("sqlite") else RecordsTo.STORE
 
 
 def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,

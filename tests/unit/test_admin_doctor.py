@@ -327,7 +327,7 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
     assert [c.name for c in checks] == ["config", "JobSubmitPlugins", "GresTypes", "SPANK plugin",
                                         "sbatch --colocate", "node hooks", "job_submit.lua",
                                         "lua-socket", "gres.conf", "agent",
-                                        "database", "scores", "MPS"]
+                                        "records", "database", "scores", "MPS"]
     assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
     assert doc.exit_code(checks) == 0
 
@@ -375,7 +375,7 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     assert lines[0].startswith("[OK  ] config:")
     assert any(ln.startswith("[FAIL] agent:") and "none.sock" in ln for ln in lines)
     assert "[OK  ] gres.conf:" in r.output and "[OK  ] job_submit.lua:" in r.output
-    assert lines[-1].startswith("13 checks: ")
+    assert lines[-1].startswith("14 checks: ")
 
 
 def test_cli_doctor_json(tmp_path):
@@ -391,3 +391,26 @@ def test_cli_doctor_json(tmp_path):
     checks = json.loads(r.output)
     assert {c["name"]: c["status"] for c in checks}["agent"] == "FAIL"
     assert set(checks[0]) == {"name", "status", "message", "fix"}
+
+
+def test_doctor_says_where_a_gpu_nodes_records_go() -> None:
+    from slurm_colo.config import AgentConfig, Config, NodeConfig
+    from slurm_colo.contracts.enums import RecordsTo
+
+    node = Config(agent=AgentConfig(address="tcp:head:6830"))
+    c = doc.check_records(node)
+    assert c.status == doc.OK and "agent at tcp:head:6830" in c.message
+    local = Config(agent=AgentConfig(address="tcp:head:6830"),
+                   node=NodeConfig(records_to=RecordsTo.STORE))
+    w = doc.check_records(local)
+    assert w.status == doc.WARN and "never reads" in w.message and "records_to" in (w.fix or "")
+    assert doc.check_records(Config()).status == doc.OK
+
+
+def test_doctor_names_why_the_agent_refused_the_node() -> None:
+    from slurm_colo.errors import CredentialForeign
+
+    def refused() -> None:
+        raise CredentialForeign("munge credential made with another key", hint="copy the key")
+    c = doc.check_agent(refused, "tcp:head:6830")
+    assert c.status == doc.FAIL and "another key" in c.message and c.fix == "copy the key"

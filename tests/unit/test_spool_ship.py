@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import text
 
 from slurm_colo.agent.server import Agent
-from slurm_colo.config import AgentConfig, Config, NodeConfig, StoreConfig
+from slurm_colo.config import AgentConfig, Config, NodeConfig, StoreConfig, records_to
 from slurm_colo.contracts.enums import RecordsTo
 from slurm_colo.contracts.records import JobRecord
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.slurm.model import SlurmJob, SlurmNode
 from slurm_colo.spool.directory import SpoolDirs, pending, write_record
-from slurm_colo.spool.drain import ingest_pending, records_to
+from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade
 
 import private_munged
