@@ -20,6 +20,21 @@ import re
 from dataclasses import dataclass
 
 _RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_TRES_GRES_RE = re.compile(r"(^|,)gres[:/]")
+
+#: the first Slurm release that writes GRES in TRES strings as ``gres/gpu:1``; earlier ones
+#: (22.05) write and need ``gres:gpu:1`` (docs/slurm-versions.md)
+TRES_SLASH_SINCE = (23, 11)
+
+
+def tres_gres(spec: str, slurm_version: tuple[int, int] | None = None) -> str:
+    """A GRES request in TRES form (``gres:shard:v100_s1:1``, items comma-separated) written
+    the way Slurm ``slurm_version`` (major, minor) writes it: ``gres/shard:...`` from 23.11,
+    ``gres:shard:...`` before. With no version, the colon form: the agent's wire form, which
+    the Lua hook rewrites to the job's own form and ``scontrol update TresPerNode=`` accepts
+    on 22.05, 24.11 and 26.05 alike."""
+    sep = "/" if slurm_version is not None and tuple(slurm_version) >= TRES_SLASH_SINCE else ":"
+    return _TRES_GRES_RE.sub(lambda m: f"{m.group(1)}gres{sep}", spec)
 _MODEL_RE = re.compile(r"^[a-z0-9][a-z0-9.]{0,31}$")
 
 
@@ -112,9 +127,10 @@ class NodeGpus:
             return f"{self.model}_s{index}" if self.model else f"s{index}"
         return self.model or "excl"
 
-    def shard_request(self, index: int) -> str:
-        """The ``tres_per_node`` string that targets shared GPU ``index``."""
-        return f"gres:shard:{self.gres_type(index)}:1"
+    def shard_request(self, index: int, slurm_version: tuple[int, int] | None = None) -> str:
+        """The ``tres_per_node`` string that targets shared GPU ``index``, in the form of
+        Slurm ``slurm_version`` (:func:`tres_gres`; the colon form when not given)."""
+        return tres_gres(f"gres:shard:{self.gres_type(index)}:1", slurm_version)
 
     def index_for_type(self, gres_type: str) -> int | None:
         for i in self.shared:

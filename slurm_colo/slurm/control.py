@@ -10,6 +10,11 @@ pending job's GRES cannot be changed, so a requeued job keeps its shard type; bu
 pending job submitted *without* GRES takes one (``TresPerNode=gres:shard:TYPE:1``) and
 runs on a GPU of that type. ``scontrol hold`` as root turns a user's hold into an
 administrator's, which the user cannot release.
+
+On 24.11 and 26.05 a held job's GRES can be changed in every direction (docs/slurm-versions.md,
+item 4). The GRES goes to ``TresPerNode=`` in the form of the installed Slurm
+(:func:`slurm_colo.gres_layout.tres_gres`): ``gres/shard:TYPE:1`` from 23.11, the colon form
+on 22.05, where the slash form is shown but not applied.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import subprocess
 from typing import Protocol
 
 from ..errors import SlurmError
+from ..gres_layout import tres_gres
+from .version import Version, installed_slurm_version, parse_version
 
 TIMEOUT_S = 10.0
 
@@ -53,8 +60,16 @@ class JobControl(Protocol):
 class ScontrolControl:
     """:class:`JobControl` through ``scontrol`` (run as root or SlurmUser)."""
 
-    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float = TIMEOUT_S, slurm_version: str | None = None) -> None:
         self.timeout_s = timeout_s
+        self._version_text = slurm_version
+
+    @property
+    def version(self) -> Version | None:
+        """The installed Slurm's (major, minor), read once, when a GRES is first written."""
+        if self._version_text is None:
+            self._version_text = installed_slurm_version()
+        return parse_version(self._version_text)
 
     def run(self, argv: list[str]) -> None:
         try:
@@ -87,11 +102,11 @@ class ScontrolControl:
     def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
                         gres: str = "") -> None:
         """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
-        ``tres_per_node`` string, for a job held without one; none: keep it) and comments,
-        clear the wait after a requeue, release it."""
+        ``tres_per_node`` string in either form, for a job held without one; none: keep it)
+        and comments, clear the wait after a requeue, release it."""
         fields = {"ReqNodeList": node} if node else {}
         if gres:
-            fields["TresPerNode"] = gres
+            fields["TresPerNode"] = tres_gres(gres, self.version)
         self.run(update_argv(job_id, **fields, AdminComment=admin_comment, Comment=comment,
                              StartTime="now"))
         self.run(release_argv(job_id))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import subprocess
 from typing import Protocol
 
 from ..errors import SlurmError
 from .json_backend import JsonBackend
 from .model import SlurmJob, SlurmNode
 from .pyslurm_backend import PyslurmBackend, pyslurm_matches
+from .version import installed_slurm_version
 
 log = logging.getLogger(__name__)
 
@@ -25,21 +25,9 @@ class SlurmBackend(Protocol):
     def nodes(self) -> list[SlurmNode]: ...
 
 
-def installed_slurm_version() -> str:
-    """``22.05.8`` from ``sinfo -V`` (works without slurm.conf? no: slurmctld -V does)."""
-    for argv in (["sinfo", "-V"], ["slurmctld", "-V"]):
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=5, check=False)
-        except (FileNotFoundError, subprocess.TimeoutExpired):
-            continue
-        if p.returncode == 0 and p.stdout.strip():
-            return p.stdout.split()[-1]
-    return ""
-
-
 def open_backend(kind: str = "auto", slurm_version: str | None = None) -> SlurmBackend:
     if kind == "json":
-        return JsonBackend()
+        return JsonBackend(slurm_version=slurm_version)
     try:
         module = importlib.import_module("pyslurm")
     except ImportError:
@@ -55,4 +43,4 @@ def open_backend(kind: str = "auto", slurm_version: str | None = None) -> SlurmB
             f"pyslurm {getattr(module, '__version__', '?')} does not match Slurm {version or '?'}",
             hint="install the pyslurm release for your Slurm, or set agent.slurm_backend = json")
     log.info("slurm backend: json (pyslurm %s)", "absent" if module is None else "does not match Slurm " + version)
-    return JsonBackend()
+    return JsonBackend(slurm_version=version)

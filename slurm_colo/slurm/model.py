@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_DETAIL_RE = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)\(IDX:(?P<idx>[^)]*)\)$")
+from ..errors import SlurmError
+
+# One item of a job's gres_detail, in the shapes Slurm prints (docs/slurm-versions.md):
+#   gpu:v100_s0:1(IDX:0)   gpu:v100:2(IDX:2-3)   gpu:v100_s1:0(IDX:)   shard:1(IDX:1)  (22.05)
+#   shard:1(0/4,1/4,0/0,0/0)  per GPU index, allocated/total, in index order        (24.11+)
+#   nic(CNT:2)                a GRES without device files
+_DETAIL_RE = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)\((?P<body>[^()]*)\)$")
+_CNT_RE = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?\(CNT:(?P<count>\d+)\)$")
+_PER_INDEX_RE = re.compile(r"^(?:\d+|-)/\d+(?:,(?:\d+|-)/\d+)*$")
 
 
 @dataclass(frozen=True)
@@ -25,19 +33,49 @@ def _indices(text: str) -> tuple[int, ...]:
         if not part or part == "N/A":
             continue
         a, _, b = part.partition("-")
-        if a.isdigit() and (not b or b.isdigit()):
-            out.extend(range(int(a), int(b or a) + 1))
+        if not a.isdigit() or (b and not b.isdigit()):
+            raise ValueError(part)
+        out.extend(range(int(a), int(b or a) + 1))
     return tuple(out)
 
 
+def _per_index(text: str) -> tuple[int, ...]:
+    """``0/4,1/4,0/0`` -> the indices with something allocated: ``(1,)``. 26.05 prints an
+    unused GPU's count as ``-`` in places (``-/4``)."""
+    return tuple(i for i, part in enumerate(text.split(","))
+                 if part.split("/")[0] not in ("-", "0"))
+
+
+def parse_gres_item(item: str) -> GresAlloc:
+    """One ``gres_detail`` item; a shape not listed above raises :class:`SlurmError`."""
+    m = _DETAIL_RE.match(item)
+    if m:
+        body = m["body"]
+        try:
+            if body.startswith("IDX:"):
+                return GresAlloc(m["name"], m["type"] or "", int(m["count"]), _indices(body[4:]))
+            if _PER_INDEX_RE.match(body):
+                return GresAlloc(m["name"], m["type"] or "", int(m["count"]), _per_index(body))
+        except ValueError:
+            pass
+    m = _CNT_RE.match(item)
+    if m:
+        return GresAlloc(m["name"], m["type"] or "", int(m["count"]), ())
+    raise SlurmError(f"gres_detail item {item!r} is in a format slurm-colo does not know",
+                     hint="report it with your Slurm version (sinfo --version)")
+
+
 def parse_gres_detail(items: list[str] | None) -> list[GresAlloc]:
-    """Parse squeue's ``gres_detail`` list; unknown shapes are skipped, never fatal."""
+    """Parse squeue's ``gres_detail`` list (one string per node, items comma-separated).
+    An item in an unknown format raises :class:`SlurmError`: a job on a GPU the agent
+    cannot see must not be taken for a job on no GPU."""
     out: list[GresAlloc] = []
     for raw in items or []:
-        for item in re.split(r",(?![^()]*\))", str(raw)):
-            m = _DETAIL_RE.match(item.strip())
-            if m:
-                out.append(GresAlloc(m["name"], m["type"] or "", int(m["count"]), _indices(m["idx"])))
+        if not isinstance(raw, str):
+            raise SlurmError(f"gres_detail entry {raw!r} is not a string")
+        for item in re.split(r",(?![^()]*\))", raw):
+            if item.strip():
+                out.append(parse_gres_item(item.strip()))
     return out
 
 

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import SlurmError
+from ..gres_layout import tres_gres
 from .model import GresAlloc, SlurmJob, SlurmNode
 
 
@@ -47,14 +48,15 @@ def _s(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def _tres_text(gres: Any) -> str:
-    """The request as Slurm's ``tres_per_node`` text (``gres:gpu:1``), as squeue shows it."""
+def _tres_text(gres: Any, version: tuple[int, int] | None = None) -> str:
+    """The request as Slurm ``version``'s ``tres_per_node`` text (``gres:gpu:1`` /
+    ``gres/gpu:1``), as squeue shows it."""
     if not isinstance(gres, dict):
         return ""
-    return ",".join(f"gres:{k}:{v}" for k, v in gres.items())
+    return tres_gres(",".join(f"gres:{k}:{v}" for k, v in gres.items()), version)
 
 
-def job_from_pyslurm(j: Any) -> SlurmJob:
+def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob:
     return SlurmJob(
         job_id=int(j.id),
         name=_s(getattr(j, "name", "")),
@@ -64,7 +66,7 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         nodes=_s(getattr(j, "nodes", "")),
         node_count=int(getattr(j, "num_nodes", 1) or 1),
         gres=_gres_items(getattr(j, "gres_per_node", None)),
-        tres_per_node=_tres_text(getattr(j, "gres_per_node", None)),
+        tres_per_node=_tres_text(getattr(j, "gres_per_node", None), version),
         comment=_s(getattr(j, "comment", "")),
         admin_comment=_s(getattr(j, "admin_comment", "")),
         start_time=float(getattr(j, "start_time", 0) or 0),
@@ -94,17 +96,19 @@ class PyslurmBackend:
 
     def __init__(self, module: ModuleType) -> None:
         self.pyslurm = module
+        #: pyslurm runs only on the Slurm major.minor it was built for (pyslurm_matches)
+        self.version = _version_tuple(str(getattr(module, "__version__", "")))
 
     def jobs(self) -> list[SlurmJob]:
         try:
             loaded = self.pyslurm.Jobs.load()
         except Exception as e:  # pyslurm raises its own RPCError
             raise SlurmError(f"pyslurm: loading jobs failed: {e}") from None
-        return [job_from_pyslurm(j) for j in loaded.values()]
+        return [job_from_pyslurm(j, self.version) for j in loaded.values()]
 
     def job(self, job_id: int) -> SlurmJob | None:
         try:
-            return job_from_pyslurm(self.pyslurm.Job.load(job_id))
+            return job_from_pyslurm(self.pyslurm.Job.load(job_id), self.version)
         except Exception:
             return None
 

@@ -23,9 +23,10 @@ pytestmark = pytest.mark.skipif(LUA is None and os.environ.get("CI") != "true",
                                 reason="lua5.1 not installed (apt-get install lua5.1 lua-socket)")
 
 
-def _run(tmp: Path, job: dict[str, str], spank: list[str], cfg: Config, calls: int = 1) -> tuple[dict[str, str], str, float]:
+def _run(tmp: Path, job: dict[str, str], spank: list[str], cfg: Config, calls: int = 1,
+         tres_sep: str = "") -> tuple[dict[str, str], str, float]:
     script = tmp / "job_submit.lua"
-    script.write_text(render_job_submit_lua(cfg))
+    script.write_text(render_job_submit_lua(cfg, tres_sep))
     lines = [f"{k}={v}" for k, v in job.items()] + [f"spank={s}" for s in spank]
     t0 = time.perf_counter()
     p = subprocess.run([LUA or "lua5.1", str(HARNESS), str(script)], input="\n".join(lines) + "\n",
@@ -227,3 +228,115 @@ def test_a_connection_closed_by_the_agent_is_reopened(tmp_path: Path, cfg: Confi
         assert len(a.requests) == 3 and a.connections == 3
     finally:
         a.close()
+
+
+# ---- Slurm 23.11+ (24.11, 26.05): job_desc holds gres/gpu:1, and Slurm rejects a job whose
+# tres_per_node the hook sets in the colon form (docs/slurm-versions.md, item 5)
+BATCH24 = dict(BATCH, tres_per_node="gres/gpu:1")
+
+
+def test_share_answer_takes_the_form_of_the_jobs_slurm(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, BATCH24, COLO, cfg)
+    assert out["tres_per_node"] == "gres/shard:v100_s1:1" and out["req_nodes"] == "gpu07"
+    assert out["admin_comment"] == "slurm-colo[v=1 tok=ab]" and out["rc"] == "0"
+    # the rendered version is only a fallback: the job's own form wins
+    out, _, _ = _run(tmp_path, BATCH24, COLO, cfg, tres_sep=":")
+    assert out["tres_per_node"] == "gres/shard:v100_s1:1"
+    out, _, _ = _run(tmp_path, BATCH, COLO, cfg, tres_sep="/")
+    assert out["tres_per_node"] == "gres:shard:v100_s1:1"
+
+
+SHARE_SLASH = SHARE.replace(b"gres=gres:shard:", b"gres=gres/shard:")
+
+
+@pytest.mark.parametrize("agent", [(SHARE_SLASH, 0.0)], indirect=True)
+def test_an_agent_answer_in_either_form_is_accepted(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, BATCH, COLO, cfg)
+    assert out["tres_per_node"] == "gres:shard:v100_s1:1"
+    out, _, _ = _run(tmp_path, BATCH24, COLO, cfg)
+    assert out["tres_per_node"] == "gres/shard:v100_s1:1"
+
+
+@pytest.mark.parametrize("agent", [(HOLD, 0.0)], indirect=True)
+def test_hold_answer_in_the_slash_form(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    out, _, _ = _run(tmp_path, BATCH24, COLO, cfg)
+    assert out["tres_per_node"] == "gres/shard:v100_s0:1" and out["priority"] == "0"
+
+
+@pytest.mark.parametrize("agent", [(HOLD_ANY, 0.0)], indirect=True)
+@pytest.mark.parametrize("field", ["tres_per_node", "tres_per_job"])
+def test_hold_without_a_gpu_request_in_the_slash_form(tmp_path: Path, cfg: Config, agent: FakeAgent,
+                                                       field: str) -> None:
+    job = dict(BATCH24)
+    del job["tres_per_node"]
+    job[field] = "gres/gpu:1"
+    out, _, _ = _run(tmp_path, job, COLO, cfg)
+    assert out["tres_per_node"] == "" and out["tres_per_job"] in ("", "nil") and out["priority"] == "0"
+
+
+def test_gpus_request_in_the_slash_form_moves_to_tres_per_node(tmp_path: Path, cfg: Config,
+                                                               agent: FakeAgent) -> None:
+    job = dict(BATCH24, tres_per_job="gres/gpu:1")  # --gpus=1
+    del job["tres_per_node"]
+    out, _, _ = _run(tmp_path, job, COLO, cfg)
+    assert out["tres_per_node"] == "gres/shard:v100_s1:1" and out["tres_per_job"] in ("", "nil")
+
+
+@pytest.mark.parametrize("agent", [(SHARE, 0.0), (HOLD_ANY, 0.0)], indirect=True)
+def test_per_gpu_cpus_become_the_nodes_minimum_on_newer_slurm(tmp_path: Path, cfg: Config,
+                                                              agent: FakeAgent) -> None:
+    # 24.11 rejects cpus_per_tres=gres/shard:N ("Requested cpus_per_tres=gres/shard:2 but did not
+    # request any GPU"); with MinCPUsNode the job ran with NumCPUs=3 on the 24.11 lab
+    out, _, _ = _run(tmp_path, dict(BATCH24, cpus_per_tres="gres/gpu:3", mem_per_tres="gres/gpu:100"), COLO, cfg)
+    assert out["tres_per_node"] in ("gres/shard:v100_s1:1", "")
+    assert out["cpus_per_tres"] == "" and out["pn_min_cpus"] == "3"
+    assert out["mem_per_tres"] == "" and out["pn_min_memory"] == "100"
+    typed, _, _ = _run(tmp_path, dict(BATCH24, tres_per_node="gres/gpu:v100:1", cpus_per_tres="gres/gpu:v100:2",
+                                      pn_min_cpus="4"), COLO, cfg)
+    assert typed["cpus_per_tres"] == "" and typed["pn_min_cpus"] == "4"  # a larger minimum is kept
+    plain, _, _ = _run(tmp_path, dict(BATCH24, name="x", cpus_per_tres="gres/gpu:4"), ["COLOCATE=off"], cfg)
+    assert plain["cpus_per_tres"] == "gres/gpu:4" and plain["pn_min_cpus"] == "nil"
+
+
+def test_cpus_per_task_in_tres_per_task_does_not_stop_sharing(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    # 24.11: sbatch -c 2 sets tres_per_task = "cpu=2"; --gpus-per-task=1 sets "gres/gpu=1"
+    out, _, _ = _run(tmp_path, dict(BATCH24, tres_per_task="cpu=2"), COLO, cfg)
+    assert out["tres_per_node"] == "gres/shard:v100_s1:1"
+    for per_task in ("gres/gpu=1", "cpu=2,gres/gpu=1", "gres:gpu:1"):
+        out, _, _ = _run(tmp_path, dict(BATCH24, tres_per_task=per_task), COLO, cfg)
+        assert out["tres_per_node"] == "gres/gpu:1" and "GPUs per task/socket" in out["comment"]
+
+
+def test_shard_fallback_in_the_slash_form(tmp_path: Path, cfg: Config) -> None:
+    c = replace(cfg, placement=PlacementConfig(fallback="shard"))
+    out, err, _ = _run(tmp_path, BATCH24, COLO, c)
+    assert out["tres_per_node"] == "gres/shard:1" and "fallback=shard" in err
+    out, _, _ = _run(tmp_path, dict(BATCH24, tres_per_node="gres/gpu:v100:1"), COLO, c)
+    assert out["tres_per_node"] == "gres/gpu:v100:1"  # typed: keeps its own GPU
+
+
+def test_a_request_without_gres_prefix_uses_the_rendered_form(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    bare = dict(BATCH, tres_per_node="gpu:1")
+    out, _, _ = _run(tmp_path, bare, COLO, cfg, tres_sep="/")
+    assert out["tres_per_node"] == "gres/shard:v100_s1:1"
+    out, _, _ = _run(tmp_path, bare, COLO, cfg)  # form unknown: left as submitted, never guessed
+    assert out["tres_per_node"] == "gpu:1" and "not shared (unknown TRES form gpu:1)" in out["comment"]
+
+
+@pytest.mark.parametrize("job,why", [
+    ({"tres_per_node": "gres/gpu:2"}, "multi-GPU"),
+    ({"tres_per_node": "gres/gpu:1,gres/nic:1"}, "several GRES"),
+    ({"tres_per_node": "gres/shard:1"}, "already asks for shard"),
+    ({"tres_per_node": "gres/gpu:1", "tres_per_job": "gres/gpu:1"}, "several GPU requests"),
+])
+def test_slash_form_jobs_that_are_never_shared(tmp_path: Path, cfg: Config, agent: FakeAgent,
+                                               job: dict[str, str], why: str) -> None:
+    j = {**BATCH24, **job}
+    out, _, _ = _run(tmp_path, j, COLO, cfg)
+    assert out["tres_per_node"] == j["tres_per_node"] and why in out["comment"]
+    assert agent.requests == []
+
+
+def test_render_refuses_an_unknown_tres_form(cfg: Config) -> None:
+    with pytest.raises(ValueError, match="tres_sep"):
+        render_job_submit_lua(cfg, "gres")

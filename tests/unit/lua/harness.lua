@@ -16,7 +16,7 @@ for line in io.lines() do
   local k, v = line:match("^([%w_]+)=(.*)$")
   if k == "spank" then
     spank[n] = v; n = n + 1
-  elseif k == "min_nodes" or k == "user_id" or k == "ntasks_per_tres" then
+  elseif k == "min_nodes" or k == "user_id" or k == "ntasks_per_tres" or k == "pn_min_cpus" then
     job[k] = tonumber(v)
   elseif k then
     job[k] = v
@@ -32,7 +32,7 @@ for i = 1, calls do
   if i == calls then job = copy end
 end
 for _, k in ipairs({"tres_per_node", "tres_per_job", "req_nodes", "comment", "admin_comment", "priority",
-                   "cpus_per_tres", "mem_per_tres", "pn_min_memory"}) do
+                   "cpus_per_tres", "mem_per_tres", "pn_min_memory", "pn_min_cpus"}) do
   print(k .. "=" .. tostring(job[k]))
 end
 print("rc=" .. tostring(rc))
