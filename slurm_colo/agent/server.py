@@ -1,9 +1,10 @@
-"""The agent daemon: socket servers, Slurm refresher, score reloader, metrics.
+"""The agent daemon: requests, Slurm refresher, score reloader.
 
-It listens on its unix socket (the Lua hook in slurmctld, the local CLI; the caller's uid
-comes from SO_PEERCRED) and on every ``tcp:`` address of ``agent.listen`` (node hooks on
-other hosts; each line is a munge envelope, the caller's uid is the one munged vouches for,
-and the reply is signed: :mod:`slurm_colo.contracts.transport`).
+It listens (:mod:`.listeners`) on its unix socket (the Lua hook in slurmctld, the local
+CLI; the caller's uid comes from SO_PEERCRED) and on every ``tcp:`` address of
+``agent.listen`` (node hooks on other hosts; each line is a munge envelope, the caller's
+uid is the one munged vouches for, and the reply is signed:
+:mod:`slurm_colo.contracts.transport`).
 
 Threads: one per connection (requests are tiny), one refresher polling Slurm every
 ``agent.refresh_interval_s`` and re-reading the score file when it changes, and optionally
@@ -19,14 +20,12 @@ import logging
 import os
 import pwd
 import signal
-import socket
 import socketserver
-import struct
 import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +35,14 @@ from ..scores import ScoreTable, load_scores
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
-from . import held, learned
+from . import held, learned, listeners
 from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "RELOAD")
-IDLE_CONNECTION_S = 300.0
 SWITCH_INTERVAL_S = 0.0005
-
-
-def _peer_uid(sock: socket.socket) -> int | None:
-    try:
-        data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return struct.unpack("3i", data)[1]
-    except OSError:
-        return None
 
 
 def trusted_uids() -> set[int]:
@@ -307,50 +297,14 @@ class Agent:
     # ---- serving ----------------------------------------------------------------------
     def serve(self) -> None:
         path = Path(self.cfg.agent.socket)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(str(path))
-                raise ColoError(f"another agent is already listening on {path}")
-            except (ConnectionRefusedError, FileNotFoundError):
-                path.unlink()
-            finally:
-                probe.close()
-        agent = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            # one request per line; the Lua hook keeps its connection open between jobs,
-            # an idle connection is closed after this long
-            timeout = IDLE_CONNECTION_S
-
-            def handle(self) -> None:
-                uid = _peer_uid(self.request)
-                while not agent.stop.is_set():
-                    try:
-                        line = self.rfile.readline(64 * 1024 + 1)
-                    except (socket.timeout, OSError):
-                        return
-                    if not line:
-                        return
-                    reply, after = agent.answer(line, uid)
-                    try:
-                        self.wfile.write(reply)
-                    except OSError:
-                        return
-                    finally:
-                        after()
-
-        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-            daemon_threads = True
-
-        self._server = Server(str(path), Handler)
-        os.chmod(path, 0o666)  # anyone may ask EXPLAIN/STATUS; writes are checked by peer uid
+        self._server = listeners.unix_server(path, self.answer, self.stop)
         self._start_tcp()
         self.reload_scores(force=True)
         self.refresh()
         threading.Thread(target=self._refresher, name="refresher", daemon=True).start()
-        self._start_metrics()
+        if self.cfg.agent.metrics_listen:
+            self._http = listeners.metrics_server(self.cfg.agent.metrics_listen,
+                                                  lambda: self._dispatch("STATUS", {}))
         log.info("agent listening on %s (backend %s, %d shared GPU(s) configured)",
                  path, self.backend.name, len(self.state.view.gpus))
         # requests from slurmctld must not wait out the default 5 ms interpreter-lock
@@ -368,53 +322,7 @@ class Agent:
 
     def _start_tcp(self) -> None:
         """A server thread per ``tcp:`` address of ``agent.listen``."""
-        from slurm_colo.contracts import munge, transport
-
-        a = self.cfg.agent
-        sock = a.munge_socket or None
-        agent = self
-
-        def decode(cred: str) -> munge.Credential:
-            return munge.decode(cred, sock)
-
-        def encode(payload: bytes) -> str:
-            return munge.encode(payload, sock, transport.REPLY_TTL_S)
-
-        class TcpHandler(socketserver.StreamRequestHandler):
-            timeout = IDLE_CONNECTION_S
-
-            def handle(self) -> None:
-                peer = f"{self.client_address[0]}:{self.client_address[1]}"
-                refused = transport.refusal_logger(log, peer)
-                while not agent.stop.is_set():
-                    try:
-                        line = self.rfile.readline(transport.MAX_REQUEST_ENVELOPE + 1)
-                    except (socket.timeout, OSError):
-                        return
-                    if not line:
-                        return
-                    reply = transport.serve_line(line, a.cluster, agent.handle, decode=decode,
-                                                 encode=encode, on_refusal=refused)
-                    try:
-                        self.wfile.write(reply)
-                    except OSError:
-                        return
-
-        class TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        for text in a.listen:
-            addr = transport.parse_address(text)
-            if addr.scheme != transport.TCP:
-                continue
-            family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
-            server_cls = type("TcpServer", (TcpServer,), {"address_family": family})
-            srv = server_cls((addr.host, addr.port), TcpHandler)
-            self._tcp.append(srv)
-            threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
-                             name=f"tcp {text}", daemon=True).start()
-            log.info("agent listening on %s (munge-authenticated, cluster %s)", text, a.cluster)
+        self._tcp = listeners.tcp_servers(self.cfg.agent, self.handle, self.stop)
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -425,30 +333,3 @@ class Agent:
             self._http.shutdown()
         if self._server:
             self._server.shutdown()
-
-    def _start_metrics(self) -> None:
-        listen = self.cfg.agent.metrics_listen
-        if not listen:
-            return
-        host, _, port = listen.rpartition(":")
-        agent = self
-
-        class MetricsHandler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404)
-                    return
-                from ..metrics import render
-                body = render(agent._dispatch("STATUS", {})).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._http = ThreadingHTTPServer((host or "127.0.0.1", int(port)), MetricsHandler)
-        threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
-        log.info("metrics on http://%s/metrics", listen)

@@ -1,0 +1,160 @@
+"""The agent's listeners: its unix socket, the munge-authenticated TCP ports of
+``agent.listen`` and the Prometheus page. Sockets and threads only; every line is answered
+by the :class:`~slurm_colo.agent.server.Agent` handed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import socketserver
+import struct
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from slurm_colo.config import AgentConfig
+from slurm_colo.errors import ColoError
+
+log = logging.getLogger("slurm_colo.agent")
+#: an idle connection is closed after this long (the Lua hook keeps its connection open)
+IDLE_CONNECTION_S = 300.0
+MAX_LINE = 64 * 1024
+
+Answer = Callable[[bytes, "int | None"], "tuple[bytes, Callable[[], None]]"]
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    try:
+        data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", data)[1]
+    except OSError:
+        return None
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def unix_server(path: Path, answer: Answer, stop: threading.Event) -> socketserver.UnixStreamServer:
+    """The agent's unix socket (world-connectable: anyone may ask EXPLAIN/STATUS; the
+    caller's uid, from SO_PEERCRED, decides the rest). A socket left by a dead agent is
+    replaced; a live one is an error."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+            raise ColoError(f"another agent is already listening on {path}")
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink()
+        finally:
+            probe.close()
+
+    class Handler(socketserver.StreamRequestHandler):
+        timeout = IDLE_CONNECTION_S
+
+        def handle(self) -> None:
+            uid = peer_uid(self.request)
+            while not stop.is_set():
+                try:
+                    line = self.rfile.readline(MAX_LINE + 1)
+                except (socket.timeout, OSError):
+                    return
+                if not line:
+                    return
+                reply, after = answer(line, uid)
+                try:
+                    self.wfile.write(reply)
+                except OSError:
+                    return
+                finally:
+                    after()
+
+    server = _UnixServer(str(path), Handler)
+    os.chmod(path, 0o666)
+    return server
+
+
+def tcp_servers(cfg: AgentConfig, handle: Callable[[bytes, int | None], bytes],
+                stop: threading.Event) -> list[socketserver.TCPServer]:
+    """A running server thread per ``tcp:`` address of ``agent.listen``: each line is a
+    munge envelope, answered by ``handle`` with the uid munged vouches for, and the reply
+    is signed (:func:`slurm_colo.contracts.transport.serve_line`)."""
+    from slurm_colo.contracts import munge, transport
+
+    sock = cfg.munge_socket or None
+
+    def decode(cred: str) -> munge.Credential:
+        return munge.decode(cred, sock)
+
+    def encode(payload: bytes) -> str:
+        return munge.encode(payload, sock, transport.REPLY_TTL_S)
+
+    class Handler(socketserver.StreamRequestHandler):
+        timeout = IDLE_CONNECTION_S
+
+        def handle(self) -> None:
+            peer = f"{self.client_address[0]}:{self.client_address[1]}"
+            refused = transport.refusal_logger(log, peer)
+            while not stop.is_set():
+                try:
+                    line = self.rfile.readline(transport.MAX_REQUEST_ENVELOPE + 1)
+                except (socket.timeout, OSError):
+                    return
+                if not line:
+                    return
+                reply = transport.serve_line(line, cfg.cluster, handle, decode=decode,
+                                             encode=encode, on_refusal=refused)
+                try:
+                    self.wfile.write(reply)
+                except OSError:
+                    return
+
+    out: list[socketserver.TCPServer] = []
+    for text in cfg.listen:
+        addr = transport.parse_address(text)
+        if addr.scheme != transport.TCP:
+            continue
+        family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
+        server_cls = type("TcpServer", (_TcpServer,), {"address_family": family})
+        srv = server_cls((addr.host, addr.port), Handler)
+        out.append(srv)
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
+                         name=f"tcp {text}", daemon=True).start()
+        log.info("agent listening on %s (munge-authenticated, cluster %s)", text, cfg.cluster)
+    return out
+
+
+def metrics_server(listen: str, status: Callable[[], dict[str, Any]]) -> ThreadingHTTPServer:
+    """The Prometheus text page at ``http://LISTEN/metrics``, in a thread of its own."""
+    host, _, port = listen.rpartition(":")
+
+    class MetricsHandler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            from slurm_colo.metrics import render
+            body = render(status()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    http = ThreadingHTTPServer((host or "127.0.0.1", int(port)), MetricsHandler)
+    threading.Thread(target=http.serve_forever, name="metrics", daemon=True).start()
+    log.info("metrics on http://%s/metrics", listen)
+    return http
