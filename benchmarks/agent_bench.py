@@ -15,12 +15,12 @@ import random
 import statistics
 import time
 
-from slurm_colo.contracts.protocol import format_request
 from slurm_colo.agent.server import Agent
 from slurm_colo.config import Config
+from slurm_colo.contracts.options import derive_class
+from slurm_colo.contracts.protocol import format_request
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.gres_layout import NodeGpus
-from slurm_colo.contracts.options import derive_class
 from slurm_colo.seed import table_from_measurements
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 
@@ -56,9 +56,20 @@ def main() -> None:
     jobs = []
     for k in range(a.jobs):
         node, idx = rng.choice(names), rng.randrange(a.gpus)
-        jobs.append(SlurmJob(100000 + k, rng.choice(classes), f"u{rng.randrange(50)}", 1000 + rng.randrange(50),
-                             "RUNNING", nodes=node, gres=(GresAlloc("shard", "", 1, (idx,)),)))
-    agent = Agent(Config(gpus=(layout,)), backend=_Backend(jobs, [SlurmNode(n, "MIXED") for n in names]))
+        jobs.append(
+            SlurmJob(
+                100000 + k,
+                rng.choice(classes),
+                f"u{rng.randrange(50)}",
+                1000 + rng.randrange(50),
+                "RUNNING",
+                nodes=node,
+                gres=(GresAlloc("shard", "", 1, (idx,)),),
+            )
+        )
+    agent = Agent(
+        Config(gpus=(layout,)), backend=_Backend(jobs, [SlurmNode(n, "MIXED") for n in names])
+    )
     agent.state.scores = table_from_measurements(data)
     t0 = time.perf_counter()
     agent.refresh()
@@ -68,17 +79,30 @@ def main() -> None:
     shared = 0
     for _ in range(a.requests):
         uid = 1000 + rng.randrange(50)
-        line = format_request("PLACE", {"v": 1, "uid": uid, "user": f"u{uid - 1000}", "name": "train",
-                                        "mode": "auto", "class": rng.choice(classes)})
+        line = format_request(
+            "PLACE",
+            {
+                "v": 1,
+                "uid": uid,
+                "user": f"u{uid - 1000}",
+                "name": "train",
+                "mode": "auto",
+                "class": rng.choice(classes),
+            },
+        )
         t = time.perf_counter()
         reply = agent.handle(line, peer_uid=0)
         lat.append((time.perf_counter() - t) * 1e6)
         shared += b"action=share" in reply
     lat.sort()
-    print(f"cluster: {a.nodes} nodes x {a.gpus} shared GPUs = {a.nodes * a.gpus} GPUs, {a.jobs} running jobs; "
-          f"snapshot rebuild {t_refresh * 1000:.0f} ms")
-    print(f"PLACE handling, {a.requests} requests ({shared} shared): median {statistics.median(lat):.0f} us, "
-          f"p99 {lat[int(0.99 * len(lat))]:.0f} us, max {lat[-1]:.0f} us (target: well under 1000 us)")
+    print(
+        f"cluster: {a.nodes} nodes x {a.gpus} shared GPUs = {a.nodes * a.gpus} GPUs, {a.jobs} running jobs; "
+        f"snapshot rebuild {t_refresh * 1000:.0f} ms"
+    )
+    print(
+        f"PLACE handling, {a.requests} requests ({shared} shared): median {statistics.median(lat):.0f} us, "
+        f"p99 {lat[int(0.99 * len(lat))]:.0f} us, max {lat[-1]:.0f} us (target: well under 1000 us)"
+    )
 
 
 if __name__ == "__main__":

@@ -81,8 +81,13 @@ def run_hook(name: str, env: dict[str, str], key: str, trace: Path) -> float:
     """Wall ms of one hook run; its CPU ms (user+sys, from wait4) go to CPU[key] and its
     MPS control calls to CALLS[key]."""
     t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "slurm_colo.hooks", name], env=env, cwd=REPO,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "slurm_colo.hooks", name],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _, status, ru = os.wait4(p.pid, 0)
     wall = (time.perf_counter() - t) * 1000
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -119,12 +124,18 @@ def settle(cfg: Path, limit_s: float = 20.0) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None, stdin: bytes | None = None
-          ) -> tuple[float, float]:
+def timed(
+    argv: list[str], env: dict[str, str] | None = None, stdin: bytes | None = None
+) -> tuple[float, float]:
     """(wall ms, CPU ms) of one run of ``argv``."""
     t = time.perf_counter()
-    p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if stdin:
         assert p.stdin is not None
         p.stdin.write(stdin)
@@ -141,8 +152,11 @@ def pct(v: list[float], q: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=10, help="measured rounds (default 10)")
-    ap.add_argument("--cold-bytecode", action="store_true",
-                    help="no private bytecode cache or warm-up round: the environment as is")
+    ap.add_argument(
+        "--cold-bytecode",
+        action="store_true",
+        help="no private bytecode cache or warm-up round: the environment as is",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hooks-bench-"))
     cfg = tmp / "config.toml"
@@ -159,9 +173,15 @@ socket = "{tmp}/no-agent.sock"
 [store]
 url = "sqlite:///{tmp}/history.db"
 """)
-    base = {**os.environ, "SLURM_COLO_CONFIG": str(cfg), "SLURMD_NODENAME": "bench",
-            "SLURM_JOB_USER": os.environ.get("USER", "root"), "SLURM_JOB_UID": str(os.getuid()),
-            "SLURM_JOB_GPUS": "0", "SLURM_COLO_MPS_EMU_TRACE": str(trace)}
+    base = {
+        **os.environ,
+        "SLURM_COLO_CONFIG": str(cfg),
+        "SLURMD_NODENAME": "bench",
+        "SLURM_JOB_USER": os.environ.get("USER", "root"),
+        "SLURM_JOB_UID": str(os.getuid()),
+        "SLURM_JOB_GPUS": "0",
+        "SLURM_COLO_MPS_EMU_TRACE": str(trace),
+    }
     if not args.cold_bytecode:
         base.pop("PYTHONDONTWRITEBYTECODE", None)
         base["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
@@ -180,10 +200,18 @@ url = "sqlite:///{tmp}/history.db"
             settled.clear()
         a, b, c = job, job + 1, job + 2
         job += 3
-        ea = {**base, "SLURM_JOB_ID": str(a), "SPANK_COLOCATE": "auto",
-              "SLURM_JOB_COMMENT": tag.format(c="resnet50")}
-        eb = {**base, "SLURM_JOB_ID": str(b), "SPANK_COLOCATE": "auto",
-              "SLURM_JOB_COMMENT": tag.format(c="lm")}
+        ea = {
+            **base,
+            "SLURM_JOB_ID": str(a),
+            "SPANK_COLOCATE": "auto",
+            "SLURM_JOB_COMMENT": tag.format(c="resnet50"),
+        }
+        eb = {
+            **base,
+            "SLURM_JOB_ID": str(b),
+            "SPANK_COLOCATE": "auto",
+            "SLURM_JOB_COMMENT": tag.format(c="lm"),
+        }
         ec = {**base, "SLURM_JOB_ID": str(c)}
 
         def hook(name: str, env: dict[str, str], key: str) -> None:
@@ -196,8 +224,13 @@ url = "sqlite:///{tmp}/history.db"
         if pipes:  # one control call on the running daemon, as the hooks make it
             from slurm_colo.node.gpu.mps import emulator_argv
 
-            emu.append(timed(emulator_argv(), {"CUDA_MPS_PIPE_DIRECTORY": str(pipes[0])},
-                             b"get_server_list\n"))
+            emu.append(
+                timed(
+                    emulator_argv(),
+                    {"CUDA_MPS_PIPE_DIRECTORY": str(pipes[0])},
+                    b"get_server_list\n",
+                )
+            )
         time.sleep(0.3)
         hook("epilog", {**ea, "SLURM_JOB_EXIT_CODE": "0"}, "epilog_first")
         hook("epilog", {**eb, "SLURM_JOB_EXIT_CODE": "0"}, "epilog_last")
@@ -210,17 +243,31 @@ url = "sqlite:///{tmp}/history.db"
     bare_is = [timed([sys.executable, "-I", "-S", "-c", "pass"]) for _ in range(7)]
 
     ncpu = os.cpu_count()
-    print(f"hooks_bench: {args.pairs} rounds, fresh interpreter per hook, {ncpu} CPUs, "
-          f"Python {sys.version.split()[0]} ({sys.executable})")
-    print("bytecode: " + ("as the environment gives it (--cold-bytecode)" if args.cold_bytecode
-                          else "private cache, warmed by one unmeasured round (as installed)"))
-    print("MPS control: bundled emulator run as `python -I -S mps_control.py` per call "
-          "(stands in for NVIDIA's C binary)")
-    print("CPU = user+sys of the hook and of the MPS control calls it waits for (not of the "
-          "detached sampler/helper); MPS runs/cmds = control program starts / commands sent")
+    print(
+        f"hooks_bench: {args.pairs} rounds, fresh interpreter per hook, {ncpu} CPUs, "
+        f"Python {sys.version.split()[0]} ({sys.executable})"
+    )
+    print(
+        "bytecode: "
+        + (
+            "as the environment gives it (--cold-bytecode)"
+            if args.cold_bytecode
+            else "private cache, warmed by one unmeasured round (as installed)"
+        )
+    )
+    print(
+        "MPS control: bundled emulator run as `python -I -S mps_control.py` per call "
+        "(stands in for NVIDIA's C binary)"
+    )
+    print(
+        "CPU = user+sys of the hook and of the MPS control calls it waits for (not of the "
+        "detached sampler/helper); MPS runs/cmds = control program starts / commands sent"
+    )
     print()
-    head = (f"{'hook':47s} {'wall med':>8s} {'p90':>7s} {'max':>7s} {'CPU med':>8s} "
-            f"{'p90':>6s} {'MPS runs/cmds':>13s}  budget")
+    head = (
+        f"{'hook':47s} {'wall med':>8s} {'p90':>7s} {'max':>7s} {'CPU med':>8s} "
+        f"{'p90':>6s} {'MPS runs/cmds':>13s}  budget"
+    )
     print(head)
     print("-" * len(head))
     for k, v in t.items():
@@ -232,38 +279,56 @@ url = "sqlite:///{tmp}/history.db"
             verdict += " (p90 ok)" if pct(v, 0.9) < BUDGET_MS else " (p90 over)"
         else:
             verdict = "excluded" if k == "prolog_daemon_start" else "-"
-        print(f"{LABELS[k]:47s} {statistics.median(v):8.1f} {pct(v, 0.9):7.1f} {max(v):7.1f} "
-              f"{statistics.median(CPU[k]):8.1f} {pct(CPU[k], 0.9):6.1f} "
-              f"{f'{runs:g}/{cmds:g}':>13s}  {verdict}")
+        print(
+            f"{LABELS[k]:47s} {statistics.median(v):8.1f} {pct(v, 0.9):7.1f} {max(v):7.1f} "
+            f"{statistics.median(CPU[k]):8.1f} {pct(CPU[k], 0.9):6.1f} "
+            f"{f'{runs:g}/{cmds:g}':>13s}  {verdict}"
+        )
     print("-" * len(head))
     bw, bc = sorted(x[0] for x in bare), sorted(x[1] for x in bare)
-    print(f"{'reference: bare `python -c pass`':47s} {statistics.median(bw):8.1f} "
-          f"{pct(bw, 0.9):7.1f} {max(bw):7.1f} {statistics.median(bc):8.1f}")
+    print(
+        f"{'reference: bare `python -c pass`':47s} {statistics.median(bw):8.1f} "
+        f"{pct(bw, 0.9):7.1f} {max(bw):7.1f} {statistics.median(bc):8.1f}"
+    )
     iw, ic = sorted(x[0] for x in bare_is), sorted(x[1] for x in bare_is)
-    print(f"{'reference: bare `python -I -S -c pass`':47s} {statistics.median(iw):8.1f} "
-          f"{pct(iw, 0.9):7.1f} {max(iw):7.1f} {statistics.median(ic):8.1f}")
+    print(
+        f"{'reference: bare `python -I -S -c pass`':47s} {statistics.median(iw):8.1f} "
+        f"{pct(iw, 0.9):7.1f} {max(iw):7.1f} {statistics.median(ic):8.1f}"
+    )
     if emu:
         ew, ec_ = [x[0] for x in emu], [x[1] for x in emu]
-        print(f"{'reference: one emulated MPS control call':47s} {statistics.median(ew):8.1f} "
-              f"{pct(ew, 0.9):7.1f} {max(ew):7.1f} {statistics.median(ec_):8.1f}")
-    print(f"detached work after a round's last hook (MPS stop, ingest, samplers) done "
-          f"after: median {statistics.median(settled):.0f} ms, max {max(settled):.0f} ms "
-          "(waited for before the next round)")
+        print(
+            f"{'reference: one emulated MPS control call':47s} {statistics.median(ew):8.1f} "
+            f"{pct(ew, 0.9):7.1f} {max(ew):7.1f} {statistics.median(ec_):8.1f}"
+        )
+    print(
+        f"detached work after a round's last hook (MPS stop, ingest, samplers) done "
+        f"after: median {statistics.median(settled):.0f} ms, max {max(settled):.0f} ms "
+        "(waited for before the next round)"
+    )
     print()
     worst = max(BUDGETED, key=lambda k: statistics.median(t[k]))
     worst_ms = statistics.median(t[worst])
     worst90 = max(pct(t[k], 0.9) for k in BUDGETED)
     print(f"target: each Prolog/Epilog < {BUDGET_MS:.0f} ms (MPS daemon start excluded)")
-    print(f"  slowest median: {worst_ms:.1f} ms ({LABELS[worst]}) -> "
-          f"{'MET' if worst_ms < BUDGET_MS else 'NOT MET'}")
-    print(f"  slowest p90:    {worst90:.1f} ms -> "
-          f"{'met' if worst90 < BUDGET_MS else 'not met'} at p90")
-    print(f"  CPU (steadier on a loaded machine): slowest median "
-          f"{max(statistics.median(CPU[k]) for k in BUDGETED):.1f} ms")
+    print(
+        f"  slowest median: {worst_ms:.1f} ms ({LABELS[worst]}) -> "
+        f"{'MET' if worst_ms < BUDGET_MS else 'NOT MET'}"
+    )
+    print(
+        f"  slowest p90:    {worst90:.1f} ms -> "
+        f"{'met' if worst90 < BUDGET_MS else 'not met'} at p90"
+    )
+    print(
+        f"  CPU (steadier on a loaded machine): slowest median "
+        f"{max(statistics.median(CPU[k]) for k in BUDGETED):.1f} ms"
+    )
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {ncpu} CPUs")
     expected = 2 * rounds
-    print(f"records spooled: {spooled} (expected {expected})"
-          + ("" if spooled == expected else "  <-- MISMATCH"))
+    print(
+        f"records spooled: {spooled} (expected {expected})"
+        + ("" if spooled == expected else "  <-- MISMATCH")
+    )
     shutil.rmtree(tmp, ignore_errors=True)
     return 0 if spooled == expected else 1
 

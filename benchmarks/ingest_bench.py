@@ -33,15 +33,34 @@ def records(n: int, first_id: int = 1, classes: list[str] | None = None) -> list
         a, b = first_id + k, first_id + k + 1
         ca, cb = rng.choice(classes), rng.choice(classes)
         for jid, cls, pid, pcls in ((a, ca, b, cb), (b, cb, a, ca)):
-            out.append(JobRecord(
-                job_id=jid, node=f"gpu{k % 64:03d}", user=f"user{jid % 50}", uid=1000 + jid % 50,
-                cls=cls, start=t, end=t + 3600, gpus=[k % 4], gpu_uuids=[f"GPU-{k % 4}"],
-                shared=True, mechanism="mps", thread_pct=50,
-                co_runners=[CoRunner(pid, pcls, "u", t + 60, t + 3000)],
-                profile={"sm_util_mean": 0.6, "sm_util_p95": 0.9, "mem_used_mean_gib": 5.0,
-                         "mem_peak_gib": 6.5, "mem_bw_util_mean": 0.3, "power_w_mean": 180.0,
-                         "samples": 3600, "solo_s": 660.0},
-                progress={"iterations": 36000, "rate": rng.uniform(5, 10), "solo_rate": 10.0}))
+            out.append(
+                JobRecord(
+                    job_id=jid,
+                    node=f"gpu{k % 64:03d}",
+                    user=f"user{jid % 50}",
+                    uid=1000 + jid % 50,
+                    cls=cls,
+                    start=t,
+                    end=t + 3600,
+                    gpus=[k % 4],
+                    gpu_uuids=[f"GPU-{k % 4}"],
+                    shared=True,
+                    mechanism="mps",
+                    thread_pct=50,
+                    co_runners=[CoRunner(pid, pcls, "u", t + 60, t + 3000)],
+                    profile={
+                        "sm_util_mean": 0.6,
+                        "sm_util_p95": 0.9,
+                        "mem_used_mean_gib": 5.0,
+                        "mem_peak_gib": 6.5,
+                        "mem_bw_util_mean": 0.3,
+                        "power_w_mean": 180.0,
+                        "samples": 3600,
+                        "solo_s": 660.0,
+                    },
+                    progress={"iterations": 36000, "rate": rng.uniform(5, 10), "solo_rate": 10.0},
+                )
+            )
     return out[:n]
 
 
@@ -60,8 +79,10 @@ def main() -> None:
         t1 = time.perf_counter()
         again = ingest_records(engine, recs)
         t2 = time.perf_counter()
-        print(f"ingest_records: {new:,} records in {t1 - t0:.2f} s = {new / (t1 - t0):,.0f} records/s "
-              "(target 10,000/s)")
+        print(
+            f"ingest_records: {new:,} records in {t1 - t0:.2f} s = {new / (t1 - t0):,.0f} records/s "
+            "(target 10,000/s)"
+        )
         print(f"  re-ingest (all duplicates, {again} new): {len(recs) / (t2 - t1):,.0f} records/s")
         spool = Path(tmp) / "spool"
         spool.mkdir()
@@ -71,13 +92,17 @@ def main() -> None:
         t3 = time.perf_counter()
         res = ingest_spool(engine, spool)
         t4 = time.perf_counter()
-        print(f"ingest_spool: {res.ingested:,} files in {t4 - t3:.2f} s = {res.ingested / (t4 - t3):,.0f} "
-              "records/s (read, parse, check, store, move to done/)")
+        print(
+            f"ingest_spool: {res.ingested:,} files in {t4 - t3:.2f} s = {res.ingested / (t4 - t3):,.0f} "
+            "records/s (read, parse, check, store, move to done/)"
+        )
         t5 = time.perf_counter()
         rep = rebuild_episodes(engine)
         t6 = time.perf_counter()
-        print(f"rebuild_episodes: {rep.jobs:,} jobs -> {rep.episodes:,} episodes in {t6 - t5:.2f} s "
-              f"= {rep.jobs / (t6 - t5):,.0f} jobs/s")
+        print(
+            f"rebuild_episodes: {rep.jobs:,} jobs -> {rep.episodes:,} episodes in {t6 - t5:.2f} s "
+            f"= {rep.jobs / (t6 - t5):,.0f} jobs/s"
+        )
 
 
 if __name__ == "__main__":

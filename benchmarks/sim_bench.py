@@ -28,9 +28,15 @@ def main() -> None:
     ap.add_argument("--cross-user", default="shard", choices=["never", "shard"])
     a = ap.parse_args()
     data = load_gavel(bundled_path(), "v100")
-    trace = philly_trace(read_philly(bundled_path("philly_job_distribution.csv")), data.classes,
-                         jobs=a.jobs, gpus=a.gpus, load=a.load, seed=a.seed,
-                         max_duration_s=48 * 3600)
+    trace = philly_trace(
+        read_philly(bundled_path("philly_job_distribution.csv")),
+        data.classes,
+        jobs=a.jobs,
+        gpus=a.gpus,
+        load=a.load,
+        seed=a.seed,
+        max_duration_s=48 * 3600,
+    )
     setup = Setup(SimConfig(gpus=a.gpus, seed=a.seed), PlacementConfig(cross_user=a.cross_user))
     t = time.perf_counter()
     train, _ = split_pairs(data, setup.hidden_share, a.seed)

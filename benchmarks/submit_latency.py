@@ -58,8 +58,11 @@ def client_conf_without_plugins(src: Path, workdir: Path) -> Path:
     """A copy of slurm.conf whose SPANK plugin stack is an empty file."""
     empty = workdir / "plugstack.conf"
     empty.write_text("")
-    lines = [ln for ln in src.read_text().splitlines()
-             if not re.match(r"\s*PlugStackConfig\s*=", ln, re.IGNORECASE)]
+    lines = [
+        ln
+        for ln in src.read_text().splitlines()
+        if not re.match(r"\s*PlugStackConfig\s*=", ln, re.IGNORECASE)
+    ]
     lines.append(f"PlugStackConfig={empty}")
     conf = workdir / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
@@ -68,8 +71,14 @@ def client_conf_without_plugins(src: Path, workdir: Path) -> Path:
 
 def _submit(args: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    p = subprocess.run(["sbatch", "--hold", "--parsable", "-o", "/dev/null", *args, "--wrap", "true"],
-                       check=False, capture_output=True, text=True, cwd="/tmp", env=env)
+    p = subprocess.run(
+        ["sbatch", "--hold", "--parsable", "-o", "/dev/null", *args, "--wrap", "true"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        env=env,
+    )
     dt = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"sbatch failed: {p.stderr.strip()}")
@@ -86,9 +95,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300, help="submissions of each kind")
     ap.add_argument("--cls", default="resnet18-bs32", help="--colocate-class of the 'with' jobs")
     ap.add_argument("--seed", type=int, default=1, help="seed of the interleaving order")
-    ap.add_argument("--floor", metavar="NODE:GRES_TYPE",
-                    help="measure Slurm's own cost: a minimal hook places every --colocate job "
-                         "on this shared GPU (e.g. vm:v100_s0) without asking the agent")
+    ap.add_argument(
+        "--floor",
+        metavar="NODE:GRES_TYPE",
+        help="measure Slurm's own cost: a minimal hook places every --colocate job "
+        "on this shared GPU (e.g. vm:v100_s0) without asking the agent",
+    )
     a = ap.parse_args()
     saved = HOOK.read_text() if a.floor else None
     if a.floor:
@@ -109,9 +121,11 @@ def _run(a: argparse.Namespace) -> dict[str, list[float]]:
     plain = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="colo-bench-") as tmp:
         bare = dict(os.environ, SLURM_CONF=str(client_conf_without_plugins(SLURM_CONF, Path(tmp))))
-        how = {"without": (["--gres=gpu:1"], bare),
-               "plugin": (["--gres=gpu:1"], plain),
-               "with": (["--colocate", f"--colocate-class={a.cls}", "--gres=gpu:1"], plain)}
+        how = {
+            "without": (["--gres=gpu:1"], bare),
+            "plugin": (["--gres=gpu:1"], plain),
+            "with": (["--colocate", f"--colocate-class={a.cls}", "--gres=gpu:1"], plain),
+        }
         res: dict[str, list[float]] = {k: [] for k in KINDS}
         rnd = random.Random(a.seed)
         try:
@@ -123,7 +137,9 @@ def _run(a: argparse.Namespace) -> dict[str, list[float]]:
                     if i >= WARMUP:
                         res[k].append(dt)
         finally:
-            subprocess.run(["scancel", "--state=PENDING", "--full"], check=False, capture_output=True)
+            subprocess.run(
+                ["scancel", "--state=PENDING", "--full"], check=False, capture_output=True
+            )
     return res
 
 
@@ -134,13 +150,17 @@ def _report(res: dict[str, list[float]], n: int, floor: bool) -> None:
     print(f"{'':10} {'min':>7} {'median':>7} {'p90':>7} {'p99':>7}  (ms)   median ratio")
     for k in KINDS:
         xs = res[k]
-        print(f"{k:10} {min(xs):7.2f} {statistics.median(xs):7.2f} {_p(xs, .9):7.2f} {_p(xs, .99):7.2f}"
-              f"   {statistics.median(xs) / base:.3f}")
+        print(
+            f"{k:10} {min(xs):7.2f} {statistics.median(xs):7.2f} {_p(xs, 0.9):7.2f} {_p(xs, 0.99):7.2f}"
+            f"   {statistics.median(xs) / base:.3f}"
+        )
     w, o = res["with"], res["without"]
     ratio = statistics.median(w) / base
-    dp99 = _p(w, .99) - _p(o, .99)
-    print(f"median ratio with/without {ratio:.3f} (target <= 1.05)   "
-          f"p99 difference {dp99:+.2f} ms (target <= +5 ms)")
+    dp99 = _p(w, 0.99) - _p(o, 0.99)
+    print(
+        f"median ratio with/without {ratio:.3f} (target <= 1.05)   "
+        f"p99 difference {dp99:+.2f} ms (target <= +5 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,9 @@ from slurm_colo.contracts import munge, transport  # noqa: E402
 from slurm_colo.contracts.protocol import format_reply, format_request, parse_request  # noqa: E402
 
 CLUSTER = "bench"
-REQUEST = format_request("JOBSTART", {"job": 1234567, "node": "gpu001", "gpus": [0, 1],
-                                      "user": "alice", "uid": 1001})
+REQUEST = format_request(
+    "JOBSTART", {"job": 1234567, "node": "gpu001", "gpus": [0, 1], "user": "alice", "uid": 1001}
+)
 
 
 def answer(line: bytes, uid: int) -> bytes:
@@ -53,8 +54,10 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def line(name: str, xs: list[float]) -> None:
-    print(f"  {name:<34} median {pct(xs, .5):7.3f} ms   p90 {pct(xs, .9):7.3f} ms   "
-          f"p99 {pct(xs, .99):7.3f} ms   (n={len(xs)})")
+    print(
+        f"  {name:<34} median {pct(xs, 0.5):7.3f} ms   p90 {pct(xs, 0.9):7.3f} ms   "
+        f"p99 {pct(xs, 0.99):7.3f} ms   (n={len(xs)})"
+    )
 
 
 def bench_munge(sock: str, n: int, backend: str) -> None:
@@ -95,22 +98,33 @@ def bench_round_trips(head, node, n: int, n_cli: int) -> None:
     d = tempfile.mkdtemp(prefix="transport-bench-")
     unix_path = os.path.join(d, "agent.sock")
     us = serve(socketserver.UnixStreamServer, unix_path, lambda got: answer(got, 0))
-    tcp = serve(socketserver.TCPServer, ("127.0.0.1", 0), lambda got: transport.serve_line(
-        got, CLUSTER, answer,
-        decode=functools.partial(munge.decode, socket_path=head.socket),
-        encode=functools.partial(munge.encode, socket_path=head.socket,
-                                 ttl_s=transport.REPLY_TTL_S)))
+    tcp = serve(
+        socketserver.TCPServer,
+        ("127.0.0.1", 0),
+        lambda got: transport.serve_line(
+            got,
+            CLUSTER,
+            answer,
+            decode=functools.partial(munge.decode, socket_path=head.socket),
+            encode=functools.partial(
+                munge.encode, socket_path=head.socket, ttl_s=transport.REPLY_TTL_S
+            ),
+        ),
+    )
     tcp_addr = f"tcp:127.0.0.1:{tcp.server_address[1]}"
     signers = {0, os.getuid()}
     try:
-        for name, address, count, backend in (("unix, plain line", f"unix:{unix_path}", n, "lib"),
-                                              ("tcp + munge, libmunge", tcp_addr, n, "lib"),
-                                              ("tcp + munge, programs", tcp_addr, n_cli, "cli")):
+        for name, address, count, backend in (
+            ("unix, plain line", f"unix:{unix_path}", n, "lib"),
+            ("tcp + munge, libmunge", tcp_addr, n, "lib"),
+            ("tcp + munge, programs", tcp_addr, n_cli, "cli"),
+        ):
             xs = []
             for _ in range(count):
                 t0 = time.perf_counter()
-                transport.round_trip(address, REQUEST, 5.0, CLUSTER, node.socket,
-                                     signers=signers, backend=backend)
+                transport.round_trip(
+                    address, REQUEST, 5.0, CLUSTER, node.socket, signers=signers, backend=backend
+                )
                 xs.append(time.perf_counter() - t0)
             line(f"round trip: {name}", xs)
     finally:
@@ -122,11 +136,13 @@ def bench_round_trips(head, node, n: int, n_cli: int) -> None:
 
 def bench_startup(node_socket: str) -> None:
     """What a hook process pays once: it makes one request per run."""
-    code = ("import time; t0=time.perf_counter(); import slurm_colo.contracts.client; "
-            "t1=time.perf_counter(); from slurm_colo.contracts import munge, transport; "
-            "t2=time.perf_counter(); munge.backend_in_use(); t3=time.perf_counter(); "
-            f"munge.decode(munge.encode(b'x', {node_socket!r}), {node_socket!r}); "
-            "t4=time.perf_counter(); print(t2-t1, t3-t2, t4-t3)")
+    code = (
+        "import time; t0=time.perf_counter(); import slurm_colo.contracts.client; "
+        "t1=time.perf_counter(); from slurm_colo.contracts import munge, transport; "
+        "t2=time.perf_counter(); munge.backend_in_use(); t3=time.perf_counter(); "
+        f"munge.decode(munge.encode(b'x', {node_socket!r}), {node_socket!r}); "
+        "t4=time.perf_counter(); print(t2-t1, t3-t2, t4-t3)"
+    )
     runs: list[list[float]] = [[], [], []]
     # as installed: byte-code compiled once (the first run writes it, and is not counted)
     pyc = tempfile.mkdtemp(prefix="transport-bench-pyc-")
@@ -135,8 +151,9 @@ def bench_startup(node_socket: str) -> None:
     try:
         subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
         for _ in range(20):
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                 env=env, check=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+            ).stdout.split()
             for xs, v in zip(runs, out):
                 xs.append(float(v))
     finally:
@@ -154,8 +171,9 @@ def main() -> None:
     head = private_munged.start()
     node = private_munged.start(key=head.key)
     try:
-        version = subprocess.run([private_munged.munged_binary(), "--version"],
-                                 capture_output=True, text=True).stdout.split()[0]
+        version = subprocess.run(
+            [private_munged.munged_binary(), "--version"], capture_output=True, text=True
+        ).stdout.split()[0]
         print(f"{version}, {os.cpu_count()} CPUs")
         bench_munge(node.socket, args.n, "lib")
         bench_munge(node.socket, args.n_cli, "cli")

@@ -167,6 +167,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("node", "profile"): ("colocated", "all", "none"),
 }
 
+
 def records_to(cfg: Config) -> RecordsTo:
     """``node.records_to`` with "auto" resolved: the agent when this node reaches it over
     TCP and the history is SQLite (a file on the head node), else ``store.url``."""
@@ -217,7 +218,11 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
                 raise ConfigError(f"{src}: {name}.{key} must be an array of strings, got {value!r}")
             value = tuple(value)
         elif isinstance(default, bool) or not isinstance(value, type(default)):
-            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            if (
+                isinstance(default, float)
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+            ):
                 value = float(value)
             else:
                 raise ConfigError(
@@ -247,7 +252,7 @@ def _finish_agent(a: AgentConfig, raw: dict[str, Any], src: str) -> AgentConfig:
     if not a.user:
         raise ConfigError(f"{src}: agent.user must name the user the agent runs as")
     if not a.listen:
-        raise ConfigError(f"{src}: agent.listen is empty; it must include \"unix:{a.socket}\"")
+        raise ConfigError(f'{src}: agent.listen is empty; it must include "unix:{a.socket}"')
     listen = []
     for i, text in enumerate(a.listen):
         try:
@@ -261,8 +266,9 @@ def _finish_agent(a: AgentConfig, raw: dict[str, Any], src: str) -> AgentConfig:
     here = os.path.normpath(a.socket)
     if not any(x.scheme == UNIX and os.path.normpath(x.path) == here for x in listen):
         raise ConfigError(
-            f"{src}: agent.listen must include \"unix:{a.socket}\" (agent.socket): the Lua "
-            f"hook and the local CLI connect there")
+            f'{src}: agent.listen must include "unix:{a.socket}" (agent.socket): the Lua '
+            f"hook and the local CLI connect there"
+        )
     return a
 
 
@@ -273,7 +279,15 @@ def _build_gpus(raw: Any, src: str) -> tuple[NodeGpus, ...]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise ConfigError(f"{src}: gpus[{i}] must be a table")
-        allowed = {"nodes", "count", "model", "memory_gib", "shared", "shards_per_gpu", "device_template"}
+        allowed = {
+            "nodes",
+            "count",
+            "model",
+            "memory_gib",
+            "shared",
+            "shards_per_gpu",
+            "device_template",
+        }
         extra = set(item) - allowed
         if extra:
             raise ConfigError(f"{src}: gpus[{i}]: unknown key(s) {', '.join(sorted(extra))}")
@@ -329,7 +343,9 @@ def load_config(path: str | Path | None = None, *, missing_ok: bool = True) -> C
     except FileNotFoundError:
         if missing_ok:
             return Config(source=f"{p} (missing: defaults)")
-        raise ConfigError(f"config file {p} not found", hint=f"slurm-colo install --write {p.parent}")
+        raise ConfigError(
+            f"config file {p} not found", hint=f"slurm-colo install --write {p.parent}"
+        )
     except OSError as e:
         raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
     return parse_config(text, str(p))

@@ -52,8 +52,9 @@ def _key(k: str, source: str) -> tuple[str, int]:
         name, scale = ast.literal_eval(k)
         return str(name), int(scale)
     except (ValueError, SyntaxError, TypeError) as e:
-        raise ScoresError(f"{source}: bad job key {k!r} "
-                          f"(expected \"('<job type>', <scale factor>)\")") from e
+        raise ScoresError(
+            f"{source}: bad job key {k!r} (expected \"('<job type>', <scale factor>)\")"
+        ) from e
 
 
 def gpu_keys(raw: Any) -> list[str]:
@@ -71,8 +72,9 @@ def parse_gavel(raw: Any, gpu: str, source: str = "gavel data") -> GavelData:
     """Any GPU type (top-level key) of the file works; a missing one, or a malformed
     entry, raises :class:`ScoresError` naming ``source``."""
     if not isinstance(raw, dict):
-        raise ScoresError(f"{source}: not Gavel throughputs (top level is not an object of "
-                          f"GPU types)")
+        raise ScoresError(
+            f"{source}: not Gavel throughputs (top level is not an object of GPU types)"
+        )
     if gpu in raw and not isinstance(raw[gpu], dict):
         raise ScoresError(f"{source}: GPU type {gpu!r} is not an object of job types")
     if gpu not in raw:
@@ -113,8 +115,10 @@ def parse_gavel(raw: Any, gpu: str, source: str = "gavel data") -> GavelData:
             if abs(na - 1.0) < 1e-9 and abs(nb - 1.0) < 1e-9:
                 data.censored.add((a, b))
     if not data.solo:
-        raise ScoresError(f"{source}: GPU type {gpu!r} has no single-GPU job type with a solo "
-                          f"rate (entries ('<job type>', 1) with \"null\": steps/s)")
+        raise ScoresError(
+            f"{source}: GPU type {gpu!r} has no single-GPU job type with a solo "
+            f"rate (entries ('<job type>', 1) with \"null\": steps/s)"
+        )
     return data
 
 

@@ -68,8 +68,9 @@ class _Family:
         self.help = help_text
         self.samples: list[str] = []
 
-    def add(self, value: float | bool | None, labels: Labels | None = None,
-            suffix: str = "") -> None:
+    def add(
+        self, value: float | bool | None, labels: Labels | None = None, suffix: str = ""
+    ) -> None:
         if value is None:
             return
         self.samples.append(f"{self.name}{suffix}{_labels(labels or {})} {format_value(value)}")
@@ -105,35 +106,62 @@ def _score_age(scores: Mapping[str, Any], now: float | None) -> float | None:
 def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     """Render ``snapshot`` as Prometheus text exposition; ends with a newline. ``now``
     (epoch seconds, default the current time) dates a score set given only ``created``."""
-    occupants = _Family("gpu_occupants", "gauge",
-                        "Jobs running on a shared GPU (placed, not pending).")
-    pending = _Family("gpu_pending_occupants", "gauge",
-                      "Jobs placed on a shared GPU by the agent but not yet started.")
-    occ_info = _Family("gpu_occupant_thread_percent", "gauge",
-                       "MPS active thread percentage of each job on a shared GPU.")
-    delta = _Family("gpu_predicted_delta", "gauge",
-                    "Predicted combined speedup of the jobs sharing the GPU (1 = no gain).")
-    slowdown = _Family("gpu_observed_slowdown", "gauge",
-                       "Observed slowdown of the jobs sharing the GPU versus running alone.")
+    occupants = _Family(
+        "gpu_occupants", "gauge", "Jobs running on a shared GPU (placed, not pending)."
+    )
+    pending = _Family(
+        "gpu_pending_occupants",
+        "gauge",
+        "Jobs placed on a shared GPU by the agent but not yet started.",
+    )
+    occ_info = _Family(
+        "gpu_occupant_thread_percent",
+        "gauge",
+        "MPS active thread percentage of each job on a shared GPU.",
+    )
+    delta = _Family(
+        "gpu_predicted_delta",
+        "gauge",
+        "Predicted combined speedup of the jobs sharing the GPU (1 = no gain).",
+    )
+    slowdown = _Family(
+        "gpu_observed_slowdown",
+        "gauge",
+        "Observed slowdown of the jobs sharing the GPU versus running alone.",
+    )
     slots = _Family("gpu_slots", "gauge", "Jobs a shared GPU can hold (its shards).")
-    exclusive = _Family("gpu_exclusive", "gauge",
-                        "1 when an exclusive (gres:gpu) job holds the shared GPU, else 0.")
-    drained = _Family("gpu_drained", "gauge",
-                      "1 while the shared GPU takes no new partners because a job waiting "
-                      "for whole GPUs gets it next (starvation guard), else 0.")
+    exclusive = _Family(
+        "gpu_exclusive", "gauge", "1 when an exclusive (gres:gpu) job holds the shared GPU, else 0."
+    )
+    drained = _Family(
+        "gpu_drained",
+        "gauge",
+        "1 while the shared GPU takes no new partners because a job waiting "
+        "for whole GPUs gets it next (starvation guard), else 0.",
+    )
     for gpu in snapshot.get("gpus") or ():
-        gl = {"node": gpu.get("node", ""), "gpu": gpu.get("index", ""),
-              "gres_type": gpu.get("gres_type", "")}
+        gl = {
+            "node": gpu.get("node", ""),
+            "gpu": gpu.get("index", ""),
+            "gres_type": gpu.get("gres_type", ""),
+        }
         occ = list(gpu.get("occupants") or ())
         n_pending = sum(1 for o in occ if o.get("pending"))
         occupants.add(len(occ) - n_pending, gl)
         pending.add(n_pending, gl)
         for o in occ:
             job = o.get("job_id")
-            occ_info.add(_num(o.get("thread_pct")), {
-                # a placement not yet seen in Slurm has no job id: its token keeps the series unique
-                **gl, "job_id": o.get("key", "") if job is None else job, "class": o.get("cls", ""),
-                "user": o.get("user", ""), "pending": "true" if o.get("pending") else "false"})
+            occ_info.add(
+                _num(o.get("thread_pct")),
+                {
+                    # a placement not yet seen in Slurm has no job id: its token keeps the series unique
+                    **gl,
+                    "job_id": o.get("key", "") if job is None else job,
+                    "class": o.get("cls", ""),
+                    "user": o.get("user", ""),
+                    "pending": "true" if o.get("pending") else "false",
+                },
+            )
         slots.add(_num(gpu.get("slots")), gl)
         if "exclusive_job" in gpu:
             exclusive.add(gpu["exclusive_job"] is not None, gl)
@@ -142,26 +170,34 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
         delta.add(_num(gpu.get("predicted_delta")), gl)
         slowdown.add(_num(gpu.get("observed_slowdown")), gl)
 
-    decisions = _Family("decisions_total", "counter",
-                        "Placement decisions by action and reason code.")
+    decisions = _Family(
+        "decisions_total", "counter", "Placement decisions by action and reason code."
+    )
     for key, count in sorted((snapshot.get("decisions") or {}).items()):
         action, _, reason = str(key).partition(":")
         decisions.add(_num(count), {"action": action, "reason": reason})
 
-    fallbacks = _Family("fallbacks_total", "counter",
-                        "Jobs that got the fallback placement, by reason.")
+    fallbacks = _Family(
+        "fallbacks_total", "counter", "Jobs that got the fallback placement, by reason."
+    )
     for reason, count in sorted((snapshot.get("fallbacks") or {}).items()):
         fallbacks.add(_num(count), {"reason": reason})
 
-    probes = _Family("probes_total", "counter",
-                     "New shared sets judged after their probe: kept, undone (newest job "
-                     "requeued), harmful (harmful, left running) or undo_failed (Slurm refused "
-                     "the requeue).")
+    probes = _Family(
+        "probes_total",
+        "counter",
+        "New shared sets judged after their probe: kept, undone (newest job "
+        "requeued), harmful (harmful, left running) or undo_failed (Slurm refused "
+        "the requeue).",
+    )
     for verdict, count in sorted((snapshot.get("probes") or {}).items()):
         probes.add(_num(count), {"verdict": verdict})
-    held = _Family("held_jobs", "gauge",
-                   "Jobs held until a GPU fits (requeued after a harmful probe: one of their "
-                   "shard type; held at submission: any shared GPU).")
+    held = _Family(
+        "held_jobs",
+        "gauge",
+        "Jobs held until a GPU fits (requeued after a harmful probe: one of their "
+        "shard type; held at submission: any shared GPU).",
+    )
     if "held" in snapshot:
         held.add(len(snapshot.get("held") or []))
 
@@ -172,21 +208,40 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
         score_info.add(1, {"id": scores["id"]})
     score_age.add(_score_age(scores, now))
 
-    pending_total = _Family("pending_placements", "gauge",
-                            "Placements handed out and not yet seen in Slurm.")
+    pending_total = _Family(
+        "pending_placements", "gauge", "Placements handed out and not yet seen in Slurm."
+    )
     pending_total.add(_num(snapshot.get("pending_placements")))
 
     requests = _Family("requests_total", "counter", "Placement requests answered by the agent.")
     requests.add(_num(snapshot.get("requests_total")))
 
     rs = snapshot.get("request_seconds") or {}
-    duration = _Family("request_duration_seconds", "summary",
-                       "Time the agent spent answering placement requests.")
+    duration = _Family(
+        "request_duration_seconds", "summary", "Time the agent spent answering placement requests."
+    )
     duration.add(_num(rs.get("sum")), suffix="_sum")
     duration.add(_num(rs.get("count")), suffix="_count")
 
-    families = [occupants, pending, occ_info, slots, exclusive, drained, delta, slowdown, decisions,
-                fallbacks, probes, held, score_info, score_age, pending_total, requests, duration]
+    families = [
+        occupants,
+        pending,
+        occ_info,
+        slots,
+        exclusive,
+        drained,
+        delta,
+        slowdown,
+        decisions,
+        fallbacks,
+        probes,
+        held,
+        score_info,
+        score_age,
+        pending_total,
+        requests,
+        duration,
+    ]
     out: list[str] = []
     for fam in families:
         out.extend(fam.lines())

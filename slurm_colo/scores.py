@@ -131,8 +131,15 @@ class ScoreTable:
                 for c, i in sorted(self.classes.items())
             },
             "pairs": [
-                {"a": a, "b": b, "n_a": round(p.n_a, 6), "n_b": round(p.n_b, 6),
-                 "sd": round(p.sd, 6), "observed": p.observed, "never": p.never}
+                {
+                    "a": a,
+                    "b": b,
+                    "n_a": round(p.n_a, 6),
+                    "n_b": round(p.n_b, 6),
+                    "sd": round(p.sd, 6),
+                    "observed": p.observed,
+                    "never": p.never,
+                }
                 for (a, b), p in sorted(self.pairs.items())
             ],
             "training": self.training,
@@ -161,11 +168,18 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
             if not isinstance(info, dict):
                 raise ScoresError(f"{source}: class {name!r} is not an object")
             classes[str(name)] = ClassInfo(
-                memory_gib=_num(info["memory_gib"], f"{name}.memory_gib") if "memory_gib" in info else None,
-                sm_util=_num(info["sm_util"], f"{name}.sm_util", 0, 1) if "sm_util" in info else None,
-                solo_rate=_num(info["solo_rate"], f"{name}.solo_rate") if "solo_rate" in info else None,
+                memory_gib=_num(info["memory_gib"], f"{name}.memory_gib")
+                if "memory_gib" in info
+                else None,
+                sm_util=_num(info["sm_util"], f"{name}.sm_util", 0, 1)
+                if "sm_util" in info
+                else None,
+                solo_rate=_num(info["solo_rate"], f"{name}.solo_rate")
+                if "solo_rate" in info
+                else None,
                 progress_rate=_num(info["progress_rate"], f"{name}.progress_rate")
-                if "progress_rate" in info else None,
+                if "progress_rate" in info
+                else None,
             )
         pairs: dict[tuple[str, str], PairScore] = {}
         for k, p in enumerate(d.get("pairs") or []):
@@ -203,14 +217,17 @@ def load_scores(path: str | Path) -> ScoreTable:
     except UnicodeDecodeError:
         raise ScoresError(f"score file {p} is corrupt (not UTF-8 text)") from None
     except FileNotFoundError:
-        raise ScoresError(f"score file {p} not found",
-                          hint="slurm-colo retrain, or slurm-colo scores load FILE") from None
+        raise ScoresError(
+            f"score file {p} not found", hint="slurm-colo retrain, or slurm-colo scores load FILE"
+        ) from None
     except OSError as e:
         raise ScoresError(f"cannot read score file {p}: {e.strerror}") from None
     try:
         d = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ScoresError(f"score file {p} is corrupt (not JSON: {e.msg} at line {e.lineno})") from None
+        raise ScoresError(
+            f"score file {p} is corrupt (not JSON: {e.msg} at line {e.lineno})"
+        ) from None
     return scores_from_dict(d, str(p))
 
 

@@ -17,9 +17,9 @@ from .. import config as _config
 #: ``section.key`` -> one paragraph of help. Keep sentences short; they become man-page text.
 HELP: dict[str, str] = {
     # [agent]
-    "node.records_to": "Where a node's spooled job records go: \"store\" writes them to "
-    "store.url; \"agent\" sends them to the agent (over agent.address), which writes them "
-    "to the head node's store.url; \"auto\" sends them to the agent when agent.address is "
+    "node.records_to": 'Where a node\'s spooled job records go: "store" writes them to '
+    'store.url; "agent" sends them to the agent (over agent.address), which writes them '
+    'to the head node\'s store.url; "auto" sends them to the agent when agent.address is '
     "a tcp: address and store.url is SQLite (a file on the head node), else writes them to "
     "store.url. Either way they are stored once, by record id.",
     "node.records_retry_s": "While the agent cannot be reached, a node's ingest run keeps "
@@ -29,13 +29,13 @@ HELP: dict[str, str] = {
     "another name. Set the same value on the head node and every GPU node.",
     "agent.socket": "Unix socket the placement agent listens on; the Lua hook and the CLI "
     "connect to it.",
-    "agent.listen": "Addresses the agent listens on: \"unix:/path\" or \"tcp:HOST:PORT\" "
-    "(\"tcp:[::]:6830\" for IPv6). It must include the unix socket of agent.socket. On TCP "
+    "agent.listen": 'Addresses the agent listens on: "unix:/path" or "tcp:HOST:PORT" '
+    '("tcp:[::]:6830" for IPv6). It must include the unix socket of agent.socket. On TCP '
     "every message is wrapped in a munge credential (same munge key on every node) and "
     "unauthenticated, replayed, expired, foreign-key or wrong-cluster messages are refused "
     "and logged. Unset, it follows agent.socket.",
     "agent.address": "Where the node hooks (Prolog, Epilog, sampler probe) reach the agent: "
-    "\"unix:/path\" on the head node, \"tcp:HEAD:PORT\" on GPU nodes (one of the head "
+    '"unix:/path" on the head node, "tcp:HEAD:PORT" on GPU nodes (one of the head '
     "node's agent.listen addresses). Unset, it follows agent.socket.",
     "agent.munge_socket": "Socket of the munged that signs and checks the TCP messages. Empty: "
     "libmunge's default (/run/munge/munge.socket.2 on most systems).",
@@ -49,16 +49,16 @@ HELP: dict[str, str] = {
     "from Slurm.",
     "agent.pending_ttl_s": "A placement the agent handed out but has not yet seen in Slurm "
     "(the job was rejected or cancelled at submit) is forgotten after this many seconds.",
-    "agent.metrics_listen": "Address (\"host:port\") of the Prometheus text endpoint served by "
+    "agent.metrics_listen": 'Address ("host:port") of the Prometheus text endpoint served by '
     "the agent. Empty disables it.",
     "agent.log_level": "Agent log level: debug, info, warning or error.",
-    "agent.slurm_backend": "How the agent reads Slurm state: \"auto\" (PySlurm when it matches "
-    "the installed Slurm, else the JSON output of the Slurm commands), \"json\" or \"pyslurm\".",
+    "agent.slurm_backend": 'How the agent reads Slurm state: "auto" (PySlurm when it matches '
+    'the installed Slurm, else the JSON output of the Slurm commands), "json" or "pyslurm".',
     # [placement]
     "placement.fallback": "What the Lua hook does when the agent is down, slow or answers "
-    "garbage: \"exclusive\" keeps the job's own GPU request unchanged; \"shard\" turns it into "
+    'garbage: "exclusive" keeps the job\'s own GPU request unchanged; "shard" turns it into '
     "untargeted gres:shard sharing.",
-    "placement.cross_user": "Jobs of different users on one GPU: \"never\", or \"shard\" "
+    "placement.cross_user": 'Jobs of different users on one GPU: "never", or "shard" '
     "(plain time-sliced sharing without MPS, which gives no memory isolation).",
     "placement.min_delta": "The predicted combined speedup (delta) a shared GPU must keep for "
     "--colocate=auto. 1.0 means no gain over running the jobs one after the other.",
@@ -74,23 +74,23 @@ HELP: dict[str, str] = {
     "data yet (exploration). 0 disables exploration.",
     "placement.reserve_after_h": "Starvation guard: once a job has waited this many hours "
     "for whole GPUs (untyped gres:gpu), or held for the agent (placement.unplaced = "
-    "\"hold\", or requeued by an undo), the shared GPU(s) expected to drain first take no "
+    '"hold", or requeued by an undo), the shared GPU(s) expected to drain first take no '
     "new partners until it has started. 0 disables the guard.",
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
     "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
-    "class's solo speed. 0 disables the probe; so does node.profile = \"none\" (the probe runs "
+    'class\'s solo speed. 0 disables the probe; so does node.profile = "none" (the probe runs '
     "in the job's sampler).",
     "placement.undo": "What happens to a set the probe finds harmful (combined throughput below "
-    "1, or an auto-mode job below 1/max_slowdown of its solo speed): \"requeue\" requeues the "
+    '1, or an auto-mode job below 1/max_slowdown of its solo speed): "requeue" requeues the '
     "newest job (it loses at most probe_s of work; --no-requeue jobs are left alone) and aims "
-    "it at a GPU of its shard type that fits; \"off\" lets the set run on. Either way the "
+    'it at a GPU of its shard type that fits; "off" lets the set run on. Either way the '
     "agent avoids the pair from then on.",
     "placement.unplaced": "A --colocate job that no shared GPU takes at submission: "
-    "\"own-gpu\" keeps its own-GPU request (it waits in Slurm's queue for a whole GPU); "
-    "\"hold\" holds it without a GPU request; the agent releases it onto the first shared "
+    '"own-gpu" keeps its own-GPU request (it waits in Slurm\'s queue for a whole GPU); '
+    '"hold" holds it without a GPU request; the agent releases it onto the first shared '
     "GPU (of the GPU model it asked for) that fits it, with that GPU's shard request. "
-    "\"auto\": \"hold\" when every GPU in [[gpus]] is shared (a job would otherwise wait "
-    "for a whole shared GPU to drain), else \"own-gpu\" (it may take a free GPU that is not "
+    '"auto": "hold" when every GPU in [[gpus]] is shared (a job would otherwise wait '
+    'for a whole shared GPU to drain), else "own-gpu" (it may take a free GPU that is not '
     "shared).",
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
@@ -112,36 +112,37 @@ HELP: dict[str, str] = {
     "scores.max_regression": "A new score set whose held-out error exceeds the live set's by "
     "more than this is not published; the live set stays.",
     # [node]
-    "node.mps_backend": "\"real\" (nvidia-cuda-mps-control) or \"emulator\" (explicit opt-in "
+    "node.mps_backend": '"real" (nvidia-cuda-mps-control) or "emulator" (explicit opt-in '
     "for tests and the lab; never on a production node).",
     "node.mps_control": "The MPS control binary, a name looked up on PATH or an absolute path.",
     "node.mps_timeout_s": "Time limit, in seconds, of one MPS control command.",
-    "node.nvml_backend": "\"real\" (NVML through nvidia-ml-py) or \"scenario\" (explicit "
+    "node.nvml_backend": '"real" (NVML through nvidia-ml-py) or "scenario" (explicit '
     "opt-in for tests and the lab).",
-    "node.nvml_scenario": "Scenario file used when nvml_backend is \"scenario\".",
+    "node.nvml_scenario": 'Scenario file used when nvml_backend is "scenario".',
     "node.run_dir": "Runtime directory on the node (MPS pipes and logs, per-job state).",
     "node.spool_dir": "Spool directory on the node for job records not yet sent to the "
     "history database.",
     "node.sampler_interval_s": "Seconds between two GPU utilisation samples of a running job.",
     "node.sampler_max_samples": (
         "No effect (accepted so older config files stay valid): the sampler keeps only "
-        "streaming summaries, so its memory does not grow with the job's length."),
+        "streaming summaries, so its memory does not grow with the job's length."
+    ),
     "node.spool_keep_days": (
         "Days an ingested record file stays in <spool_dir>/done/ (a copy for audits and "
         "re-imports; the database holds the record) before the node's ingest deletes it; 0 "
-        "keeps them forever."),
-    "node.profile": "Which GPU jobs the node side profiles: \"colocated\" (jobs placed on a "
-    "shared GPU), \"all\" (exclusive jobs too: their solo profiles feed the model) or "
-    "\"none\".",
+        "keeps them forever."
+    ),
+    "node.profile": 'Which GPU jobs the node side profiles: "colocated" (jobs placed on a '
+    'shared GPU), "all" (exclusive jobs too: their solo profiles feed the model) or '
+    '"none".',
     # [[gpus]]
-    "gpus.nodes": "Slurm hostlist of a set of identical GPU nodes, e.g. \"gpu[01-16]\". "
-    "Required.",
+    "gpus.nodes": 'Slurm hostlist of a set of identical GPU nodes, e.g. "gpu[01-16]". Required.',
     "gpus.count": "Number of GPUs per node. Required.",
     "gpus.model": "GPU model used in GRES type names (lower-case letters, digits and '.'), "
-    "e.g. \"v100\". Empty gives types such as \"s1\" and \"excl\".",
+    'e.g. "v100". Empty gives types such as "s1" and "excl".',
     "gpus.memory_gib": "GPU memory per GPU, in GiB.",
-    "gpus.shared": "GPU indices in the shared pool, e.g. \"0-1,3\". The default is every GPU; "
-    "\"\" shares none.",
+    "gpus.shared": 'GPU indices in the shared pool, e.g. "0-1,3". The default is every GPU; '
+    '"" shares none.',
     "gpus.shards_per_gpu": "gres/shard count per shared GPU, which bounds how many jobs can "
     "share it (1-64).",
     "gpus.device_template": "Device file of a GPU; {index} is replaced by its index.",

@@ -49,15 +49,23 @@ def check_config(path: Path) -> tuple[Check, Config | None]:
     name = "config"
     if not path.exists():
         cfg = load_config(path)
-        return Check(name, WARN, f"{path} not found: running on built-in defaults",
-                     f"cp contrib/examples/config.toml {path} and edit it"), cfg
+        return Check(
+            name,
+            WARN,
+            f"{path} not found: running on built-in defaults",
+            f"cp contrib/examples/config.toml {path} and edit it",
+        ), cfg
     try:
         cfg = load_config(path, missing_ok=False)
     except ColoError as e:
         return Check(name, FAIL, e.message, e.hint or f"edit {path}"), None
     extra = "" if cfg.gpus else " (no [[gpus]] table: no GPU is shared)"
-    return Check(name, OK if cfg.gpus else WARN, f"{path} is valid{extra}",
-                 "" if cfg.gpus else f"add a [[gpus]] table to {path}"), cfg
+    return Check(
+        name,
+        OK if cfg.gpus else WARN,
+        f"{path} is valid{extra}",
+        "" if cfg.gpus else f"add a [[gpus]] table to {path}",
+    ), cfg
 
 
 # ---- slurm.conf ------------------------------------------------------------------------
@@ -91,22 +99,37 @@ def check_slurm_conf(text: str | None, path: Path) -> list[Check]:
     if "lua" in plugins or "job_submit/lua" in plugins:
         out.append(Check("JobSubmitPlugins", OK, "lua is enabled"))
     else:
-        out.append(Check("JobSubmitPlugins", FAIL,
-                         f"lua not in JobSubmitPlugins ({conf.get('jobsubmitplugins') or 'unset'}) in {path}",
-                         f"add JobSubmitPlugins=lua to {path}, then scontrol reconfigure"))
+        out.append(
+            Check(
+                "JobSubmitPlugins",
+                FAIL,
+                f"lua not in JobSubmitPlugins ({conf.get('jobsubmitplugins') or 'unset'}) in {path}",
+                f"add JobSubmitPlugins=lua to {path}, then scontrol reconfigure",
+            )
+        )
     types = _list(conf.get("grestypes", ""))
     missing = [t for t in ("gpu", "shard") if t not in types]
     if missing:
-        out.append(Check("GresTypes", FAIL, f"GresTypes lacks {', '.join(missing)} in {path}",
-                         f"set GresTypes=gpu,shard in {path} and restart slurmctld and slurmd"))
+        out.append(
+            Check(
+                "GresTypes",
+                FAIL,
+                f"GresTypes lacks {', '.join(missing)} in {path}",
+                f"set GresTypes=gpu,shard in {path} and restart slurmctld and slurmd",
+            )
+        )
     else:
         out.append(Check("GresTypes", OK, "gpu and shard are GRES types"))
     return out
 
 
 # ---- node hooks -----------------------------------------------------------------------
-HOOK_KEYS = (("prolog", "Prolog"), ("epilog", "Epilog"), ("taskprolog", "TaskProlog"),
-             ("taskepilog", "TaskEpilog"))
+HOOK_KEYS = (
+    ("prolog", "Prolog"),
+    ("epilog", "Epilog"),
+    ("taskprolog", "TaskProlog"),
+    ("taskepilog", "TaskEpilog"),
+)
 HOOK_MARK = "slurm_colo.hooks"
 
 
@@ -130,23 +153,34 @@ def check_node_hooks(slurm_conf: str | None, hooks_env: Path, gpu_node: bool) ->
         elif not any(HOOK_MARK in (read_text(f) or "") for f in files):
             not_ours.append(f"{label}={value}")
     if unset or not_ours:
-        parts = ([f"{', '.join(unset)} not set"] if unset else []) + \
-                ([f"no slurm-colo shim in {', '.join(not_ours)}"] if not_ours else [])
+        parts = ([f"{', '.join(unset)} not set"] if unset else []) + (
+            [f"no slurm-colo shim in {', '.join(not_ours)}"] if not_ours else []
+        )
         return Check(name, FAIL, "; ".join(parts), fix)
     if unseen:
         msg = f"{'; '.join(unseen)}: no such file on this host"
-        return Check(name, FAIL if gpu_node else WARN, msg,
-                     fix if gpu_node else "run doctor on a GPU node")
+        return Check(
+            name, FAIL if gpu_node else WARN, msg, fix if gpu_node else "run doctor on a GPU node"
+        )
     env = read_text(hooks_env)
     if env is None:
-        return Check(name, FAIL if gpu_node else WARN, f"{hooks_env} missing: the shims fall "
-                     "back to python3 and the default config", "install hooks.env from "
-                     "`slurm-colo install --write DIR`")
-    values = dict(ln.split("=", 1) for ln in env.splitlines() if "=" in ln and not ln.startswith("#"))
+        return Check(
+            name,
+            FAIL if gpu_node else WARN,
+            f"{hooks_env} missing: the shims fall back to python3 and the default config",
+            "install hooks.env from `slurm-colo install --write DIR`",
+        )
+    values = dict(
+        ln.split("=", 1) for ln in env.splitlines() if "=" in ln and not ln.startswith("#")
+    )
     python = values.get("SLURM_COLO_PYTHON", "")
     if not python or not Path(python).is_file():
-        return Check(name, FAIL, f"{hooks_env}: SLURM_COLO_PYTHON={python or '(unset)'} does not "
-                     "exist", "slurm-colo install --write DIR, then reinstall hooks.env")
+        return Check(
+            name,
+            FAIL,
+            f"{hooks_env}: SLURM_COLO_PYTHON={python or '(unset)'} does not exist",
+            "slurm-colo install --write DIR, then reinstall hooks.env",
+        )
     return Check(name, OK, f"prolog, epilog and task hooks run slurm-colo ({python})")
 
 
@@ -163,7 +197,9 @@ def plugstack_entries(path: Path, depth: int = 0) -> list[tuple[str, str]]:
             continue
         kind = words[0].lower()
         if kind == "include":
-            for inc in sorted(glob(words[1] if words[1].startswith("/") else str(path.parent / words[1]))):
+            for inc in sorted(
+                glob(words[1] if words[1].startswith("/") else str(path.parent / words[1]))
+            ):
                 out.extend(plugstack_entries(Path(inc), depth + 1))
         elif kind in ("required", "optional"):
             out.append((kind, words[1]))
@@ -171,32 +207,68 @@ def plugstack_entries(path: Path, depth: int = 0) -> list[tuple[str, str]]:
 
 
 def check_spank(plugstack: Path, runner: Runner) -> list[Check]:
-    fix = "slurm-colo install spank, then install plugstack-slurm-colo.conf from " \
-          "`slurm-colo install --write DIR` into plugstack.conf.d/"
+    fix = (
+        "slurm-colo install spank, then install plugstack-slurm-colo.conf from "
+        "`slurm-colo install --write DIR` into plugstack.conf.d/"
+    )
     entries = [(k, p) for k, p in plugstack_entries(plugstack) if Path(p).name == "colocate.so"]
     out: list[Check] = []
     if not entries:
-        out.append(Check("SPANK plugin", FAIL, f"colocate.so not listed in {plugstack} "
-                         "(or the files it includes)", fix))
+        out.append(
+            Check(
+                "SPANK plugin",
+                FAIL,
+                f"colocate.so not listed in {plugstack} (or the files it includes)",
+                fix,
+            )
+        )
     else:
         kind, so = entries[0]
         if Path(so).is_absolute() and not Path(so).is_file():
-            out.append(Check("SPANK plugin", FAIL, f"{so} is listed in plugstack but missing",
-                             f"slurm-colo install spank --prefix {Path(so).parent}"))
+            out.append(
+                Check(
+                    "SPANK plugin",
+                    FAIL,
+                    f"{so} is listed in plugstack but missing",
+                    f"slurm-colo install spank --prefix {Path(so).parent}",
+                )
+            )
         else:
-            note = "" if kind == "optional" else \
-                " (listed as required: a broken plugin would block job launch; prefer optional)"
-            out.append(Check("SPANK plugin", WARN if note else OK, f"{kind} {so}{note}",
-                             "use `optional` in the plugstack line" if note else ""))
+            note = (
+                ""
+                if kind == "optional"
+                else " (listed as required: a broken plugin would block job launch; prefer optional)"
+            )
+            out.append(
+                Check(
+                    "SPANK plugin",
+                    WARN if note else OK,
+                    f"{kind} {so}{note}",
+                    "use `optional` in the plugstack line" if note else "",
+                )
+            )
     r = runner(["sbatch", "--help"])
     if r.rc == NOT_FOUND:
-        out.append(Check("sbatch --colocate", WARN, "sbatch not found on this host",
-                         "run doctor on a submit host"))
+        out.append(
+            Check(
+                "sbatch --colocate",
+                WARN,
+                "sbatch not found on this host",
+                "run doctor on a submit host",
+            )
+        )
     elif "--colocate" in r.stdout + r.stderr:
         out.append(Check("sbatch --colocate", OK, "sbatch --help lists --colocate"))
     else:
-        out.append(Check("sbatch --colocate", FAIL, "sbatch --help does not list --colocate: "
-                         "the SPANK plugin is not loaded on this host", fix))
+        out.append(
+            Check(
+                "sbatch --colocate",
+                FAIL,
+                "sbatch --help does not list --colocate: "
+                "the SPANK plugin is not loaded on this host",
+                fix,
+            )
+        )
     return out
 
 
@@ -204,28 +276,47 @@ def check_spank(plugstack: Path, runner: Runner) -> list[Check]:
 def check_job_submit_lua(etc_slurm: Path, expected: str | None) -> Check:
     name = "job_submit.lua"
     main, colo = etc_slurm / "job_submit.lua", etc_slurm / "job_submit_colo.lua"
-    fix = (f"slurm-colo install --write /tmp/slurm-colo && "
-           f"install -m 0644 /tmp/slurm-colo/job_submit.lua {main}")
+    fix = (
+        f"slurm-colo install --write /tmp/slurm-colo && "
+        f"install -m 0644 /tmp/slurm-colo/job_submit.lua {main}"
+    )
     main_text, colo_text = read_text(main), read_text(colo)
     if main_text is None:
         return Check(name, FAIL, f"{main} not found: no placement hook", fix)
     if expected is None:
-        return Check(name, WARN, f"{main} exists but the expected hook could not be rendered",
-                     "reinstall slurm-colo")
+        return Check(
+            name,
+            WARN,
+            f"{main} exists but the expected hook could not be rendered",
+            "reinstall slurm-colo",
+        )
     if main_text == expected:
         return Check(name, OK, f"{main} is current")
     if colo_text is not None:
         merged = "job_submit_colo.lua" in main_text and "colo_job_submit" in main_text
         if colo_text != expected:
-            return Check(name, WARN, f"{colo} is out of date with the config",
-                         fix.replace(str(main), str(colo)))
+            return Check(
+                name,
+                WARN,
+                f"{colo} is out of date with the config",
+                fix.replace(str(main), str(colo)),
+            )
         if not merged:
-            return Check(name, FAIL, f"{colo} is current but {main} neither loads it nor calls "
-                         "colo_job_submit", "see `slurm-colo install` step 4")
+            return Check(
+                name,
+                FAIL,
+                f"{colo} is current but {main} neither loads it nor calls colo_job_submit",
+                "see `slurm-colo install` step 4",
+            )
         return Check(name, OK, f"{colo} is current and called from {main}")
     if "colo_job_submit" in main_text:
-        return Check(name, WARN, f"{main} contains the slurm-colo hook but differs from what "
-                     "this config renders (out of date or edited)", fix)
+        return Check(
+            name,
+            WARN,
+            f"{main} contains the slurm-colo hook but differs from what "
+            "this config renders (out of date or edited)",
+            fix,
+        )
     return Check(name, FAIL, f"{main} is not the slurm-colo hook and does not call it", fix)
 
 
@@ -241,8 +332,13 @@ def check_lua_socket(patterns: Iterable[str]) -> Check:
     found = sorted(f for pat in patterns for f in glob(pat))
     if found:
         return Check("lua-socket", OK, f"socket.unix found ({found[0]})")
-    return Check("lua-socket", WARN, "LuaSocket's socket.unix not found: on the controller every "
-                 "--colocate job would get the fallback", "apt-get install lua-socket")
+    return Check(
+        "lua-socket",
+        WARN,
+        "LuaSocket's socket.unix not found: on the controller every "
+        "--colocate job would get the fallback",
+        "apt-get install lua-socket",
+    )
 
 
 # ---- gres.conf -------------------------------------------------------------------------
@@ -275,15 +371,24 @@ def parse_gres_conf(text: str, all_nodes: list[str]) -> set[GresRecord]:
 
 def _fmt(r: GresRecord) -> str:
     node, name, typ, f, count = r
-    return f"{node} {name}" + (f":{typ}" if typ else "") + f" {f}" + (f" x{count}" if name == "shard" else "")
+    return (
+        f"{node} {name}"
+        + (f":{typ}" if typ else "")
+        + f" {f}"
+        + (f" x{count}" if name == "shard" else "")
+    )
 
 
 def check_gres_conf(text: str | None, path: Path, cfg: Config) -> Check:
     name = "gres.conf"
     fix = f"merge gres.conf.snippet from `slurm-colo install --write DIR` into {path}"
     if not cfg.gpus:
-        return Check(name, WARN, "no [[gpus]] in the config: nothing to compare",
-                     "add a [[gpus]] table to the config")
+        return Check(
+            name,
+            WARN,
+            "no [[gpus]] in the config: nothing to compare",
+            "add a [[gpus]] table to the config",
+        )
     if text is None:
         return Check(name, FAIL, f"cannot read {path}", fix)
     nodes = sorted({n for ng in cfg.gpus for n in ng.node_names})
@@ -294,10 +399,14 @@ def check_gres_conf(text: str | None, path: Path, cfg: Config) -> Check:
         return Check(name, OK, f"{path} matches the [[gpus]] layout ({len(nodes)} node(s))")
     parts = []
     if missing:
-        parts.append(f"{len(missing)} expected device(s) missing, e.g. "
-                     + "; ".join(_fmt(r) for r in missing[:3]))
+        parts.append(
+            f"{len(missing)} expected device(s) missing, e.g. "
+            + "; ".join(_fmt(r) for r in missing[:3])
+        )
     if extra:
-        parts.append(f"{len(extra)} not in the config, e.g. " + "; ".join(_fmt(r) for r in extra[:3]))
+        parts.append(
+            f"{len(extra)} not in the config, e.g. " + "; ".join(_fmt(r) for r in extra[:3])
+        )
     return Check(name, FAIL, f"{path} differs from the [[gpus]] layout: " + ", ".join(parts), fix)
 
 
@@ -312,8 +421,12 @@ def check_agent(ping: Callable[[], dict[str, Any] | None], socket: str) -> Check
     except ColoError as e:
         return Check(name, FAIL, f"agent at {socket}: {e.message}", e.hint or fix)
     if reply is None:
-        return Check(name, FAIL, f"no answer from the agent at {socket} (placement falls back)", fix)
-    details = ", ".join(f"{k} {reply[k]}" for k in ("version", "scores") if reply.get(k) is not None)
+        return Check(
+            name, FAIL, f"no answer from the agent at {socket} (placement falls back)", fix
+        )
+    details = ", ".join(
+        f"{k} {reply[k]}" for k in ("version", "scores") if reply.get(k) is not None
+    )
     return Check(name, OK, f"agent answers at {socket}" + (f" ({details})" if details else ""))
 
 
@@ -323,12 +436,20 @@ def check_records(cfg: Config) -> Check:
 
     to = records_to(cfg)
     if to == "agent":
-        return Check("records", OK, f"job records go to the agent at {cfg.agent.address}, "
-                     "which stores them in the head node's store.url")
+        return Check(
+            "records",
+            OK,
+            f"job records go to the agent at {cfg.agent.address}, "
+            "which stores them in the head node's store.url",
+        )
     if cfg.agent.address.startswith("tcp:") and cfg.store.url.startswith("sqlite"):
-        return Check("records", WARN, f"job records go to {cfg.store.url}, a file on this node "
-                     "that the head node's retrain never reads",
-                     'set node.records_to = "auto" (or "agent") on GPU nodes')
+        return Check(
+            "records",
+            WARN,
+            f"job records go to {cfg.store.url}, a file on this node "
+            "that the head node's retrain never reads",
+            'set node.records_to = "auto" (or "agent") on GPU nodes',
+        )
     return Check("records", OK, f"job records go to {cfg.store.url}")
 
 
@@ -345,8 +466,9 @@ def check_store(probe: Callable[[], str] | None, url: str) -> Check:
     return Check(name, OK, detail or f"{url} is writable and migrated")
 
 
-def check_scores(load: Callable[[str], Any], path: str, max_age_h: float,
-                 now: datetime | None = None) -> Check:
+def check_scores(
+    load: Callable[[str], Any], path: str, max_age_h: float, now: datetime | None = None
+) -> Check:
     name = "scores"
     try:
         table = load(path)
@@ -356,32 +478,51 @@ def check_scores(load: Callable[[str], Any], path: str, max_age_h: float,
     try:
         when = datetime.fromisoformat(created)
     except (TypeError, ValueError):
-        return Check(name, WARN, f"score set {table.id} in {path} has no valid creation time "
-                     f"({created!r})", "slurm-colo retrain")
+        return Check(
+            name,
+            WARN,
+            f"score set {table.id} in {path} has no valid creation time ({created!r})",
+            "slurm-colo retrain",
+        )
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     age_h = ((now or datetime.now(UTC)) - when).total_seconds() / 3600.0
     if age_h > max_age_h:
-        return Check(name, WARN, f"score set {table.id} is {age_h:.1f} h old "
-                     f"(scores.max_age_h = {max_age_h:g})",
-                     "slurm-colo retrain (and check the slurm-colo-retrain.timer)")
+        return Check(
+            name,
+            WARN,
+            f"score set {table.id} is {age_h:.1f} h old (scores.max_age_h = {max_age_h:g})",
+            "slurm-colo retrain (and check the slurm-colo-retrain.timer)",
+        )
     return Check(name, OK, f"score set {table.id}, {age_h:.1f} h old")
 
 
 def check_mps(node: NodeConfig, which: Callable[[str], str | None], gpu_node: bool) -> Check:
     name = "MPS"
     if node.mps_backend == "emulator":
-        return Check(name, WARN, "emulator in use (node.mps_backend = \"emulator\"): "
-                     "tests and the lab only", "set node.mps_backend = \"real\" on real GPU nodes")
+        return Check(
+            name,
+            WARN,
+            'emulator in use (node.mps_backend = "emulator"): tests and the lab only',
+            'set node.mps_backend = "real" on real GPU nodes',
+        )
     found = which(node.mps_control)
     if found:
         return Check(name, OK, f"{node.mps_control} found at {found}")
     msg = f"{node.mps_control} not found on PATH"
     if not gpu_node:
-        return Check(name, WARN, msg + " (this host is not a GPU node in the config: "
-                     "expected on the controller)", "run doctor on a GPU node too")
-    return Check(name, FAIL, msg, "install the NVIDIA CUDA toolkit's MPS binaries, or set "
-                 "node.mps_control to the full path")
+        return Check(
+            name,
+            WARN,
+            msg + " (this host is not a GPU node in the config: expected on the controller)",
+            "run doctor on a GPU node too",
+        )
+    return Check(
+        name,
+        FAIL,
+        msg,
+        "install the NVIDIA CUDA toolkit's MPS binaries, or set node.mps_control to the full path",
+    )
 
 
 # ---- all of them -----------------------------------------------------------------------

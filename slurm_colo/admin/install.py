@@ -96,28 +96,40 @@ def slurm_conf_text(cfg: Config, lay: Layout) -> str:
 
 def gres_conf_text(cfg: Config, lay: Layout) -> str:
     if not cfg.gpus:
-        return (f"# gres.conf: no [[gpus]] table in {cfg.source}; add one (see "
-                "contrib/examples/config.toml) and run `slurm-colo install` again\n")
+        return (
+            f"# gres.conf: no [[gpus]] table in {cfg.source}; add one (see "
+            "contrib/examples/config.toml) and run `slurm-colo install` again\n"
+        )
     return gres_conf(cfg.gpus)
 
 
 def plugstack_text(lay: Layout) -> str:
-    return "\n".join([
-        "# slurm-colo SPANK plugin: adds --colocate[=auto|aggressive|off] and",
-        "# --colocate-class=NAME to sbatch, srun and salloc.",
-        "# \"optional\": if the plugin cannot be loaded, jobs still launch (without the options).",
-        f"# {lay.etc_slurm}/plugstack.conf must contain: include {lay.plugstack_dir}/*.conf",
-        f"optional {lay.spank_so}",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "# slurm-colo SPANK plugin: adds --colocate[=auto|aggressive|off] and",
+                "# --colocate-class=NAME to sbatch, srun and salloc.",
+                '# "optional": if the plugin cannot be loaded, jobs still launch (without the options).',
+                f"# {lay.etc_slurm}/plugstack.conf must contain: include {lay.plugstack_dir}/*.conf",
+                f"optional {lay.spank_so}",
+            ]
+        )
+        + "\n"
+    )
 
 
 def hooks_env_text(cfg: Config, python: str, config_file: str) -> str:
-    return "\n".join([
-        "# Read by the slurm-colo prolog/epilog shims (sh syntax: NAME=value, no spaces).",
-        "# The Python interpreter that has slurm-colo installed, and the site config.",
-        f"SLURM_COLO_PYTHON={python}",
-        f"SLURM_COLO_CONFIG={config_file}",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "# Read by the slurm-colo prolog/epilog shims (sh syntax: NAME=value, no spaces).",
+                "# The Python interpreter that has slurm-colo installed, and the site config.",
+                f"SLURM_COLO_PYTHON={python}",
+                f"SLURM_COLO_CONFIG={config_file}",
+            ]
+        )
+        + "\n"
+    )
 
 
 def config_file_of(cfg: Config) -> str:
@@ -140,7 +152,9 @@ def steps_text(lay: Layout, src_dir: str, shims_present: bool = True) -> str:
         f"     install -D -m 0644 {d}/hooks.env {lay.etc_colo}/hooks.env",
     ]
     if not shims_present:
-        hooks.insert(0, "     (the hook shims are not in this package build: take them from prolog/)")
+        hooks.insert(
+            0, "     (the hook shims are not in this package build: take them from prolog/)"
+        )
     lines = [
         "Install steps (nothing has been changed on this host):",
         "  1. Build and install the SPANK plugin on every host (needs libslurm-dev):",
@@ -156,7 +170,7 @@ def steps_text(lay: Layout, src_dir: str, shims_present: bool = True) -> str:
         f"     install -m 0644 {d}/job_submit.lua {lay.etc_slurm}/job_submit.lua",
         "     If you already have a job_submit.lua, install ours as job_submit_colo.lua instead,",
         "     load it at the top of yours with",
-        f"         dofile(\"{lay.etc_slurm}/job_submit_colo.lua\")",
+        f'         dofile("{lay.etc_slurm}/job_submit_colo.lua")',
         "     and call it from your slurm_job_submit, where it never raises nor rejects a job:",
         "         pcall(colo_job_submit, job_desc, part_list, submit_uid)",
         "  5. Create the history database and give the agent a first score set (the nightly",
@@ -170,19 +184,30 @@ def steps_text(lay: Layout, src_dir: str, shims_present: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def snippets(cfg: Config, lay: Layout, *, python: str, lua_text: str,
-             shims: dict[str, str] | None = None) -> list[Snippet]:
+def snippets(
+    cfg: Config, lay: Layout, *, python: str, lua_text: str, shims: dict[str, str] | None = None
+) -> list[Snippet]:
     """Every piece of configuration, in install order. ``shims``: hook name -> script text."""
     out = [
-        Snippet("slurm.conf.snippet", f"{lay.etc_slurm}/slurm.conf", "merge",
-                slurm_conf_text(cfg, lay)),
-        Snippet("gres.conf.snippet", f"{lay.etc_slurm}/gres.conf", "merge",
-                gres_conf_text(cfg, lay)),
-        Snippet("plugstack-slurm-colo.conf", f"{lay.plugstack_dir}/slurm-colo.conf", "copy",
-                plugstack_text(lay)),
+        Snippet(
+            "slurm.conf.snippet", f"{lay.etc_slurm}/slurm.conf", "merge", slurm_conf_text(cfg, lay)
+        ),
+        Snippet(
+            "gres.conf.snippet", f"{lay.etc_slurm}/gres.conf", "merge", gres_conf_text(cfg, lay)
+        ),
+        Snippet(
+            "plugstack-slurm-colo.conf",
+            f"{lay.plugstack_dir}/slurm-colo.conf",
+            "copy",
+            plugstack_text(lay),
+        ),
         Snippet("job_submit.lua", f"{lay.etc_slurm}/job_submit.lua", "copy", lua_text),
-        Snippet("hooks.env", f"{lay.etc_colo}/hooks.env", "copy",
-                hooks_env_text(cfg, python, config_file_of(cfg))),
+        Snippet(
+            "hooks.env",
+            f"{lay.etc_colo}/hooks.env",
+            "copy",
+            hooks_env_text(cfg, python, config_file_of(cfg)),
+        ),
     ]
     targets = {
         "slurm-colo-prolog": f"{lay.prolog_dir}/50-slurm-colo",

@@ -22,10 +22,26 @@ from .. import __version__
 from . import config_doc
 
 #: top-level commands documented in section 8; every other command is in section 1
-ADMIN_COMMANDS = frozenset({
-    "agent", "install", "doctor", "man", "retrain", "train", "db", "store", "history",
-    "node", "hooks", "lab", "simulate", "gres", "model", "spool",
-})
+ADMIN_COMMANDS = frozenset(
+    {
+        "agent",
+        "install",
+        "doctor",
+        "man",
+        "retrain",
+        "train",
+        "db",
+        "store",
+        "history",
+        "node",
+        "hooks",
+        "lab",
+        "simulate",
+        "gres",
+        "model",
+        "spool",
+    }
+)
 PROG = "slurm-colo"
 MANUAL = "slurm-colo manual"
 PROG_E = "slurm\\-colo"  # PROG escaped for roff
@@ -64,7 +80,11 @@ def section_of(command: str) -> int:
 
 
 def _commands(cmd: Any) -> dict[str, Any]:
-    return {n: c for n, c in sorted(getattr(cmd, "commands", {}).items()) if not getattr(c, "hidden", False)}
+    return {
+        n: c
+        for n, c in sorted(getattr(cmd, "commands", {}).items())
+        if not getattr(c, "hidden", False)
+    }
 
 
 def _short(cmd: Any) -> str:
@@ -83,7 +103,9 @@ def _options(cmd: Any, ctx: typer.Context) -> list[str]:
     return [ln for ln in out if ln != ""]
 
 
-def _walk(cmd: Any, ctx: typer.Context, path: list[str]) -> Iterator[tuple[list[str], Any, typer.Context]]:
+def _walk(
+    cmd: Any, ctx: typer.Context, path: list[str]
+) -> Iterator[tuple[list[str], Any, typer.Context]]:
     yield path, cmd, ctx
     for name, sub in _commands(cmd).items():
         yield from _walk(sub, typer.Context(sub, info_name=name, parent=ctx), [*path, name])
@@ -111,36 +133,62 @@ def command_page(root: Any, name: str) -> str:
     if subs:
         lines.append(".SH COMMANDS")
         for path, c, cctx in subs:
-            lines += [f'.SS "{esc(" ".join(path[1:]))}"', *(_body(c.help or "") or [esc(_short(c))])]
+            lines += [
+                f'.SS "{esc(" ".join(path[1:]))}"',
+                *(_body(c.help or "") or [esc(_short(c))]),
+            ]
             lines += _options(c, cctx)
     lines += [".SH SEE ALSO", f"\\fB{PROG_E}\\fR(1), \\fB{PROG_E}\\-config\\fR(5)"]
     return "\n".join(lines) + "\n"
 
 
 def overview_page(root: Any) -> str:
-    lines = [_th(PROG, 1), ".SH NAME", f"{PROG_E} \\- {esc(_short(root) or 'GPU co-location for Slurm')}",
-             ".SH SYNOPSIS", f".B {PROG_E}", "COMMAND [OPTIONS] [ARGS]...", ".SH DESCRIPTION",
-             *_body(root.help or ""), ".PP",
-             "Each command is described in its own page, listed below. The site "
-             "configuration is described in \\fBslurm\\-colo\\-config\\fR(5).", ".SH COMMANDS"]
+    lines = [
+        _th(PROG, 1),
+        ".SH NAME",
+        f"{PROG_E} \\- {esc(_short(root) or 'GPU co-location for Slurm')}",
+        ".SH SYNOPSIS",
+        f".B {PROG_E}",
+        "COMMAND [OPTIONS] [ARGS]...",
+        ".SH DESCRIPTION",
+        *_body(root.help or ""),
+        ".PP",
+        "Each command is described in its own page, listed below. The site "
+        "configuration is described in \\fBslurm\\-colo\\-config\\fR(5).",
+        ".SH COMMANDS",
+    ]
     for name, c in _commands(root).items():
-        lines += [".TP", f".B {esc(name)}", f"{esc(_short(c))} (\\fB{PROG_E}\\-{esc(name)}\\fR({section_of(name)}))"]
-    lines += [".SH FILES", ".TP", ".B /etc/slurm\\-colo/config.toml",
-              "The site configuration (override with SLURM_COLO_CONFIG).",
-              ".SH SEE ALSO", f"\\fB{PROG_E}\\-config\\fR(5)"]
+        lines += [
+            ".TP",
+            f".B {esc(name)}",
+            f"{esc(_short(c))} (\\fB{PROG_E}\\-{esc(name)}\\fR({section_of(name)}))",
+        ]
+    lines += [
+        ".SH FILES",
+        ".TP",
+        ".B /etc/slurm\\-colo/config.toml",
+        "The site configuration (override with SLURM_COLO_CONFIG).",
+        ".SH SEE ALSO",
+        f"\\fB{PROG_E}\\-config\\fR(5)",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def config_page() -> str:
-    lines = [_th(f"{PROG}-config", 5), ".SH NAME",
-             f"{PROG_E}\\-config \\- site configuration file of slurm\\-colo", ".SH SYNOPSIS",
-             ".B /etc/slurm\\-colo/config.toml", ".SH DESCRIPTION",
-             "A TOML file, owned by root, read by the agent, the node hooks and the command "
-             "line. Every section and key is optional and has the default shown below; an empty "
-             "file is valid. Unknown keys and bad values are errors that name the key. The "
-             "environment variable SLURM_COLO_CONFIG names another file. "
-             "\\fBslurm\\-colo doctor\\fR checks the file; a commented example covering every "
-             "key is contrib/examples/config.toml."]
+    lines = [
+        _th(f"{PROG}-config", 5),
+        ".SH NAME",
+        f"{PROG_E}\\-config \\- site configuration file of slurm\\-colo",
+        ".SH SYNOPSIS",
+        ".B /etc/slurm\\-colo/config.toml",
+        ".SH DESCRIPTION",
+        "A TOML file, owned by root, read by the agent, the node hooks and the command "
+        "line. Every section and key is optional and has the default shown below; an empty "
+        "file is valid. Unknown keys and bad values are errors that name the key. The "
+        "environment variable SLURM_COLO_CONFIG names another file. "
+        "\\fBslurm\\-colo doctor\\fR checks the file; a commented example covering every "
+        "key is contrib/examples/config.toml.",
+    ]
     current = None
     for k in config_doc.iter_keys():
         if k.section != current:
@@ -157,11 +205,28 @@ def config_page() -> str:
         ch = config_doc.choices(k.section, k.key)
         if ch:
             lines[-1] += f" Accepted: {esc(', '.join(ch))}."
-    lines += [".SH EXAMPLE", ".nf", *(esc(ln) for ln in (
-        "[placement]", "fallback = \"exclusive\"", "min_delta = 1.1", "",
-        "[[gpus]]", "nodes = \"gpu[01-04]\"", "count = 4", "model = \"v100\"", "shared = \"0-1\"")),
-        ".fi", ".SH SEE ALSO", f"\\fB{PROG_E}\\fR(1), \\fB{PROG_E}\\-install\\fR(8), "
-        f"\\fB{PROG_E}\\-doctor\\fR(8), \\fBslurm.conf\\fR(5), \\fBgres.conf\\fR(5)"]
+    lines += [
+        ".SH EXAMPLE",
+        ".nf",
+        *(
+            esc(ln)
+            for ln in (
+                "[placement]",
+                'fallback = "exclusive"',
+                "min_delta = 1.1",
+                "",
+                "[[gpus]]",
+                'nodes = "gpu[01-04]"',
+                "count = 4",
+                'model = "v100"',
+                'shared = "0-1"',
+            )
+        ),
+        ".fi",
+        ".SH SEE ALSO",
+        f"\\fB{PROG_E}\\fR(1), \\fB{PROG_E}\\-install\\fR(8), "
+        f"\\fB{PROG_E}\\-doctor\\fR(8), \\fBslurm.conf\\fR(5), \\fBgres.conf\\fR(5)",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,9 @@ from .run import NOT_FOUND, Result, Runner
 MIN_VERSION = (22, 5)
 MAX_MAJOR = 24
 
-_HEADER_RE = re.compile(r"^\s*#\s*define\s+SLURM_VERSION_NUMBER\s+(0x[0-9a-fA-F]+|\d+)", re.MULTILINE)
+_HEADER_RE = re.compile(
+    r"^\s*#\s*define\s+SLURM_VERSION_NUMBER\s+(0x[0-9a-fA-F]+|\d+)", re.MULTILINE
+)
 _OUTPUT_RE = re.compile(r"\bslurm(?:-wlm)?\s+(\d+)\.(\d+)(?:\.(\d+))?", re.IGNORECASE)
 
 
@@ -70,43 +72,51 @@ def detect_slurm_version(include_dir: Path, runner: Runner) -> tuple[tuple[int, 
         v = parse_version_output(r.stdout + "\n" + r.stderr) if r.rc != NOT_FOUND else None
         if v:
             return v, " ".join(argv)
-    raise InstallError("cannot tell the Slurm version: no SLURM_VERSION_NUMBER in "
-                       f"{header} and neither `slurmctld -V` nor `sinfo -V` answered",
-                       hint="apt-get install libslurm-dev")
+    raise InstallError(
+        "cannot tell the Slurm version: no SLURM_VERSION_NUMBER in "
+        f"{header} and neither `slurmctld -V` nor `sinfo -V` answered",
+        hint="apt-get install libslurm-dev",
+    )
 
 
 def check_build_prerequisites(include_dir: Path, runner: Runner) -> tuple[int, int, int]:
     """Raise :class:`InstallError` unless spank.h exists and the Slurm version is supported."""
     spank_h = include_dir / "slurm" / "spank.h"
     if not spank_h.is_file():
-        raise InstallError(f"{spank_h} not found: the Slurm development headers are needed "
-                           "to build the plugin", hint="apt-get install libslurm-dev")
+        raise InstallError(
+            f"{spank_h} not found: the Slurm development headers are needed to build the plugin",
+            hint="apt-get install libslurm-dev",
+        )
     v, where = detect_slurm_version(include_dir, runner)
     if not is_supported(v):
-        raise InstallError(f"Slurm {version_str(v)} (from {where}) is not supported: "
-                           f"slurm-colo supports Slurm {MIN_VERSION[0]}.{MIN_VERSION[1]:02d} "
-                           f"to {MAX_MAJOR}.x")
+        raise InstallError(
+            f"Slurm {version_str(v)} (from {where}) is not supported: "
+            f"slurm-colo supports Slurm {MIN_VERSION[0]}.{MIN_VERSION[1]:02d} "
+            f"to {MAX_MAJOR}.x"
+        )
     return v
 
 
 def _check(r: Result, what: str) -> None:
     if r.rc == NOT_FOUND:
-        raise InstallError(f"{what}: `{r.argv[0]}` not found",
-                           hint="apt-get install make gcc")
+        raise InstallError(f"{what}: `{r.argv[0]}` not found", hint="apt-get install make gcc")
     if r.rc != 0:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-5:])
         raise InstallError(f"{what} failed (exit {r.rc}): {tail}")
 
 
-def build_spank(src_dir: Path, build_dir: Path, include_dir: Path, runner: Runner,
-                prefix: Path | None = None) -> Path:
+def build_spank(
+    src_dir: Path, build_dir: Path, include_dir: Path, runner: Runner, prefix: Path | None = None
+) -> Path:
     """Copy the plugin source to ``build_dir``, build it, and install it into ``prefix``
     when given. Returns the path of the built (or installed) ``colocate.so``."""
     check_build_prerequisites(include_dir, runner)
     if not (src_dir / "colocate.c").is_file() or not (src_dir / "Makefile").is_file():
-        raise InstallError(f"plugin source missing in {src_dir} (colocate.c, Makefile): "
-                           "this slurm-colo package is incomplete",
-                           hint="pip install --force-reinstall slurm-colo")
+        raise InstallError(
+            f"plugin source missing in {src_dir} (colocate.c, Makefile): "
+            "this slurm-colo package is incomplete",
+            hint="pip install --force-reinstall slurm-colo",
+        )
     build_dir.mkdir(parents=True, exist_ok=True)
     for f in src_dir.iterdir():
         if f.is_file() and not f.name.endswith(".so"):
@@ -115,6 +125,17 @@ def build_spank(src_dir: Path, build_dir: Path, include_dir: Path, runner: Runne
     built = build_dir / "colocate.so"
     if prefix is None:
         return built
-    _check(runner(["make", "-C", str(build_dir), "install", f"SLURM_INCLUDE={include_dir}",
-                   f"PREFIX={prefix}"]), "make install")
+    _check(
+        runner(
+            [
+                "make",
+                "-C",
+                str(build_dir),
+                "install",
+                f"SLURM_INCLUDE={include_dir}",
+                f"PREFIX={prefix}",
+            ]
+        ),
+        "make install",
+    )
     return prefix / "colocate.so"

@@ -43,8 +43,18 @@ from ..contracts.placement import ANY_SHARED, Placement, held_for_text
 from ..contracts.probe import ProbeReport
 from ..placement import JobRequest
 from ..placement.guard import HeldWait
-from ..placement.held import (HeldJob, Newcomer, judge_probe, must_lock, oldest_first,
-                              place_held, release, requeued, undo_comment, undo_tag)
+from ..placement.held import (
+    HeldJob,
+    Newcomer,
+    judge_probe,
+    must_lock,
+    oldest_first,
+    place_held,
+    release,
+    requeued,
+    undo_comment,
+    undo_tag,
+)
 from ..placement.retract import members_from_report, rate_floor
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
@@ -85,11 +95,20 @@ class HeldJobs:
 
     def waits(self) -> list[HeldWait]:
         """The held jobs as the starvation guard sees them."""
-        return [HeldWait(h.job_id, h.gres_type, h.since, h.model, h.request.partition)
-                for h in self.jobs.values()]
+        return [
+            HeldWait(h.job_id, h.gres_type, h.since, h.model, h.request.partition)
+            for h in self.jobs.values()
+        ]
 
-    def probe(self, report: ProbeReport, now: float, ledger: Ledger, occ: Occupancy,
-              live: LiveScores, rebuild: Callable[[], None]) -> tuple[dict[str, Any], list[Action]]:
+    def probe(
+        self,
+        report: ProbeReport,
+        now: float,
+        ledger: Ledger,
+        occ: Occupancy,
+        live: LiveScores,
+        rebuild: Callable[[], None],
+    ) -> tuple[dict[str, Any], list[Action]]:
         """Judge one probe report; returns the reply for the node and what to do in Slurm
         (``rebuild`` rebuilds the view once the scores or the placements changed)."""
         job_id = report.job
@@ -105,8 +124,10 @@ class HeldJobs:
         tag = Placement.from_tag(sj.admin_comment) if sj else None
         newcomer = Newcomer(
             placed=p is not None and p.decision.shared and p.decision.node in occ.layouts,
-            requeue=sj is None or sj.requeue, undone=bool(tag and tag.undone),
-            ends_in_s=sj.end_time - now if sj is not None and sj.active else None)
+            requeue=sj is None or sj.requeue,
+            undone=bool(tag and tag.undone),
+            ends_in_s=sj.end_time - now if sj is not None and sj.active else None,
+        )
         j = judge_probe(str(job_id), members, live.table, self.cfg.placement, newcomer)
         live.learn(j.observed, now, at_once=j.verdict != "keep")  # the view is rebuilt below
         if j.verdict == "keep":
@@ -126,11 +147,19 @@ class HeldJobs:
         ledger.probes["undone"] += 1
         ledger.note(token, f"requeued after its probe: {j.reason}")
         rebuild()
-        log.warning("job %s: probe %s; requeued, to be aimed again at a GPU of type %s",
-                    job_id, j.reason, gres_type)
-        act = Action("requeue_hold", job_id, undo_tag(token, req, j.reason, gres_type),
-                     undo_comment(self.cfg.placement, j.reason),
-                     restore=(sj.admin_comment, sj.comment) if sj else ("", ""))
+        log.warning(
+            "job %s: probe %s; requeued, to be aimed again at a GPU of type %s",
+            job_id,
+            j.reason,
+            gres_type,
+        )
+        act = Action(
+            "requeue_hold",
+            job_id,
+            undo_tag(token, req, j.reason, gres_type),
+            undo_comment(self.cfg.placement, j.reason),
+            restore=(sj.admin_comment, sj.comment) if sj else ("", ""),
+        )
         return j.reply(), [act]
 
     def reaim(self, now: float, ledger: Ledger, occ: Occupancy, scores: ScoreTable) -> list[Action]:
@@ -150,38 +179,71 @@ class HeldJobs:
                     out.append(Action("admin_hold", h.job_id))
                 continue
             del self.jobs[h.job_id]
-            ledger.add(h.token, replace(h.request, gres_type="", key=str(h.job_id)), d, now,
-                       occ.view, job_id=h.job_id)
+            ledger.add(
+                h.token,
+                replace(h.request, gres_type="", key=str(h.job_id)),
+                d,
+                now,
+                occ.view,
+                job_id=h.job_id,
+            )
             r = release(h, d)
             ledger.note(h.token, r.note)
-            log.info("job %s: released onto GPU %s of %s (%s): %s", h.job_id, d.index, d.node,
-                     "after its undo" if h.undone else "held at submission", d.reason)
+            log.info(
+                "job %s: released onto GPU %s of %s (%s): %s",
+                h.job_id,
+                d.index,
+                d.node,
+                "after its undo" if h.undone else "held at submission",
+                d.reason,
+            )
             gres = occ.layouts[d.node].shard_request(d.index or 0) if h.any_gpu else ""
-            out.append(Action("aim", h.job_id, r.tag, r.comment, node=d.node, gres=gres,
-                              model=h.model))
+            out.append(
+                Action("aim", h.job_id, r.tag, r.comment, node=d.node, gres=gres, model=h.model)
+            )
         return out
 
-    def sync(self, jobs: dict[int, SlurmJob], tags: dict[int, Placement], ledger: Ledger,
-             now: float) -> None:
+    def sync(
+        self, jobs: dict[int, SlurmJob], tags: dict[int, Placement], ledger: Ledger, now: float
+    ) -> None:
         """After a look at Slurm (``tags``: the parsed tag of each job that has one): adopt
         held jobs known only from their tags (agent restart), forget those Slurm no longer
         holds for us (released by hand, cancelled, ended)."""
         grace = 3 * self.cfg.agent.refresh_interval_s
         for job_id, tag in tags.items():
             j = jobs[job_id]
-            if (tag.held and j.state == "PENDING" and j.job_id not in self.jobs
-                    and j.job_id not in ledger.by_job):
+            if (
+                tag.held
+                and j.state == "PENDING"
+                and j.job_id not in self.jobs
+                and j.job_id not in ledger.by_job
+            ):
                 any_gpu = tag.held == ANY_SHARED
-                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag.cls,
-                                 mode=tag.mode, gres_type="" if any_gpu else tag.held,
-                                 partition=j.partition,
-                                 rate_floor=rate_floor(self.cfg.placement, tag.undone))
-                why = "requeued after a harmful probe" if tag.undone else \
-                    f"held at submission until {held_for_text(tag.held, tag.model)} fits"
-                self.jobs[j.job_id] = HeldJob(j.job_id, tag.token or f"job{j.job_id}", req,
-                                              j.submit_time or now, why, undone=tag.undone,
-                                              model=tag.model,
-                                              locked=j.state_reason == "JobHeldAdmin")
+                req = JobRequest(
+                    key=str(j.job_id),
+                    user=j.user,
+                    uid=j.uid,
+                    cls=tag.cls,
+                    mode=tag.mode,
+                    gres_type="" if any_gpu else tag.held,
+                    partition=j.partition,
+                    rate_floor=rate_floor(self.cfg.placement, tag.undone),
+                )
+                why = (
+                    "requeued after a harmful probe"
+                    if tag.undone
+                    else f"held at submission until {held_for_text(tag.held, tag.model)} fits"
+                )
+                self.jobs[j.job_id] = HeldJob(
+                    j.job_id,
+                    tag.token or f"job{j.job_id}",
+                    req,
+                    j.submit_time or now,
+                    why,
+                    undone=tag.undone,
+                    model=tag.model,
+                    locked=j.state_reason == "JobHeldAdmin",
+                )
         for job_id, h in list(self.jobs.items()):
             sj = jobs.get(job_id)
             # a held job is always pending or (just before its requeue) running in Slurm:
@@ -190,8 +252,14 @@ class HeldJobs:
                 log.info("job %s: no longer held in Slurm; not aimed again", job_id)
                 del self.jobs[job_id]
 
-    def failed(self, action: Action, now: float, ledger: Ledger, occ: Occupancy,
-               rebuild: Callable[[], None]) -> None:
+    def failed(
+        self,
+        action: Action,
+        now: float,
+        ledger: Ledger,
+        occ: Occupancy,
+        rebuild: Callable[[], None],
+    ) -> None:
         """Slurm refused ``action``. A failed requeue leaves the job running (it is
         forgotten here; the next look at Slurm finds it on its GPU again); a failed release
         puts the job back among the held ones, to be aimed again at the next look; a failed
@@ -213,9 +281,15 @@ class HeldJobs:
         # a job held without a GPU request may still go anywhere; a requeued one keeps its type
         gres_type = "" if action.gres else occ.shard_type(p.decision)
         tag = Placement.from_tag(action.admin_comment)
-        self.jobs[action.job_id] = HeldJob(action.job_id, token, replace(p.request, gres_type=gres_type),
-                                           now, "its release failed", undone=bool(tag and tag.undone),
-                                           model=action.model)
+        self.jobs[action.job_id] = HeldJob(
+            action.job_id,
+            token,
+            replace(p.request, gres_type=gres_type),
+            now,
+            "its release failed",
+            undone=bool(tag and tag.undone),
+            model=action.model,
+        )
         rebuild()
 
 

@@ -42,8 +42,10 @@ def learned_path(cfg: Config) -> Path:
 
 
 def to_json(learned: Learned) -> bytes:
-    pairs = [{"a": a, "b": b, "n_a": p.n_a, "n_b": p.n_b, "sd": p.sd, "never": p.never,
-              "at": t} for (a, b), (p, t) in sorted(learned.items())]
+    pairs = [
+        {"a": a, "b": b, "n_a": p.n_a, "n_b": p.n_b, "sd": p.sd, "never": p.never, "at": t}
+        for (a, b), (p, t) in sorted(learned.items())
+    ]
     return json.dumps({"format": FORMAT, "pairs": pairs}, indent=1).encode() + b"\n"
 
 
@@ -60,12 +62,15 @@ def from_json(raw: bytes, source: str) -> Learned:
             a, b = str(p["a"]), str(p["b"])
             vals = [float(p["n_a"]), float(p["n_b"]), float(p.get("sd", 0.0)), float(p["at"])]
         except (KeyError, TypeError, ValueError) as e:
-            raise LearnedError(f"{source}: pairs[{k}] is malformed ({type(e).__name__}: {e})") \
-                from None
+            raise LearnedError(
+                f"{source}: pairs[{k}] is malformed ({type(e).__name__}: {e})"
+            ) from None
         if not all(math.isfinite(v) and v >= 0 for v in vals) or max(vals[:3]) > 10:
             raise LearnedError(f"{source}: pairs[{k}] has a value out of range")
-        out[(a, b)] = (PairScore(vals[0], vals[1], vals[2], observed=True,
-                                 never=bool(p.get("never", False))), vals[3])
+        out[(a, b)] = (
+            PairScore(vals[0], vals[1], vals[2], observed=True, never=bool(p.get("never", False))),
+            vals[3],
+        )
     return out
 
 
@@ -74,8 +79,11 @@ def save(path: Path, learned: Learned) -> None:
     try:
         atomic_write_bytes(path, to_json(learned), mode=0o644)
     except OSError as e:
-        log.warning("cannot save probe measurements to %s: %s (they are kept until the agent "
-                    "stops)", path, e.strerror or e)
+        log.warning(
+            "cannot save probe measurements to %s: %s (they are kept until the agent stops)",
+            path,
+            e.strerror or e,
+        )
 
 
 def load(path: Path) -> Learned:
@@ -86,8 +94,9 @@ def load(path: Path) -> Learned:
     except FileNotFoundError:
         return {}
     except OSError as e:
-        log.warning("cannot read probe measurements %s: %s; starting without them", path,
-                    e.strerror or e)
+        log.warning(
+            "cannot read probe measurements %s: %s; starting without them", path, e.strerror or e
+        )
         return {}
     try:
         return from_json(raw, str(path))
@@ -133,8 +142,9 @@ class LiveScores:
         self.learned = {k: v for k, v in self.learned.items() if made is None or v[1] > made}
         self._table = with_pairs(table, {k: v[0] for k, v in self.learned.items()})
 
-    def learn(self, observed: dict[tuple[str, str], PairScore], now: float,
-              at_once: bool = False) -> None:
+    def learn(
+        self, observed: dict[tuple[str, str], PairScore], now: float, at_once: bool = False
+    ) -> None:
         """Use pair throughputs a probe measured (until a newer score set): ``at_once`` (a
         harmful set: the caller rebuilds the view), else from the next look at Slurm, so a
         kept set costs no rebuild of the placement cache on a hook's request."""

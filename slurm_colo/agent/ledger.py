@@ -92,14 +92,32 @@ class Ledger:
                 continue
             j = jobs[job_id]
             p = self.placements.get(tag.token)
-            if (p is None and tag.shared and tag.node is not None and tag.gpu is not None
-                    and (j.active or j.state == "PENDING")):
-                req = JobRequest(key=str(j.job_id), user=j.user, uid=j.uid, cls=tag.cls, mode=tag.mode,
-                                 rate_floor=rate_floor(self.cfg.placement, tag.undone))
-                d = Decision.from_placement(tag, "rebuilt from the job's tag after an agent restart")
+            if (
+                p is None
+                and tag.shared
+                and tag.node is not None
+                and tag.gpu is not None
+                and (j.active or j.state == "PENDING")
+            ):
+                req = JobRequest(
+                    key=str(j.job_id),
+                    user=j.user,
+                    uid=j.uid,
+                    cls=tag.cls,
+                    mode=tag.mode,
+                    rate_floor=rate_floor(self.cfg.placement, tag.undone),
+                )
+                d = Decision.from_placement(
+                    tag, "rebuilt from the job's tag after an agent restart"
+                )
                 p = PlacedJob(tag.token, req, d, created=j.submit_time or now)
                 self.placements[p.token] = p
-                log.info("job %s: placement rebuilt from Slurm (GPU %s of %s)", j.job_id, tag.gpu, tag.node)
+                log.info(
+                    "job %s: placement rebuilt from Slurm (GPU %s of %s)",
+                    j.job_id,
+                    tag.gpu,
+                    tag.node,
+                )
             if p is not None and p.job_id is None:
                 self.link(p, j.job_id)
             if p is not None:
@@ -111,8 +129,15 @@ class Ledger:
             if gone or stale:
                 self.drop(token)
 
-    def add(self, token: str, req: JobRequest, d: Decision, now: float, view: ClusterView,
-            job_id: int | None = None) -> PlacedJob:
+    def add(
+        self,
+        token: str,
+        req: JobRequest,
+        d: Decision,
+        now: float,
+        view: ClusterView,
+        job_id: int | None = None,
+    ) -> PlacedJob:
         """Record a shared placement and add it to its GPU of ``view``."""
         p = PlacedJob(token, req, d, created=now)
         self.placements[token] = p
@@ -127,11 +152,19 @@ class Ledger:
     def occupant(self, p: PlacedJob) -> Occupant:
         d = p.decision
         est = d.memory_gib if d.memory_gib is not None else self.cfg.placement.default_memory_gib
-        return Occupant(key=str(p.job_id) if p.job_id else p.token, user=p.request.user, uid=p.request.uid,
-                        cls=p.request.cls, memory_gib=est, thread_pct=d.thread_pct or 100,
-                        mem_limit_gib=d.mem_limit_gib or 0.0, pending=not p.running,
-                        job_id=p.job_id, since=p.started or p.created,
-                        no_partners=p.request.takes_no_partner)
+        return Occupant(
+            key=str(p.job_id) if p.job_id else p.token,
+            user=p.request.user,
+            uid=p.request.uid,
+            cls=p.request.cls,
+            memory_gib=est,
+            thread_pct=d.thread_pct or 100,
+            mem_limit_gib=d.mem_limit_gib or 0.0,
+            pending=not p.running,
+            job_id=p.job_id,
+            since=p.started or p.created,
+            no_partners=p.request.takes_no_partner,
+        )
 
     def occupant_for_job(self, j: SlurmJob, scores: ScoreTable) -> Occupant:
         token = self.by_job.get(j.job_id)
@@ -142,19 +175,46 @@ class Ledger:
             return occ
         # a shard job we did not place (fallback sharing, or asked for by hand)
         cls = derive_class(j.name)
-        return Occupant(key=str(j.job_id), user=j.user, uid=j.uid, cls=cls,
-                        memory_gib=scores.memory_gib(cls, self.cfg.placement.default_memory_gib),
-                        job_id=j.job_id, since=j.start_time)
+        return Occupant(
+            key=str(j.job_id),
+            user=j.user,
+            uid=j.uid,
+            cls=cls,
+            memory_gib=scores.memory_gib(cls, self.cfg.placement.default_memory_gib),
+            job_id=j.job_id,
+            since=j.start_time,
+        )
 
     # ---- explanations ----------------------------------------------------------------
-    def remember(self, token: str, name: str, user: str, cls: str, mode: str, d: Decision,
-                 now: float, scores_id: str) -> None:
+    def remember(
+        self,
+        token: str,
+        name: str,
+        user: str,
+        cls: str,
+        mode: str,
+        d: Decision,
+        now: float,
+        scores_id: str,
+    ) -> None:
         self.explanations[token] = {
-            "token": token, "job_id": None, "name": name, "user": user, "cls": cls, "mode": mode,
-            "action": d.action, "reason": d.reason, "node": d.node, "gpu": d.index,
-            "partners": list(d.partners), "predicted_delta": d.predicted_delta,
-            "predicted_sd": d.predicted_sd, "thread_pct": d.thread_pct,
-            "mem_limit_gib": d.mem_limit_gib, "mechanism": d.mechanism, "time": now,
+            "token": token,
+            "job_id": None,
+            "name": name,
+            "user": user,
+            "cls": cls,
+            "mode": mode,
+            "action": d.action,
+            "reason": d.reason,
+            "node": d.node,
+            "gpu": d.index,
+            "partners": list(d.partners),
+            "predicted_delta": d.predicted_delta,
+            "predicted_sd": d.predicted_sd,
+            "thread_pct": d.thread_pct,
+            "mem_limit_gib": d.mem_limit_gib,
+            "mechanism": d.mechanism,
+            "time": now,
             "scores": scores_id,
         }
         while len(self.explanations) > MAX_EXPLANATIONS:
@@ -173,8 +233,11 @@ class Ledger:
             token = t.token if t else None
         ex = dict(self.explanations.get(token or "", {}))
         if not ex:
-            return {"job_id": job_id, "known": False,
-                    "reason": "no placement recorded: submitted without --colocate, or before the agent's memory"}
+            return {
+                "job_id": job_id,
+                "known": False,
+                "reason": "no placement recorded: submitted without --colocate, or before the agent's memory",
+            }
         ex["known"] = True
         ex["job_id"] = job_id
         ex["partners"] = [self._job_of(k) for k in ex.get("partners", [])]

@@ -84,8 +84,9 @@ def unix_server(path: Path, answer: Answer, stop: threading.Event) -> socketserv
     return server
 
 
-def tcp_servers(cfg: AgentConfig, handle: Callable[[bytes, int | None], bytes],
-                stop: threading.Event) -> list[socketserver.TCPServer]:
+def tcp_servers(
+    cfg: AgentConfig, handle: Callable[[bytes, int | None], bytes], stop: threading.Event
+) -> list[socketserver.TCPServer]:
     """A running server thread per ``tcp:`` address of ``agent.listen``: each line is a
     munge envelope, answered by ``handle`` with the uid munged vouches for, and the reply
     is signed (:func:`slurm_colo.contracts.transport.serve_line`)."""
@@ -112,8 +113,9 @@ def tcp_servers(cfg: AgentConfig, handle: Callable[[bytes, int | None], bytes],
                     return
                 if not line:
                     return
-                reply = transport.serve_line(line, cfg.cluster, handle, decode=decode,
-                                             encode=encode, on_refusal=refused)
+                reply = transport.serve_line(
+                    line, cfg.cluster, handle, decode=decode, encode=encode, on_refusal=refused
+                )
                 try:
                     self.wfile.write(reply)
                 except OSError:
@@ -128,8 +130,9 @@ def tcp_servers(cfg: AgentConfig, handle: Callable[[bytes, int | None], bytes],
         server_cls = type("TcpServer", (_TcpServer,), {"address_family": family})
         srv = server_cls((addr.host, addr.port), Handler)
         out.append(srv)
-        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
-                         name=f"tcp {text}", daemon=True).start()
+        threading.Thread(
+            target=srv.serve_forever, kwargs={"poll_interval": 0.2}, name=f"tcp {text}", daemon=True
+        ).start()
         log.info("agent listening on %s (munge-authenticated, cluster %s)", text, cfg.cluster)
     return out
 
@@ -144,6 +147,7 @@ def metrics_server(listen: str, status: Callable[[], dict[str, Any]]) -> Threadi
                 self.send_error(404)
                 return
             from slurm_colo.metrics import render
+
             body = render(status()).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -50,9 +50,12 @@ class Occupancy:
         """Forget reported jobs Slurm shows ended, or no longer shows at all (after a grace
         period: the report may be newer than the snapshot)."""
         grace = 3 * self.cfg.agent.refresh_interval_s
-        for job_id in [k for k, (_, _, t) in self.unplaced_gpus.items()
-                       if (k in self.jobs and not self.jobs[k].active)
-                       or (k not in self.jobs and now - t > grace)]:
+        for job_id in [
+            k
+            for k, (_, _, t) in self.unplaced_gpus.items()
+            if (k in self.jobs and not self.jobs[k].active)
+            or (k not in self.jobs and now - t > grace)
+        ]:
             del self.unplaced_gpus[job_id]
 
     def report_unplaced(self, job_id: int, node: str, gpus: Sequence[int], now: float) -> None:
@@ -69,8 +72,14 @@ class Occupancy:
         return ng.gres_type(d.index or 0) if ng is not None else ""
 
     # ---- the view ----------------------------------------------------------------------
-    def rebuild(self, ledger: Ledger, scores: ScoreTable, held: Container[int],
-                waits: Sequence[HeldWait] = (), plan_at: float | None = None) -> None:
+    def rebuild(
+        self,
+        ledger: Ledger,
+        scores: ScoreTable,
+        held: Container[int],
+        waits: Sequence[HeldWait] = (),
+        plan_at: float | None = None,
+    ) -> None:
         """The view from the last snapshot, the hooks' reports and the ledger's placements
         (``held``: jobs being requeued, leaving their GPU); with ``plan_at`` (a new
         snapshot) the starvation guard is planned afresh too (``waits``: the held jobs)."""
@@ -78,9 +87,15 @@ class Occupancy:
         for node, ng in self.layouts.items():
             sn = self.nodes.get(node)
             for i in ng.shared:
-                gpus[(node, i)] = GpuView(node=node, index=i, gres_type=ng.gres_type(i),
-                                          memory_gib=ng.memory_gib, slots=ng.shards_per_gpu,
-                                          model=ng.model, available=sn.usable if sn else not self.nodes)
+                gpus[(node, i)] = GpuView(
+                    node=node,
+                    index=i,
+                    gres_type=ng.gres_type(i),
+                    memory_gib=ng.memory_gib,
+                    slots=ng.shards_per_gpu,
+                    model=ng.model,
+                    available=sn.usable if sn else not self.nodes,
+                )
         placed: set[str] = set()
         for j in self.jobs.values():
             if not j.active or j.nodes not in self.layouts or j.job_id in held:
@@ -108,7 +123,9 @@ class Occupancy:
         for p in ledger.placements.values():
             if p.token in placed or not p.decision.shared:
                 continue
-            g = gpus.get((p.decision.node or "", p.decision.index if p.decision.index is not None else -1))
+            g = gpus.get(
+                (p.decision.node or "", p.decision.index if p.decision.index is not None else -1)
+            )
             if g is not None:
                 g.occupants.append(ledger.occupant(p))
         view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
@@ -126,25 +143,49 @@ class Occupancy:
             # its GPUs are free: keep them for it while Slurm gets round to starting it
             if self._drained_since is None:
                 self._drained_since = now
-            if now - self._drained_since < max(DRAINED_GRACE_S, 3 * self.cfg.agent.refresh_interval_s):
+            if now - self._drained_since < max(
+                DRAINED_GRACE_S, 3 * self.cfg.agent.refresh_interval_s
+            ):
                 return
             # still not started: it waits for something else (CPUs, memory, a limit)
-            log.warning("job %s still waits (%s) although GPU(s) %s of %s were drained for it; "
-                        "they take partners again and the job is passed over for %.1f h", old.job_id,
-                        sj.state_reason or "no reason given", ",".join(map(str, old.gpus)), old.node,
-                        after_s / 3600.0)
+            log.warning(
+                "job %s still waits (%s) although GPU(s) %s of %s were drained for it; "
+                "they take partners again and the job is passed over for %.1f h",
+                old.job_id,
+                sj.state_reason or "no reason given",
+                ",".join(map(str, old.gpus)),
+                old.node,
+                after_s / 3600.0,
+            )
             self._gave_up[old.job_id] = now
         self._drained_since = None
-        self._gave_up = {j: t for j, t in self._gave_up.items() if j in self.jobs and now - t < after_s}
+        self._gave_up = {
+            j: t for j, t in self._gave_up.items() if j in self.jobs and now - t < after_s
+        }
         parts = {name: n.partitions for name, n in self.nodes.items()}
         new = reserve(self.jobs.values(), view, now, after_s, parts, skip=self._gave_up)
         if new is None and waits:
-            new = reserve_held(waits, view, now, after_s, end_times(self.jobs.values()),
-                               skip=self._gave_up, partitions=parts)
-        if new is not None and (old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)):
-            log.info("job %s has waited %.1f h for %s: GPU(s) %s of %s take no new partners "
-                     "until it starts", new.job_id, (now - new.waiting_since) / 3600.0,
-                     new.waits_for(), ",".join(map(str, new.gpus)), new.node)
+            new = reserve_held(
+                waits,
+                view,
+                now,
+                after_s,
+                end_times(self.jobs.values()),
+                skip=self._gave_up,
+                partitions=parts,
+            )
+        if new is not None and (
+            old is None or (old.job_id, old.node, old.gpus) != (new.job_id, new.node, new.gpus)
+        ):
+            log.info(
+                "job %s has waited %.1f h for %s: GPU(s) %s of %s take no new partners "
+                "until it starts",
+                new.job_id,
+                (now - new.waiting_since) / 3600.0,
+                new.waits_for(),
+                ",".join(map(str, new.gpus)),
+                new.node,
+            )
         elif new is None and old is not None:
             log.info("job %s: GPUs of %s open to partners again", old.job_id, old.node)
         self.reservation = new
@@ -155,7 +196,9 @@ class Occupancy:
             return
         sj = self.jobs.get(r.job_id)
         if sj is None or sj.state != "PENDING" or r.job_id in self.unplaced_gpus:
-            log.info("job %s: no longer waiting; GPUs of %s open to partners again", r.job_id, r.node)
+            log.info(
+                "job %s: no longer waiting; GPUs of %s open to partners again", r.job_id, r.node
+            )
             self.reservation = None
             return
         for g in kept(r, view):
@@ -175,8 +218,13 @@ class Occupancy:
             gpus = [g for g in gpus if g.node not in banned]
         part = fields.get("partition", "")
         if part:
-            gpus = [g for g in gpus if g.node not in self.nodes
-                    or not self.nodes[g.node].partitions or part in self.nodes[g.node].partitions]
+            gpus = [
+                g
+                for g in gpus
+                if g.node not in self.nodes
+                or not self.nodes[g.node].partitions
+                or part in self.nodes[g.node].partitions
+            ]
         if len(gpus) == len(self.view.gpus):
             return self.view  # nothing filtered out: keep the view and its placement index
         return ClusterView(gpus=gpus)
@@ -188,22 +236,50 @@ class Occupancy:
         for g in self.view.gpus:
             classes = [o.cls for o in g.occupants]
             delta = scores.delta(classes)[0] if len(classes) >= 2 else None
-            gpus.append({
-                "node": g.node, "index": g.index, "gres_type": g.gres_type, "available": g.available,
-                "closed_for": g.closed_for, "exclusive_job": g.exclusive_job, "slots": g.slots, "predicted_delta": delta,
-                "observed_slowdown": None,
-                "occupants": [{"job_id": o.job_id, "key": o.key, "user": o.user, "cls": o.cls,
-                               "pending": o.pending, "thread_pct": o.thread_pct,
-                               "mem_limit_gib": o.mem_limit_gib, "since": o.since,
-                               "together_s": max(0.0, now - o.since) if not o.pending and o.since else 0.0,
-                               "no_partners": o.no_partners}
-                              for o in g.occupants],
-            })
+            gpus.append(
+                {
+                    "node": g.node,
+                    "index": g.index,
+                    "gres_type": g.gres_type,
+                    "available": g.available,
+                    "closed_for": g.closed_for,
+                    "exclusive_job": g.exclusive_job,
+                    "slots": g.slots,
+                    "predicted_delta": delta,
+                    "observed_slowdown": None,
+                    "occupants": [
+                        {
+                            "job_id": o.job_id,
+                            "key": o.key,
+                            "user": o.user,
+                            "cls": o.cls,
+                            "pending": o.pending,
+                            "thread_pct": o.thread_pct,
+                            "mem_limit_gib": o.mem_limit_gib,
+                            "since": o.since,
+                            "together_s": max(0.0, now - o.since)
+                            if not o.pending and o.since
+                            else 0.0,
+                            "no_partners": o.no_partners,
+                        }
+                        for o in g.occupants
+                    ],
+                }
+            )
         return gpus
 
     def reservation_row(self, now: float) -> dict[str, Any] | None:
         r = self.reservation
-        return None if r is None else {
-            "job_id": r.job_id, "node": r.node, "gpus": list(r.gpus),
-            "waiting_s": now - r.waiting_since, "drained_by": r.drained_by,
-            "gres_type": r.gres_type, "waits_for": r.waits_for()}
+        return (
+            None
+            if r is None
+            else {
+                "job_id": r.job_id,
+                "node": r.node,
+                "gpus": list(r.gpus),
+                "waiting_s": now - r.waiting_since,
+                "drained_by": r.drained_by,
+                "gres_type": r.gres_type,
+                "waits_for": r.waits_for(),
+            }
+        )

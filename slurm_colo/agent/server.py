@@ -29,6 +29,9 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from slurm_colo.contracts.probe import ProbeReport
+from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
+
 from ..config import Config
 from ..errors import ColoError, ProtocolError, ScoresError, SlurmError
 from ..scores import ScoreTable, load_scores
@@ -36,8 +39,6 @@ from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from . import held, learned, listeners
-from slurm_colo.contracts.probe import ProbeReport
-from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
@@ -56,8 +57,13 @@ def trusted_uids() -> set[int]:
 
 
 class Agent:
-    def __init__(self, cfg: Config, backend: SlurmBackend | None = None,
-                 control: JobControl | None = None, learned_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        backend: SlurmBackend | None = None,
+        control: JobControl | None = None,
+        learned_file: Path | None = None,
+    ) -> None:
         self.cfg = cfg
         self.backend = backend or open_backend(cfg.agent.slurm_backend)
         self.control = control or ScontrolControl()
@@ -105,11 +111,19 @@ class Agent:
             if table is not None:
                 self.state.scores = table
                 self.state.live.error = None
-                log.info("scores: loaded set %s (%d classes, %d pairs)", table.id, len(table.classes), len(table.pairs))
+                log.info(
+                    "scores: loaded set %s (%d classes, %d pairs)",
+                    table.id,
+                    len(table.classes),
+                    len(table.pairs),
+                )
             else:
                 self.state.live.error = err
-                log.error("scores: %s; keeping set %s (unknown pairs use the conservative prior)",
-                          err, self.state.scores.id)
+                log.error(
+                    "scores: %s; keeping set %s (unknown pairs use the conservative prior)",
+                    err,
+                    self.state.scores.id,
+                )
 
     def refresh(self) -> None:
         try:
@@ -137,8 +151,9 @@ class Agent:
                     elif a.kind == "admin_hold":
                         self.control.admin_hold(a.job_id)
                     else:
-                        self.control.aim_and_release(a.job_id, a.node, a.admin_comment, a.comment,
-                                                     a.gres)
+                        self.control.aim_and_release(
+                            a.job_id, a.node, a.admin_comment, a.comment, a.gres
+                        )
                 except SlurmError as e:
                     log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:
@@ -198,6 +213,7 @@ class Agent:
                     log.exception("recording a placement failed")
                 finally:
                     self.lock.release()
+
             return format_reply(verb, reply), after
         try:
             reply = self._dispatch(verb, payload)
@@ -213,8 +229,12 @@ class Agent:
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
         if verb == "PING":
-            return {"pong": True, "pid": os.getpid(), "backend": self.backend.name,
-                    "scores": self.state.scores.id}
+            return {
+                "pong": True,
+                "pid": os.getpid(),
+                "backend": self.backend.name,
+                "scores": self.state.scores.id,
+            }
         if verb == "JOBSTART":
             job_id = int(p["job"])
             with self.lock:
@@ -224,8 +244,15 @@ class Agent:
                 j = self.backend.job(job_id)
                 tag_text = j.admin_comment if j else None
             with self.lock:
-                return {"placement": self.state.job_started(
-                    job_id, tag_text, now, str(p.get("node", "")), [int(g) for g in p.get("gpus") or []])}
+                return {
+                    "placement": self.state.job_started(
+                        job_id,
+                        tag_text,
+                        now,
+                        str(p.get("node", "")),
+                        [int(g) for g in p.get("gpus") or []],
+                    )
+                }
         if verb == "PROBE":
             report = ProbeReport.from_wire(p)
             with self.lock:
@@ -235,8 +262,9 @@ class Agent:
             if measured is not None:
                 self._save_learned(measured, changes)
             if actions:  # Slurm commands take tens of ms: run them after the reply
-                threading.Thread(target=self.run_actions, args=(actions,), name="undo",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self.run_actions, args=(actions,), name="undo", daemon=True
+                ).start()
             return reply
         if verb == "RECORDS":
             return self.store_records(p)
@@ -303,15 +331,22 @@ class Agent:
         self.refresh()
         threading.Thread(target=self._refresher, name="refresher", daemon=True).start()
         if self.cfg.agent.metrics_listen:
-            self._http = listeners.metrics_server(self.cfg.agent.metrics_listen,
-                                                  lambda: self._dispatch("STATUS", {}))
-        log.info("agent listening on %s (backend %s, %d shared GPU(s) configured)",
-                 path, self.backend.name, len(self.state.view.gpus))
+            self._http = listeners.metrics_server(
+                self.cfg.agent.metrics_listen, lambda: self._dispatch("STATUS", {})
+            )
+        log.info(
+            "agent listening on %s (backend %s, %d shared GPU(s) configured)",
+            path,
+            self.backend.name,
+            len(self.state.view.gpus),
+        )
         # requests from slurmctld must not wait out the default 5 ms interpreter-lock
         # interval while another thread (metrics, a job lookup) runs Python code
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: threading.Thread(target=self.shutdown, daemon=True).start())
+            signal.signal(
+                sig, lambda *_: threading.Thread(target=self.shutdown, daemon=True).start()
+            )
         signal.signal(signal.SIGHUP, lambda *_: self.reload_scores(force=True))
         try:
             self._server.serve_forever(poll_interval=0.2)

@@ -104,8 +104,13 @@ class AgentState:
 
     def rebuild(self, plan_at: float | None = None) -> None:
         """The view afresh; with ``plan_at`` (a new snapshot) the starvation guard too."""
-        self.occupancy.rebuild(self.ledger, self.scores, self.holds.jobs,
-                               self.holds.waits() if plan_at is not None else (), plan_at)
+        self.occupancy.rebuild(
+            self.ledger,
+            self.scores,
+            self.holds.jobs,
+            self.holds.waits() if plan_at is not None else (),
+            plan_at,
+        )
 
     # ---- requests ------------------------------------------------------------------------
     def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
@@ -114,7 +119,9 @@ class AgentState:
         record()
         return reply
 
-    def decide(self, fields: dict[str, str], now: float) -> tuple[dict[str, str], Callable[[], None]]:
+    def decide(
+        self, fields: dict[str, str], now: float
+    ) -> tuple[dict[str, str], Callable[[], None]]:
         """The answer to one PLACE request, and the bookkeeping to run once it is sent.
 
         The caller must run the returned ``record`` before deciding anything else (the
@@ -132,12 +139,25 @@ class AgentState:
         except (OptionError, ValueError) as e:
             self.ledger.decisions["exclusive:bad-input"] += 1
             return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, nothing
-        key = (uid, fields.get("user", ""), cls, mode, fields.get("partition", ""),
-               fields.get("gpu_type", ""), fields.get("req_nodes", ""), fields.get("exc_nodes", ""))
+        key = (
+            uid,
+            fields.get("user", ""),
+            cls,
+            mode,
+            fields.get("partition", ""),
+            fields.get("gpu_type", ""),
+            fields.get("req_nodes", ""),
+            fields.get("exc_nodes", ""),
+        )
         ready = self._prepared
         self._prepared = None
-        if ready is not None and ready[0] == key and ready[1] is self.view \
-                and ready[2] == self.view.version and ready[3] is self.scores:
+        if (
+            ready is not None
+            and ready[0] == key
+            and ready[1] is self.view
+            and ready[2] == self.view.version
+            and ready[3] is self.scores
+        ):
             token, d = ready[4], ready[5]
         else:
             token = _new_token()
@@ -147,26 +167,39 @@ class AgentState:
         if hold:
             # held without a GPU request: the agent sets it when it releases the job onto
             # whichever shared GPU fits it first (agent/held.py, HeldJobs.reaim)
-            tag = d.placement(token, cls, mode, held=ANY_SHARED,
-                              model=fields.get("gpu_type", "")).to_tag()
-            reply = {"action": "hold", "gres": "none", "tag": tag,
-                     "comment": f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
-                     "user_msg": "slurm-colo: held until a shared GPU fits; "
-                                 "the job is released there by the placement agent"}
+            tag = d.placement(
+                token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")
+            ).to_tag()
+            reply = {
+                "action": "hold",
+                "gres": "none",
+                "tag": tag,
+                "comment": f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
+                "user_msg": "slurm-colo: held until a shared GPU fits; "
+                "the job is released there by the placement agent",
+            }
         elif not d.shared:
             reply = {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
         else:
             short = f"colo: GPU {d.index} of {d.node}" + (
-                f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}" if d.partners
-                else " (opened for sharing)")
-            reply = {"action": "share",
-                     "gres": self.occupancy.layouts[d.node or ""].shard_request(d.index or 0),
-                     "node": d.node or "", "comment": short, "tag": tag, "user_msg": f"slurm-colo: {short[6:]}"}
+                f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}"
+                if d.partners
+                else " (opened for sharing)"
+            )
+            reply = {
+                "action": "share",
+                "gres": self.occupancy.layouts[d.node or ""].shard_request(d.index or 0),
+                "node": d.node or "",
+                "comment": short,
+                "tag": tag,
+                "user_msg": f"slurm-colo: {short[6:]}",
+            }
 
         def record() -> None:
             self._record(token, key, fields, d, now, held=hold)
             if hold:
                 self.ledger.note(token, reply["comment"][6:])
+
         return reply, record
 
     def _request(self, token: str, key: tuple[Any, ...]) -> JobRequest:
@@ -174,15 +207,35 @@ class AgentState:
         return JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode, partition=partition)
 
     def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> Decision:
-        return place(self._request(token, key), self.occupancy.candidate_view(fields), self.scores,
-                     self.cfg.placement)
+        return place(
+            self._request(token, key),
+            self.occupancy.candidate_view(fields),
+            self.scores,
+            self.cfg.placement,
+        )
 
-    def _record(self, token: str, key: tuple[Any, ...], fields: dict[str, str], d: Decision, now: float,
-                held: bool = False) -> None:
+    def _record(
+        self,
+        token: str,
+        key: tuple[Any, ...],
+        fields: dict[str, str],
+        d: Decision,
+        now: float,
+        held: bool = False,
+    ) -> None:
         req = self._request(token, key)
         led = self.ledger
-        led.remember(token, fields.get("name", ""), req.user, req.cls, req.mode, d, now, self.scores.id)
-        log.info("placement %s (%s, user %s, class %s): %s", token, fields.get("name"), req.user, req.cls, d.reason)
+        led.remember(
+            token, fields.get("name", ""), req.user, req.cls, req.mode, d, now, self.scores.id
+        )
+        log.info(
+            "placement %s (%s, user %s, class %s): %s",
+            token,
+            fields.get("name"),
+            req.user,
+            req.cls,
+            d.reason,
+        )
         if held:
             led.decisions["hold:no partner now"] += 1
         elif not d.shared:
@@ -192,10 +245,23 @@ class AgentState:
             led.decisions["share:" + ("partner" if d.partners else "open")] += 1
         # the next job of a stream (job arrays, sweeps) usually asks the same question
         nxt = _new_token()
-        self._prepared = (key, self.view, self.view.version, self.scores, nxt, self._place(nxt, key, fields))
+        self._prepared = (
+            key,
+            self.view,
+            self.view.version,
+            self.scores,
+            nxt,
+            self._place(nxt, key, fields),
+        )
 
-    def job_started(self, job_id: int, tag_text: str | None, now: float,
-                    node: str = "", gpus: list[int] | None = None) -> dict[str, Any] | None:
+    def job_started(
+        self,
+        job_id: int,
+        tag_text: str | None,
+        now: float,
+        node: str = "",
+        gpus: list[int] | None = None,
+    ) -> dict[str, Any] | None:
         token = self.ledger.token_for(job_id, tag_text)
         placements = self.ledger.placements
         if token is None or token not in placements or not placements[token].decision.shared:
@@ -209,9 +275,16 @@ class AgentState:
         d = p.decision
         g = on_gpu(self.view, d)
         partners = [o.job_id for o in (g.occupants if g else []) if o.job_id and o.job_id != job_id]
-        log.info("job %s: started on GPU %s of %s with %s", job_id, d.index, d.node, partners or "no partner")
-        return replace(d.placement(token, p.request.cls, p.request.mode),
-                       partners=tuple(partners)).to_wire()
+        log.info(
+            "job %s: started on GPU %s of %s with %s",
+            job_id,
+            d.index,
+            d.node,
+            partners or "no partner",
+        )
+        return replace(
+            d.placement(token, p.request.cls, p.request.mode), partners=tuple(partners)
+        ).to_wire()
 
     def job_ended(self, job_id: int) -> None:
         token = self.ledger.by_job.get(job_id)
@@ -254,13 +327,25 @@ class AgentState:
             "gpus": occ.gpu_rows(self.scores, now),
             "pending_placements": led.pending_count(),
             "reservation": occ.reservation_row(now),
-            "scores": {"id": self.scores.id, "created": self.scores.created, "error": self.live.error},
+            "scores": {
+                "id": self.scores.id,
+                "created": self.scores.created,
+                "error": self.live.error,
+            },
             "decisions": dict(led.decisions),
             "probes": dict(led.probes),
             "learned_pairs": len(self.live.learned),
-            "held": [{"job_id": h.job_id, "gres_type": h.gres_type, "waits_for": h.waits_for(),
-                      "cls": h.request.cls, "waiting_s": now - h.since, "reason": h.reason}
-                     for h in sorted(self.held.values(), key=lambda h: h.since)],
+            "held": [
+                {
+                    "job_id": h.job_id,
+                    "gres_type": h.gres_type,
+                    "waits_for": h.waits_for(),
+                    "cls": h.request.cls,
+                    "waiting_s": now - h.since,
+                    "reason": h.reason,
+                }
+                for h in sorted(self.held.values(), key=lambda h: h.since)
+            ],
             "fallbacks": dict(led.fallbacks),
             "snapshot_age_s": now - occ.snapshot_time if occ.snapshot_time else None,
         }

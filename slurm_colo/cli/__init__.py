@@ -19,7 +19,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Compatibility-aware GPU co-location for Slurm (see `slurm-colo COMMAND --help`)."""

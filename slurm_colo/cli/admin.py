@@ -22,8 +22,12 @@ from ..admin.spank_build import InstallError, build_spank, spank_source_dir
 from ..config import Config, config_path, load_config
 from ..errors import ColoError
 
-ConfigOpt = typer.Option(None, "--config", "-c",
-                         help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    "-c",
+    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
+)
 
 
 def read_shims() -> dict[str, str]:
@@ -40,6 +44,7 @@ def read_shims() -> dict[str, str]:
 
 def render_lua(cfg: Config) -> str:
     from ..lua import render_job_submit_lua
+
     try:
         return render_job_submit_lua(cfg)
     except (OSError, ValueError) as e:
@@ -53,6 +58,7 @@ def _store_probe(cfg: Config) -> Callable[[], str] | None:
     except ImportError:
         return None
     from ..admin.store_probe import probe_store
+
     return lambda: probe_store(cfg.store.url, cfg.store.busy_timeout_s)
 
 
@@ -66,11 +72,13 @@ def _lua_or_none(cfg: Config) -> str | None:
 def _ping(cfg: Config) -> dict[str, Any] | None:
     """PING at agent.address; an AgentError (unreachable, munge refused) says why."""
     from slurm_colo.contracts.client import request
+
     return request(cfg.agent.address, "PING", {}, 2.0, cfg)
 
 
 def _load_scores(path: str) -> Any:
     from ..scores import load_scores
+
     return load_scores(path)
 
 
@@ -81,8 +89,11 @@ def register(app: typer.Typer) -> None:
     def install(
         ctx: typer.Context,
         write: Path | None = typer.Option(
-            None, "--write", metavar="DIR",
-            help="Write each snippet (and the hook shims) to its own file in DIR for review."),
+            None,
+            "--write",
+            metavar="DIR",
+            help="Write each snippet (and the hook shims) to its own file in DIR for review.",
+        ),
         config: Path | None = ConfigOpt,
     ) -> None:
         """Print the Slurm configuration slurm-colo needs and the steps to install it.
@@ -95,7 +106,9 @@ def register(app: typer.Typer) -> None:
         cfg = load_config(config)
         lay = inst.Layout()
         shims = read_shims()
-        items = inst.snippets(cfg, lay, python=sys.executable, lua_text=render_lua(cfg), shims=shims)
+        items = inst.snippets(
+            cfg, lay, python=sys.executable, lua_text=render_lua(cfg), shims=shims
+        )
         if write is None:
             steps = inst.steps_text(lay, "DIR", shims_present=bool(shims))
             typer.echo(inst.render_print(items, steps), nl=False)
@@ -109,13 +122,24 @@ def register(app: typer.Typer) -> None:
 
     @install_app.command("spank")
     def install_spank(
-        prefix: Path = typer.Option(Path(inst.Layout().spank_dir), "--prefix", metavar="DIR",
-                                    help="Install colocate.so into DIR."),
-        slurm_include: Path = typer.Option(Path("/usr/include"), "--slurm-include", metavar="DIR",
-                                           help="Directory holding slurm/spank.h."),
+        prefix: Path = typer.Option(
+            Path(inst.Layout().spank_dir),
+            "--prefix",
+            metavar="DIR",
+            help="Install colocate.so into DIR.",
+        ),
+        slurm_include: Path = typer.Option(
+            Path("/usr/include"),
+            "--slurm-include",
+            metavar="DIR",
+            help="Directory holding slurm/spank.h.",
+        ),
         build_dir: Path | None = typer.Option(
-            None, "--build-dir", metavar="DIR",
-            help="Build here and keep the directory (default: a temporary one)."),
+            None,
+            "--build-dir",
+            metavar="DIR",
+            help="Build here and keep the directory (default: a temporary one).",
+        ),
     ) -> None:
         """Build the SPANK plugin (colocate.so) against the Slurm headers and install it.
 
@@ -132,18 +156,25 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def doctor(
         config: Path | None = ConfigOpt,
-        etc_slurm: Path = typer.Option(Path("/etc/slurm"), "--slurm-dir", metavar="DIR",
-                                       help="Slurm configuration directory."),
+        etc_slurm: Path = typer.Option(
+            Path("/etc/slurm"), "--slurm-dir", metavar="DIR", help="Slurm configuration directory."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     ) -> None:
         """Check the installation and print OK/WARN/FAIL with the fixing command for each check.
 
         Checks the config, slurm.conf, the SPANK plugin, the node hooks, job_submit.lua, gres.conf, the agent, the database, the score set and MPS. Exits with status 1 when any check fails."""
         system = doc.System(
-            etc_slurm=etc_slurm, runner=run_command, ping=_ping, store_probe=_store_probe,
-            load_scores=_load_scores, render_lua=_lua_or_none, which=shutil.which,
+            etc_slurm=etc_slurm,
+            runner=run_command,
+            ping=_ping,
+            store_probe=_store_probe,
+            load_scores=_load_scores,
+            render_lua=_lua_or_none,
+            which=shutil.which,
             hostname=socket.gethostname().split(".")[0],
-            hooks_env=Path(os.environ.get("SLURM_COLO_HOOKS_ENV", "/etc/slurm-colo/hooks.env")))
+            hooks_env=Path(os.environ.get("SLURM_COLO_HOOKS_ENV", "/etc/slurm-colo/hooks.env")),
+        )
         checks = doc.run_checks(config or config_path(), system)
         if json_out:
             typer.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
@@ -156,14 +187,17 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(doc.exit_code(checks))
 
     @app.command()
-    def man(out: Path = typer.Option(..., "--out", metavar="DIR",
-                                     help="Write the man pages into DIR."),
-            man_tree: bool = typer.Option(
-                False, "--man-tree",
-                help="Write into DIR/man1, DIR/man5 and DIR/man8 (e.g. DIR=/usr/local/share/man).")
-            ) -> None:
+    def man(
+        out: Path = typer.Option(..., "--out", metavar="DIR", help="Write the man pages into DIR."),
+        man_tree: bool = typer.Option(
+            False,
+            "--man-tree",
+            help="Write into DIR/man1, DIR/man5 and DIR/man8 (e.g. DIR=/usr/local/share/man).",
+        ),
+    ) -> None:
         """Generate the man pages (sections 1, 5 and 8) from the commands and the config reference."""
         from ..admin.man import write_all
         from . import app as root_app
+
         for p in write_all(root_app, out, man_tree):
             typer.echo(f"wrote {p}")

@@ -13,14 +13,21 @@ import typer
 from ..config import Config, load_config
 from ..errors import ColoError, ModelError
 
-ConfigOpt = typer.Option(None, "--config", "-c",
-                         help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    "-c",
+    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
+)
 UrlOpt = typer.Option(None, "--url", help="Database URL (default: [store] url of the config).")
-ScoreFileOpt = typer.Option(None, "--file", help="Score file (default: the live set, [scores] path).")
+ScoreFileOpt = typer.Option(
+    None, "--file", help="Score file (default: the live set, [scores] path)."
+)
 
 
 def _engine(cfg: Config, url: str | None) -> Any:
     from ..store import make_engine
+
     return make_engine(url or cfg.store.url, cfg.store.busy_timeout_s)
 
 
@@ -36,6 +43,7 @@ def _f(v: Any, fmt: str = ".2f") -> str:
 
 def _load_table(cfg: Config, file: Path | None) -> Any:
     from ..scores import load_scores
+
     return load_scores(file or cfg.scores.path)
 
 
@@ -56,6 +64,7 @@ def _register_db(app: typer.Typer) -> None:
         """Create the history database or migrate it to this version's schema."""
         from ..store import upgrade
         from ..store.engine import safe_url
+
         cfg = load_config(config)
         engine = _engine(cfg, url)
         before, after = upgrade(engine)
@@ -70,17 +79,23 @@ def _register_db(app: typer.Typer) -> None:
         from ..store import current_revision, head_revision, require_schema
         from ..store.engine import safe_url
         from ..store.queries import counts
+
         cfg = load_config(config)
         engine = _engine(cfg, url)
-        typer.echo(f"{safe_url(engine)}: schema {current_revision(engine) or '(none)'}, "
-                   f"this version needs {head_revision()}")
+        typer.echo(
+            f"{safe_url(engine)}: schema {current_revision(engine) or '(none)'}, "
+            f"this version needs {head_revision()}"
+        )
         require_schema(engine)
         typer.echo(", ".join(f"{k}: {v}" for k, v in counts(engine).items()))
 
 
 def _register_history(app: typer.Typer) -> None:
-    hist = typer.Typer(help="Job history: query, import profiling campaigns, ingest the spool.",
-                       invoke_without_command=True, no_args_is_help=False)
+    hist = typer.Typer(
+        help="Job history: query, import profiling campaigns, ingest the spool.",
+        invoke_without_command=True,
+        no_args_is_help=False,
+    )
     app.add_typer(hist, name="history")
 
     @hist.callback()
@@ -100,55 +115,82 @@ def _register_history(app: typer.Typer) -> None:
         if ctx.invoked_subcommand:
             return
         from ..store.queries import parse_when, query_jobs
+
         cfg = load_config(config)
-        rows = query_jobs(_engine(cfg, url), user, cls, node,
-                          parse_when(since) if since else None,
-                          parse_when(until) if until else None, limit)
+        rows = query_jobs(
+            _engine(cfg, url),
+            user,
+            cls,
+            node,
+            parse_when(since) if since else None,
+            parse_when(until) if until else None,
+            limit,
+        )
         if as_json:
             for r in rows:
                 typer.echo(json.dumps(r))
             return
-        typer.echo(f"{'JOBID':>9} {'USER':10} {'CLASS':22} {'NODE':10} {'START (UTC)':16} "
-                   f"{'MIN':>7} {'SHARED':6} {'CO':>3} {'SM':>5} {'MEMGiB':>6} STATE")
+        typer.echo(
+            f"{'JOBID':>9} {'USER':10} {'CLASS':22} {'NODE':10} {'START (UTC)':16} "
+            f"{'MIN':>7} {'SHARED':6} {'CO':>3} {'SM':>5} {'MEMGiB':>6} STATE"
+        )
         for r in rows:
             mins = (r["end_time"] - r["start_time"]) / 60.0
-            typer.echo(f"{r['job_id']:>9} {r['user'][:10]:10} {r['cls'][:22]:22} {r['node'][:10]:10} "
-                       f"{_ts(r['start_time']):16} {mins:7.1f} {('yes' if r['shared'] else 'no'):6} "
-                       f"{r['co_runners']:>3} {_f(r['sm_util_mean']):>5} {_f(r['mem_peak_gib'], '.1f'):>6} "
-                       f"{r['state']}{' MPS-FAULT' if r['mps_fault'] else ''}")
+            typer.echo(
+                f"{r['job_id']:>9} {r['user'][:10]:10} {r['cls'][:22]:22} {r['node'][:10]:10} "
+                f"{_ts(r['start_time']):16} {mins:7.1f} {('yes' if r['shared'] else 'no'):6} "
+                f"{r['co_runners']:>3} {_f(r['sm_util_mean']):>5} {_f(r['mem_peak_gib'], '.1f'):>6} "
+                f"{r['state']}{' MPS-FAULT' if r['mps_fault'] else ''}"
+            )
         if not rows:
             typer.echo("(no jobs match)")
 
     @hist.command("import")
     def import_cmd(
-        gavel: Path | None = typer.Option(None, "--gavel", help="Measured throughputs in "
-                                             "Gavel's format (default: the copy bundled with "
-                                             "slurm-colo)."),
-        gpu: str = typer.Option(..., "--gpu", help="GPU type to import: any GPU key of the "
-                                "file (the bundled file has v100 and k80); it becomes the "
-                                "campaign's GPU model (retrain --gpu). A key the file lacks is "
-                                "an error that lists the keys it has."),
+        gavel: Path | None = typer.Option(
+            None,
+            "--gavel",
+            help="Measured throughputs in "
+            "Gavel's format (default: the copy bundled with "
+            "slurm-colo).",
+        ),
+        gpu: str = typer.Option(
+            ...,
+            "--gpu",
+            help="GPU type to import: any GPU key of the "
+            "file (the bundled file has v100 and k80); it becomes the "
+            "campaign's GPU model (retrain --gpu). A key the file lacks is "
+            "an error that lists the keys it has.",
+        ),
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
         """Bootstrap observations from a profiling campaign (replaces an earlier import)."""
         from ..gavel import bundled_path, load_gavel
         from ..store.scoresets import import_gavel
+
         cfg = load_config(config)
         data = load_gavel(gavel or bundled_path(), gpu)
         n_cls, n_pairs = import_gavel(_engine(cfg, url), data)
-        typer.echo(f"imported gavel:{gpu}: {n_cls} classes, {n_pairs} pairs "
-                   f"({len({tuple(sorted(p)) for p in data.never})} never, pairs not measured are left out)")
+        typer.echo(
+            f"imported gavel:{gpu}: {n_cls} classes, {n_pairs} pairs "
+            f"({len({tuple(sorted(p)) for p in data.never})} never, pairs not measured are left out)"
+        )
 
     @hist.command("ingest")
     def ingest_cmd(
-        spool: Path | None = typer.Option(None, "--spool", help="Spool directory (default: [node] spool_dir)."),
-        delete: bool = typer.Option(False, "--delete", help="Delete ingested files instead of moving them to done/."),
+        spool: Path | None = typer.Option(
+            None, "--spool", help="Spool directory (default: [node] spool_dir)."
+        ),
+        delete: bool = typer.Option(
+            False, "--delete", help="Delete ingested files instead of moving them to done/."
+        ),
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
         """Ingest the per-job record files of a spool directory (idempotent)."""
         from ..spool.ingest import ingest_spool
+
         cfg = load_config(config)
         res = ingest_spool(_engine(cfg, url), spool or cfg.node.spool_dir, keep_done=not delete)
         typer.echo(res.summary())
@@ -159,29 +201,50 @@ def _register_history(app: typer.Typer) -> None:
 def _register_retrain(app: typer.Typer) -> None:
     @app.command("retrain")
     def retrain_cmd(
-        gpu: str | None = typer.Option(None, "--gpu", help="GPU model of the imported campaign to use."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Train and validate, publish nothing."),
-        force: bool = typer.Option(False, "--force", help="Publish even if the held-out check regresses."),
-        out: Path | None = typer.Option(None, "--out", help="Publish here instead of [scores] path."),
-        rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild every co-location episode "
-                                     "from the job records (default: only those of new records)."),
+        gpu: str | None = typer.Option(
+            None, "--gpu", help="GPU model of the imported campaign to use."
+        ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Train and validate, publish nothing."
+        ),
+        force: bool = typer.Option(
+            False, "--force", help="Publish even if the held-out check regresses."
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="Publish here instead of [scores] path."
+        ),
+        rebuild: bool = typer.Option(
+            False,
+            "--rebuild",
+            help="Rebuild every co-location episode "
+            "from the job records (default: only those of new records).",
+        ),
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
         """Retrain compatibility scores from the history (nightly); publish only if they validate."""
         from slurm_colo.train.retrain import retrain
+
         cfg = load_config(config)
-        res = retrain(_engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out,
-                      rebuild=rebuild)
+        res = retrain(
+            _engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out, rebuild=rebuild
+        )
         t, info = res.table, res.info
-        typer.echo(f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
-                   f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
-                   f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs")
+        typer.echo(
+            f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
+            f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
+            f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs"
+        )
         m = t.metrics
-        typer.echo(f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on {m.get('holdout_pairs', 0)} "
-                   f"pairs; live set: {m.get('live_id') or '(none)'} {_f(m.get('live_holdout_mae'), '.4f')}")
+        typer.echo(
+            f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on {m.get('holdout_pairs', 0)} "
+            f"pairs; live set: {m.get('live_id') or '(none)'} {_f(m.get('live_holdout_mae'), '.4f')}"
+        )
         if info.get("skewed_intervals"):
-            typer.echo(f"warning: {info['skewed_intervals']} co-runner interval(s) ignored (clock skew)", err=True)
+            typer.echo(
+                f"warning: {info['skewed_intervals']} co-runner interval(s) ignored (clock skew)",
+                err=True,
+            )
         if res.published:
             typer.echo(f"published -> {res.path} (live)")
         else:
@@ -190,6 +253,7 @@ def _register_retrain(app: typer.Typer) -> None:
 
 def _register_scores(app: typer.Typer) -> None:
     from . import groups
+
     scores_app = groups.get(app, "scores", "Compatibility score sets: load, show, export.")
 
     @scores_app.command("export")
@@ -200,11 +264,21 @@ def _register_scores(app: typer.Typer) -> None:
     ) -> None:
         """Every pair of known classes: predicted n of each member, S, delta, uncertainty."""
         from ..model.report import export_rows
+
         t = _load_table(load_config(config), file)
         rows = export_rows(t)
         if as_json:
-            typer.echo(json.dumps({"score_set": t.id, "gpu_model": t.gpu_model, "created": t.created,
-                                   "pairs": rows}, indent=1))
+            typer.echo(
+                json.dumps(
+                    {
+                        "score_set": t.id,
+                        "gpu_model": t.gpu_model,
+                        "created": t.created,
+                        "pairs": rows,
+                    },
+                    indent=1,
+                )
+            )
         else:
             keys = list(rows[0]) if rows else ["a", "b"]
             typer.echo(",".join(keys))
@@ -221,6 +295,7 @@ def _register_scores(app: typer.Typer) -> None:
     ) -> None:
         """A table of the live score set, best pairs first."""
         from ..model.report import export_rows, text_report
+
         if sort not in ("delta", "S", "sd"):
             raise ColoError(f"--sort {sort!r}: use delta, S or sd")
         t = _load_table(load_config(config), file)
@@ -228,10 +303,12 @@ def _register_scores(app: typer.Typer) -> None:
         rows.sort(key=lambda r: (r["never"], -r[sort] if sort != "sd" else r[sort]))
         typer.echo(text_report(t))
         typer.echo(f"{'A':24} {'B':24} {'n_a':>5} {'n_b':>5} {'S':>5} {'delta':>5} {'sd':>5} data")
-        for r in rows[:limit or None]:
+        for r in rows[: limit or None]:
             tag = "never" if r["never"] else ("observed" if r["observed"] else "predicted")
-            typer.echo(f"{r['a'][:24]:24} {r['b'][:24]:24} {r['n_a']:5.2f} {r['n_b']:5.2f} {r['S']:5.2f} "
-                       f"{r['delta']:5.2f} {r['sd']:5.2f} {tag}")
+            typer.echo(
+                f"{r['a'][:24]:24} {r['b'][:24]:24} {r['n_a']:5.2f} {r['n_b']:5.2f} {r['S']:5.2f} "
+                f"{r['delta']:5.2f} {r['sd']:5.2f} {tag}"
+            )
 
     @scores_app.command("heatmap")
     def heatmap_cmd(
@@ -242,6 +319,7 @@ def _register_scores(app: typer.Typer) -> None:
     ) -> None:
         """Draw a classes x classes heatmap (PNG) and print a short text report."""
         from ..model.report import text_report
+
         if metric not in ("delta", "S"):
             raise ColoError(f"--metric {metric!r}: use delta or S")
         t = _load_table(load_config(config), file)
@@ -252,11 +330,13 @@ def _register_scores(app: typer.Typer) -> None:
 
 def _heatmap(table: Any, metric: str, out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
     from ..model.report import matrix
+
     cl, m = matrix(table, metric)
     if not cl:
         raise ModelError(f"score set {table.id} has no classes to draw")
@@ -283,26 +363,44 @@ def _register_model(app: typer.Typer) -> None:
 
     @model_app.command("evaluate")
     def evaluate_cmd(
-        gpu: str = typer.Option("v100", "--gpu", help="GPU type of the measured data: any GPU "
-                                "key of the file (the bundled file has v100 and k80)."),
-        hide: float = typer.Option(0.3, "--hide", help="Share of measured pairs hidden from training."),
+        gpu: str = typer.Option(
+            "v100",
+            "--gpu",
+            help="GPU type of the measured data: any GPU "
+            "key of the file (the bundled file has v100 and k80).",
+        ),
+        hide: float = typer.Option(
+            0.3, "--hide", help="Share of measured pairs hidden from training."
+        ),
         seeds: int = typer.Option(5, "--seeds", help="Number of seeded splits to average."),
-        gavel: Path | None = typer.Option(None, "--gavel", help="Measured throughputs in "
-                                          "Gavel's format (default: the bundled file)."),
+        gavel: Path | None = typer.Option(
+            None,
+            "--gavel",
+            help="Measured throughputs in Gavel's format (default: the bundled file).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Hide a seeded share of measured pairs, train on the rest, score the hidden ones."""
         from ..gavel import bundled_path, load_gavel
         from ..model.evaluate import evaluate
+
         data = load_gavel(gavel or bundled_path(), gpu)
         res = evaluate(data, hide=hide, seeds=seeds)
         if as_json:
-            typer.echo(json.dumps({"gpu": gpu, "hide": hide, "seeds": seeds, "results": res}, indent=1))
+            typer.echo(
+                json.dumps({"gpu": gpu, "hide": hide, "seeds": seeds, "results": res}, indent=1)
+            )
             return
-        typer.echo(f"{gpu}: {len(data.unordered_pairs())} measured pairs, {hide:.0%} hidden, "
-                   f"{seeds} seed(s); mean over seeds (sd)")
-        typer.echo(f"{'predictor':28} {'MAE n':>14} {'Spearman S':>14} {'acc S>1':>14} {'acc delta>1':>14}")
+        typer.echo(
+            f"{gpu}: {len(data.unordered_pairs())} measured pairs, {hide:.0%} hidden, "
+            f"{seeds} seed(s); mean over seeds (sd)"
+        )
+        typer.echo(
+            f"{'predictor':28} {'MAE n':>14} {'Spearman S':>14} {'acc S>1':>14} {'acc delta>1':>14}"
+        )
         for name, m in res.items():
-            cells = [f"{m[k]:.3f} ({m[k + '_sd']:.3f})" for k in
-                     ("mae_n", "spearman_s", "acc_s_gt_1", "acc_delta_gt_1")]
+            cells = [
+                f"{m[k]:.3f} ({m[k + '_sd']:.3f})"
+                for k in ("mae_n", "spearman_s", "acc_s_gt_1", "acc_delta_gt_1")
+            ]
             typer.echo(f"{name:28} " + " ".join(f"{c:>14}" for c in cells))

@@ -10,9 +10,10 @@ from ..config import load_config
 
 
 def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
+    from slurm_colo.spool.directory import pending
+
     from ..node import jobstate, journal, procs
     from ..node.layout import NodeLayout
-    from slurm_colo.spool.directory import pending
 
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     gpus = {}
@@ -27,15 +28,21 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         events = journal.read(lay.journal(g))
         gpus[g] = {
             "jobs": [s.job for s in journal.active(events)],
-            "mps_daemon": st.get("pid"), "mps_uid": st.get("uid"),
+            "mps_daemon": st.get("pid"),
+            "mps_uid": st.get("uid"),
             "mps_alive": procs.alive(st.get("pid")) if st.get("pid") else None,
             "pipe_dir": st.get("pipe_dir"),
             "faults": [e.get("detail") for e in events if e["ev"] == "fault"][-3:],
             "recent_crashes": len(read_json(lay.crashes(g)) or []),
         }
-    return {"run_dir": str(lay.run_dir), "mps_backend": cfg.node.mps_backend,
-            "nvml_backend": cfg.node.nvml_backend, "gpus": gpus,
-            "jobs": jobstate.job_ids(lay), "spooled_records": len(pending(lay.spool_dirs()))}
+    return {
+        "run_dir": str(lay.run_dir),
+        "mps_backend": cfg.node.mps_backend,
+        "nvml_backend": cfg.node.nvml_backend,
+        "gpus": gpus,
+        "jobs": jobstate.job_ids(lay),
+        "spooled_records": len(pending(lay.spool_dirs())),
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -53,20 +60,26 @@ def register(app: typer.Typer) -> None:
             return
         typer.echo(f"run dir {s['run_dir']}  mps={s['mps_backend']}  nvml={s['nvml_backend']}")
         for g, i in s["gpus"].items():
-            d = (f"MPS daemon {i['mps_daemon']} uid {i['mps_uid']} "
-                 f"({'alive' if i['mps_alive'] else 'DEAD'})" if i["mps_daemon"]
-                 else "no MPS daemon")
-            typer.echo(f"GPU {g}: jobs {i['jobs'] or '-'}; {d}; crashes (10 min) "
-                       f"{i['recent_crashes']}")
+            d = (
+                f"MPS daemon {i['mps_daemon']} uid {i['mps_uid']} "
+                f"({'alive' if i['mps_alive'] else 'DEAD'})"
+                if i["mps_daemon"]
+                else "no MPS daemon"
+            )
+            typer.echo(
+                f"GPU {g}: jobs {i['jobs'] or '-'}; {d}; crashes (10 min) {i['recent_crashes']}"
+            )
             for f in i["faults"]:
                 typer.echo(f"   fault: {f}")
         typer.echo(f"job state dirs: {s['jobs'] or '-'}; spooled records: {s['spooled_records']}")
 
     @node.command("cleanup")
-    def cleanup(gpu: list[int] = typer.Option(None, "--gpu", help="only these GPU indices"),
-                force: bool = typer.Option(False, "--force",
-                                           help="stop daemons even if jobs are recorded on them")
-                ) -> None:
+    def cleanup(
+        gpu: list[int] = typer.Option(None, "--gpu", help="only these GPU indices"),
+        force: bool = typer.Option(
+            False, "--force", help="stop daemons even if jobs are recorded on them"
+        ),
+    ) -> None:
         """Stop MPS daemons with no live job, kill stale MPS processes, reset the
         restart-loop guard, spool records of finished jobs."""
         from ..fsutil import locked
@@ -80,37 +93,47 @@ def register(app: typer.Typer) -> None:
         rec = recover(cfg)
         typer.echo(f"recovered records: {rec or 'none'}")
         gdir = lay.run_dir / "gpu"
-        indices = gpu or sorted(int(d.name) for d in (gdir.iterdir() if gdir.is_dir() else [])
-                                if d.name.isdigit())
+        indices = gpu or sorted(
+            int(d.name) for d in (gdir.iterdir() if gdir.is_dir() else []) if d.name.isdigit()
+        )
         for g in indices:
             gm = gpu_mps(cfg, g)
             lay.gpu_dir(g).mkdir(parents=True, exist_ok=True)
             with locked(lay.gpu_lock(g), timeout_s=30):
                 busy = journal.active(journal.read(lay.journal(g)))
                 if busy and not force:
-                    typer.echo(f"GPU {g}: jobs {[s.job for s in busy]} recorded; left alone "
-                               "(--force to stop anyway)")
+                    typer.echo(
+                        f"GPU {g}: jobs {[s.job for s in busy]} recorded; left alone "
+                        "(--force to stop anyway)"
+                    )
                     continue
                 problems = gm.stop() if gm.state() else []
                 killed = gm.clean_stale()
                 lay.crashes(g).unlink(missing_ok=True)
-                typer.echo(f"GPU {g}: clean" + (f"; {'; '.join(problems)}" if problems else "")
-                           + (f"; killed stale {killed}" if killed else ""))
+                typer.echo(
+                    f"GPU {g}: clean"
+                    + (f"; {'; '.join(problems)}" if problems else "")
+                    + (f"; killed stale {killed}" if killed else "")
+                )
 
     @spool.command("ingest")
-    def ingest(busy_timeout: float = typer.Option(None, help="seconds to wait on a locked DB"),
-               wait: float = typer.Option(10.0, help="seconds to wait for a running ingest")
-               ) -> None:
+    def ingest(
+        busy_timeout: float = typer.Option(None, help="seconds to wait on a locked DB"),
+        wait: float = typer.Option(10.0, help="seconds to wait for a running ingest"),
+    ) -> None:
         """Ingest spooled records (spool and fallback spool) into the history store, or send
         them to the agent on the head node (node.records_to); one try, no retries."""
-        from ..errors import StoreError
         from slurm_colo.spool.drain import ingest_pending
+
+        from ..errors import StoreError
 
         rep = ingest_pending(load_config(), busy_timeout, lock_timeout_s=wait, retry_s=0)
         typer.echo(rep.summary())
         if rep.errors:
-            raise StoreError(f"ingest incomplete: {'; '.join(rep.errors)}",
-                             hint="records stay spooled; retry later")
+            raise StoreError(
+                f"ingest incomplete: {'; '.join(rep.errors)}",
+                hint="records stay spooled; retry later",
+            )
 
     @spool.command("list")
     def list_() -> None:

@@ -18,9 +18,14 @@ def register(app: typer.Typer) -> None:
 
     @scores_app.command("load")
     def load(
-        file: Optional[Path] = typer.Argument(None, help="A score file in format slurm-colo-scores/1."),
+        file: Optional[Path] = typer.Argument(
+            None, help="A score file in format slurm-colo-scores/1."
+        ),
         measured: Optional[str] = typer.Option(
-            None, "--measured", help="Instead of FILE: use the bundled measured pair data of this GPU type (v100, k80)."),
+            None,
+            "--measured",
+            help="Instead of FILE: use the bundled measured pair data of this GPU type (v100, k80).",
+        ),
         config: Optional[Path] = ConfigOpt,
     ) -> None:
         """Validate a score table and publish it atomically as the live set (the agent picks it up)."""
@@ -28,16 +33,20 @@ def register(app: typer.Typer) -> None:
         if measured:
             from ..gavel import bundled_path, load_gavel
             from ..seed import table_from_measurements
+
             table = table_from_measurements(load_gavel(bundled_path(), measured))
         elif file is not None:
             table = load_scores(file)
         else:
             raise ColoError("give a score FILE or --measured GPU")
         dest = publish_scores(table, cfg.scores.path)
-        typer.echo(f"score set {table.id}: {len(table.classes)} classes, {len(table.pairs)} pairs -> {dest}")
+        typer.echo(
+            f"score set {table.id}: {len(table.classes)} classes, {len(table.pairs)} pairs -> {dest}"
+        )
 
 
 def _group(app: typer.Typer) -> typer.Typer:
     """The shared ``scores`` command group (other modules add commands to it)."""
     from . import groups
+
     return groups.get(app, "scores", "Compatibility score sets: load, show, export.")

@@ -16,27 +16,48 @@ from ..scores import ScoreTable
 from ..sim.metrics import Result
 from ..sim.spread import SeedRow
 
-_SACCT = typer.Option(None, "--sacct", help="Replay a `sacct --parsable2` export instead of "
-                      "generating a Philly-like trace (see docs/simulator.md).")
-_OUT = typer.Option(None, "--out", "-o", help="Directory for results.md, results.json, "
-                    "per-job CSV and PNG plots.")
-_CONFIG = typer.Option(None, "--config", "-c", help="Site config whose [placement] section the "
-                       "policy uses (default: built-in defaults).")
-_GAVEL = typer.Option(None, "--gavel", help="Measured co-location throughputs in Gavel's format "
-                      "(JSON: GPU type -> job type -> solo and pair rates, see docs/simulator.md) "
-                      "instead of the bundled V100/K80 file: the simulation's ground truth and "
-                      "the data its model is trained on.")
-_GPU = typer.Option("v100", "--gpu", help="GPU type of the measured data: any GPU key of the "
-                    "--gavel file (the bundled file has v100 and k80); a key the file lacks is "
-                    "an error that lists the keys it has.")
-_SCORES = typer.Option(None, "--scores", help="A score set (slurm-colo-scores/1 JSON, e.g. the "
-                       "live set or the output of `slurm-colo retrain --out`) that ours and "
-                       "ours-submit start from, instead of a model trained on part of the "
-                       "measured pairs (--hidden-share is then unused); they still learn from "
-                       "their probes. Classes of the measured data the set lacks are named in a "
-                       "warning and handled as the live agent handles them: their pairs are "
-                       "shared only when explored or aggressive. A set with none of the "
-                       "data's classes is refused (it is for other jobs).")
+_SACCT = typer.Option(
+    None,
+    "--sacct",
+    help="Replay a `sacct --parsable2` export instead of "
+    "generating a Philly-like trace (see docs/simulator.md).",
+)
+_OUT = typer.Option(
+    None, "--out", "-o", help="Directory for results.md, results.json, per-job CSV and PNG plots."
+)
+_CONFIG = typer.Option(
+    None,
+    "--config",
+    "-c",
+    help="Site config whose [placement] section the policy uses (default: built-in defaults).",
+)
+_GAVEL = typer.Option(
+    None,
+    "--gavel",
+    help="Measured co-location throughputs in Gavel's format "
+    "(JSON: GPU type -> job type -> solo and pair rates, see docs/simulator.md) "
+    "instead of the bundled V100/K80 file: the simulation's ground truth and "
+    "the data its model is trained on.",
+)
+_GPU = typer.Option(
+    "v100",
+    "--gpu",
+    help="GPU type of the measured data: any GPU key of the "
+    "--gavel file (the bundled file has v100 and k80); a key the file lacks is "
+    "an error that lists the keys it has.",
+)
+_SCORES = typer.Option(
+    None,
+    "--scores",
+    help="A score set (slurm-colo-scores/1 JSON, e.g. the "
+    "live set or the output of `slurm-colo retrain --out`) that ours and "
+    "ours-submit start from, instead of a model trained on part of the "
+    "measured pairs (--hidden-share is then unused); they still learn from "
+    "their probes. Classes of the measured data the set lacks are named in a "
+    "warning and handled as the live agent handles them: their pairs are "
+    "shared only when explored or aggressive. A set with none of the "
+    "data's classes is refused (it is for other jobs).",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -45,37 +66,59 @@ def register(app: typer.Typer) -> None:
         sacct: Path = _SACCT,
         jobs: int = typer.Option(10000, help="Jobs to generate."),
         gpus: int = typer.Option(256, help="GPUs in the simulated cluster."),
-        load: float = typer.Option(1.5, help="Offered load: GPU-seconds of work arriving per second, "
-                                   "over the GPU count (above 1 jobs queue)."),
+        load: float = typer.Option(
+            1.5,
+            help="Offered load: GPU-seconds of work arriving per second, "
+            "over the GPU count (above 1 jobs queue).",
+        ),
         seed: int = typer.Option(1, help="Seed of the trace, the pair split and random policies."),
-        seeds: str = typer.Option("", help="Run every seed of this list instead (1-10, 1,4,7) "
-                                  "and print how each policy's figures spread over them."),
+        seeds: str = typer.Option(
+            "",
+            help="Run every seed of this list instead (1-10, 1,4,7) "
+            "and print how each policy's figures spread over them.",
+        ),
         users: int = typer.Option(16, help="Users the generated jobs are spread over."),
-        multi_gpu: bool = typer.Option(False, "--multi-gpu", help="Keep Philly's multi-GPU jobs "
-                                       "(always given whole GPUs)."),
-        max_duration_h: float = typer.Option(48.0, help="Cap on a job's solo duration, hours "
-                                             "(0: Philly's full tail, up to 60 days)."),
-        aggressive_share: float = typer.Option(0.0, help="Share of jobs submitted with "
-                                               "--colocate=aggressive."),
+        multi_gpu: bool = typer.Option(
+            False, "--multi-gpu", help="Keep Philly's multi-GPU jobs (always given whole GPUs)."
+        ),
+        max_duration_h: float = typer.Option(
+            48.0, help="Cap on a job's solo duration, hours (0: Philly's full tail, up to 60 days)."
+        ),
+        aggressive_share: float = typer.Option(
+            0.0, help="Share of jobs submitted with --colocate=aggressive."
+        ),
         policies: str = typer.Option(",".join(_policies()), help="Comma-separated policies."),
-        cross_user: str = typer.Option("", help="Override placement.cross_user: never (MPS, "
-                                       "same user only) or shard (users may mix)."),
-        undo: str = typer.Option("", help="Override placement.undo for ours-submit: requeue "
-                                 "(a harmful set's newest job is requeued after its probe) or "
-                                 "off (it runs on)."),
-        unplaced: str = typer.Option("", help="Override placement.unplaced for ours-submit: "
-                                     "own-gpu (a job no GPU takes at arrival waits for a whole "
-                                     "GPU) or hold (it waits, held, for any GPU that takes it; "
-                                     "what auto gives, every simulated GPU being shared)."),
-        gpu_memory_gib: float = typer.Option(32.0, help="Memory of each simulated GPU, GiB. "
-                                             "Our policies share a GPU only while the jobs' "
-                                             "memory (the score set's class estimate, else "
-                                             "placement.default_memory_gib) fits under it, "
-                                             "less placement.memory_headroom; the baselines "
-                                             "check no memory."),
+        cross_user: str = typer.Option(
+            "",
+            help="Override placement.cross_user: never (MPS, "
+            "same user only) or shard (users may mix).",
+        ),
+        undo: str = typer.Option(
+            "",
+            help="Override placement.undo for ours-submit: requeue "
+            "(a harmful set's newest job is requeued after its probe) or "
+            "off (it runs on).",
+        ),
+        unplaced: str = typer.Option(
+            "",
+            help="Override placement.unplaced for ours-submit: "
+            "own-gpu (a job no GPU takes at arrival waits for a whole "
+            "GPU) or hold (it waits, held, for any GPU that takes it; "
+            "what auto gives, every simulated GPU being shared).",
+        ),
+        gpu_memory_gib: float = typer.Option(
+            32.0,
+            help="Memory of each simulated GPU, GiB. "
+            "Our policies share a GPU only while the jobs' "
+            "memory (the score set's class estimate, else "
+            "placement.default_memory_gib) fits under it, "
+            "less placement.memory_headroom; the baselines "
+            "check no memory.",
+        ),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
-        hidden_share: float = typer.Option(0.3, help="Share of measured pairs hidden from the "
-                                           "model (it must predict them)."),
+        hidden_share: float = typer.Option(
+            0.3, help="Share of measured pairs hidden from the model (it must predict them)."
+        ),
         gpu: str = _GPU,
         gavel: Path = _GAVEL,
         scores: Path = _SCORES,
@@ -112,10 +155,16 @@ def register(app: typer.Typer) -> None:
             raise SimError(f"--gpu-memory-gib {gpu_memory_gib:g}: give a positive size in GiB")
         data = load_gavel(gavel or bundled_path(), gpu)
         score_set = _score_set(scores, data) if scores else None
-        typer.echo(f"{data.gpu} data of {gavel or 'the bundled file'}: {len(data.classes)} "
-                   f"classes, {len(data.unordered_pairs())} measured pairs; our policies use "
-                   + (f"score set {score_set.id} of {scores}" if score_set is not None else
-                      f"a model trained on {1 - hidden_share:.0%} of the pairs"), err=True)
+        typer.echo(
+            f"{data.gpu} data of {gavel or 'the bundled file'}: {len(data.classes)} "
+            f"classes, {len(data.unordered_pairs())} measured pairs; our policies use "
+            + (
+                f"score set {score_set.id} of {scores}"
+                if score_set is not None
+                else f"a model trained on {1 - hidden_share:.0%} of the pairs"
+            ),
+            err=True,
+        )
         seed_list = parse_seeds(seeds) if seeds else [seed]
         per_seed: dict[int, list[Result]] = {}
         # a site's export is the same trace for every seed (the seed then changes the pair
@@ -127,16 +176,29 @@ def register(app: typer.Typer) -> None:
                 trace = imported
             else:
                 assert philly is not None
-                trace = philly_trace(philly,
-                                     data.classes, jobs=jobs, gpus=gpus, load=load, seed=s,
-                                     users=users, multi_gpu=multi_gpu,
-                                     max_duration_s=max_duration_h * 3600 or None,
-                                     aggressive_share=aggressive_share)
-            setup = Setup(SimConfig(gpus=gpus, gpu_memory_gib=gpu_memory_gib, slots=slots,
-                                    seed=s), pcfg, hidden_share=hidden_share)
-            typer.echo(f"{len(trace)} jobs on {gpus} GPUs, offered load "
-                       f"{offered_load(trace, gpus):.2f}, cross_user={pcfg.cross_user}, "
-                       f"seed {s}", err=True)
+                trace = philly_trace(
+                    philly,
+                    data.classes,
+                    jobs=jobs,
+                    gpus=gpus,
+                    load=load,
+                    seed=s,
+                    users=users,
+                    multi_gpu=multi_gpu,
+                    max_duration_s=max_duration_h * 3600 or None,
+                    aggressive_share=aggressive_share,
+                )
+            setup = Setup(
+                SimConfig(gpus=gpus, gpu_memory_gib=gpu_memory_gib, slots=slots, seed=s),
+                pcfg,
+                hidden_share=hidden_share,
+            )
+            typer.echo(
+                f"{len(trace)} jobs on {gpus} GPUs, offered load "
+                f"{offered_load(trace, gpus):.2f}, cross_user={pcfg.cross_user}, "
+                f"seed {s}",
+                err=True,
+            )
             per_seed[s] = run_all(trace, data, setup, names, scores=score_set)
             if not seeds:
                 typer.echo(table(per_seed[s], markdown=False))
@@ -153,18 +215,23 @@ def register(app: typer.Typer) -> None:
             if sacct:
                 cmd.append(f"--sacct {shlex.quote(str(sacct))}")
             else:
-                cmd.append(f"--jobs {jobs} --load {load:g} --users {users} "
-                           f"--max-duration-h {max_duration_h:g}")
+                cmd.append(
+                    f"--jobs {jobs} --load {load:g} --users {users} "
+                    f"--max-duration-h {max_duration_h:g}"
+                )
                 if multi_gpu:
                     cmd.append("--multi-gpu")
                 if aggressive_share:
                     cmd.append(f"--aggressive-share {aggressive_share:g}")
-            cmd.append(f"--gpus {gpus} " + (f"--seeds {seeds} " if seeds else f"--seed {seed} ")
-                       + f"--cross-user {pcfg.cross_user} "
-                       f"--undo {pcfg.undo} --unplaced {pcfg.unplaced} "
-                       f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
-                       f"--hidden-share {hidden_share:g} --policies {','.join(names)} "
-                       f"--gpu {shlex.quote(gpu)}")
+            cmd.append(
+                f"--gpus {gpus} "
+                + (f"--seeds {seeds} " if seeds else f"--seed {seed} ")
+                + f"--cross-user {pcfg.cross_user} "
+                f"--undo {pcfg.undo} --unplaced {pcfg.unplaced} "
+                f"--slots {slots} --gpu-memory-gib {gpu_memory_gib:g} "
+                f"--hidden-share {hidden_share:g} --policies {','.join(names)} "
+                f"--gpu {shlex.quote(gpu)}"
+            )
             if gavel:
                 cmd.append(f"--gavel {shlex.quote(str(gavel))}")
             if scores:
@@ -176,8 +243,10 @@ def register(app: typer.Typer) -> None:
             else:
                 results = per_seed[seed]
                 _write(out, results, " ".join(cmd), table(results), versus(results))
-            typer.echo(f"results written to {out}" if seeds else
-                       f"results and plots written to {out}", err=True)
+            typer.echo(
+                f"results written to {out}" if seeds else f"results and plots written to {out}",
+                err=True,
+            )
 
 
 def _score_set(path: Path, data: GavelData) -> ScoreTable:
@@ -199,21 +268,32 @@ def _score_set(path: Path, data: GavelData) -> ScoreTable:
     missing = missing_classes(table, data.classes)
     if len(missing) == len(data.classes):
         theirs = sorted(set(table.classes) | {c for p in table.pairs for c in p})
-        raise ScoresError(f"score file {path} (score set {table.id}) has none of the "
-                          f"{len(data.classes)} classes of the {data.gpu} data "
-                          f"({_names(data.classes)}); it has: {_names(theirs) or 'no classes'}")
+        raise ScoresError(
+            f"score file {path} (score set {table.id}) has none of the "
+            f"{len(data.classes)} classes of the {data.gpu} data "
+            f"({_names(data.classes)}); it has: {_names(theirs) or 'no classes'}"
+        )
     if missing:
-        typer.echo(f"warning: score set {table.id} ({path}) lacks {len(missing)} of the "
-                   f"{len(data.classes)} classes of the {data.gpu} data: {_names(missing)}; "
-                   f"our policies have no data on their pairs", err=True)
+        typer.echo(
+            f"warning: score set {table.id} ({path}) lacks {len(missing)} of the "
+            f"{len(data.classes)} classes of the {data.gpu} data: {_names(missing)}; "
+            f"our policies have no data on their pairs",
+            err=True,
+        )
     n = len(data.classes) * (len(data.classes) + 1) // 2
     lacking = unscored_pairs(table, data.classes)
     if lacking and not missing:
-        typer.echo(f"warning: score set {table.id} ({path}) has no score for {lacking} of the "
-                   f"{n} pairs of the {data.gpu} data's classes", err=True)
+        typer.echo(
+            f"warning: score set {table.id} ({path}) has no score for {lacking} of the "
+            f"{n} pairs of the {data.gpu} data's classes",
+            err=True,
+        )
     if table.gpu_model and table.gpu_model != data.gpu:
-        typer.echo(f"warning: score set {table.id} ({path}) is for GPU type "
-                   f"{table.gpu_model!r}, the measured data for {data.gpu!r}", err=True)
+        typer.echo(
+            f"warning: score set {table.id} ({path}) is for GPU type "
+            f"{table.gpu_model!r}, the measured data for {data.gpu!r}",
+            err=True,
+        )
     return table
 
 
@@ -224,6 +304,7 @@ def _names(names: list[str], most: int = 8) -> str:
 
 def _policies() -> list[str]:
     from ..sim.run import POLICIES
+
     return list(POLICIES)
 
 
@@ -238,8 +319,11 @@ def _write(out: Path, results: list[Result], cmd: str, md: str, vs: str) -> None
             f.write("policy,job,cls,user,jct_s,slowdown,stretch\n")
             for r in results:
                 pj = r.per_job
-                f.writelines(f"{r.policy},{i},{pj['cls'][i]},{pj['user'][i]},"
-                            f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n" for i in range(len(pj["jct_s"])))
+                f.writelines(
+                    f"{r.policy},{i},{pj['cls'][i]},{pj['user'][i]},"
+                    f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n"
+                    for i in range(len(pj["jct_s"]))
+                )
         for name, png in render_plots(results).items():
             (out / name).write_bytes(png)
     except OSError as e:
@@ -250,8 +334,13 @@ def _head_to_head(rows: list[SeedRow], names: list[str]) -> list[str]:
     """Our policies against the sharing baselines, seed by seed."""
     from ..sim.spread import head_to_head
 
-    lines = [head_to_head(rows, p, q) for p in ("ours-submit", "ours") if p in names
-             for q in ("gandiva-random", "slurm-shard") if q in names]
+    lines = [
+        head_to_head(rows, p, q)
+        for p in ("ours-submit", "ours")
+        if p in names
+        for q in ("gandiva-random", "slurm-shard")
+        if q in names
+    ]
     return [ln for ln in lines if ln]
 
 
@@ -265,8 +354,13 @@ def _write_seeds(out: Path, rows: list[SeedRow], cmd: str) -> None:
         (out / "seeds.md").write_text(
             f"```\n{cmd}\n```\n\nMakespan / average JCT against exclusive FIFO, per seed:\n\n"
             f"{per_seed_table(rows)}\n\nMean (best .. worst seed):\n\n{spread_table(rows)}\n"
-            + (f"\nSeed by seed (makespan, average and p99 JCT, average and worst-decile "
-               f"slowdown, GPU-hours, harmful share, worst class):\n\n{h2h}" if h2h else ""))
+            + (
+                f"\nSeed by seed (makespan, average and p99 JCT, average and worst-decile "
+                f"slowdown, GPU-hours, harmful share, worst class):\n\n{h2h}"
+                if h2h
+                else ""
+            )
+        )
         (out / "seeds.json").write_text(json.dumps(rows_json(rows), indent=1))
     except OSError as e:
         raise ColoError(f"cannot write results to {out}: {e.strerror}") from None

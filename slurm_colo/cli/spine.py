@@ -10,29 +10,47 @@ from typing import Any, Optional
 
 import typer
 
+from slurm_colo.contracts.placement import Placement, held_for_text
+
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
-from slurm_colo.contracts.placement import Placement, held_for_text
 
-ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).")
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    "-c",
+    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
+)
 
 
 def _fmt_explain(ex: dict[str, Any]) -> str:
     job = ex.get("job_id")
     if not ex.get("known"):
         return f"job {job}: {ex.get('reason')}"
-    lines = [f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"]
+    lines = [
+        f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"
+    ]
     if ex.get("action") == "share":
         partners = ex.get("partners") or []
         where = f"GPU {ex.get('gpu')} of node {ex.get('node')}"
-        lines.append(f"  placed on {where} " + (f"with job(s) {', '.join(map(str, partners))}" if partners
-                                                 else "(opened it for sharing; no partner then)"))
+        lines.append(
+            f"  placed on {where} "
+            + (
+                f"with job(s) {', '.join(map(str, partners))}"
+                if partners
+                else "(opened it for sharing; no partner then)"
+            )
+        )
         if ex.get("predicted_delta") is not None:
-            lines.append(f"  predicted speedup delta {ex['predicted_delta']:.2f}"
-                         + (f" ± {ex['predicted_sd']:.2f}" if ex.get("predicted_sd") else ""))
+            lines.append(
+                f"  predicted speedup delta {ex['predicted_delta']:.2f}"
+                + (f" ± {ex['predicted_sd']:.2f}" if ex.get("predicted_sd") else "")
+            )
         if ex.get("mechanism") == "mps":
-            lines.append(f"  MPS limits: {ex.get('thread_pct')}% of SMs, {ex.get('mem_limit_gib')} GiB pinned memory")
+            lines.append(
+                f"  MPS limits: {ex.get('thread_pct')}% of SMs, {ex.get('mem_limit_gib')} GiB pinned memory"
+            )
         elif ex.get("mechanism"):
             lines.append(f"  sharing: {ex.get('mechanism')} (time-sliced, no MPS)")
         if ex.get("now_with") is not None:
@@ -47,22 +65,41 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
 
 def _explain_from_slurm(job_id: int, backend_kind: str) -> dict[str, Any]:
     from ..slurm import open_backend
+
     try:
         j = open_backend(backend_kind).job(job_id)
     except SlurmError:
         j = None
     if j is None:
-        return {"job_id": job_id, "known": False, "reason": "job not found in Slurm and agent unreachable"}
+        return {
+            "job_id": job_id,
+            "known": False,
+            "reason": "job not found in Slurm and agent unreachable",
+        }
     tag = Placement.from_tag(j.admin_comment) or Placement.from_tag(j.comment)
     if not tag:
-        return {"job_id": job_id, "known": False,
-                "reason": f"not a --colocate job (comment: {j.comment or '-'})"}
-    ex: dict[str, Any] = {"job_id": job_id, "known": True, "name": j.name, "user": j.user,
-                          "cls": tag.cls, "mode": tag.mode, "gpu": tag.gpu, "node": tag.node,
-                          "mechanism": tag.mechanism, "thread_pct": tag.thread_pct,
-                          "mem_limit_gib": tag.mem_limit_gib, "predicted_delta": tag.predicted_delta,
-                          "partners": [], "action": "share" if tag.shared else "exclusive",
-                          "reason": j.comment}
+        return {
+            "job_id": job_id,
+            "known": False,
+            "reason": f"not a --colocate job (comment: {j.comment or '-'})",
+        }
+    ex: dict[str, Any] = {
+        "job_id": job_id,
+        "known": True,
+        "name": j.name,
+        "user": j.user,
+        "cls": tag.cls,
+        "mode": tag.mode,
+        "gpu": tag.gpu,
+        "node": tag.node,
+        "mechanism": tag.mechanism,
+        "thread_pct": tag.thread_pct,
+        "mem_limit_gib": tag.mem_limit_gib,
+        "predicted_delta": tag.predicted_delta,
+        "partners": [],
+        "action": "share" if tag.shared else "exclusive",
+        "reason": j.comment,
+    }
     return ex
 
 
@@ -76,18 +113,24 @@ def register(app: typer.Typer) -> None:
     def agent(config: Optional[Path] = ConfigOpt) -> None:
         """Run the placement agent (a long-running daemon; systemd unit in contrib/)."""
         from ..agent.server import Agent
+
         cfg = load_config(config)
-        logging.basicConfig(level=cfg.agent.log_level.upper(),
-                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=cfg.agent.log_level.upper(),
+            format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        )
         logging.getLogger("slurm_colo").info("config: %s", cfg.source)
         Agent(cfg).serve()
 
     @app.command()
-    def explain(job_id: int = typer.Argument(..., help="Slurm job id"),
-                json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
-                config: Optional[Path] = ConfigOpt) -> None:
+    def explain(
+        job_id: int = typer.Argument(..., help="Slurm job id"),
+        json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+        config: Optional[Path] = ConfigOpt,
+    ) -> None:
         """Say where a --colocate job was placed and why (or why it got a GPU of its own)."""
         from slurm_colo.contracts import client
+
         cfg = load_config(config)
         try:
             ex = client.explain(cfg, job_id)
@@ -102,14 +145,20 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  ({ex['note']})")
 
     @app.command()
-    def held(release: bool = typer.Option(False, "--release", help="Release them all now, "
-                                           "without the agent (see the admin guide)."),
-             config: Optional[Path] = ConfigOpt) -> None:
+    def held(
+        release: bool = typer.Option(
+            False,
+            "--release",
+            help="Release them all now, without the agent (see the admin guide).",
+        ),
+        config: Optional[Path] = ConfigOpt,
+    ) -> None:
         """Jobs held for the agent to release (requeued after a harmful probe, or held at
         submission), read from Slurm; --release lets them go without the agent."""
         from ..agent.held import held_in_slurm
         from ..slurm import open_backend
         from ..slurm.control import ScontrolControl
+
         cfg = load_config(config)
         jobs = held_in_slurm(open_backend(cfg.agent.slurm_backend).jobs())
         if not jobs:
@@ -119,7 +168,9 @@ def register(app: typer.Typer) -> None:
         failed = 0
         for h in jobs:
             j = h.job
-            typer.echo(f"job {j.job_id} ({j.user}, {j.name}) waits for {h.waits_for()}: {j.comment}")
+            typer.echo(
+                f"job {j.job_id} ({j.user}, {j.name}) waits for {h.waits_for()}: {j.comment}"
+            )
             if release:
                 gres = h.release_gres()
                 try:
@@ -128,17 +179,23 @@ def register(app: typer.Typer) -> None:
                     failed += 1
                     typer.echo(f"  not released: {e}", err=True)
                     continue
-                typer.echo(f"  released: Slurm starts it on any {h.gres_type} GPU with a free shard"
-                           if not gres else f"  released with {gres.removeprefix('gres:')}: "
-                           "Slurm starts it where that fits")
+                typer.echo(
+                    f"  released: Slurm starts it on any {h.gres_type} GPU with a free shard"
+                    if not gres
+                    else f"  released with {gres.removeprefix('gres:')}: "
+                    "Slurm starts it where that fits"
+                )
         if failed:
             raise typer.Exit(1)
 
     @app.command()
-    def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
-               config: Optional[Path] = ConfigOpt) -> None:
+    def status(
+        json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+        config: Optional[Path] = ConfigOpt,
+    ) -> None:
         """Every shared GPU with its occupants, limits, time together and predicted delta."""
         from slurm_colo.contracts import client
+
         cfg = load_config(config)
         st = client.status(cfg)
         if json_out:
@@ -146,22 +203,30 @@ def register(app: typer.Typer) -> None:
             return
         now = time.time()
         sc = st.get("scores", {})
-        typer.echo(f"score set: {sc.get('id')} (created {sc.get('created') or '?'})"
-                   + (f"  ERROR: {sc['error']}" if sc.get("error") else ""))
+        typer.echo(
+            f"score set: {sc.get('id')} (created {sc.get('created') or '?'})"
+            + (f"  ERROR: {sc['error']}" if sc.get("error") else "")
+        )
         typer.echo(f"pending placements: {st.get('pending_placements', 0)}")
         pr = st.get("probes") or {}
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))
         if st.get("learned_pairs"):
-            typer.echo(f"measured by probes, laid over the score set: {st['learned_pairs']} pair(s)")
+            typer.echo(
+                f"measured by probes, laid over the score set: {st['learned_pairs']} pair(s)"
+            )
         for h in st.get("held") or []:
-            typer.echo(f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for "
-                       f"{h.get('waits_for') or held_for_text(h['gres_type'])} that fits: {h['reason']}")
+            typer.echo(
+                f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for "
+                f"{h.get('waits_for') or held_for_text(h['gres_type'])} that fits: {h['reason']}"
+            )
         r = st.get("reservation")
         if r:
-            typer.echo(f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "
-                       f"waiting {r['waiting_s'] / 3600:.1f} h for {r.get('waits_for', 'whole GPUs')}: "
-                       "no new partners there")
+            typer.echo(
+                f"draining GPU(s) {','.join(map(str, r['gpus']))} of {r['node']} for job {r['job_id']}, "
+                f"waiting {r['waiting_s'] / 3600:.1f} h for {r.get('waits_for', 'whole GPUs')}: "
+                "no new partners there"
+            )
         for g in st.get("gpus", []):
             occ = g.get("occupants", [])
             head = f"{g['node']}:{g['index']} [{g['gres_type']}]"
@@ -169,12 +234,26 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{head}  exclusive job {g['exclusive_job']}")
                 continue
             delta = f"  delta {g['predicted_delta']:.2f}" if g.get("predicted_delta") else ""
-            typer.echo(f"{head}  {len(occ)}/{g['slots']} slot(s){delta}"
-                       + ("" if g.get("available", True) else "  (node unavailable)")
-                       + (f"  (kept free for job {g['closed_for']})" if g.get("closed_for") else "")
-                       + "".join(f"  (no new partner while job {o['job_id'] or o['key']} runs: "
-                                 "requeued once already)" for o in occ if o.get("no_partners")))
+            typer.echo(
+                f"{head}  {len(occ)}/{g['slots']} slot(s){delta}"
+                + ("" if g.get("available", True) else "  (node unavailable)")
+                + (f"  (kept free for job {g['closed_for']})" if g.get("closed_for") else "")
+                + "".join(
+                    f"  (no new partner while job {o['job_id'] or o['key']} runs: "
+                    "requeued once already)"
+                    for o in occ
+                    if o.get("no_partners")
+                )
+            )
             for o in occ:
-                state = "pending" if o["pending"] else f"running {int(now - o['since'])}s" if o.get("since") else "running"
-                typer.echo(f"    job {o['job_id'] or o['key']:>8}  {o['user']:<10} {o['cls']:<24} "
-                           f"{o['thread_pct']:>3}% {o['mem_limit_gib'] or '-':>6} GiB  {state}")
+                state = (
+                    "pending"
+                    if o["pending"]
+                    else f"running {int(now - o['since'])}s"
+                    if o.get("since")
+                    else "running"
+                )
+                typer.echo(
+                    f"    job {o['job_id'] or o['key']:>8}  {o['user']:<10} {o['cls']:<24} "
+                    f"{o['thread_pct']:>3}% {o['mem_limit_gib'] or '-':>6} GiB  {state}"
+                )

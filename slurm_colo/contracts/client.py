@@ -12,16 +12,21 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from slurm_colo.errors import AgentError, ProtocolError
 from slurm_colo.contracts.placement import Placement
 from slurm_colo.contracts.protocol import format_request, parse_reply
+from slurm_colo.errors import AgentError, ProtocolError
 
 if TYPE_CHECKING:
     from slurm_colo.config import Config
 
 
-def request(address: str, verb: str, payload: dict[str, Any], timeout_s: float = 1.0,
-            cfg: Config | None = None) -> dict[str, Any]:
+def request(
+    address: str,
+    verb: str,
+    payload: dict[str, Any],
+    timeout_s: float = 1.0,
+    cfg: Config | None = None,
+) -> dict[str, Any]:
     """One round trip to the agent at ``address`` (a unix socket path, ``unix:PATH`` or
     ``tcp:HOST:PORT``; over TCP the message is munge-authenticated with ``cfg``'s cluster
     name, munge socket and agent user). Raises :class:`AgentError` on any failure."""
@@ -31,17 +36,22 @@ def request(address: str, verb: str, payload: dict[str, Any], timeout_s: float =
         return _unix_request(address.removeprefix("unix:"), verb, payload, timeout_s)
     a = cfg.agent if cfg is not None else None
     line = transport.round_trip(
-        address, format_request(verb, payload), timeout_s,
-        a.cluster if a else "default", (a.munge_socket or None) if a else None,
-        signers=transport.agent_signers(a.user if a else "slurm-colo"))
+        address,
+        format_request(verb, payload),
+        timeout_s,
+        a.cluster if a else "default",
+        (a.munge_socket or None) if a else None,
+        signers=transport.agent_signers(a.user if a else "slurm-colo"),
+    )
     try:
         return parse_reply(verb, line)
     except ProtocolError as e:
         raise AgentError(str(e)) from None
 
 
-def _unix_request(socket_path: str, verb: str, payload: dict[str, Any],
-                  timeout_s: float) -> dict[str, Any]:
+def _unix_request(
+    socket_path: str, verb: str, payload: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
     """One round trip over the local unix socket (the common case: no extra imports)."""
     deadline = time.monotonic() + timeout_s
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -58,11 +68,14 @@ def _unix_request(socket_path: str, verb: str, payload: dict[str, Any],
                     break
                 buf += chunk
         except FileNotFoundError:
-            raise AgentError(f"agent socket {socket_path} does not exist",
-                             hint="start the agent: slurm-colo agent") from None
+            raise AgentError(
+                f"agent socket {socket_path} does not exist",
+                hint="start the agent: slurm-colo agent",
+            ) from None
         except ConnectionRefusedError:
-            raise AgentError(f"nothing listens on {socket_path}",
-                             hint="start the agent: slurm-colo agent") from None
+            raise AgentError(
+                f"nothing listens on {socket_path}", hint="start the agent: slurm-colo agent"
+            ) from None
         except (socket.timeout, TimeoutError):
             raise AgentError(f"agent did not answer within {timeout_s:g}s") from None
         except OSError as e:
@@ -77,7 +90,9 @@ def _unix_request(socket_path: str, verb: str, payload: dict[str, Any],
         raise AgentError(str(e)) from None
 
 
-def _quiet(cfg: Config, verb: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+def _quiet(
+    cfg: Config, verb: str, payload: dict[str, Any], timeout_s: float
+) -> dict[str, Any] | None:
     try:
         return request(cfg.agent.address, verb, payload, timeout_s, cfg)
     except AgentError:
@@ -88,12 +103,23 @@ def ping(cfg: Config, timeout_s: float = 1.0) -> dict[str, Any] | None:
     return _quiet(cfg, "PING", {}, timeout_s)
 
 
-def job_started(cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int,
-                timeout_s: float = 0.5) -> Placement | None:
+def job_started(
+    cfg: Config,
+    job_id: int,
+    node: str,
+    gpus: list[int],
+    user: str,
+    uid: int,
+    timeout_s: float = 0.5,
+) -> Placement | None:
     """Tell the agent a job starts; returns its placement (None: not placed by the agent,
     or the agent unreachable, or its answer unreadable)."""
-    r = _quiet(cfg, "JOBSTART", {"job": job_id, "node": node, "gpus": gpus, "user": user, "uid": uid},
-               timeout_s)
+    r = _quiet(
+        cfg,
+        "JOBSTART",
+        {"job": job_id, "node": node, "gpus": gpus, "user": user, "uid": uid},
+        timeout_s,
+    )
     raw = r.get("placement") if r else None
     if not raw:
         return None
@@ -103,7 +129,9 @@ def job_started(cfg: Config, job_id: int, node: str, gpus: list[int], user: str,
         return None
 
 
-def job_ended(cfg: Config, job_id: int, node: str, exit_code: int = 0, timeout_s: float = 0.5) -> None:
+def job_ended(
+    cfg: Config, job_id: int, node: str, exit_code: int = 0, timeout_s: float = 0.5
+) -> None:
     _quiet(cfg, "JOBEND", {"job": job_id, "node": node, "exit_code": exit_code}, timeout_s)
 
 

@@ -50,15 +50,29 @@ class JobState:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "job": self.job, "user": self.user, "uid": self.uid, "node": self.node,
-            "gpus": list(self.gpus), "cls": self.cls, "mode": str(self.mode),
-            "start": self.start, "boot_id": self.boot_id, "cluster": self.cluster,
+            "job": self.job,
+            "user": self.user,
+            "uid": self.uid,
+            "node": self.node,
+            "gpus": list(self.gpus),
+            "cls": self.cls,
+            "mode": str(self.mode),
+            "start": self.start,
+            "boot_id": self.boot_id,
+            "cluster": self.cluster,
             "placement": self.placement.to_wire() if self.placement else None,
             "mechanism": None if self.mechanism is None else str(self.mechanism),
-            "mps": {str(g): {"state": m.state, "log_offset": m.log_offset,
-                             "server_log_offset": m.server_log_offset, "message": m.message}
-                    for g, m in self.mps.items()},
-            "gpu_uuids": list(self.gpu_uuids), "sampler_pid": self.sampler_pid,
+            "mps": {
+                str(g): {
+                    "state": m.state,
+                    "log_offset": m.log_offset,
+                    "server_log_offset": m.server_log_offset,
+                    "message": m.message,
+                }
+                for g, m in self.mps.items()
+            },
+            "gpu_uuids": list(self.gpu_uuids),
+            "sampler_pid": self.sampler_pid,
         }
 
     @classmethod
@@ -72,16 +86,26 @@ class JobState:
             mech = d.get("mechanism")
             return cls(
                 job=int(d["job"]) if d.get("job") is not None else int(job),  # type: ignore[arg-type]
-                user=str(d.get("user", "")), uid=int(d.get("uid", -1)),
-                node=str(d.get("node", "")), gpus=[int(g) for g in d.get("gpus") or ()],
-                cls=str(d.get("cls") or "default"), mode=Mode(d.get("mode") or "off"),
-                start=float(d.get("start", 0.0)), boot_id=str(d.get("boot_id", "")),
-                cluster=str(d.get("cluster") or "default"), placement=placement,
+                user=str(d.get("user", "")),
+                uid=int(d.get("uid", -1)),
+                node=str(d.get("node", "")),
+                gpus=[int(g) for g in d.get("gpus") or ()],
+                cls=str(d.get("cls") or "default"),
+                mode=Mode(d.get("mode") or "off"),
+                start=float(d.get("start", 0.0)),
+                boot_id=str(d.get("boot_id", "")),
+                cluster=str(d.get("cluster") or "default"),
+                placement=placement,
                 mechanism=None if mech is None else Mechanism(mech),
-                mps={int(g): GpuMpsStart(str(m.get("state", "")), int(m.get("log_offset", 0)),
-                                         int(m.get("server_log_offset", 0)),
-                                         str(m.get("message", "")))
-                     for g, m in (d.get("mps") or {}).items()},
+                mps={
+                    int(g): GpuMpsStart(
+                        str(m.get("state", "")),
+                        int(m.get("log_offset", 0)),
+                        int(m.get("server_log_offset", 0)),
+                        str(m.get("message", "")),
+                    )
+                    for g, m in (d.get("mps") or {}).items()
+                },
                 gpu_uuids=[str(u) for u in d.get("gpu_uuids") or ()],
                 sampler_pid=None if d.get("sampler_pid") is None else int(d["sampler_pid"]),
             )

@@ -95,8 +95,10 @@ class Credential:
 
 # ---- errors ---------------------------------------------------------------------------
 
-_KEY_HINT = ("every node of the cluster needs the same munge key (/etc/munge/munge.key): copy "
-             "the head node's key to this node and restart munged")
+_KEY_HINT = (
+    "every node of the cluster needs the same munge key (/etc/munge/munge.key): copy "
+    "the head node's key to this node and restart munged"
+)
 _CLOCK_HINT = "check that the clocks of the head node and the GPU nodes agree (NTP)"
 
 
@@ -108,25 +110,39 @@ def _error(code: int, detail: str, socket_path: str | None) -> AuthError:
         return MungeUnavailable(
             f"cannot reach munged at {where}: {detail}",
             hint="start munged on this host (systemctl start munge), or set agent.munge_socket "
-            "to the socket it listens on", code=code)
+            "to the socket it listens on",
+            code=code,
+        )
     if code == EMUNGE_CRED_EXPIRED:
-        return CredentialExpired(f"munge credential expired: {detail}", hint=_CLOCK_HINT,
-                                 code=code)
+        return CredentialExpired(f"munge credential expired: {detail}", hint=_CLOCK_HINT, code=code)
     if code == EMUNGE_CRED_REWOUND:
         return CredentialExpired(
             f"munge credential was made in the future (the sender's clock is ahead): {detail}",
-            hint=_CLOCK_HINT, code=code)
+            hint=_CLOCK_HINT,
+            code=code,
+        )
     if code == EMUNGE_CRED_REPLAYED:
         return CredentialReplayed(
             f"munge credential replayed: this host has already accepted it ({detail})",
             hint="a captured message was sent again; the agent log names the peer address",
-            code=code)
+            code=code,
+        )
     if code == EMUNGE_CRED_INVALID:
         return CredentialForeign(
             f"munge credential made with another key (a foreign cluster, or altered on the "
-            f"way): {detail}", hint=_KEY_HINT, code=code)
-    if code in (EMUNGE_BAD_CRED, EMUNGE_BAD_VERSION, EMUNGE_BAD_CIPHER, EMUNGE_BAD_MAC,
-                EMUNGE_BAD_ZIP, EMUNGE_BAD_REALM, EMUNGE_CRED_UNAUTHORIZED):
+            f"way): {detail}",
+            hint=_KEY_HINT,
+            code=code,
+        )
+    if code in (
+        EMUNGE_BAD_CRED,
+        EMUNGE_BAD_VERSION,
+        EMUNGE_BAD_CIPHER,
+        EMUNGE_BAD_MAC,
+        EMUNGE_BAD_ZIP,
+        EMUNGE_BAD_REALM,
+        EMUNGE_CRED_UNAUTHORIZED,
+    ):
         return CredentialInvalid(f"not an acceptable munge credential: {detail}", code=code)
     return AuthError(f"munge failed: {detail}", code=code)
 
@@ -134,7 +150,8 @@ def _error(code: int, detail: str, socket_path: str | None) -> AuthError:
 def _unavailable(why: str) -> MungeUnavailable:
     return MungeUnavailable(
         f"munge is not usable: {why}",
-        hint="install munge on this host (Debian: apt-get install munge libmunge2)")
+        hint="install munge on this host (Debian: apt-get install munge libmunge2)",
+    )
 
 
 def _check_backend(backend: str) -> None:
@@ -148,14 +165,16 @@ def _check_credential(cred: str) -> bytes:
     try:
         raw = cred.strip().encode("ascii")
     except UnicodeEncodeError:
-        raise CredentialInvalid("not a munge credential (not ASCII)",
-                                code=EMUNGE_BAD_CRED) from None
+        raise CredentialInvalid(
+            "not a munge credential (not ASCII)", code=EMUNGE_BAD_CRED
+        ) from None
     if b"\0" in raw or b"\n" in raw:
         raise CredentialInvalid("not a munge credential (control characters)", code=EMUNGE_BAD_CRED)
     return raw
 
 
 # ---- libmunge -------------------------------------------------------------------------
+
 
 class _Lib:
     """libmunge and libc's free(), loaded once."""
@@ -188,9 +207,14 @@ class _Lib:
         dll.munge_encode.restype = ip
         dll.munge_encode.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p, ip]
         dll.munge_decode.restype = ip
-        dll.munge_decode.argtypes = [ctypes.c_char_p, vp, ctypes.POINTER(vp), ctypes.POINTER(ip),
-                                     ctypes.POINTER(ctypes.c_uint32),
-                                     ctypes.POINTER(ctypes.c_uint32)]
+        dll.munge_decode.argtypes = [
+            ctypes.c_char_p,
+            vp,
+            ctypes.POINTER(vp),
+            ctypes.POINTER(ip),
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.POINTER(ctypes.c_uint32),
+        ]
         libc = ctypes.CDLL(None)
         libc.free.restype = None
         libc.free.argtypes = [vp]
@@ -256,8 +280,9 @@ class _Lib:
         try:
             buf, n = ct.c_void_p(), ct.c_int(0)
             uid, gid = ct.c_uint32(0), ct.c_uint32(0)
-            rc = self.dll.munge_decode(raw, ctx, ct.byref(buf), ct.byref(n), ct.byref(uid),
-                                       ct.byref(gid))
+            rc = self.dll.munge_decode(
+                raw, ctx, ct.byref(buf), ct.byref(n), ct.byref(uid), ct.byref(gid)
+            )
             try:  # on expired/rewound/replayed the payload is allocated too
                 payload = ct.string_at(buf.value, n.value) if buf.value else b""
             finally:
@@ -293,11 +318,13 @@ def _load_lib() -> _Lib | None:
 # subprocess and shutil are imported here, not at the top: the hooks load this module and
 # mostly never need them
 
+
 def _tool(name: str) -> str:
     import shutil
 
     path = shutil.which(name) or next(
-        (p for p in (f"/usr/bin/{name}", f"/usr/local/bin/{name}") if os.access(p, os.X_OK)), None)
+        (p for p in (f"/usr/bin/{name}", f"/usr/local/bin/{name}") if os.access(p, os.X_OK)), None
+    )
     if not path:
         raise _unavailable(f"libmunge.so.2 is missing and so is the {name} program")
     return path
@@ -307,12 +334,15 @@ def _run(argv: list[str], data: bytes, socket_path: str | None) -> tuple[int, by
     import subprocess
 
     try:
-        p = subprocess.run(argv, input=data, capture_output=True, timeout=CLI_TIMEOUT_S,
-                           check=False)
+        p = subprocess.run(
+            argv, input=data, capture_output=True, timeout=CLI_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
-        raise MungeUnavailable(f"{os.path.basename(argv[0])} did not answer within "
-                               f"{CLI_TIMEOUT_S:g}s", hint="check munged on this host",
-                               code=EMUNGE_SOCKET) from None
+        raise MungeUnavailable(
+            f"{os.path.basename(argv[0])} did not answer within {CLI_TIMEOUT_S:g}s",
+            hint="check munged on this host",
+            code=EMUNGE_SOCKET,
+        ) from None
     except OSError as e:
         raise _unavailable(f"cannot run {argv[0]}: {e.strerror or e}") from None
     err = p.stderr.decode("utf-8", "replace").strip()
@@ -364,14 +394,21 @@ def _cli_decode(raw: bytes, socket_path: str | None) -> Credential:
         length = int(meta["LENGTH"])
         if not sep or len(payload) < length:
             raise ValueError("payload cut short")
-        return Credential(payload[:length], int(meta["UID"]), int(meta["GID"]),
-                          int(meta["ENCODE_TIME"]), int(meta["TTL"]))
+        return Credential(
+            payload[:length],
+            int(meta["UID"]),
+            int(meta["GID"]),
+            int(meta["ENCODE_TIME"]),
+            int(meta["TTL"]),
+        )
     except (KeyError, ValueError) as e:
-        raise AuthError(f"unmunge printed output this module does not understand ({e})",
-                        code=EMUNGE_SNAFU) from None
+        raise AuthError(
+            f"unmunge printed output this module does not understand ({e})", code=EMUNGE_SNAFU
+        ) from None
 
 
 # ---- public ---------------------------------------------------------------------------
+
 
 def backend_in_use(backend: str = "auto") -> str:
     """``"lib"`` or ``"cli"``: what ``backend`` resolves to here. Raises
@@ -393,8 +430,13 @@ def default_socket() -> str:
     return lib.default_socket if lib else ""
 
 
-def encode(payload: bytes, socket_path: str | None = None, ttl_s: int | None = None, *,
-           backend: str = "auto") -> str:
+def encode(
+    payload: bytes,
+    socket_path: str | None = None,
+    ttl_s: int | None = None,
+    *,
+    backend: str = "auto",
+) -> str:
     """A credential carrying ``payload``, made by munged at ``socket_path`` (None or "":
     libmunge's default). ``ttl_s`` None or 0: munged's default TTL; above munged's maximum
     it is cut down to that."""

@@ -22,8 +22,24 @@ _CLASS_RE = re.compile(rf"^{CLASS_PATTERN}$")
 _NOT_CLASS_CHAR = re.compile(r"[^a-z0-9._+-]+")
 
 #: Job names that say nothing about the job (Slurm defaults): they map to DEFAULT_CLASS.
-GENERIC_JOB_NAMES = frozenset({"", "wrap", "sbatch", "srun", "salloc", "bash", "sh", "interactive",
-                               "python", "python3", "job", "script.sh", "run.sh", "job.sh"})
+GENERIC_JOB_NAMES = frozenset(
+    {
+        "",
+        "wrap",
+        "sbatch",
+        "srun",
+        "salloc",
+        "bash",
+        "sh",
+        "interactive",
+        "python",
+        "python3",
+        "job",
+        "script.sh",
+        "run.sh",
+        "job.sh",
+    }
+)
 DEFAULT_CLASS = "default"
 
 

@@ -118,11 +118,18 @@ class Placement:
         except ValueError:
             mech = Mechanism.SHARD  # shared by a newer agent's mechanism: no MPS limits
         return cls(
-            token=kv.get("tok", ""), cls=kv.get("cls", "default"), mode=mode, mechanism=mech,
-            node=node or None, gpu=int(idx) if idx.isdigit() else None,
-            thread_pct=_num(int, kv.get("pct")), mem_limit_gib=_num(float, kv.get("mem")),
-            memory_gib=_num(float, kv.get("est")), predicted_delta=_num(float, kv.get("d")),
-            undone=kv.get("undone") == "1", held=kv.get("held") or None,
+            token=kv.get("tok", ""),
+            cls=kv.get("cls", "default"),
+            mode=mode,
+            mechanism=mech,
+            node=node or None,
+            gpu=int(idx) if idx.isdigit() else None,
+            thread_pct=_num(int, kv.get("pct")),
+            mem_limit_gib=_num(float, kv.get("mem")),
+            memory_gib=_num(float, kv.get("est")),
+            predicted_delta=_num(float, kv.get("d")),
+            undone=kv.get("undone") == "1",
+            held=kv.get("held") or None,
             model=kv.get("model", ""),
         )
 
@@ -148,7 +155,8 @@ class Placement:
             if mech is not None and d.get("shared") is False:
                 mech = None
             return cls(
-                token=d.get("token", ""), cls=str(d.get("cls") or "default"),
+                token=d.get("token", ""),
+                cls=str(d.get("cls") or "default"),
                 mode=Mode(d.get("mode") or "auto"),
                 mechanism=None if mech is None else Mechanism(mech),
                 node=None if d.get("node") is None else str(d["node"]),
@@ -157,7 +165,8 @@ class Placement:
                 mem_limit_gib=_float_or_none(d.get("mem_limit_gib")),
                 memory_gib=_float_or_none(d.get("memory_gib")),
                 predicted_delta=_float_or_none(d.get("predicted_delta", d.get("delta"))),
-                undone=bool(d.get("undone", False)), held=d.get("held") or None,
+                undone=bool(d.get("undone", False)),
+                held=d.get("held") or None,
                 model=str(d.get("model") or ""),
                 partners=tuple(int(p) for p in d.get("partners") or ()),
             )

@@ -48,13 +48,18 @@ class ProbeMember:
         if not isinstance(d, dict):
             raise ProtocolError(f"probe member: expected an object, got {type(d).__name__}")
         before = d.get("before")
-        if before is not None and (not isinstance(before, list)
-                                   or not all(isinstance(c, str) for c in before)):
+        if before is not None and (
+            not isinstance(before, list) or not all(isinstance(c, str) for c in before)
+        ):
             raise ProtocolError("probe member: 'before' must be a list of class names")
         has_before = "before" in d or "rate_before" in d
-        return cls(job=_int(d, "job"), cls=_str(d, "cls", "default"), rate=_rate(d, "rate"),
-                   rate_before=_rate(d, "rate_before"),
-                   before=tuple(before or ()) if has_before else None)
+        return cls(
+            job=_int(d, "job"),
+            cls=_str(d, "cls", "default"),
+            rate=_rate(d, "rate"),
+            rate_before=_rate(d, "rate_before"),
+            before=tuple(before or ()) if has_before else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,12 @@ class ProbeReport:
     gpu: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"job": self.job, "since": self.since, "window_s": self.window_s,
-                             "members": [m.to_wire() for m in self.members]}
+        d: dict[str, Any] = {
+            "job": self.job,
+            "since": self.since,
+            "window_s": self.window_s,
+            "members": [m.to_wire() for m in self.members],
+        }
         if self.gpu is not None:
             d["gpu"] = self.gpu
         return d
@@ -83,9 +92,13 @@ class ProbeReport:
         if not isinstance(members, list):
             raise ProtocolError("probe report: 'members' must be a list")
         gpu = d.get("gpu")
-        return cls(job=_int(d, "job"), since=_num(d, "since"), window_s=_num(d, "window_s"),
-                   members=tuple(ProbeMember.from_wire(m) for m in members),
-                   gpu=None if gpu is None else _int(d, "gpu"))
+        return cls(
+            job=_int(d, "job"),
+            since=_num(d, "since"),
+            window_s=_num(d, "window_s"),
+            members=tuple(ProbeMember.from_wire(m) for m in members),
+            gpu=None if gpu is None else _int(d, "gpu"),
+        )
 
     def with_gpu(self, gpu: int) -> ProbeReport:
         return ProbeReport(self.job, self.since, self.window_s, self.members, gpu)

@@ -118,15 +118,17 @@ def parse_address(text: str) -> Address:
     m = _SCHEME.match(text)
     if not m:
         return Address(UNIX, path=text)
-    scheme, rest = m.group(1).lower(), text[m.end():]
+    scheme, rest = m.group(1).lower(), text[m.end() :]
     if scheme == UNIX:
         if not rest:
             raise ConfigError(f"address {text!r}: no socket path after unix:")
         return Address(UNIX, path=rest)
     if scheme != TCP:
         hint = f"; did you mean tcp:{text}?" if rest.isdigit() else ""
-        raise ConfigError(f"address {text!r}: unknown scheme {m.group(1)!r} "
-                          f"(accepted: unix:/path, tcp:HOST:PORT){hint}")
+        raise ConfigError(
+            f"address {text!r}: unknown scheme {m.group(1)!r} "
+            f"(accepted: unix:/path, tcp:HOST:PORT){hint}"
+        )
     host, sep, port_text = rest.rpartition(":")
     if not sep or not host:
         raise ConfigError(f"address {text!r}: write tcp:HOST:PORT")
@@ -135,13 +137,15 @@ def parse_address(text: str) -> Address:
         if not host or not re.fullmatch(r"[0-9A-Fa-f:.%A-Za-z]+", host) or ":" not in host:
             raise ConfigError(f"address {text!r}: {host!r} is not an IPv6 address")
     elif ":" in host:
-        raise ConfigError(f"address {text!r}: write an IPv6 address in brackets, "
-                          f"tcp:[{host}]:{port_text}")
+        raise ConfigError(
+            f"address {text!r}: write an IPv6 address in brackets, tcp:[{host}]:{port_text}"
+        )
     elif not _HOST.match(host):
         raise ConfigError(f"address {text!r}: bad host name {host!r}")
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(f"address {text!r}: port must be a number from 1 to 65535, "
-                          f"got {port_text!r}")
+        raise ConfigError(
+            f"address {text!r}: port must be a number from 1 to 65535, got {port_text!r}"
+        )
     return Address(TCP, host=host, port=int(port_text))
 
 
@@ -188,9 +192,10 @@ def _credential_of(line: bytes, what: str) -> str:
         raise Unauthenticated(
             f"{what} on TCP is {shown}: TCP carries munge credentials only",
             hint="point agent.address of that host at the agent's tcp: address, with the same "
-            "slurm-colo version, or use the unix socket on the head node")
+            "slurm-colo version, or use the unix socket on the head node",
+        )
     try:
-        return line[len(ENVELOPE):].decode("ascii")
+        return line[len(ENVELOPE) :].decode("ascii")
     except UnicodeDecodeError:
         raise CredentialInvalid(f"{what}: the credential is not ASCII") from None
 
@@ -227,7 +232,8 @@ def open_envelope(line: bytes, cluster: str, decode: Decode = munge.decode) -> t
             f"request from uid {cred.uid} is for cluster "
             f"{their_cluster.decode('utf-8', 'replace')!r}, this agent serves {cluster!r}",
             hint="the sending node shares this cluster's munge key but belongs to another "
-            "cluster, or its agent.address points at the wrong head node")
+            "cluster, or its agent.address points at the wrong head node",
+        )
     if not request_line.endswith(b"\n"):
         request_line += b"\n"
     return request_line, cred.uid
@@ -246,13 +252,27 @@ def refusal(err: AuthError) -> bytes:
 
 
 _BY_REASON: dict[str, type[AuthError]] = {
-    cls.reason: cls for cls in (MungeUnavailable, CredentialExpired, CredentialReplayed,
-                                CredentialForeign, CredentialInvalid, Unauthenticated,
-                                WrongCluster, UntrustedSigner)}
+    cls.reason: cls
+    for cls in (
+        MungeUnavailable,
+        CredentialExpired,
+        CredentialReplayed,
+        CredentialForeign,
+        CredentialInvalid,
+        Unauthenticated,
+        WrongCluster,
+        UntrustedSigner,
+    )
+}
 
 
-def open_reply(line: bytes, request_envelope: bytes, cluster: str, signers: Collection[int],
-               decode: Decode = munge.decode) -> bytes:
+def open_reply(
+    line: bytes,
+    request_envelope: bytes,
+    cluster: str,
+    signers: Collection[int],
+    decode: Decode = munge.decode,
+) -> bytes:
     """The reply line inside the agent's signed envelope (client side).
 
     A refusal raises the ``AuthError`` it names; an unsigned reply raises
@@ -261,7 +281,7 @@ def open_reply(line: bytes, request_envelope: bytes, cluster: str, signers: Coll
     ``CredentialInvalid``."""
     text = line.rstrip(b"\r\n")
     if text.startswith(b"ERR\tauth "):
-        reason, _, msg = text[len(b"ERR\tauth "):].decode("utf-8", "replace").partition(": ")
+        reason, _, msg = text[len(b"ERR\tauth ") :].decode("utf-8", "replace").partition(": ")
         cls = _BY_REASON.get(reason, AuthError)
         raise cls(f"the agent refused the request: {msg}")
     cred = decode(_credential_of(line, "reply"))
@@ -269,20 +289,29 @@ def open_reply(line: bytes, request_envelope: bytes, cluster: str, signers: Coll
         raise UntrustedSigner(
             f"reply signed by uid {cred.uid}, expected one of {sorted(signers)}: not the agent",
             hint="something else answers on the agent's TCP port, or agent.user does not name "
-            "the user the agent runs as")
+            "the user the agent runs as",
+        )
     _, their_cluster, binding, reply_line = _split(cred.payload, b"reply", 3)
     if their_cluster != _check_cluster(cluster):
-        raise WrongCluster(f"reply is from the agent of cluster "
-                           f"{their_cluster.decode('utf-8', 'replace')!r}, not {cluster!r}")
+        raise WrongCluster(
+            f"reply is from the agent of cluster "
+            f"{their_cluster.decode('utf-8', 'replace')!r}, not {cluster!r}"
+        )
     cred_sent = _credential_of(request_envelope, "request").encode("ascii")
     if binding != _binding(cred_sent):
         raise CredentialInvalid("the signed reply answers another request (replayed reply?)")
     return reply_line
 
 
-def serve_line(line: bytes, cluster: str, answer: Callable[[bytes, int], bytes], *,
-               decode: Decode = munge.decode, encode: Encode = munge.encode,
-               on_refusal: Callable[[AuthError], Any] | None = None) -> bytes:
+def serve_line(
+    line: bytes,
+    cluster: str,
+    answer: Callable[[bytes, int], bytes],
+    *,
+    decode: Decode = munge.decode,
+    encode: Encode = munge.encode,
+    on_refusal: Callable[[AuthError], Any] | None = None,
+) -> bytes:
     """One enveloped request line in, one line out: the whole TCP side of the agent but the
     socket. ``answer(request_line, uid)`` is what the unix side does with a line and its
     peer uid; its reply is signed. A refused line is answered with :func:`refusal` and
@@ -311,6 +340,7 @@ def refusal_logger(log: logging.Logger, peer: str) -> Callable[[AuthError], None
     def report(err: AuthError) -> None:
         level = logging.ERROR if isinstance(err, MungeUnavailable) else logging.WARNING
         log.log(level, "refused a TCP message from %s: %s [%s]", peer, err, err.reason)
+
     return report
 
 
@@ -319,6 +349,7 @@ def _line(b: bytes) -> bytes:
 
 
 # ---- client ------------------------------------------------------------------------------
+
 
 def _read_line(s: socket.socket, deadline: float, limit: int) -> bytes:
     buf = b""
@@ -345,23 +376,30 @@ def _exchange(addr: Address, line: bytes, timeout_s: float, deadline: float, lim
                 s.close()
                 raise
         else:
-            s = socket.create_connection((addr.host, addr.port),
-                                         timeout=max(0.001, deadline - time.monotonic()))
+            s = socket.create_connection(
+                (addr.host, addr.port), timeout=max(0.001, deadline - time.monotonic())
+            )
         with s:
             s.sendall(line)
             buf = _read_line(s, deadline, limit)
     except FileNotFoundError:
-        raise AgentError(f"agent socket {addr.path} does not exist",
-                         hint="start the agent: slurm-colo agent") from None
+        raise AgentError(
+            f"agent socket {addr.path} does not exist", hint="start the agent: slurm-colo agent"
+        ) from None
     except ConnectionRefusedError:
-        hint = ("start the agent: slurm-colo agent" if addr.scheme == UNIX else
-                "start the agent on the head node; agent.listen there must name this port")
+        hint = (
+            "start the agent: slurm-colo agent"
+            if addr.scheme == UNIX
+            else "start the agent on the head node; agent.listen there must name this port"
+        )
         raise AgentError(f"nothing listens on {where}", hint=hint) from None
     except (socket.timeout, TimeoutError):
         raise AgentError(f"agent at {where} did not answer within {timeout_s:g}s") from None
     except socket.gaierror as e:
-        raise AgentError(f"cannot resolve the agent's host {addr.host!r}: {e.strerror or e}",
-                         hint="check agent.address") from None
+        raise AgentError(
+            f"cannot resolve the agent's host {addr.host!r}: {e.strerror or e}",
+            hint="check agent.address",
+        ) from None
     except OSError as e:
         raise AgentError(f"agent at {where}: {e.strerror or e}") from None
     if not buf:
@@ -369,9 +407,16 @@ def _exchange(addr: Address, line: bytes, timeout_s: float, deadline: float, lim
     return buf
 
 
-def round_trip(address: str | Address, request_line: bytes, timeout_s: float, cluster: str,
-               munge_socket: str | None = None, *, signers: Collection[int] = frozenset({0}),
-               backend: str = "auto") -> bytes:
+def round_trip(
+    address: str | Address,
+    request_line: bytes,
+    timeout_s: float,
+    cluster: str,
+    munge_socket: str | None = None,
+    *,
+    signers: Collection[int] = frozenset({0}),
+    backend: str = "auto",
+) -> bytes:
     """Send one request line to the agent, return its reply line.
 
     Over unix the line goes as it is. Over TCP it goes in a munge envelope for ``cluster``
@@ -389,7 +434,8 @@ def round_trip(address: str | Address, request_line: bytes, timeout_s: float, cl
     def decode(c: str) -> munge.Credential:
         return munge.decode(c, munge_socket, backend=backend)
 
-    envelope = seal_request(line, cluster,
-                            lambda p: munge.encode(p, munge_socket, REQUEST_TTL_S, backend=backend))
+    envelope = seal_request(
+        line, cluster, lambda p: munge.encode(p, munge_socket, REQUEST_TTL_S, backend=backend)
+    )
     reply = _exchange(addr, envelope, timeout_s, deadline, MAX_REPLY_LINE)
     return _line(open_reply(reply, envelope, cluster, signers, decode))

@@ -70,7 +70,8 @@ def _daemon_module() -> ModuleType:
 
     name = "mps_server"
     spec = importlib.util.spec_from_file_location(
-        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"{name}.py not found next to {__file__}")
     mod = importlib.util.module_from_spec(spec)

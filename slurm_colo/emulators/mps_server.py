@@ -76,8 +76,12 @@ class Daemon:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             while True:
                 signal.pause()
-        self.servers[pid] = {"uid": uid, "clients": set(), "status": "ACTIVE",
-                             "pct": self.default_pct}
+        self.servers[pid] = {
+            "uid": uid,
+            "clients": set(),
+            "status": "ACTIVE",
+            "pct": self.default_pct,
+        }
         self.log(f"Starting new server {pid} for user {uid}")
         return pid
 
@@ -91,8 +95,10 @@ class Daemon:
         self.log(f"Server {pid} exited with status {status}")
 
     def _server_for(self, uid: int) -> int | None:
-        return next((p for p, s in self.servers.items() if s["uid"] == uid
-                     and s["status"] == "ACTIVE"), None)
+        return next(
+            (p for p, s in self.servers.items() if s["uid"] == uid and s["status"] == "ACTIVE"),
+            None,
+        )
 
     def _housekeeping(self) -> None:
         for pid, s in list(self.servers.items()):
@@ -116,8 +122,10 @@ class Daemon:
         if spid is None:
             if any(s["clients"] and s["uid"] != uid for s in self.servers.values()):
                 self.queue.append((uid, cpid))
-                self.log(f"NEW CLIENT {cpid} from user {uid}: Server already exists for "
-                         "another user, push client to pending list")
+                self.log(
+                    f"NEW CLIENT {cpid} from user {uid}: Server already exists for "
+                    "another user, push client to pending list"
+                )
                 return "QUEUED"
             for pid in [p for p, s in self.servers.items() if s["uid"] != uid]:
                 self._stop_server(pid)
@@ -157,8 +165,9 @@ class Daemon:
                 return "\n".join(str(c) for c in sorted(s["clients"])) if s else ""
             if cmd == "get_device_client_list":
                 pids = [int(args[0])] if args else list(self.servers)
-                clients = sorted(c for p in pids
-                                 for c in self.servers.get(p, {}).get("clients", ()))
+                clients = sorted(
+                    c for p in pids for c in self.servers.get(p, {}).get("clients", ())
+                )
                 return f"{self.uuid} " + " ".join(map(str, clients)) if clients else ""
             if cmd == "set_default_active_thread_percentage":
                 self.default_pct = max(0.0, min(100.0, float(args[0])))
@@ -193,12 +202,22 @@ class Daemon:
             if cmd == "emu_fault":
                 return self._fault(args[0])
             if cmd == "emu_state":
-                return json.dumps({"servers": {str(p): {"uid": s["uid"], "status": s["status"],
-                                                        "clients": sorted(s["clients"]),
-                                                        "pct": s["pct"]}
-                                               for p, s in self.servers.items()},
-                                   "queue": self.queue, "default_pct": self.default_pct,
-                                   "default_mem": self.default_mem})
+                return json.dumps(
+                    {
+                        "servers": {
+                            str(p): {
+                                "uid": s["uid"],
+                                "status": s["status"],
+                                "clients": sorted(s["clients"]),
+                                "pct": s["pct"],
+                            }
+                            for p, s in self.servers.items()
+                        },
+                        "queue": self.queue,
+                        "default_pct": self.default_pct,
+                        "default_mem": self.default_mem,
+                    }
+                )
         except (IndexError, ValueError, KeyError):
             return f"Invalid arguments for {cmd}"
         return f"Unknown command: {cmd}"
@@ -215,8 +234,10 @@ class Daemon:
             for pid, s in self.servers.items():
                 if s["clients"]:
                     s["status"] = "FAULT"
-                    self.log(f"Server {pid} received a fatal GPU exception from a client; "
-                             f"terminating clients {' '.join(map(str, sorted(s['clients'])))}")
+                    self.log(
+                        f"Server {pid} received a fatal GPU exception from a client; "
+                        f"terminating clients {' '.join(map(str, sorted(s['clients'])))}"
+                    )
                     if kind == "client_fatal":
                         for c in s["clients"]:
                             _kill(c)
@@ -248,8 +269,10 @@ class Daemon:
         with open(os.path.join(self.pipe_dir, PID_FILE), "w") as f:
             f.write(f"{os.getpid()}\n")
         self.log(f"Starting control daemon using socket {path}")
-        self.log(f"To connect CUDA client to control daemon, set env "
-                 f"CUDA_MPS_PIPE_DIRECTORY={self.pipe_dir}")
+        self.log(
+            f"To connect CUDA client to control daemon, set env "
+            f"CUDA_MPS_PIPE_DIRECTORY={self.pipe_dir}"
+        )
         if ready_fd is not None:
             os.write(ready_fd, b"1")
             os.close(ready_fd)

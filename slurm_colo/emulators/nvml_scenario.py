@@ -33,11 +33,16 @@ import pynvml as _nv
 from slurm_colo.errors import NVMLError
 from slurm_colo.fsutil import atomic_write_json, read_json
 
-_CALL_KEYS = {"nvmlDeviceGetUtilizationRates": "utilization", "nvmlDeviceGetPowerUsage": "power",
-              "nvmlDeviceGetClockInfo": "clocks", "nvmlDeviceGetMemoryInfo": "memory",
-              "nvmlDeviceGetComputeRunningProcesses": "processes",
-              "nvmlDeviceGetProcessUtilization": "process_utilization",
-              "nvmlDeviceSetComputeMode": "set_compute_mode", "nvmlDeviceGetUUID": "uuid"}
+_CALL_KEYS = {
+    "nvmlDeviceGetUtilizationRates": "utilization",
+    "nvmlDeviceGetPowerUsage": "power",
+    "nvmlDeviceGetClockInfo": "clocks",
+    "nvmlDeviceGetMemoryInfo": "memory",
+    "nvmlDeviceGetComputeRunningProcesses": "processes",
+    "nvmlDeviceGetProcessUtilization": "process_utilization",
+    "nvmlDeviceSetComputeMode": "set_compute_mode",
+    "nvmlDeviceGetUUID": "uuid",
+}
 
 
 def _curve(spec: Any, t: float) -> float:
@@ -138,22 +143,28 @@ class ScenarioNvml:
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
         g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
         t = self._t()
-        return SimpleNamespace(gpu=int(_curve(g.get("sm_util", 0), t)),
-                               memory=int(_curve(g.get("mem_util", 0), t)))
+        return SimpleNamespace(
+            gpu=int(_curve(g.get("sm_util", 0), t)), memory=int(_curve(g.get("mem_util", 0), t))
+        )
 
     def nvmlDeviceGetClockInfo(self, h: Any, clock: int) -> int:
-        return int(_curve(self._gpu(h, "nvmlDeviceGetClockInfo").get("sm_clock_mhz", 1380),
-                          self._t()))
+        return int(
+            _curve(self._gpu(h, "nvmlDeviceGetClockInfo").get("sm_clock_mhz", 1380), self._t())
+        )
 
     def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
-        return int(_curve(self._gpu(h, "nvmlDeviceGetPowerUsage").get("power_w", 100), self._t())
-                   * 1000)
+        return int(
+            _curve(self._gpu(h, "nvmlDeviceGetPowerUsage").get("power_w", 100), self._t()) * 1000
+        )
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
         g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
-        return [SimpleNamespace(pid=int(p["pid"]),
-                                usedGpuMemory=int(float(p.get("used_mib", 0)) * 2**20))
-                for p in g.get("processes", [])]
+        return [
+            SimpleNamespace(
+                pid=int(p["pid"]), usedGpuMemory=int(float(p.get("used_mib", 0)) * 2**20)
+            )
+            for p in g.get("processes", [])
+        ]
 
     def nvmlDeviceGetProcessUtilization(self, h: Any, since_us: int) -> list[Any]:
         g = self._gpu(h, "nvmlDeviceGetProcessUtilization")
@@ -161,9 +172,15 @@ class ScenarioNvml:
         if not procs:
             raise _nv.NVMLError(_nv.NVML_ERROR_NOT_FOUND)
         now_us = int(time.time() * 1e6)
-        return [SimpleNamespace(pid=int(p["pid"]), smUtil=int(p["sm_util"]),
-                                memUtil=int(p.get("mem_util", 0)), timeStamp=now_us)
-                for p in procs]
+        return [
+            SimpleNamespace(
+                pid=int(p["pid"]),
+                smUtil=int(p["sm_util"]),
+                memUtil=int(p.get("mem_util", 0)),
+                timeStamp=now_us,
+            )
+            for p in procs
+        ]
 
     def nvmlDeviceGetComputeMode(self, h: Any) -> int:
         g = self._gpu(h, "compute_mode")

@@ -14,8 +14,9 @@ from . import REFUSE
 from .common import env_int, guarded, job_gpus, log
 
 
-def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: str,
-                  uid: int) -> Placement | None:
+def placement_for(
+    cfg: object, job_id: int, node: str, gpus: list[int], user: str, uid: int
+) -> Placement | None:
     """The agent's placement for the job, else the tag in its comment, else None.
 
     Only jobs submitted with --colocate (or carrying a tag) are asked about at all.
@@ -36,8 +37,9 @@ def placement_for(cfg: object, job_id: int, node: str, gpus: list[int], user: st
 def job_class() -> str:
     """The class of a job without placement (``profile = "all"``): its --colocate-class,
     else derived from its name, as the agent does; never raises."""
-    from ..errors import OptionError
     from slurm_colo.contracts.options import derive_class
+
+    from ..errors import OptionError
 
     name = os.environ.get("SLURM_JOB_NAME")
     try:
@@ -58,8 +60,15 @@ def announce_if_on_shared_gpu(cfg: object, job_id: int) -> None:
     from slurm_colo.contracts.client import job_started
 
     uid = env_int("SLURM_JOB_UID", -1)
-    job_started(cfg, job_id, node, gpus, os.environ.get("SLURM_JOB_USER", ""),  # type: ignore[arg-type]
-                -1 if uid is None else uid, timeout_s=0.2)
+    job_started(
+        cfg,
+        job_id,
+        node,
+        gpus,
+        os.environ.get("SLURM_JOB_USER", ""),  # type: ignore[arg-type]
+        -1 if uid is None else uid,
+        timeout_s=0.2,
+    )
 
 
 def pending_jobs(run_dir: str, job_id: int) -> bool:
@@ -83,8 +92,11 @@ def main() -> int:
         from ..node.lifecycle import recover
 
         recover(cfg, skip=job_id)
-    if ("SPANK_COLOCATE" not in os.environ and cfg.node.profile != "all"
-            and "slurm-colo[" not in os.environ.get("SLURM_JOB_COMMENT", "")):
+    if (
+        "SPANK_COLOCATE" not in os.environ
+        and cfg.node.profile != "all"
+        and "slurm-colo[" not in os.environ.get("SLURM_JOB_COMMENT", "")
+    ):
         announce_if_on_shared_gpu(cfg, job_id)
         return 0  # not a co-location job: untouched
     from ..node.lifecycle import JobInfo, job_start
@@ -97,12 +109,24 @@ def main() -> int:
     p = placement_for(cfg, job_id, node, gpus, user, uid)
     if p and not gpus and p.gpu is not None:
         gpus = [p.gpu]
-    info = JobInfo(job_id, user, uid, node, gpus, p, cls=job_class(),
-                   cluster=os.environ.get("SLURM_CLUSTER_NAME") or "default")
+    info = JobInfo(
+        job_id,
+        user,
+        uid,
+        node,
+        gpus,
+        p,
+        cls=job_class(),
+        cluster=os.environ.get("SLURM_CLUSTER_NAME") or "default",
+    )
     res = job_start(cfg, info)
     if res.profiled:
-        log.info("job %d: prolog done in %.0f ms (mechanism %s)", job_id,
-                 (time.monotonic() - t0) * 1000, res.task.get("mechanism"))
+        log.info(
+            "job %d: prolog done in %.0f ms (mechanism %s)",
+            job_id,
+            (time.monotonic() - t0) * 1000,
+            res.task.get("mechanism"),
+        )
     if res.refuse:
         return REFUSE
     return 0

@@ -26,7 +26,9 @@ def export_lines(task: dict) -> list[str]:
             out.append(f"export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={int(mps['thread_pct'])}")
         if mps.get("mem_limit"):
             out.append(f"export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={mps['mem_limit']}")
-    if task.get("mechanism") in (Mechanism.MPS, Mechanism.SHARD) and os.environ.get("SLURM_SHARDS_ON_NODE"):
+    if task.get("mechanism") in (Mechanism.MPS, Mechanism.SHARD) and os.environ.get(
+        "SLURM_SHARDS_ON_NODE"
+    ):
         # Slurm 22.05 cannot give a job step the typed shard the job holds ("Invalid generic
         # resource"); a plain `srun` inside the job then asks for one untyped shard instead
         out.append("export SLURM_GRES=shard:1")

@@ -70,12 +70,18 @@ class Observations:
     #: entries refused by :meth:`add_entry` (NaN, negative, zero weight), for the report
     rejected: int = 0
     #: bulk entries: (class list, ia, ib, n, weight, censored) with indexes into the list
-    _chunks: list[tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = \
+    _chunks: list[tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = (
         field(default_factory=list)
+    )
 
-    def add_class(self, cls: str, solo_rate: float | None = None,
-                  memory_gib: float | None = None, sm_util: float | None = None,
-                  progress_rate: float | None = None) -> None:
+    def add_class(
+        self,
+        cls: str,
+        solo_rate: float | None = None,
+        memory_gib: float | None = None,
+        sm_util: float | None = None,
+        progress_rate: float | None = None,
+    ) -> None:
         """Register a class; later non-None values fill unknown fields."""
         p = self.classes.setdefault(cls, ClassProfile())
         if p.progress_rate is None:
@@ -88,8 +94,9 @@ class Observations:
             u = _finite_pos(sm_util)
             p.sm_util = min(u, 1.0) if u is not None else None
 
-    def add_entry(self, a: str, b: str, n: float, weight: float = 1.0,
-                  censored: bool = False) -> bool:
+    def add_entry(
+        self, a: str, b: str, n: float, weight: float = 1.0, censored: bool = False
+    ) -> bool:
         """Add ``n(a | b)``. NaN/inf/negative values and non-positive weights are refused
         (counted in :attr:`rejected`); returns whether the entry was kept."""
         try:
@@ -110,15 +117,23 @@ class Observations:
         self._c.append(bool(censored))
         return True
 
-    def add_pair(self, a: str, b: str, n_a: float, n_b: float, weight: float = 1.0,
-                 censored: bool = False) -> None:
+    def add_pair(
+        self, a: str, b: str, n_a: float, n_b: float, weight: float = 1.0, censored: bool = False
+    ) -> None:
         """A pair measured together: both directions (one entry for a self-pair)."""
         self.add_entry(a, b, n_a, weight, censored)
         if a != b:
             self.add_entry(b, a, n_b, weight, censored)
 
-    def add_arrays(self, classes: list[str], ia: np.ndarray, ib: np.ndarray, n: np.ndarray,
-                   weight: np.ndarray, censored: np.ndarray | None = None) -> int:
+    def add_arrays(
+        self,
+        classes: list[str],
+        ia: np.ndarray,
+        ib: np.ndarray,
+        n: np.ndarray,
+        weight: np.ndarray,
+        censored: np.ndarray | None = None,
+    ) -> int:
         """Bulk entries ``n(classes[ia] | classes[ib])``; invalid rows are refused (counted).
         Returns how many were kept."""
         ia = np.asarray(ia, np.int64)
@@ -173,10 +188,18 @@ class Observations:
         return out
 
     def copy(self) -> Observations:
-        return Observations(classes=self.classes, never=set(self.never), faults=dict(self.faults),
-                            _a=list(self._a), _b=list(self._b), _n=list(self._n),
-                            _w=list(self._w), _c=list(self._c), rejected=self.rejected,
-                            _chunks=list(self._chunks))
+        return Observations(
+            classes=self.classes,
+            never=set(self.never),
+            faults=dict(self.faults),
+            _a=list(self._a),
+            _b=list(self._b),
+            _n=list(self._n),
+            _w=list(self._w),
+            _c=list(self._c),
+            rejected=self.rejected,
+            _chunks=list(self._chunks),
+        )
 
     def aggregate(self, class_order: list[str]) -> Entries:
         """One entry per ordered pair: weighted mean of log n, summed weight; censored only
@@ -191,7 +214,9 @@ class Observations:
             ib = [np.fromiter((ix[b] for b in self._b), np.int64, len(self._b))]
             remaps = [np.array([ix[c] for c in ch[0]], np.int64) for ch in self._chunks]
         except KeyError as e:
-            raise ModelError(f"observation names class {e.args[0]!r} missing from the class list") from None
+            raise ModelError(
+                f"observation names class {e.args[0]!r} missing from the class list"
+            ) from None
         n = [np.asarray(self._n, float)]
         w = [np.asarray(self._w, float)]
         c = [np.asarray(self._c, bool)]
@@ -201,8 +226,14 @@ class Observations:
             n.append(cn)
             w.append(cw)
             c.append(cc)
-        return aggregate_arrays(np.concatenate(ia), np.concatenate(ib), np.concatenate(n),
-                                np.concatenate(w), np.concatenate(c), k)
+        return aggregate_arrays(
+            np.concatenate(ia),
+            np.concatenate(ib),
+            np.concatenate(n),
+            np.concatenate(w),
+            np.concatenate(c),
+            k,
+        )
 
 
 @dataclass
@@ -219,8 +250,9 @@ class Entries:
         return int(self.y.shape[0])
 
 
-def aggregate_arrays(ia: np.ndarray, ib: np.ndarray, n: np.ndarray, w: np.ndarray,
-                     censored: np.ndarray, k: int) -> Entries:
+def aggregate_arrays(
+    ia: np.ndarray, ib: np.ndarray, n: np.ndarray, w: np.ndarray, censored: np.ndarray, k: int
+) -> Entries:
     """Vectorised aggregation of raw entries (used for millions of episodes)."""
     y = np.log(np.clip(n, N_MIN, N_MAX))
     key = ia * k + ib

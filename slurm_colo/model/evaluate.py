@@ -29,7 +29,9 @@ Predictor = Callable[[str, str], tuple[float, float]]
 Trainer = Callable[[GavelData, set[tuple[str, str]], int], Predictor]
 
 
-def split_pairs(data: GavelData, hide: float, seed: int) -> tuple[set[tuple[str, str]], list[tuple[str, str]]]:
+def split_pairs(
+    data: GavelData, hide: float, seed: int
+) -> tuple[set[tuple[str, str]], list[tuple[str, str]]]:
     if not 0.0 < hide < 1.0:
         raise ModelError(f"--hide must be between 0 and 1 (exclusive), got {hide}")
     pairs = data.unordered_pairs()
@@ -48,8 +50,12 @@ class Scores:
     acc_delta: float
 
     def as_dict(self) -> dict[str, float]:
-        return {"mae_n": self.mae, "spearman_s": self.spearman, "acc_s_gt_1": self.acc_s,
-                "acc_delta_gt_1": self.acc_delta}
+        return {
+            "mae_n": self.mae,
+            "spearman_s": self.spearman,
+            "acc_s_gt_1": self.acc_s,
+            "acc_delta_gt_1": self.acc_delta,
+        }
 
 
 def score(data: GavelData, hidden: list[tuple[str, str]], pred: Predictor) -> Scores:
@@ -90,8 +96,9 @@ def train_mean(data: GavelData, train: set[tuple[str, str]], seed: int = 0) -> P
     return lambda a, b: (m, m)
 
 
-def train_row_col(data: GavelData, train: set[tuple[str, str]], seed: int = 0,
-                  ridge: float = 1.0) -> Predictor:
+def train_row_col(
+    data: GavelData, train: set[tuple[str, str]], seed: int = 0, ridge: float = 1.0
+) -> Predictor:
     """n(a | b) = mu + r_a + c_b, ridge-regularised least squares."""
     cl = data.classes
     ix = {c: i for i, c in enumerate(cl)}
@@ -131,8 +138,9 @@ TRAINERS: dict[str, Trainer] = {
 }
 
 
-def evaluate(data: GavelData, hide: float = 0.3, seeds: int = 5,
-             trainers: dict[str, Trainer] | None = None) -> dict[str, dict[str, float]]:
+def evaluate(
+    data: GavelData, hide: float = 0.3, seeds: int = 5, trainers: dict[str, Trainer] | None = None
+) -> dict[str, dict[str, float]]:
     """name -> averaged metrics (+ per-seed spread as ``*_sd``)."""
     if seeds < 1:
         raise ModelError(f"--seeds must be at least 1, got {seeds}")
@@ -158,8 +166,9 @@ def _standardised(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / s if s > 0 else np.zeros_like(x)
 
 
-def synthetic_like(data: GavelData, seed: int, kind: str = "contention",
-                   noise: float = 0.03) -> GavelData:
+def synthetic_like(
+    data: GavelData, seed: int, kind: str = "contention", noise: float = 0.03
+) -> GavelData:
     """Seeded data of the same shape as ``data``: the same classes (names, solo rates, so the
     same features), the same measured and out-of-memory pairs, values from a low-rank model.
 
@@ -180,8 +189,11 @@ def synthetic_like(data: GavelData, seed: int, kind: str = "contention",
     solo = np.log([data.solo[c] for c in cl])
     fam_vec = {f: rng.normal(size=3) for f in sorted(set(fam))}
     feats = np.c_[_standardised(batch), _standardised(solo)]
-    z = (0.8 * np.array([fam_vec[f] for f in fam]) + feats @ (0.6 * rng.normal(size=(2, 3)))
-         + 0.4 * rng.normal(size=(len(cl), 3)))
+    z = (
+        0.8 * np.array([fam_vec[f] for f in fam])
+        + feats @ (0.6 * rng.normal(size=(2, 3)))
+        + 0.4 * rng.normal(size=(len(cl), 3))
+    )
     ix = {c: i for i, c in enumerate(cl)}
 
     def truth(a: str, b: str) -> float:

@@ -50,8 +50,9 @@ def _with_faults(obs: Observations) -> tuple[Observations, set[tuple[str, str]]]
     return out, never
 
 
-def fit_model(obs: Observations, seed: int = 0, hyper: Mapping[str, Any] | None = None
-              ) -> tuple[PairGP | None, ShareView | None, list[str]]:
+def fit_model(
+    obs: Observations, seed: int = 0, hyper: Mapping[str, Any] | None = None
+) -> tuple[PairGP | None, ShareView | None, list[str]]:
     """Fit the per-direction GP and the share view (:mod:`.share`; ``None`` with too few
     pairs measured both ways); ``None, None`` when there is no pair entry at all (prior
     only). ``hyper``: see :func:`fit_table`."""
@@ -62,9 +63,13 @@ def fit_model(obs: Observations, seed: int = 0, hyper: Mapping[str, Any] | None 
     dists = class_distances(classes, obs.classes)
     hyper = hyper or {}
     share_given = hyper.get("hyper_share")
-    return (fit_gp(e, dists, seed=seed, fixed=hyper.get("hyper")),
-            fit_share(e, dists, seed=seed, hyper=share_given if isinstance(share_given, Mapping) else None),
-            classes)
+    return (
+        fit_gp(e, dists, seed=seed, fixed=hyper.get("hyper")),
+        fit_share(
+            e, dists, seed=seed, hyper=share_given if isinstance(share_given, Mapping) else None
+        ),
+        classes,
+    )
 
 
 def predict_log_n(gp: PairGP, share: ShareView | None) -> tuple[np.ndarray, np.ndarray]:
@@ -77,9 +82,14 @@ def predict_log_n(gp: PairGP, share: ShareView | None) -> tuple[np.ndarray, np.n
     return gp.fold_in(mean, sd)
 
 
-def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: float = 1.0,
-              training: dict[str, Any] | None = None,
-              hyper: Mapping[str, Any] | None = None) -> ScoreTable:
+def fit_table(
+    obs: Observations,
+    seed: int = 0,
+    gpu_model: str = "",
+    n_max: float = 1.0,
+    training: dict[str, Any] | None = None,
+    hyper: Mapping[str, Any] | None = None,
+) -> ScoreTable:
     """Fit and return a full table: every pair (a <= b) of every known class.
 
     ``hyper``: the ``training`` of a table fitted before on a part of the same data (the
@@ -89,12 +99,19 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
     obs2, never = _with_faults(obs)
     gp, share, classes = fit_model(obs2, seed, hyper)
     k = len(classes)
-    info = {c: ClassInfo(memory_gib=p.memory_gib, sm_util=p.sm_util, solo_rate=p.solo_rate,
-                      progress_rate=p.progress_rate)
-            for c, p in obs.classes.items()}
+    info = {
+        c: ClassInfo(
+            memory_gib=p.memory_gib,
+            sm_util=p.sm_util,
+            solo_rate=p.solo_rate,
+            progress_rate=p.progress_rate,
+        )
+        for c, p in obs.classes.items()
+    }
     created = datetime.now(UTC).replace(microsecond=0).isoformat()
-    table = ScoreTable(classes=info, gpu_model=gpu_model, created=created,
-                       training=dict(training or {}))
+    table = ScoreTable(
+        classes=info, gpu_model=gpu_model, created=created, training=dict(training or {})
+    )
     if gp is None:
         table.prior_n, table.prior_sd = 0.6, PRIOR_SD
         table.training["model"] = "prior-only (no pair data)"
@@ -106,7 +123,9 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
     cens = e.censored
     # censored entries are lower bounds
     obs_val = np.exp(e.y[cens])
-    mean[e.ia[cens], e.ib[cens]] = np.maximum(mean[e.ia[cens], e.ib[cens]], np.minimum(obs_val, n_max))
+    mean[e.ia[cens], e.ib[cens]] = np.maximum(
+        mean[e.ia[cens], e.ib[cens]], np.minimum(obs_val, n_max)
+    )
     observed = np.zeros((k, k), bool)
     observed[e.ia, e.ib] = True
     ix = {c: i for i, c in enumerate(classes)}
@@ -118,29 +137,38 @@ def fit_table(obs: Observations, seed: int = 0, gpu_model: str = "", n_max: floa
                 continue
             s = float(max(sd[i, j], sd[j, i]))
             table.pairs[(a, b)] = PairScore(
-                float(mean[i, j]), float(mean[j, i]), s,
+                float(mean[i, j]),
+                float(mean[j, i]),
+                s,
                 observed=bool(observed[i, j] or observed[j, i]),
             )
     del ix
     table.prior_n = float(min(math.exp(gp.mean), n_max))
     prior_var = float(np.exp(gp.theta[6:9]).sum())
-    table.prior_sd = float(table.prior_n * math.sqrt(prior_var + 1.0) if prior_var > 0 else PRIOR_SD)
+    table.prior_sd = float(
+        table.prior_n * math.sqrt(prior_var + 1.0) if prior_var > 0 else PRIOR_SD
+    )
     table.prior_sd = min(table.prior_sd, 1.0)
-    table.training.update({
-        "model": "gp-pairs+share/2" if share is not None else "gp-pairs/1",
-        "classes": k,
-        "entries": int(len(e)),
-        "never_pairs": len(never),
-        "rejected_entries": obs.rejected,
-        "hyper": gp.params,
-        **({"hyper_share": share.params} if share is not None else {}),
-        "hyper_search": "reused from the held-out fit" if hyper and hyper.get("hyper") else "fitted",
-    })
+    table.training.update(
+        {
+            "model": "gp-pairs+share/2" if share is not None else "gp-pairs/1",
+            "classes": k,
+            "entries": int(len(e)),
+            "never_pairs": len(never),
+            "rejected_entries": obs.rejected,
+            "hyper": gp.params,
+            **({"hyper_share": share.params} if share is not None else {}),
+            "hyper_search": "reused from the held-out fit"
+            if hyper and hyper.get("hyper")
+            else "fitted",
+        }
+    )
     return table
 
 
-def observations_from_gavel(data: GavelData,
-                            train_pairs: set[tuple[str, str]] | None = None) -> Observations:
+def observations_from_gavel(
+    data: GavelData, train_pairs: set[tuple[str, str]] | None = None
+) -> Observations:
     """Observations from a Gavel profiling campaign (solo rates of every class stay known)."""
     obs = Observations()
     for c, r in sorted(data.solo.items()):
@@ -156,13 +184,18 @@ def observations_from_gavel(data: GavelData,
     return obs
 
 
-def fit_gavel(data: GavelData, train_pairs: set[tuple[str, str]] | None = None,
-              seed: int = 0) -> ScoreTable:
+def fit_gavel(
+    data: GavelData, train_pairs: set[tuple[str, str]] | None = None, seed: int = 0
+) -> ScoreTable:
     """Train on the given measured pairs of ``data`` (None = all) and predict every pair."""
     if not data.solo:
         raise ModelError(f"gavel data for {data.gpu!r} has no classes")
     obs = observations_from_gavel(data, train_pairs)
-    t = fit_table(obs, seed=seed, gpu_model=data.gpu,
-                  training={"source": f"gavel:{data.gpu}", "train_pairs": len(obs.observed_pairs())})
+    t = fit_table(
+        obs,
+        seed=seed,
+        gpu_model=data.gpu,
+        training={"source": f"gavel:{data.gpu}", "train_pairs": len(obs.observed_pairs())},
+    )
     t.id = f"gavel-{data.gpu}-s{seed}"
     return t

@@ -52,10 +52,26 @@ I_IDENT, I_INT, I_ROW, I_COL, I_SELF, I_SWAP = range(N_GROUPS, N_GROUPS + 6)
 # the swap term is s_int * rho with rho <= 1: only then is the kernel positive semi-definite
 # (C x C)(s_int + s_swap P) with P the swap of a pair has eigenvalues s_int -+ s_swap)
 _START = np.log([1.0] * N_GROUPS + [0.1, 0.05, 0.05, 0.05, 0.01, 0.3, 1e-3])
-_BOUNDS = ([(-5.0, 3.0)] * N_GROUPS + [(-6.0, 2.0)] * 4 + [(-9.0, 2.0), (-9.0, 0.0)]
-           + [(float(np.log(1e-3)), 0.0)])
-PARAM_NAMES = ("w_family", "w_batch", "w_solo_rate", "w_sm_util", "w_memory", "ident",
-               "s_int", "s_row", "s_col", "s_self", "rho_swap", "noise")
+_BOUNDS = (
+    [(-5.0, 3.0)] * N_GROUPS
+    + [(-6.0, 2.0)] * 4
+    + [(-9.0, 2.0), (-9.0, 0.0)]
+    + [(float(np.log(1e-3)), 0.0)]
+)
+PARAM_NAMES = (
+    "w_family",
+    "w_batch",
+    "w_solo_rate",
+    "w_sm_util",
+    "w_memory",
+    "ident",
+    "s_int",
+    "s_row",
+    "s_col",
+    "s_self",
+    "rho_swap",
+    "noise",
+)
 
 
 def _class_kernel(theta: np.ndarray, dists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -70,21 +86,51 @@ FORMS = ("pairs", "symmetric", "antisymmetric")
 # Each form's term scales (int, row, col, self, swap, cross) as sign * exp(E @ theta[I_INT:]):
 # rows of E are the exponents of (s_int, s_row, s_col, s_self, rho_swap) in each scale.
 _E = {
-    "pairs": np.array([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0],
-                       [1, 0, 0, 0, 1], [0, 0, 0, 0, 0]], float),
-    "symmetric": np.array([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 1, 0],
-                           [1, 0, 0, 0, 0], [0, 1, 0, 0, 0]], float),
-    "antisymmetric": np.array([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 1, 0, 0, 0],
-                               [0, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0]], float),
+    "pairs": np.array(
+        [
+            [1, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+            [0, 0, 1, 0, 0],
+            [0, 0, 0, 1, 0],
+            [1, 0, 0, 0, 1],
+            [0, 0, 0, 0, 0],
+        ],
+        float,
+    ),
+    "symmetric": np.array(
+        [
+            [1, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+            [0, 0, 0, 1, 0],
+            [1, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+        ],
+        float,
+    ),
+    "antisymmetric": np.array(
+        [
+            [1, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+            [0, 0, 0, 0, 0],
+            [1, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+        ],
+        float,
+    ),
 }
-_SIGN = {"pairs": np.array([1.0, 1, 1, 1, 1, 0]), "symmetric": np.array([1.0, 1, 1, 1, 1, 1]),
-         "antisymmetric": np.array([1.0, 1, 1, 0, -1, -1])}
+_SIGN = {
+    "pairs": np.array([1.0, 1, 1, 1, 1, 0]),
+    "symmetric": np.array([1.0, 1, 1, 1, 1, 1]),
+    "antisymmetric": np.array([1.0, 1, 1, 0, -1, -1]),
+}
 
 
 def _scales(theta: np.ndarray, form: str = "pairs") -> np.ndarray:
     """Scales of the six terms (int, row, col, self, swap, cross) in ``form``; in the
     ``pairs`` form s_swap = s_int * rho_swap and there is no cross term."""
-    return _SIGN[form] * np.exp(_E[form] @ theta[I_INT:I_SWAP + 1])
+    return _SIGN[form] * np.exp(_E[form] @ theta[I_INT : I_SWAP + 1])
 
 
 def _parts(c: np.ndarray, x1: Entries, x2: Entries) -> tuple[np.ndarray, ...]:
@@ -98,13 +144,15 @@ def _parts(c: np.ndarray, x1: Entries, x2: Entries) -> tuple[np.ndarray, ...]:
     return ka, kb, xs, xt, ss
 
 
-def _terms(ka: np.ndarray, kb: np.ndarray, xs: np.ndarray, xt: np.ndarray,
-           ss: np.ndarray) -> list[np.ndarray]:
+def _terms(
+    ka: np.ndarray, kb: np.ndarray, xs: np.ndarray, xt: np.ndarray, ss: np.ndarray
+) -> list[np.ndarray]:
     return [ka * kb, ka, kb, ss, xs * xt, xs + xt]
 
 
-def cross_kernel(theta: np.ndarray, c: np.ndarray, x1: Entries, x2: Entries,
-                 form: str = "pairs") -> np.ndarray:
+def cross_kernel(
+    theta: np.ndarray, c: np.ndarray, x1: Entries, x2: Entries, form: str = "pairs"
+) -> np.ndarray:
     """Kernel matrix between two entry sets (no noise).
 
     Beyond the row/column/interaction terms: ``s_self`` is shared by all self-pairs (two
@@ -125,8 +173,9 @@ def cross_kernel(theta: np.ndarray, c: np.ndarray, x1: Entries, x2: Entries,
     return out
 
 
-def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
-                  yc: np.ndarray, form: str = "pairs") -> tuple[float, np.ndarray]:
+def _nll_and_grad(
+    theta: np.ndarray, dists: list[np.ndarray], e: Entries, yc: np.ndarray, form: str = "pairs"
+) -> tuple[float, np.ndarray]:
     c, rbf = _class_kernel(theta, dists)
     sc = _scales(theta, form)
     s_int, s_row, s_col, _, s_swap, s_cross = sc
@@ -154,8 +203,9 @@ def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
     k = c.shape[0]
     dc_total = np.zeros(k * k)
     for u, v, d in ((e.ia, e.ia, da), (e.ib, e.ib, db), (e.ia, e.ib, ds), (e.ib, e.ia, dt)):
-        dc_total += np.bincount((u[:, None] * k + v[None, :]).ravel(), weights=(wmat * d).ravel(),
-                                minlength=k * k)
+        dc_total += np.bincount(
+            (u[:, None] * k + v[None, :]).ravel(), weights=(wmat * d).ravel(), minlength=k * k
+        )
     dnll_dc = dc_total.reshape(k, k)
 
     def chain(dc: np.ndarray) -> float:
@@ -167,7 +217,7 @@ def _nll_and_grad(theta: np.ndarray, dists: list[np.ndarray], e: Entries,
     grad[I_IDENT] = chain(np.exp(theta[I_IDENT]) * np.eye(c.shape[0]))
     # d scale_t / d theta_j = scale_t * E[t, j]
     per_term = np.array([-float((wmat * t).sum()) for t in terms]) * sc
-    grad[I_INT:I_SWAP + 1] = per_term @ _E[form]
+    grad[I_INT : I_SWAP + 1] = per_term @ _E[form]
     grad[-1] = -float((np.diag(wmat) * nd).sum())
     return nll, grad
 
@@ -194,9 +244,8 @@ class PairGP:
     def params(self) -> dict[str, float]:
         """Fitted hyper-parameters by name (those the form uses)."""
         used = np.ones(len(self.theta), bool)
-        used[I_INT:I_SWAP + 1] = (np.abs(_E[self.form][_SIGN[self.form] != 0]).sum(0) > 0)
+        used[I_INT : I_SWAP + 1] = np.abs(_E[self.form][_SIGN[self.form] != 0]).sum(0) > 0
         return {n: float(f"{np.exp(t):.6g}") for n, t, u in zip(PARAM_NAMES, self.theta, used) if u}
-
 
     def predict(self, fold_in: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Posterior (mean, standard deviation) of log n for every ordered pair (k x k);
@@ -236,8 +285,9 @@ class PairGP:
         ca = self.c[:, self.var_entries.ia].astype(np.float32)  # k x m
         cb = self.c[:, self.var_entries.ib].astype(np.float32)
         lower = self.var_factor[0]
-        linv = solve_triangular(lower, np.eye(lower.shape[0]), lower=True,
-                                check_finite=False).T.astype(np.float32)
+        linv = solve_triangular(
+            lower, np.eye(lower.shape[0]), lower=True, check_finite=False
+        ).T.astype(np.float32)
         for arr in (ca, cb, linv):  # float32 denormals make every product crawl
             arr[np.abs(arr) < 1e-15] = 0.0
         red = np.empty((k, k))
@@ -245,12 +295,12 @@ class PairGP:
         si, sr, sw = np.float32(s_int), np.float32(s_row), np.float32(s_swap)
         step = max(1, 8192 // max(k, 1))  # rows per block: one large product per block
         for a0 in range(0, k, step):
-            blk = ca[a0:a0 + step, None, :]  # r x 1 x m
-            x = si * blk * cb[None] + sr * blk + sw * cb[a0:a0 + step, None, :] * ca[None]
+            blk = ca[a0 : a0 + step, None, :]  # r x 1 x m
+            x = si * blk * cb[None] + sr * blk + sw * cb[a0 : a0 + step, None, :] * ca[None]
             r = np.arange(x.shape[0])
             x[r, a0 + r, :] += selfm  # the query (a, a) is a self-pair
             v = (x.reshape(-1, ca.shape[1]) @ linv).reshape(blk.shape[0], k, -1) + cb_l[None]
-            red[a0:a0 + step] = np.einsum("rij,rij->ri", v, v)
+            red[a0 : a0 + step] = np.einsum("rij,rij->ri", v, v)
         return np.sqrt(np.maximum(prior - red, 1e-8))
 
     def fold_in(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -280,9 +330,15 @@ def theta_from_params(params: Mapping[str, float]) -> np.ndarray:
     return th
 
 
-def fit_gp(e: Entries, dists: list[np.ndarray], seed: int = 0,
-           optimise: bool = True, theta: np.ndarray | None = None,
-           form: str = "pairs", fixed: object = None) -> PairGP:
+def fit_gp(
+    e: Entries,
+    dists: list[np.ndarray],
+    seed: int = 0,
+    optimise: bool = True,
+    theta: np.ndarray | None = None,
+    form: str = "pairs",
+    fixed: object = None,
+) -> PairGP:
     """Fit the GP to aggregated entries (needs at least one entry). In the
     ``antisymmetric`` form the prior mean is 0 (the only antisymmetric constant).
     ``fixed``: :attr:`PairGP.params` of an earlier fit, used as they are (no search);
@@ -325,8 +381,14 @@ def _stratified(e: Entries, size: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(chosen)
 
 
-def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
-            theta: np.ndarray | None, form: str) -> PairGP:
+def _fit_gp(
+    e: Entries,
+    dists: list[np.ndarray],
+    seed: int,
+    optimise: bool,
+    theta: np.ndarray | None,
+    form: str,
+) -> PairGP:
     rng = np.random.default_rng(seed)
     w = e.w / e.w.mean()
     e = Entries(e.ia, e.ib, e.y, np.clip(w, 0.05, 50.0), e.censored)
@@ -338,8 +400,15 @@ def _fit_gp(e: Entries, dists: list[np.ndarray], seed: int, optimise: bool,
     th = _START.copy() if theta is None else np.asarray(theta, float)
     nll = float("nan")
     if optimise and len(sub) >= 8:
-        res = minimize(_nll_and_grad, th, args=(dists, sub, sub.y - mean, form), jac=True,
-                       method="L-BFGS-B", bounds=_BOUNDS, options={"maxiter": 150})
+        res = minimize(
+            _nll_and_grad,
+            th,
+            args=(dists, sub, sub.y - mean, form),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=_BOUNDS,
+            options={"maxiter": 150},
+        )
         th, nll = res.x, float(res.fun)
     c, _ = _class_kernel(th, dists)
     noise = np.exp(th[-1])

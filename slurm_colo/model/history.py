@@ -39,8 +39,11 @@ class PairEpisodes:
     oom: np.ndarray
 
 
-def pair_episodes(episodes: Iterable[tuple[float, float, Sequence[tuple[int, str, float | None, str]], bool, bool]]
-                  ) -> PairEpisodes:
+def pair_episodes(
+    episodes: Iterable[
+        tuple[float, float, Sequence[tuple[int, str, float | None, str]], bool, bool]
+    ],
+) -> PairEpisodes:
     """(start, end, members, mps_fault, oom) tuples -> :class:`PairEpisodes`."""
     ix: dict[str, int] = {}
     cols: list[list[float]] = [[] for _ in range(10)]
@@ -53,22 +56,51 @@ def pair_episodes(episodes: Iterable[tuple[float, float, Sequence[tuple[int, str
             for j in range(i + 1, k):
                 _, ca, na, sa = members[i]
                 _, cb, nb, sb = members[j]
-                ea = na ** share if na is not None and na >= 0 else np.nan
-                eb = nb ** share if nb is not None and nb >= 0 else np.nan
+                ea = na**share if na is not None and na >= 0 else np.nan
+                eb = nb**share if nb is not None and nb >= 0 else np.nan
                 qa = SOURCE_WEIGHT.get(sa, 0.0) * (1.0 if k == 2 else 0.5)
                 qb = SOURCE_WEIGHT.get(sb, 0.0) * (1.0 if k == 2 else 0.5)
-                row = [ix.setdefault(ca, len(ix)), ix.setdefault(cb, len(ix)), ea, eb,
-                       (end - start) / 3600.0 * share, end, qa, qb, float(fault), float(oom)]
+                row = [
+                    ix.setdefault(ca, len(ix)),
+                    ix.setdefault(cb, len(ix)),
+                    ea,
+                    eb,
+                    (end - start) / 3600.0 * share,
+                    end,
+                    qa,
+                    qb,
+                    float(fault),
+                    float(oom),
+                ]
                 for c, v in zip(cols, row):
                     c.append(v)
     arr = [np.asarray(c, float) for c in cols]
-    return PairEpisodes(list(ix), arr[0].astype(np.int64), arr[1].astype(np.int64), arr[2],
-                        arr[3], arr[4], arr[5], arr[6], arr[7], arr[8] > 0, arr[9] > 0)
+    return PairEpisodes(
+        list(ix),
+        arr[0].astype(np.int64),
+        arr[1].astype(np.int64),
+        arr[2],
+        arr[3],
+        arr[4],
+        arr[5],
+        arr[6],
+        arr[7],
+        arr[8] > 0,
+        arr[9] > 0,
+    )
 
 
-def member_pair_episodes(classes: list[str], start: np.ndarray, end: np.ndarray,
-                         fault: np.ndarray, oom: np.ndarray, episode: np.ndarray,
-                         cls: np.ndarray, n: np.ndarray, quality: np.ndarray) -> PairEpisodes:
+def member_pair_episodes(
+    classes: list[str],
+    start: np.ndarray,
+    end: np.ndarray,
+    fault: np.ndarray,
+    oom: np.ndarray,
+    episode: np.ndarray,
+    cls: np.ndarray,
+    n: np.ndarray,
+    quality: np.ndarray,
+) -> PairEpisodes:
     """:func:`pair_episodes` on arrays: episodes (``start``, ``end``, ``fault``, ``oom``)
     and their members grouped by episode (``episode`` indexes the episode arrays, ``cls``
     indexes ``classes``, ``n`` is NaN when unknown, ``quality`` the member's source factor)."""
@@ -88,24 +120,59 @@ def member_pair_episodes(classes: list[str], start: np.ndarray, end: np.ndarray,
         with np.errstate(invalid="ignore"):
             na = np.where(n[ia] >= 0, n[ia] ** share, np.nan)
             nb = np.where(n[ib] >= 0, n[ib] ** share, np.nan)
-        for c, v in zip(cols, (cls[ia], cls[ib], na, nb, (end[e] - start[e]) / 3600.0 * share,
-                               end[e], quality[ia] * half, quality[ib] * half, fault[e], oom[e]),
-                        strict=True):
+        for c, v in zip(
+            cols,
+            (
+                cls[ia],
+                cls[ib],
+                na,
+                nb,
+                (end[e] - start[e]) / 3600.0 * share,
+                end[e],
+                quality[ia] * half,
+                quality[ib] * half,
+                fault[e],
+                oom[e],
+            ),
+            strict=True,
+        ):
             c.append(v)
     if not cols[0]:
         z = np.zeros(0)
-        return PairEpisodes([], np.zeros(0, np.int64), np.zeros(0, np.int64), z, z, z, z, z, z,
-                            np.zeros(0, bool), np.zeros(0, bool))
+        return PairEpisodes(
+            [],
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            z,
+            z,
+            z,
+            z,
+            z,
+            z,
+            np.zeros(0, bool),
+            np.zeros(0, bool),
+        )
     a, b, na, nb, hours, e_end, qa, qb, f, o = (np.concatenate(c) for c in cols)
     # only the classes that take part in a pair, as pair_episodes does
     used, inv = np.unique(np.concatenate([a, b]), return_inverse=True)
-    return PairEpisodes([classes[int(x)] for x in used], inv[:len(a)].astype(np.int64),
-                        inv[len(a):].astype(np.int64), na, nb, hours, e_end, qa, qb,
-                        f.astype(bool), o.astype(bool))
+    return PairEpisodes(
+        [classes[int(x)] for x in used],
+        inv[: len(a)].astype(np.int64),
+        inv[len(a) :].astype(np.int64),
+        na,
+        nb,
+        hours,
+        e_end,
+        qa,
+        qb,
+        f.astype(bool),
+        o.astype(bool),
+    )
 
 
-def add_pair_episodes(obs: Observations, ep: PairEpisodes, now: float,
-                      half_life_days: float) -> int:
+def add_pair_episodes(
+    obs: Observations, ep: PairEpisodes, now: float, half_life_days: float
+) -> int:
     """Add the entries, faults and never-pairs of ``ep`` to ``obs``; returns entries kept."""
     if len(ep.a) == 0:
         for c in ep.classes:
@@ -115,10 +182,13 @@ def add_pair_episodes(obs: Observations, ep: PairEpisodes, now: float,
     rec = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.ones_like(age_days)
     base = ep.hours * rec
     ok = ~(ep.fault | ep.oom)
-    kept = obs.add_arrays(ep.classes, np.concatenate([ep.a[ok], ep.b[ok]]),
-                          np.concatenate([ep.b[ok], ep.a[ok]]),
-                          np.concatenate([ep.n_a[ok], ep.n_b[ok]]),
-                          np.concatenate([(base * ep.quality_a)[ok], (base * ep.quality_b)[ok]]))
+    kept = obs.add_arrays(
+        ep.classes,
+        np.concatenate([ep.a[ok], ep.b[ok]]),
+        np.concatenate([ep.b[ok], ep.a[ok]]),
+        np.concatenate([ep.n_a[ok], ep.n_b[ok]]),
+        np.concatenate([(base * ep.quality_a)[ok], (base * ep.quality_b)[ok]]),
+    )
     k = len(ep.classes)
     for mask, fn in ((ep.fault, obs.add_fault), (ep.oom, None)):
         if not mask.any():

@@ -24,9 +24,19 @@ def export_rows(table: ScoreTable) -> list[dict[str, Any]]:
     for i, a in enumerate(cl):
         for b in cl[i:]:
             p = table.pair(a, b)
-            rows.append({"a": a, "b": b, "n_a": round(p.n_a, 4), "n_b": round(p.n_b, 4),
-                         "S": round(p.combined, 4), "delta": round(0.0 if p.never else p.delta, 4),
-                         "sd": round(p.sd, 4), "observed": p.observed, "never": p.never})
+            rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "n_a": round(p.n_a, 4),
+                    "n_b": round(p.n_b, 4),
+                    "S": round(p.combined, 4),
+                    "delta": round(0.0 if p.never else p.delta, 4),
+                    "sd": round(p.sd, 4),
+                    "observed": p.observed,
+                    "never": p.never,
+                }
+            )
     return rows
 
 
@@ -45,18 +55,31 @@ def matrix(table: ScoreTable, metric: str = "delta") -> tuple[list[str], np.ndar
 def text_report(table: ScoreTable, top: int = 5) -> str:
     rows = export_rows(table)
     ok = [r for r in rows if not r["never"]]
-    lines = [f"score set {table.id} ({table.gpu_model or 'any GPU'}, created {table.created or '?'}): "
-             f"{len(table_classes(table))} classes, {len(rows)} pairs, "
-             f"{sum(r['observed'] for r in rows)} observed, {sum(r['never'] for r in rows)} never"]
+    lines = [
+        f"score set {table.id} ({table.gpu_model or 'any GPU'}, created {table.created or '?'}): "
+        f"{len(table_classes(table))} classes, {len(rows)} pairs, "
+        f"{sum(r['observed'] for r in rows)} observed, {sum(r['never'] for r in rows)} never"
+    ]
     if ok:
         gain = sum(r["delta"] > 1.0 for r in ok)
-        lines.append(f"pairs predicted to gain (delta > 1): {gain} of {len(ok)}; "
-                     f"median uncertainty (sd of n) {float(np.median([r['sd'] for r in ok])):.3f}")
+        lines.append(
+            f"pairs predicted to gain (delta > 1): {gain} of {len(ok)}; "
+            f"median uncertainty (sd of n) {float(np.median([r['sd'] for r in ok])):.3f}"
+        )
         best = sorted(ok, key=lambda r: -r["delta"])[:top]
         worst = sorted(ok, key=lambda r: r["delta"])[:top]
-        lines.append("best pairs:  " + "; ".join(f"{r['a']}+{r['b']} {r['delta']:.2f}" for r in best))
-        lines.append("worst pairs: " + "; ".join(f"{r['a']}+{r['b']} {r['delta']:.2f}" for r in worst))
+        lines.append(
+            "best pairs:  " + "; ".join(f"{r['a']}+{r['b']} {r['delta']:.2f}" for r in best)
+        )
+        lines.append(
+            "worst pairs: " + "; ".join(f"{r['a']}+{r['b']} {r['delta']:.2f}" for r in worst)
+        )
     if table.metrics:
-        lines.append("metrics: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
-                                             for k, v in table.metrics.items()))
+        lines.append(
+            "metrics: "
+            + ", ".join(
+                f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in table.metrics.items()
+            )
+        )
     return "\n".join(lines)

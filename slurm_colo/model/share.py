@@ -48,10 +48,13 @@ def share_entries(e: Entries, k: int) -> tuple[Entries, Entries]:
     w = 1.0 / (1.0 / e.w[i] + 1.0 / e.w[j])
     ratio = Entries(e.ia[i], e.ib[i], e.y[i] - e.y[j], w, np.zeros(len(i), bool))
     same = np.flatnonzero(e.ia == e.ib)
-    total = Entries(np.r_[e.ia[i], e.ia[same]], np.r_[e.ib[i], e.ib[same]],
-                    np.r_[np.logaddexp(e.y[i], e.y[j]), e.y[same] + np.log(2.0)],
-                    np.r_[w, e.w[same]],
-                    np.r_[e.censored[i] & e.censored[j], e.censored[same]])
+    total = Entries(
+        np.r_[e.ia[i], e.ia[same]],
+        np.r_[e.ib[i], e.ib[same]],
+        np.r_[np.logaddexp(e.y[i], e.y[j]), e.y[same] + np.log(2.0)],
+        np.r_[w, e.w[same]],
+        np.r_[e.censored[i] & e.censored[j], e.censored[same]],
+    )
     return total, ratio
 
 
@@ -69,8 +72,9 @@ class ShareView:
         return {"total": self.total.params, "ratio": self.ratio.params}
 
 
-def fit_share(e: Entries, dists: list[np.ndarray], seed: int = 0,
-              hyper: Mapping[str, Any] | None = None) -> ShareView | None:
+def fit_share(
+    e: Entries, dists: list[np.ndarray], seed: int = 0, hyper: Mapping[str, Any] | None = None
+) -> ShareView | None:
     """Fit the view; ``None`` when fewer than :data:`MIN_PAIRS` pairs of two classes were
     measured in both directions. ``hyper`` (:attr:`ShareView.params` of an earlier fit):
     use those hyper-parameters instead of searching them."""
@@ -78,5 +82,7 @@ def fit_share(e: Entries, dists: list[np.ndarray], seed: int = 0,
     if len(ratio) < MIN_PAIRS:
         return None
     hyper = hyper or {}
-    return ShareView(fit_gp(total, dists, seed=seed, form="symmetric", fixed=hyper.get("total")),
-                     fit_gp(ratio, dists, seed=seed, form="antisymmetric", fixed=hyper.get("ratio")))
+    return ShareView(
+        fit_gp(total, dists, seed=seed, form="symmetric", fixed=hyper.get("total")),
+        fit_gp(ratio, dists, seed=seed, form="antisymmetric", fixed=hyper.get("ratio")),
+    )

@@ -38,8 +38,11 @@ def holdout_mae(obs: Observations, share: float = 0.2, seed: int = 0) -> HeldOut
     lo, hi = np.minimum(e.ia, e.ib), np.maximum(e.ia, e.ib)
     pair_key = lo * k + hi
     uniq = np.unique(pair_key)
-    never_keys = {classes.index(a) * k + classes.index(b) for a, b in obs.never
-                  if a in obs.classes and b in obs.classes}
+    never_keys = {
+        classes.index(a) * k + classes.index(b)
+        for a, b in obs.never
+        if a in obs.classes and b in obs.classes
+    }
     uniq = np.array([u for u in uniq if int(u) not in never_keys], np.int64)
     if len(uniq) < MIN_PAIRS:
         return HeldOut(None, 0, {})
@@ -49,7 +52,9 @@ def holdout_mae(obs: Observations, share: float = 0.2, seed: int = 0) -> HeldOut
     is_hidden = np.isin(pair_key, hidden)
     train = Observations(classes=obs.classes, never=set(obs.never), faults=dict(obs.faults))
     keep = ~is_hidden
-    train.add_arrays(classes, e.ia[keep], e.ib[keep], np.exp(e.y[keep]), e.w[keep], e.censored[keep])
+    train.add_arrays(
+        classes, e.ia[keep], e.ib[keep], np.exp(e.y[keep]), e.w[keep], e.censored[keep]
+    )
     table = fit_table(train, seed=seed)
     err, wsum = 0.0, 0.0
     for i in np.flatnonzero(is_hidden):
@@ -57,5 +62,7 @@ def holdout_mae(obs: Observations, share: float = 0.2, seed: int = 0) -> HeldOut
         pred = table.pair(a, b).n_a
         err += float(e.w[i]) * abs(pred - float(np.exp(e.y[i])))
         wsum += float(e.w[i])
-    hyper: dict[str, Any] = {k: table.training[k] for k in ("hyper", "hyper_share") if k in table.training}
+    hyper: dict[str, Any] = {
+        k: table.training[k] for k in ("hyper", "hyper_share") if k in table.training
+    }
     return HeldOut(err / wsum, int(n_hide), hyper)

@@ -53,8 +53,9 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     gpus, ingest = parsed
-    from ..config import load_config
     from slurm_colo.logsetup import setup_logging
+
+    from ..config import load_config
 
     setup_logging("epilog-helper")  # detached: syslog is where an admin looks
     try:
@@ -71,8 +72,11 @@ def main(argv: list[str]) -> int:
                 if stop_if_idle(cfg, g):
                     rc = 1  # stop() logged the problems
             except TimeoutError:
-                log.warning("GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo "
-                            "node cleanup'", g)
+                log.warning(
+                    "GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo "
+                    "node cleanup'",
+                    g,
+                )
                 rc = 1
             except Exception:  # one GPU's trouble must not keep the others or the ingest
                 log.exception("GPU %d: MPS stop failed", g)

@@ -12,6 +12,7 @@ from typing import Any
 from slurm_colo.contracts.jobstate import JobState
 from slurm_colo.errors import ProtocolError
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
+
 from .layout import NodeLayout
 
 
@@ -43,15 +44,20 @@ def read_task(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
     return read_json(layout.user_dir(job_id) / "task.json")
 
 
-def mark_ended(layout: NodeLayout, job_id: int, exit_code: int, signal: int = 0,
-               end: float | None = None) -> dict[str, Any]:
+def mark_ended(
+    layout: NodeLayout, job_id: int, exit_code: int, signal: int = 0, end: float | None = None
+) -> dict[str, Any]:
     """First thing the Epilog writes; keeps the first end time if the Epilog is re-run."""
     path = layout.job_dir(job_id) / "ended.json"
     old = read_json(path)
     if isinstance(old, dict) and "end" in old:
         return old
-    ended = {"end": end if end is not None else time.time(), "exit_code": exit_code,
-             "signal": signal, "epilog_pid": os.getpid()}
+    ended = {
+        "end": end if end is not None else time.time(),
+        "exit_code": exit_code,
+        "signal": signal,
+        "epilog_pid": os.getpid(),
+    }
     atomic_write_json(path, ended, fsync=True)
     return ended
 

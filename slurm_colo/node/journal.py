@@ -72,9 +72,14 @@ def stays(events: list[dict[str, Any]]) -> dict[int, Stay]:
     out: dict[int, Stay] = {}
     for ev in events:
         if ev["ev"] == "start":
-            out[int(ev["job"])] = Stay(int(ev["job"]), str(ev.get("cls", "default")),
-                                       str(ev.get("user", "")), int(ev.get("uid", -1)),
-                                       float(ev["t"]), None)
+            out[int(ev["job"])] = Stay(
+                int(ev["job"]),
+                str(ev.get("cls", "default")),
+                str(ev.get("user", "")),
+                int(ev.get("uid", -1)),
+                float(ev["t"]),
+                None,
+            )
         elif ev["ev"] == "end" and int(ev["job"]) in out:
             s = out[int(ev["job"])]
             out[s.job] = Stay(s.job, s.cls, s.user, s.uid, s.start, float(ev["t"]))
@@ -85,8 +90,9 @@ def active(events: list[dict[str, Any]]) -> list[Stay]:
     return [s for s in stays(events).values() if s.end is None]
 
 
-def overlaps(events: list[dict[str, Any]], job: int, start: float, end: float
-             ) -> list[tuple[Stay, float, float]]:
+def overlaps(
+    events: list[dict[str, Any]], job: int, start: float, end: float
+) -> list[tuple[Stay, float, float]]:
     """Other jobs that shared the GPU with ``job`` during [start, end], with the overlap."""
     out = []
     for s in stays(events).values():
@@ -99,16 +105,17 @@ def overlaps(events: list[dict[str, Any]], job: int, start: float, end: float
     return sorted(out, key=lambda x: (x[1], x[0].job))
 
 
-def faults(events: list[dict[str, Any]], start: float, end: float, slack_s: float = 5.0
-           ) -> list[dict[str, Any]]:
+def faults(
+    events: list[dict[str, Any]], start: float, end: float, slack_s: float = 5.0
+) -> list[dict[str, Any]]:
     """Fault events inside [start, end + slack]: a job that started after a fault was not
     hit by it; one whose clients died a moment before the fault was logged was."""
-    return [ev for ev in events
-            if ev["ev"] == "fault" and start <= float(ev["t"]) <= end + slack_s]
+    return [ev for ev in events if ev["ev"] == "fault" and start <= float(ev["t"]) <= end + slack_s]
 
 
-def shared_intervals(events: list[dict[str, Any]], job: int, start: float, end: float
-                     ) -> list[tuple[float, float]]:
+def shared_intervals(
+    events: list[dict[str, Any]], job: int, start: float, end: float
+) -> list[tuple[float, float]]:
     """Merged intervals of [start, end] during which at least one other job was present."""
     iv = sorted((lo, hi) for _, lo, hi in overlaps(events, job, start, end))
     merged: list[tuple[float, float]] = []
@@ -141,12 +148,17 @@ def compact(path: Path, keep_jobs: set[int]) -> None:
         return float("inf") if s is None or s.end is None else s.end
 
     # keep what a live or pending job's record can still need: stays overlapping them
-    kept = [ev for ev in events
-            if (ev["ev"] in ("start", "end")
-                and (int(ev["job"]) in live or ends(int(ev["job"])) >= oldest))
-            or (ev["ev"] == "fault" and float(ev["t"]) >= oldest - 60)]
+    kept = [
+        ev
+        for ev in events
+        if (
+            ev["ev"] in ("start", "end")
+            and (int(ev["job"]) in live or ends(int(ev["job"])) >= oldest)
+        )
+        or (ev["ev"] == "fault" and float(ev["t"]) >= oldest - 60)
+    ]
     from ..fsutil import atomic_write_bytes
 
-    atomic_write_bytes(path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode()
-                                      for e in kept), fsync=False)
-
+    atomic_write_bytes(
+        path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode() for e in kept), fsync=False
+    )

@@ -16,16 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..config import Config
-from ..fsutil import ensure_dir, locked, try_lock, unlock
-from . import jobstate, journal, procs
-from .layout import NodeLayout
 from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.contracts.jobstate import GpuMpsStart, JobState
 from slurm_colo.errors import ProtocolError
 from slurm_colo.node.gpu.mps import format_mem_limit
 from slurm_colo.node.gpu.mps_daemon import LazyNvml, MpsOutcome, gpu_mps, lock_wait
 from slurm_colo.node.gpu.nvml import Gpu
+
+from ..config import Config
+from ..fsutil import ensure_dir, locked, try_lock, unlock
+from . import jobstate, journal, procs
+from .layout import NodeLayout
 
 if TYPE_CHECKING:
     from slurm_colo.contracts.placement import Placement
@@ -75,8 +76,12 @@ def _profiled(cfg: Config, info: JobInfo) -> bool:
     return bool(info.gpus) and (shared or cfg.node.profile == "all")
 
 
-def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
-              open_gpu: Callable[[int], Gpu] | None = None) -> StartResult:
+def job_start(
+    cfg: Config,
+    info: JobInfo,
+    launch_sampler: bool = True,
+    open_gpu: Callable[[int], Gpu] | None = None,
+) -> StartResult:
     """Prolog work for one job. Jobs without a placement are left alone (except profiling)."""
     lay = NodeLayout.of_config(cfg)
     res = StartResult()
@@ -89,44 +94,72 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
     opener = open_gpu or LazyNvml(cfg)
     for g in info.gpus:
         ensure_dir(lay.gpu_dir(g), 0o700)
-    state = JobState(info.job_id, info.user, info.uid, info.node, list(info.gpus),
-                     p.cls if p else info.cls, p.mode if p else info.mode, now,
-                     procs.boot_id(), info.cluster, p, mech)
+    state = JobState(
+        info.job_id,
+        info.user,
+        info.uid,
+        info.node,
+        list(info.gpus),
+        p.cls if p else info.cls,
+        p.mode if p else info.mode,
+        now,
+        procs.boot_id(),
+        info.cluster,
+        p,
+        mech,
+    )
     jobstate.write_state(lay, state)  # first: recovery can always find the job
     user_dir = lay.user_dir(info.job_id)
-    task: dict[str, Any] = {"mechanism": mech,
-                            "progress_file": str(user_dir / "progress.json"), "messages": []}
+    task: dict[str, Any] = {
+        "mechanism": mech,
+        "progress_file": str(user_dir / "progress.json"),
+        "messages": [],
+    }
     for g in info.gpus:
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         try:
             if mech == Mechanism.MPS:  # before the journal entry: faults found now predate the job
                 if token is None:
-                    out = MpsOutcome("broken", f"GPU {g}: another slurm-colo hook held the GPU "
-                                     f"for over {lock_wait(cfg):.0f}s; job {info.job_id} runs "
-                                     "without MPS")
+                    out = MpsOutcome(
+                        "broken",
+                        f"GPU {g}: another slurm-colo hook held the GPU "
+                        f"for over {lock_wait(cfg):.0f}s; job {info.job_id} runs "
+                        "without MPS",
+                    )
                 else:
                     out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
                 res.mps[g] = out
-                state.mps[g] = GpuMpsStart(out.state, out.log_offset, out.server_log_offset,
-                                           out.message)
+                state.mps[g] = GpuMpsStart(
+                    out.state, out.log_offset, out.server_log_offset, out.message
+                )
                 st = gpu_mps(cfg, g, opener).state()
                 if st.get("uuid"):
                     state.gpu_uuids.append(st["uuid"])
             now = max(now, time.time())
             # one O_APPEND write: safe even when the lock could not be had
-            journal.append(lay.journal(g), {"ev": "start", "job": info.job_id, "t": now,
-                                            "cls": state.cls, "user": info.user,
-                                            "uid": info.uid})
+            journal.append(
+                lay.journal(g),
+                {
+                    "ev": "start",
+                    "job": info.job_id,
+                    "t": now,
+                    "cls": state.cls,
+                    "user": info.user,
+                    "uid": info.uid,
+                },
+            )
         finally:
             unlock(token)
     state.start = now
     if mech == Mechanism.MPS:
         outs = [res.mps[g] for g in info.gpus]
         if all(o.state == "ok" for o in outs):
-            task["mps"] = {"pipe_dir": outs[0].pipe_dir, "log_dir": outs[0].log_dir,
-                           "thread_pct": p.thread_pct if p else None,
-                           "mem_limit": (format_mem_limit(p.mem_limit_gib)
-                                         if p and p.mem_limit_gib else None)}
+            task["mps"] = {
+                "pipe_dir": outs[0].pipe_dir,
+                "log_dir": outs[0].log_dir,
+                "thread_pct": p.thread_pct if p else None,
+                "mem_limit": (format_mem_limit(p.mem_limit_gib) if p and p.mem_limit_gib else None),
+            }
         else:
             task["messages"] += [o.message for o in outs if o.state != "ok"]
             for o in outs:
@@ -134,9 +167,12 @@ def job_start(cfg: Config, info: JobInfo, launch_sampler: bool = True,
                     log.warning("job %d: %s", info.job_id, o.message)
                 if not o.gpu_usable:
                     res.refuse = True
-                    log.error("job %d: GPU left in EXCLUSIVE_PROCESS mode after an MPS failure "
-                              "and NVML cannot reset it; refusing the job (the node will "
-                              "drain: fix the GPU, then 'slurm-colo node cleanup')", info.job_id)
+                    log.error(
+                        "job %d: GPU left in EXCLUSIVE_PROCESS mode after an MPS failure "
+                        "and NVML cannot reset it; refusing the job (the node will "
+                        "drain: fix the GPU, then 'slurm-colo node cleanup')",
+                        info.job_id,
+                    )
     jobstate.write_task(lay, info.job_id, info.uid, task)
     if launch_sampler and cfg.node.profile != "none":
         state.sampler_pid = start_sampler(cfg, info.job_id)
@@ -178,9 +214,15 @@ def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 
     return False
 
 
-def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
-            open_gpu: Callable[[int], Gpu] | None = None, detach_stop: bool = True,
-            handoff: Handoff | None = None) -> JobRecord | None:
+def job_end(
+    cfg: Config,
+    job_id: int,
+    exit_code: int,
+    sig: int = 0,
+    open_gpu: Callable[[int], Gpu] | None = None,
+    detach_stop: bool = True,
+    handoff: Handoff | None = None,
+) -> JobRecord | None:
     """Epilog work: mark ended, stop the sampler, note MPS faults, close the journal
     stay, stop MPS if the last job left, build and spool the record. Returns the record
     (None for jobs the Prolog did not handle). With ``handoff`` a detached MPS stop is
@@ -189,8 +231,12 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
     try:
         st = jobstate.read_state(lay, job_id)
     except ProtocolError as e:
-        log.error("job %d: state file unreadable (%s); its files stay in %s for a look", job_id,
-                  e, lay.job_dir(job_id))
+        log.error(
+            "job %d: state file unreadable (%s); its files stay in %s for a look",
+            job_id,
+            e,
+            lay.job_dir(job_id),
+        )
         return None
     if st is None:
         return None
@@ -204,25 +250,37 @@ def job_end(cfg: Config, job_id: int, exit_code: int, sig: int = 0,
     return rec
 
 
-def _close_stays(cfg: Config, lay: NodeLayout, st: JobState, end: float,
-                 opener: Callable[[int], Gpu], failed: bool = False) -> None:
+def _close_stays(
+    cfg: Config,
+    lay: NodeLayout,
+    st: JobState,
+    end: float,
+    opener: Callable[[int], Gpu],
+    failed: bool = False,
+) -> None:
     """Close the job's stay in each GPU journal, after noting MPS faults there
     (``failed``: the job did not exit cleanly, so MPS servers are also asked for FAULT)."""
     job_id = st.job
     for g in st.gpus:
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         if token is None:
-            log.warning("GPU %d: lock busy; closing job %d's stay without the fault scan",
-                        g, job_id)
+            log.warning(
+                "GPU %d: lock busy; closing job %d's stay without the fault scan", g, job_id
+            )
         try:
             events = journal.read(lay.journal(g))
             if any(e["ev"] == "end" and int(e["job"]) == job_id for e in events):
                 continue  # an Epilog re-run: already closed
             started = st.mps.get(g)
-            if st.mechanism == Mechanism.MPS and token is not None and started is not None \
-                    and started.state == "ok":
-                gpu_mps(cfg, g, opener).scan_faults(started.log_offset, started.server_log_offset,
-                                                    query_servers=failed)
+            if (
+                st.mechanism == Mechanism.MPS
+                and token is not None
+                and started is not None
+                and started.state == "ok"
+            ):
+                gpu_mps(cfg, g, opener).scan_faults(
+                    started.log_offset, started.server_log_offset, query_servers=failed
+                )
             journal.append(lay.journal(g), {"ev": "end", "job": job_id, "t": end})
         finally:
             unlock(token)
@@ -231,29 +289,36 @@ def _close_stays(cfg: Config, lay: NodeLayout, st: JobState, end: float,
 def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None:
     """Build and spool the record of an ended job, then drop its state. If spooling fails
     everywhere the state stays, and the next hook run retries (nothing is lost)."""
-    from .record_build import build_minimal_record, build_record
     from slurm_colo.spool.directory import write_record
+
+    from .record_build import build_minimal_record, build_record
 
     try:
         rec = build_record(lay, job_id)
     except Exception as e:  # a bug or a damaged file must not wedge the record forever
-        log.error("job %d: full record could not be built (%s); writing a minimal one",
-                  job_id, e)
+        log.error("job %d: full record could not be built (%s); writing a minimal one", job_id, e)
         rec = build_minimal_record(lay, job_id, f"{type(e).__name__}: {e}")
     if rec is None:
         return None
     try:
         write_record(lay.spool_dirs(), rec)
     except OSError as e:
-        log.error("job %d: record kept in %s until it can be spooled: %s", job_id,
-                  lay.job_dir(job_id), e)
+        log.error(
+            "job %d: record kept in %s until it can be spooled: %s", job_id, lay.job_dir(job_id), e
+        )
         return rec
     jobstate.remove(lay, job_id)
     return rec
 
 
-def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu],
-                detach: bool = True, handoff: Handoff | None = None) -> None:
+def _maybe_stop(
+    cfg: Config,
+    lay: NodeLayout,
+    g: int,
+    opener: Callable[[int], Gpu],
+    detach: bool = True,
+    handoff: Handoff | None = None,
+) -> None:
     """The last job left GPU ``g``: stop its MPS daemon and compact the journal.
 
     ``detach``: the stop (quit, process check, compute mode back to DEFAULT through NVML)
@@ -275,8 +340,9 @@ def _maybe_stop(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gp
                 gm.stop()
                 return
     except TimeoutError:
-        log.warning("GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node "
-                    "cleanup'", g)
+        log.warning(
+            "GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node cleanup'", g
+        )
         return
     if handoff is not None:
         if g not in handoff.stop_gpus:
@@ -295,8 +361,9 @@ def _stop_inline(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], G
             if not journal.active(journal.read(lay.journal(g))):
                 gpu_mps(cfg, g, opener).stop()
     except TimeoutError:
-        log.warning("GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node "
-                    "cleanup'", g)
+        log.warning(
+            "GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node cleanup'", g
+        )
 
 
 def start_handoff(cfg: Config, handoff: Handoff) -> int | None:
@@ -330,10 +397,15 @@ def _detached(cfg: Config, module: str, *args: str) -> int:
     not slow the hook that started it or the job), detached from our stdio."""
     nice = _which("nice")
     prefix = [nice, "-n", "10"] if nice else []  # nice execs python: same PID
-    p = subprocess.Popen([*prefix, sys.executable, "-m", module, *args],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                         env=_child_env(cfg))
+    p = subprocess.Popen(
+        [*prefix, sys.executable, "-m", module, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env=_child_env(cfg),
+    )
     return p.pid
 
 
@@ -344,8 +416,7 @@ def _child_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
-            ) -> list[int]:
+def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None) -> list[int]:
     """Spool records of jobs whose Epilog was killed, and of jobs that died with the node.
 
     Cheap when nothing is pending (one directory listing). A job is recovered when it
@@ -361,8 +432,9 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
         try:
             st = jobstate.read_state(lay, job_id)
         except ProtocolError as e:
-            log.error("job %d: state file unreadable (%s); left in %s", job_id, e,
-                      lay.job_dir(job_id))
+            log.error(
+                "job %d: state file unreadable (%s); left in %s", job_id, e, lay.job_dir(job_id)
+            )
             continue
         ended = jobstate.read_ended(lay, job_id)
         if st is None:
@@ -370,8 +442,9 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
         if ended is None:
             if procs.job_alive(job_id, st.boot_id, st.start):
                 continue  # still running (or its Epilog has not started yet)
-            ended = jobstate.mark_ended(lay, job_id, exit_code=-1, signal=0,
-                                        end=_last_seen(lay, job_id, st.start))
+            ended = jobstate.mark_ended(
+                lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)
+            )
         elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
             continue  # its Epilog is at work right now
         opener = LazyNvml(cfg)

@@ -25,6 +25,7 @@ from typing import Any
 
 from slurm_colo.contracts import client
 from slurm_colo.contracts.probe import ProbeMember, ProbeReport
+
 from ..config import Config
 from . import journal
 from .jobstate import read_progress
@@ -48,8 +49,13 @@ def rate_between(points: list[tuple[float, float]], t0: float, t1: float) -> flo
     return gained / (inside[-1][0] - inside[0][0])
 
 
-def measure(events: list[dict[str, Any]], job: int, now: float, warmup_s: float,
-            points_of: Callable[[int], list[tuple[float, float]]]) -> ProbeReport | None:
+def measure(
+    events: list[dict[str, Any]],
+    job: int,
+    now: float,
+    warmup_s: float,
+    points_of: Callable[[int], list[tuple[float, float]]],
+) -> ProbeReport | None:
     """The probe report for ``job`` on one GPU, or None when there is nothing to judge (the
     job is alone, not on this GPU, or the set changed after it started)."""
     st = journal.stays(events)
@@ -60,10 +66,12 @@ def measure(events: list[dict[str, Any]], job: int, now: float, warmup_s: float,
     if len(live) < 2:
         return None
     if any(s.start > me.start for s in st.values() if s.job != job) or any(
-            s.end is not None and s.end > me.start for s in st.values()):
+        s.end is not None and s.end > me.start for s in st.values()
+    ):
         return None  # the set changed since this job came: the later change is judged
     changes = [s.start for s in st.values() if s.start < me.start] + [
-        s.end for s in st.values() if s.end is not None and s.end <= me.start]
+        s.end for s in st.values() if s.end is not None and s.end <= me.start
+    ]
     before_from = max(changes, default=me.start)
     members = []
     for s in sorted(live, key=lambda s: s.start):
@@ -72,19 +80,37 @@ def measure(events: list[dict[str, Any]], job: int, now: float, warmup_s: float,
         if s.job == job:
             members.append(ProbeMember(s.job, s.cls, rate))
             continue
-        members.append(ProbeMember(
-            s.job, s.cls, rate, rate_before=rate_between(pts, before_from + warmup_s, me.start),
-            before=tuple(sorted(o.cls for o in st.values() if o.job not in (s.job, job)
-                                and o.start <= before_from
-                                and (o.end is None or o.end >= me.start)))))
+        members.append(
+            ProbeMember(
+                s.job,
+                s.cls,
+                rate,
+                rate_before=rate_between(pts, before_from + warmup_s, me.start),
+                before=tuple(
+                    sorted(
+                        o.cls
+                        for o in st.values()
+                        if o.job not in (s.job, job)
+                        and o.start <= before_from
+                        and (o.end is None or o.end >= me.start)
+                    )
+                ),
+            )
+        )
     return ProbeReport(job, me.start, round(now - me.start - warmup_s, 1), tuple(members))
 
 
-def read_set(layout: NodeLayout, gpu: int, job: int, now: float,
-             warmup_s: float) -> ProbeReport | None:
+def read_set(
+    layout: NodeLayout, gpu: int, job: int, now: float, warmup_s: float
+) -> ProbeReport | None:
     """:func:`measure` on the node's journal of ``gpu`` and the members' progress files."""
-    report = measure(journal.read(layout.journal(gpu)), job, now, warmup_s,
-                     lambda j: progress_points(read_progress(layout, j)))
+    report = measure(
+        journal.read(layout.journal(gpu)),
+        job,
+        now,
+        warmup_s,
+        lambda j: progress_points(read_progress(layout, j)),
+    )
     return report.with_gpu(gpu) if report is not None else None
 
 
@@ -120,7 +146,10 @@ class Prober:
             return
         report = read_set(self.layout, self.gpu, self.job_id, now, WARMUP_SHARE * self.probe_s)
         if report is None:
-            self.result = {"verdict": "none", "reason": "alone, or the set changed since the job came"}
+            self.result = {
+                "verdict": "none",
+                "reason": "alone, or the set changed since the job came",
+            }
             return
         wire = report.to_wire()
         reply = client.probe(self.cfg, wire)
@@ -129,5 +158,7 @@ class Prober:
             log.warning("job %s: probe not judged, the agent could not be reached", self.job_id)
         else:
             self.result = {"verdict": str(reply.get("verdict")), "reason": str(reply.get("reason"))}
-            log.info("job %s: probe %s: %s", self.job_id, self.result["verdict"], self.result["reason"])
+            log.info(
+                "job %s: probe %s: %s", self.job_id, self.result["verdict"], self.result["reason"]
+            )
         self.result["members"] = wire["members"]

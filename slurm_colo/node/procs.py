@@ -93,12 +93,19 @@ def boot_id() -> str:
 
 
 #: where Slurm's cgroup plugins put job cgroups (v2, then v1 layouts): directories job_<id>
-_CGROUP_ROOTS = ("/sys/fs/cgroup/system.slice/slurmstepd.scope",
-                 "/sys/fs/cgroup/memory/slurm/uid_*", "/sys/fs/cgroup/cpuset/slurm/uid_*")
+_CGROUP_ROOTS = (
+    "/sys/fs/cgroup/system.slice/slurmstepd.scope",
+    "/sys/fs/cgroup/memory/slurm/uid_*",
+    "/sys/fs/cgroup/cpuset/slurm/uid_*",
+)
 
 
-def job_alive(job_id: int, prolog_boot_id: str, since: float | None = None,
-              roots: tuple[str, ...] = _CGROUP_ROOTS) -> bool:
+def job_alive(
+    job_id: int,
+    prolog_boot_id: str,
+    since: float | None = None,
+    roots: tuple[str, ...] = _CGROUP_ROOTS,
+) -> bool:
     """Best guess whether a job still runs on this node (to clean up after crashes).
 
     A job from before the last reboot is dead. Otherwise the job is dead only when Slurm's

@@ -78,12 +78,15 @@ class _Phase:
             return None if x is None else round(x, k)
 
         return {
-            "samples": self.ticks, "seconds": round(self.seconds, 1),
-            "sm_util_mean": r(self.sm.mean()), "sm_util_p95": self.sm.p95(),
+            "samples": self.ticks,
+            "seconds": round(self.seconds, 1),
+            "sm_util_mean": r(self.sm.mean()),
+            "sm_util_p95": self.sm.p95(),
             "mem_bw_util_mean": r(self.bw.mean()),
             "mem_used_mean_gib": r(_div(self.mem.mean(), GIB), 3),
             "mem_peak_gib": r(self.mem.peak / GIB if self.mem.n else None, 3),
-            "power_w_mean": r(self.power.mean(), 1), "sm_clock_mhz_mean": r(self.clock.mean(), 0),
+            "power_w_mean": r(self.power.mean(), 1),
+            "sm_clock_mhz_mean": r(self.clock.mean(), 0),
             "job_mem_peak_gib": r(self.job_mem.peak / GIB if self.job_mem.n else None, 3),
             "job_sm_util_mean": r(self.proc_sm.mean()),
         }
@@ -114,9 +117,15 @@ class ProfileAccumulator:
         for ph in (self.all, self.shared if shared else self.solo):
             ph.ticks += 1
             ph.seconds += dt
-            for series, v in ((ph.sm, r.sm_util), (ph.bw, r.mem_bw_util), (ph.mem, r.mem_used),
-                              (ph.power, r.power_w), (ph.clock, r.sm_clock_mhz),
-                              (ph.job_mem, r.job_mem), (ph.proc_sm, r.job_sm_util)):
+            for series, v in (
+                (ph.sm, r.sm_util),
+                (ph.bw, r.mem_bw_util),
+                (ph.mem, r.mem_used),
+                (ph.power, r.power_w),
+                (ph.clock, r.sm_clock_mhz),
+                (ph.job_mem, r.job_mem),
+                (ph.proc_sm, r.job_sm_util),
+            ):
                 if v is not None:
                     series.add(float(v))
 

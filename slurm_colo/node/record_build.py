@@ -9,6 +9,7 @@ from typing import Any
 
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.records import CoRunner, JobRecord
+
 from . import journal
 from .jobstate import read_ended, read_profile, read_progress, read_state
 from .layout import NodeLayout
@@ -24,14 +25,20 @@ def progress_points(prog: dict[str, Any] | None) -> list[tuple[float, float]]:
     """The ``(time, iterations)`` points of a job's progress file, sorted by time. The file
     is written by the job: anything malformed is skipped, never an error."""
     raw = prog.get("points") if isinstance(prog, dict) else None
-    return sorted((float(p[0]), float(p[1])) for p in (raw if isinstance(raw, list) else [])
-                  if isinstance(p, list) and len(p) == 2
-                  and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                          and math.isfinite(x) for x in p))
+    return sorted(
+        (float(p[0]), float(p[1]))
+        for p in (raw if isinstance(raw, list) else [])
+        if isinstance(p, list)
+        and len(p) == 2
+        and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in p
+        )
+    )
 
 
-def progress_summary(prog: dict[str, Any] | None,
-                     shared: list[tuple[float, float]]) -> dict[str, Any] | None:
+def progress_summary(
+    prog: dict[str, Any] | None, shared: list[tuple[float, float]]
+) -> dict[str, Any] | None:
     """``{"iterations", "rate", "solo_rate"}`` from the job's progress points.
 
     ``solo_rate`` uses only the steps between two points whose midpoint falls outside
@@ -41,8 +48,11 @@ def progress_summary(prog: dict[str, Any] | None,
         return None
     pts = progress_points(prog)
     iterations = prog.get("iterations")
-    if not isinstance(iterations, (int, float)) or isinstance(iterations, bool) \
-            or not math.isfinite(iterations):
+    if (
+        not isinstance(iterations, (int, float))
+        or isinstance(iterations, bool)
+        or not math.isfinite(iterations)
+    ):
         iterations = pts[-1][1] if pts else None
     out: dict[str, Any] = {"iterations": iterations, "rate": None, "solo_rate": None}
     if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
@@ -89,10 +99,21 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
             fault = True
     p = st.placement
     return JobRecord(
-        job_id=job_id, node=st.node, user=st.user, uid=st.uid, cls=st.cls, start=start, end=end,
-        cluster=st.cluster, mode=st.mode, gpus=list(st.gpus), gpu_uuids=list(st.gpu_uuids),
-        shared=bool(p and p.shared), mechanism=st.mechanism,
-        thread_pct=p.thread_pct if p else None, mem_limit_gib=p.mem_limit_gib if p else None,
+        job_id=job_id,
+        node=st.node,
+        user=st.user,
+        uid=st.uid,
+        cls=st.cls,
+        start=start,
+        end=end,
+        cluster=st.cluster,
+        mode=st.mode,
+        gpus=list(st.gpus),
+        gpu_uuids=list(st.gpu_uuids),
+        shared=bool(p and p.shared),
+        mechanism=st.mechanism,
+        thread_pct=p.thread_pct if p else None,
+        mem_limit_gib=p.mem_limit_gib if p else None,
         co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
         profile=_profile(read_profile(layout, job_id)),
         progress=progress_summary(read_progress(layout, job_id), shared_iv),
@@ -111,9 +132,19 @@ def build_minimal_record(layout: NodeLayout, job_id: int, error: str) -> JobReco
         return None
     code = int(ended.get("exit_code", 0))
     return JobRecord(
-        job_id=job_id, node=st.node, user=st.user, uid=st.uid, cls=st.cls,
-        start=st.start, end=float(ended["end"]), cluster=st.cluster, mode=st.mode,
-        gpus=list(st.gpus), shared=bool(st.placement and st.placement.shared),
-        mechanism=st.mechanism, profile={"record_error": error[:500]},
-        exit_code=code, state=exit_state(code, int(ended.get("signal", 0))),
+        job_id=job_id,
+        node=st.node,
+        user=st.user,
+        uid=st.uid,
+        cls=st.cls,
+        start=st.start,
+        end=float(ended["end"]),
+        cluster=st.cluster,
+        mode=st.mode,
+        gpus=list(st.gpus),
+        shared=bool(st.placement and st.placement.shared),
+        mechanism=st.mechanism,
+        profile={"record_error": error[:500]},
+        exit_code=code,
+        state=exit_state(code, int(ended.get("signal", 0))),
     )

@@ -17,20 +17,24 @@ import threading
 import time
 from typing import Any
 
+from slurm_colo.contracts.jobstate import JobState
+from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
+
 from ..config import Config, load_config
 from ..fsutil import atomic_write_json, read_json
-from slurm_colo.contracts.jobstate import JobState
-
 from . import jobstate, journal, procs
 from .layout import NodeLayout
-from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 from .probe import Prober
 from .profile_acc import ProfileAccumulator, Reading
 
 #: write profile.json every this many seconds (and on exit)
 FLUSH_EVERY_S = 10.0
-_DCGM_PATHS = ("/usr/lib/x86_64-linux-gnu/libdcgm.so.3", "/usr/lib64/libdcgm.so.3",
-               "/usr/lib/aarch64-linux-gnu/libdcgm.so.3", "/usr/local/dcgm/lib64/libdcgm.so.3")
+_DCGM_PATHS = (
+    "/usr/lib/x86_64-linux-gnu/libdcgm.so.3",
+    "/usr/lib64/libdcgm.so.3",
+    "/usr/lib/aarch64-linux-gnu/libdcgm.so.3",
+    "/usr/local/dcgm/lib64/libdcgm.so.3",
+)
 
 
 def dcgm_status() -> str:
@@ -55,14 +59,14 @@ class _Journals:
                 m = -1
             if m != self._mtimes[i]:
                 self._mtimes[i] = m
-                self._shared[i] = any(s.job != self.job_id
-                                      for s in journal.active(journal.read(p)))
+                self._shared[i] = any(s.job != self.job_id for s in journal.active(journal.read(p)))
         return any(self._shared)
 
 
 class Sampler:
-    def __init__(self, gate: NvmlGate, gpus: list[int], job_id: int, layout: NodeLayout,
-                 interval_s: float) -> None:
+    def __init__(
+        self, gate: NvmlGate, gpus: list[int], job_id: int, layout: NodeLayout, interval_s: float
+    ) -> None:
         self.gate, self.job_id, self.layout = gate, job_id, layout
         self.gpus: list[Gpu] = [gate.gpu(i) for i in gpus]
         self.acc = ProfileAccumulator(interval_s=interval_s)
@@ -121,19 +125,29 @@ class Sampler:
         def avg(xs: list[float]) -> float | None:
             return sum(xs) / len(xs) if xs else None
 
-        return Reading(avg(sm), avg(bw), sum(mem) if mem else None, avg(pw), avg(clk),
-                       sum(jm) if jm else None, avg(jsm))
+        return Reading(
+            avg(sm),
+            avg(bw),
+            sum(mem) if mem else None,
+            avg(pw),
+            avg(clk),
+            sum(jm) if jm else None,
+            avg(jsm),
+        )
 
     def tick(self, dt: float | None = None) -> None:
         self.acc.add(self.read(), self.journals.shared(), dt)
 
     def summary(self) -> dict[str, Any]:
         out = self.acc.summary()
-        out.update(interval_s=self.acc.interval_s, nvml=self.gate.source if self.gate.available
-                   else f"unavailable: {self.gate.reason}",
-                   gpu_lost=[g.index for g in self.gpus if g.lost],
-                   not_supported=sorted(self.not_supported), dcgm=self.dcgm,
-                   errors=[e for g in self.gpus for e in g.errors][-5:])
+        out.update(
+            interval_s=self.acc.interval_s,
+            nvml=self.gate.source if self.gate.available else f"unavailable: {self.gate.reason}",
+            gpu_lost=[g.index for g in self.gpus if g.lost],
+            not_supported=sorted(self.not_supported),
+            dcgm=self.dcgm,
+            errors=[e for g in self.gpus for e in g.errors][-5:],
+        )
         if self.prober is not None and self.prober.result is not None:
             out["probe"] = self.prober.result
         return out

@@ -4,13 +4,13 @@ from .policy import explore_draw, occupant_for, place, plan
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
 __all__ = [
-           "ClusterView",
-           "Decision",
-           "GpuView",
-           "JobRequest",
-           "Occupant",
-           "explore_draw",
-           "occupant_for",
-           "place",
-           "plan",
+    "ClusterView",
+    "Decision",
+    "GpuView",
+    "JobRequest",
+    "Occupant",
+    "explore_draw",
+    "occupant_for",
+    "place",
+    "plan",
 ]

@@ -25,9 +25,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from slurm_colo.contracts.placement import ANY_SHARED, held_for_text
 from slurm_colo.placement import ClusterView, GpuView
 from slurm_colo.slurm.model import SlurmJob
-from slurm_colo.contracts.placement import ANY_SHARED, held_for_text
 
 #: pending reasons that mean "waiting for resources" (not held, not a dependency, not a
 #: begin time): only such a job can be helped by draining GPUs
@@ -79,16 +79,28 @@ def starving_jobs(jobs: Iterable[SlurmJob], now: float, after_s: float) -> list[
     """Single-node jobs waiting at least ``after_s`` for whole GPUs, oldest first."""
     if after_s <= 0:
         return []
-    waiting = [j for j in jobs
-               if j.state == "PENDING" and j.state_reason in WAITING_REASONS
-               and j.node_count <= 1 and j.submit_time > 0 and now - j.submit_time >= after_s
-               and whole_gpu_count(j) is not None]
+    waiting = [
+        j
+        for j in jobs
+        if j.state == "PENDING"
+        and j.state_reason in WAITING_REASONS
+        and j.node_count <= 1
+        and j.submit_time > 0
+        and now - j.submit_time >= after_s
+        and whole_gpu_count(j) is not None
+    ]
     return sorted(waiting, key=lambda j: (j.submit_time, j.job_id))
 
 
-def reserve(jobs: Iterable[SlurmJob], view: ClusterView, now: float, after_s: float,
-            partitions: Mapping[str, tuple[str, ...]], skip: Collection[int] = (),
-            tries: int = 20) -> Reservation | None:
+def reserve(
+    jobs: Iterable[SlurmJob],
+    view: ClusterView,
+    now: float,
+    after_s: float,
+    partitions: Mapping[str, tuple[str, ...]],
+    skip: Collection[int] = (),
+    tries: int = 20,
+) -> Reservation | None:
     """The reservation for the oldest starving job that draining shared GPUs can help (the
     first ``tries`` of them are looked at; jobs in ``skip`` are passed over)."""
     jobs = list(jobs)
@@ -118,10 +130,15 @@ class HeldWait(NamedTuple):
     partition: str = ""
 
 
-def reserve_held(held: Iterable[HeldWait], view: ClusterView, now: float,
-                 after_s: float, ends: Mapping[int, float],
-                 skip: Collection[int] = (),
-                 partitions: Mapping[str, tuple[str, ...]] | None = None) -> Reservation | None:
+def reserve_held(
+    held: Iterable[HeldWait],
+    view: ClusterView,
+    now: float,
+    after_s: float,
+    ends: Mapping[int, float],
+    skip: Collection[int] = (),
+    partitions: Mapping[str, tuple[str, ...]] | None = None,
+) -> Reservation | None:
     """The same guard for held jobs: for the one held longest, once it has waited
     ``after_s``, the busy GPU it may use (its type or any shared one, its model, a node of
     its partitions; ``partitions`` maps node names to theirs) expected to drain first. None
@@ -143,17 +160,27 @@ def reserve_held(held: Iterable[HeldWait], view: ClusterView, now: float,
     return None
 
 
-def held_drain(h: HeldWait, view: ClusterView, drain_time: DrainTime,
-               partitions: Mapping[str, tuple[str, ...]] | None = None) -> Drain:
+def held_drain(
+    h: HeldWait,
+    view: ClusterView,
+    drain_time: DrainTime,
+    partitions: Mapping[str, tuple[str, ...]] | None = None,
+) -> Drain:
     """The shared GPUs held job ``h`` may use (its shard type or any, its model, a node of
     its partitions), idle or by expected drain time. An idle one means the re-aim gives it
     one; else the first of ``busy`` is the one to drain for it."""
     wanted = _partitions(h.partition)
     parts = partitions or {}
-    return drain_order((g for g in usable(view.gpus)
-                        if (g.gres_type == h.gres_type or h.gres_type == ANY_SHARED)
-                        and (not h.model or g.model == h.model)
-                        and _in_partitions(g.node, wanted, parts)), drain_time)
+    return drain_order(
+        (
+            g
+            for g in usable(view.gpus)
+            if (g.gres_type == h.gres_type or h.gres_type == ANY_SHARED)
+            and (not h.model or g.model == h.model)
+            and _in_partitions(g.node, wanted, parts)
+        ),
+        drain_time,
+    )
 
 
 def _partitions(text: str) -> set[str]:
@@ -195,15 +222,23 @@ def drain_order(gpus: Iterable[GpuView], drain_time: DrainTime) -> Drain:
 def by_end_times(ends: Mapping[int, float]) -> DrainTime:
     """Drain times from the occupants' expected ends (``ends``: job id -> end, from Slurm);
     an occupant with no known end (a placement not started) drains never."""
+
     def drain_time(g: GpuView) -> float:
-        times = [ends.get(o.job_id, 0.0) if o.job_id is not None and not o.pending
-                 else UNKNOWN_END for o in g.occupants]
+        times = [
+            ends.get(o.job_id, 0.0) if o.job_id is not None and not o.pending else UNKNOWN_END
+            for o in g.occupants
+        ]
         return max((t if t > 0 else UNKNOWN_END for t in times), default=0.0)
+
     return drain_time
 
 
-def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
-         partitions: Mapping[str, tuple[str, ...]]) -> Reservation | None:
+def plan(
+    job: SlurmJob,
+    view: ClusterView,
+    ends: Mapping[int, float],
+    partitions: Mapping[str, tuple[str, ...]],
+) -> Reservation | None:
     """The shared GPUs to close for ``job``: on the node where its GPU count is expected to
     be free soonest, the idle shared GPUs there and the busy ones that drain first. None
     when the job could already start on idle shared GPUs (it then waits for something
@@ -231,8 +266,11 @@ def plan(job: SlurmJob, view: ClusterView, ends: Mapping[int, float],
         t = d.busy[short - 1][0]
         if best is None or t < best[0]:
             # idle ones too: a new partner must not take them while the others drain
-            best = (t, node, tuple(sorted([*(g.index for g in d.idle),
-                                           *(g.index for _, g in d.busy[:short])])))
+            best = (
+                t,
+                node,
+                tuple(sorted([*(g.index for g in d.idle), *(g.index for _, g in d.busy[:short])])),
+            )
     if best is None:
         return None
     return Reservation(job.job_id, best[1], best[2], job.submit_time, best[0])

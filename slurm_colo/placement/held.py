@@ -104,8 +104,13 @@ class ProbeJudgement:
         return {"verdict": self.verdict, "reason": self.reason}
 
 
-def judge_probe(job_key: str, members: Sequence[Member], scores: ScoreTable,
-                cfg: PlacementConfig, newcomer: Newcomer) -> ProbeJudgement:
+def judge_probe(
+    job_key: str,
+    members: Sequence[Member],
+    scores: ScoreTable,
+    cfg: PlacementConfig,
+    newcomer: Newcomer,
+) -> ProbeJudgement:
     """Judge a measured set (:func:`~.retract.judge`) and say whether its newcomer is to be
     undone: at most once, only a job the agent placed that Slurm may requeue, not one whose
     time limit ends it within ``probe_s`` anyway, and only with ``undo = "requeue"``."""
@@ -133,8 +138,11 @@ def why_not_undone(cfg: PlacementConfig, n: Newcomer) -> str:
 
 def undo_tag(token: str, req: JobRequest, reason: str, gres_type: str) -> str:
     """The tag of a job requeued by an undo: held for a GPU of ``gres_type``."""
-    return Decision("exclusive", reason).placement(token, req.cls, req.mode, undone=True,
-                                                   held=gres_type).to_tag()
+    return (
+        Decision("exclusive", reason)
+        .placement(token, req.cls, req.mode, undone=True, held=gres_type)
+        .to_tag()
+    )
 
 
 def undo_comment(cfg: PlacementConfig, reason: str) -> str:
@@ -147,13 +155,21 @@ def oldest_first(held: Iterable[HeldJob]) -> list[HeldJob]:
     return sorted(held, key=lambda h: h.since)
 
 
-def place_held(h: HeldJob, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig,
-               reservation: Reservation | None) -> Decision:
+def place_held(
+    h: HeldJob,
+    view: ClusterView,
+    scores: ScoreTable,
+    cfg: PlacementConfig,
+    reservation: Reservation | None,
+) -> Decision:
     """:func:`~.policy.place` for a held job; a GPU the starvation guard drained for it is
     open to it, and to it only (``view`` is left as it was)."""
     r = reservation
-    opened = [g for g in kept(r, view) if g.closed_for == h.job_id and not g.occupants] \
-        if r is not None and r.job_id == h.job_id else []
+    opened = (
+        [g for g in kept(r, view) if g.closed_for == h.job_id and not g.occupants]
+        if r is not None and r.job_id == h.job_id
+        else []
+    )
     for g in opened:
         g.closed_for = None
         view.touch(g)
@@ -168,8 +184,7 @@ def place_held(h: HeldJob, view: ClusterView, scores: ScoreTable, cfg: Placement
 def must_lock(h: HeldJob, now: float, state_reason: str) -> bool:
     """A job held without a GPU request that stays held gets the administrator's hold (it
     must not start on its own), unless it has it or Slurm refused it a moment ago."""
-    return (h.any_gpu and not h.locked and now >= h.lock_retry_at
-            and state_reason != "JobHeldAdmin")
+    return h.any_gpu and not h.locked and now >= h.lock_retry_at and state_reason != "JobHeldAdmin"
 
 
 @dataclass(frozen=True)
@@ -187,8 +202,17 @@ def release(h: HeldJob, d: Decision) -> Release:
     """What to tell Slurm and ``slurm-colo explain`` when ``h`` goes to ``d``'s GPU."""
     tag = d.placement(h.token, h.request.cls, h.request.mode, undone=h.undone).to_tag()
     if h.undone:
-        return Release(h.job_id, d, tag,
-                       f"colo: requeued after a harmful pairing; now GPU {d.index} of {d.node}",
-                       f"requeued after its probe ({h.reason}); then {d.reason}")
-    return Release(h.job_id, d, tag, f"colo: released onto GPU {d.index} of {d.node}: {d.reason}",
-                   f"held at submission; then {d.reason}")
+        return Release(
+            h.job_id,
+            d,
+            tag,
+            f"colo: requeued after a harmful pairing; now GPU {d.index} of {d.node}",
+            f"requeued after its probe ({h.reason}); then {d.reason}",
+        )
+    return Release(
+        h.job_id,
+        d,
+        tag,
+        f"colo: released onto GPU {d.index} of {d.node}: {d.reason}",
+        f"held at submission; then {d.reason}",
+    )

@@ -72,14 +72,27 @@ class PlacementIndex:
         self.names = names
         self.cix = {c: i for i, c in enumerate(names)}
         classes = (self.scores, tuple(names))
-        same = _SHARED["classes"] is not None and _SHARED["classes"][0] is self.scores \
+        same = (
+            _SHARED["classes"] is not None
+            and _SHARED["classes"][0] is self.scores
             and _SHARED["classes"][1] == classes[1]
+        )
         if same:
-            (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists) = _SHARED["matrices"]
+            (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists) = _SHARED[
+                "matrices"
+            ]
         else:
             self._class_matrices()
             _SHARED["classes"] = classes
-            _SHARED["matrices"] = (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists)
+            _SHARED["matrices"] = (
+                self.N,
+                self.S2,
+                self.NEVER,
+                self.KNOWN,
+                self.OBS,
+                self.NT,
+                self._lists,
+            )
         if not same or _SHARED["cfg"] != self.cfg:
             _SHARED["cfg"] = self.cfg
             _SHARED["rows"] = {}
@@ -151,10 +164,18 @@ class PlacementIndex:
         k = len(key)
         ncls = len(self.names)
         if k == 0:
-            row = (0.0, np.ones(ncls), np.full(ncls, np.inf), np.ones(ncls), np.zeros(ncls),
-                   np.zeros(ncls, dtype=bool), np.ones(ncls, dtype=bool),
-                   np.zeros(ncls, dtype=bool), np.zeros(ncls, dtype=bool),
-                   np.zeros(ncls, dtype=bool))
+            row = (
+                0.0,
+                np.ones(ncls),
+                np.full(ncls, np.inf),
+                np.ones(ncls),
+                np.zeros(ncls),
+                np.zeros(ncls, dtype=bool),
+                np.ones(ncls, dtype=bool),
+                np.zeros(ncls, dtype=bool),
+                np.zeros(ncls, dtype=bool),
+                np.zeros(ncls, dtype=bool),
+            )
             self._rows[key] = row
             return row
         m = [self.cix[c] for c in key]
@@ -183,17 +204,34 @@ class PlacementIndex:
         delta = (k + 1) * minn
         sure = delta - cfg.risk_aversion * (k + 1) * np.sqrt(var) >= cfg.min_delta
         base = ~never & (minn >= 1.0 / cfg.max_slowdown)
-        row = (sum(rates) if k > 1 else 1.0, new, min_rate, new + joined.sum(axis=0), var,
-               never, known, unproven, base & known & sure,
-               base & (sure | (unproven & (delta >= cfg.min_delta))))
+        row = (
+            sum(rates) if k > 1 else 1.0,
+            new,
+            min_rate,
+            new + joined.sum(axis=0),
+            var,
+            never,
+            known,
+            unproven,
+            base & known & sure,
+            base & (sure | (unproven & (delta >= cfg.min_delta))),
+        )
         self._rows[key] = row
         return row
 
     def _put(self, pos: Any, row: _Row) -> None:
-        (self.before[pos], self.new_rate[:, pos], self.min_rate[:, pos], self.sum_rate[:, pos],
-         self.var[:, pos], self.never[:, pos], self.known[:, pos], self.unproven[:, pos],
-         self.acc[:, pos], self.acc_explore[:, pos]) = (
-            row[0], *(np.asarray(a)[:, None] if np.ndim(pos) else a for a in row[1:]))
+        (
+            self.before[pos],
+            self.new_rate[:, pos],
+            self.min_rate[:, pos],
+            self.sum_rate[:, pos],
+            self.var[:, pos],
+            self.never[:, pos],
+            self.known[:, pos],
+            self.unproven[:, pos],
+            self.acc[:, pos],
+            self.acc_explore[:, pos],
+        ) = (row[0], *(np.asarray(a)[:, None] if np.ndim(pos) else a for a in row[1:]))
 
     def update(self, i: int) -> None:
         """Recompute GPU ``i`` after its occupants or state changed."""
@@ -215,8 +253,15 @@ class PlacementIndex:
             self._type_rows[gres_type] = rows
         return rows
 
-    def candidates(self, c: int, uid: int | None, est: float, aggressive: bool,
-                   explore: bool, rows: np.ndarray | None = None) -> Candidates:
+    def candidates(
+        self,
+        c: int,
+        uid: int | None,
+        est: float,
+        aggressive: bool,
+        explore: bool,
+        rows: np.ndarray | None = None,
+    ) -> Candidates:
         """The GPUs that would take a job of class column ``c`` (only positions ``rows``
         if given): ``idle`` ones, and ``busy`` ones whose new set is accepted, with their
         predictions. ``auto`` jobs use the acceptance rows kept by :meth:`update`, so the
@@ -239,22 +284,34 @@ class PlacementIndex:
             sd = k1 * np.sqrt(self.var[c][b])
             sure = delta - cfg.risk_aversion * sd >= min_delta
             keep = ~self.never[c][b] & (
-                sure | (self.unproven[c][b] & (delta >= min_delta)) if explore else sure)
+                sure | (self.unproven[c][b] & (delta >= min_delta)) if explore else sure
+            )
             b, delta, sd, explored = b[keep], delta[keep], sd[keep], ~sure[keep]
         else:
             b = np.flatnonzero(mask & (self.acc_explore[c] if explore else self.acc[c]))
             k1 = self.count[b] + 1
             delta = k1 * np.minimum(self.new_rate[c][b], self.min_rate[c][b])
             sd = k1 * np.sqrt(self.var[c][b])
-            explored = (delta - cfg.risk_aversion * sd < min_delta) if explore else \
-                np.zeros(b.size, dtype=bool)
+            explored = (
+                (delta - cfg.risk_aversion * sd < min_delta)
+                if explore
+                else np.zeros(b.size, dtype=bool)
+            )
         gain = self.sum_rate[c][b] - self.before[b]
-        return Candidates(idle=idle, busy=b, delta=delta, sd=sd, gain=gain,
-                          score=gain - cfg.risk_aversion * sd, rate=self.new_rate[c][b],
-                          explored=explored)
+        return Candidates(
+            idle=idle,
+            busy=b,
+            delta=delta,
+            sd=sd,
+            gain=gain,
+            score=gain - cfg.risk_aversion * sd,
+            rate=self.new_rate[c][b],
+            explored=explored,
+        )
 
-    def outcome(self, c: int, uid: int | None, est: float, aggressive: bool, explore: bool,
-                pos: int) -> str:
+    def outcome(
+        self, c: int, uid: int | None, est: float, aggressive: bool, explore: bool, pos: int
+    ) -> str:
         """:meth:`candidates` for one GPU: ``"idle"``, ``"share"`` or ``"no"``."""
         if not self.open[pos] or self.free[pos] < est:
             return "no"
@@ -264,8 +321,9 @@ class PlacementIndex:
         if uid is not None and owner != uid:
             return "no"
         if aggressive:
-            m = self.candidates(c, uid, est, aggressive, explore,
-                                rows=np.array([pos], dtype=np.int64))
+            m = self.candidates(
+                c, uid, est, aggressive, explore, rows=np.array([pos], dtype=np.int64)
+            )
             return "share" if m.busy.size else "no"
         return "share" if (self.acc_explore if explore else self.acc)[c, pos] else "no"
 
@@ -300,9 +358,16 @@ class Candidates:
 
     def keep(self, ok: np.ndarray) -> Candidates:
         """The same idle GPUs and only the busy ones where ``ok`` (aligned with ``busy``)."""
-        return Candidates(idle=self.idle, busy=self.busy[ok], delta=self.delta[ok],
-                          sd=self.sd[ok], gain=self.gain[ok], score=self.score[ok],
-                          rate=self.rate[ok], explored=self.explored[ok])
+        return Candidates(
+            idle=self.idle,
+            busy=self.busy[ok],
+            delta=self.delta[ok],
+            sd=self.sd[ok],
+            gain=self.gain[ok],
+            score=self.score[ok],
+            rate=self.rate[ok],
+            explored=self.explored[ok],
+        )
 
     def best(self) -> int:
         """Index into ``busy`` of the highest score (lowest position on ties), or -1."""

@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from slurm_colo.contracts.enums import CrossUser, Mode
+
 from ..config import PlacementConfig
 from ..scores import ScoreTable
-from slurm_colo.contracts.enums import CrossUser, Mode
 from .index import PlacementIndex
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
@@ -60,8 +61,9 @@ def explore_draw(key: str) -> float:
     return zlib.crc32(key.encode()) / 2**32
 
 
-def _evaluate(j: _Job, key: tuple[Any, ...], scores: ScoreTable,
-              cfg: PlacementConfig) -> tuple[Any, ...]:
+def _evaluate(
+    j: _Job, key: tuple[Any, ...], scores: ScoreTable, cfg: PlacementConfig
+) -> tuple[Any, ...]:
     """The rules for one GPU state (``GpuView.state_key``), written out with
     :meth:`ScoreTable.set_throughputs`; :func:`place` uses the cached, vectorised form in
     :mod:`.index` and this only to explain a refusal in words."""
@@ -93,8 +95,11 @@ def _evaluate(j: _Job, key: tuple[Any, ...], scores: ScoreTable,
     if delta - cfg.risk_aversion * sd < min_delta:
         unproven = not all(scores.pair(j.cls, c).observed for c in classes)
         if not (j.explore and unproven and delta >= min_delta):
-            return (_REFUSE, "delta",
-                    f"{label}: predicted delta {delta:.2f}±{sd:.2f} below {min_delta:.2f}")
+            return (
+                _REFUSE,
+                "delta",
+                f"{label}: predicted delta {delta:.2f}±{sd:.2f} below {min_delta:.2f}",
+            )
         explored = True
     before = sum(scores.set_throughputs(list(classes))[0]) if len(classes) > 1 else 1.0
     gain = sum(n) - before
@@ -104,8 +109,13 @@ def _evaluate(j: _Job, key: tuple[Any, ...], scores: ScoreTable,
 def index_for(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> PlacementIndex:
     """The view's per-GPU cache for this score table and config, brought up to date."""
     idx = view.policy_state
-    if not isinstance(idx, PlacementIndex) or idx.scores is not scores or idx.gpus is not view.gpus \
-            or len(idx.open) != len(view.gpus) or (idx.cfg is not cfg and idx.cfg != cfg):
+    if (
+        not isinstance(idx, PlacementIndex)
+        or idx.scores is not scores
+        or idx.gpus is not view.gpus
+        or len(idx.open) != len(view.gpus)
+        or (idx.cfg is not cfg and idx.cfg != cfg)
+    ):
         view.dirty.clear()
         idx = view.policy_state = PlacementIndex(view, scores, cfg)
     elif view.dirty:
@@ -150,31 +160,49 @@ def _mem_limit(est: float, free: float) -> float:
 def job_signature(job: JobRequest, scores: ScoreTable, cfg: PlacementConfig) -> _Job:
     """What the policy's evaluation of a single-GPU job depends on (hashable): two jobs
     with equal signatures get the same decision from the same view."""
-    est = job.memory_gib if job.memory_gib is not None else scores.memory_gib(
-        job.cls, cfg.default_memory_gib)
-    return _Job(job.cls, job.uid if cfg.cross_user == CrossUser.NEVER else None, float(est),
-                job.mode == Mode.AGGRESSIVE, explore_draw(job.key) < cfg.explore_rate)
+    est = (
+        job.memory_gib
+        if job.memory_gib is not None
+        else scores.memory_gib(job.cls, cfg.default_memory_gib)
+    )
+    return _Job(
+        job.cls,
+        job.uid if cfg.cross_user == CrossUser.NEVER else None,
+        float(est),
+        job.mode == Mode.AGGRESSIVE,
+        explore_draw(job.key) < cfg.explore_rate,
+    )
 
 
-def gpu_outcome(sig: _Job, view: ClusterView, pos: int, scores: ScoreTable,
-                cfg: PlacementConfig) -> str:
+def gpu_outcome(
+    sig: _Job, view: ClusterView, pos: int, scores: ScoreTable, cfg: PlacementConfig
+) -> str:
     """How :func:`place` judges one GPU (``view.gpus[pos]``) for a job of signature ``sig``:
     ``"idle"`` (could be opened), ``"share"`` (an accepted set) or ``"no"``. A simulator
     uses it to skip re-placing a waiting job when none of the GPUs that changed can help."""
     idx = index_for(view, scores, cfg)
-    return idx.outcome(idx.ensure_class(sig.cls), sig.uid, sig.est, sig.aggressive,
-                       sig.explore, pos)
+    return idx.outcome(
+        idx.ensure_class(sig.cls), sig.uid, sig.est, sig.aggressive, sig.explore, pos
+    )
 
 
-def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable,
-             cfg: PlacementConfig) -> str:
+def _why_not(
+    j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable, cfg: PlacementConfig
+) -> str:
     """One line saying why no shared GPU was taken."""
     closed = idx.draining_for()
-    note = (f"; shared GPU(s) kept free for job {','.join(map(str, closed))}, waiting for whole GPUs"
-            if closed else "")
+    note = (
+        f"; shared GPU(s) kept free for job {','.join(map(str, closed))}, waiting for whole GPUs"
+        if closed
+        else ""
+    )
     busy, unfit = idx.refusal_counts(j.uid, j.est)
     if busy == 0:
-        return "no shared GPU with a free slot" + (" for this user" if j.uid is not None else "") + note
+        return (
+            "no shared GPU with a free slot"
+            + (" for this user" if j.uid is not None else "")
+            + note
+        )
     if busy <= 3:
         mask = idx.open & (idx.count > 0)
         if j.uid is not None:
@@ -185,8 +213,10 @@ def _why_not(j: _Job, view: ClusterView, idx: PlacementIndex, scores: ScoreTable
             ev = _evaluate(j, g.state_key(), scores, cfg)
             parts.append(f"{g.name}: {ev[2] if ev[0] == _REFUSE else 'not accepted'}")
         return "; ".join(parts) + note
-    return (f"none of {busy} shared GPUs with a free slot fits ({unfit} lack memory, "
-            f"{busy - unfit} predicted too slow or too risky together)") + note
+    return (
+        f"none of {busy} shared GPUs with a free slot fits ({unfit} lack memory, "
+        f"{busy - unfit} predicted too slow or too risky together)"
+    ) + note
 
 
 def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Decision:
@@ -224,17 +254,25 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
         thread = None
         if mps:
             others = [o.cls for o in g.occupants]
-            thread = _thread_pct(_demand(scores, job.cls, others),
-                                 [_demand(scores, c, [job.cls]) for c in others])
+            thread = _thread_pct(
+                _demand(scores, job.cls, others), [_demand(scores, c, [job.cls]) for c in others]
+            )
         return Decision(
             "share",
             f"placed on GPU {g.index} of {g.node} with job(s) {', '.join(partners)}; "
             f"predicted delta {delta:.2f}±{sd:.2f}, this job at {rate:.2f}x solo speed"
             + ("; exploring a pair not measured yet" if explored else ""),
-            node=g.node, index=g.index, gres_type=g.gres_type, mechanism=mechanism,
-            thread_pct=thread, mem_limit_gib=_mem_limit(est, free) if mps else None,
-            predicted_delta=round(delta, 3), predicted_sd=round(sd, 3),
-            partners=partners, memory_gib=est, explored=explored,
+            node=g.node,
+            index=g.index,
+            gres_type=g.gres_type,
+            mechanism=mechanism,
+            thread_pct=thread,
+            mem_limit_gib=_mem_limit(est, free) if mps else None,
+            predicted_delta=round(delta, 3),
+            predicted_sd=round(sd, 3),
+            partners=partners,
+            memory_gib=est,
+            explored=explored,
             predicted_rate=round(rate, 3),
         )
     if first_idle >= 0:
@@ -243,30 +281,49 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             "share",
             f"opened idle shared GPU {g.index} of {g.node}"
             + ("" if k < 0 else " (sharing a busy GPU would add less than running alone)"),
-            node=g.node, index=g.index, gres_type=g.gres_type, mechanism=mechanism,
+            node=g.node,
+            index=g.index,
+            gres_type=g.gres_type,
+            mechanism=mechanism,
             thread_pct=100 if mps else None,
             mem_limit_gib=_mem_limit(est, float(idx.free[first_idle])) if mps else None,
-            predicted_delta=1.0, predicted_sd=0.0, memory_gib=est, predicted_rate=1.0,
+            predicted_delta=1.0,
+            predicted_sd=0.0,
+            memory_gib=est,
+            predicted_rate=1.0,
         )
     if job.gres_type:
-        return Decision("exclusive", f"wait: no GPU of type {job.gres_type} takes this job now "
-                        "(its shard type is fixed)", memory_gib=est)
-    return Decision("exclusive", f"own GPU: {_why_not(j, view, idx, scores, cfg)}",
-                    memory_gib=est)
+        return Decision(
+            "exclusive",
+            f"wait: no GPU of type {job.gres_type} takes this job now (its shard type is fixed)",
+            memory_gib=est,
+        )
+    return Decision("exclusive", f"own GPU: {_why_not(j, view, idx, scores, cfg)}", memory_gib=est)
 
 
 def occupant_for(job: JobRequest, d: Decision, now: float = 0.0, pending: bool = True) -> Occupant:
     """The occupant a shared decision adds to its GPU."""
     return Occupant(
-        key=job.key, user=job.user, uid=job.uid, cls=job.cls,
+        key=job.key,
+        user=job.user,
+        uid=job.uid,
+        cls=job.cls,
         memory_gib=d.memory_gib if d.memory_gib is not None else 0.0,
-        thread_pct=d.thread_pct or 100, mem_limit_gib=d.mem_limit_gib or 0.0,
-        pending=pending, since=now, no_partners=job.takes_no_partner,
+        thread_pct=d.thread_pct or 100,
+        mem_limit_gib=d.mem_limit_gib or 0.0,
+        pending=pending,
+        since=now,
+        no_partners=job.takes_no_partner,
     )
 
 
-def plan(jobs: Iterable[JobRequest], view: ClusterView, scores: ScoreTable,
-         cfg: PlacementConfig, now: float = 0.0) -> list[Decision]:
+def plan(
+    jobs: Iterable[JobRequest],
+    view: ClusterView,
+    scores: ScoreTable,
+    cfg: PlacementConfig,
+    now: float = 0.0,
+) -> list[Decision]:
     """Place jobs one after another; each shared decision becomes a pending occupant of
     its GPU in ``view`` (modified in place) so later jobs see it."""
     out: list[Decision] = []

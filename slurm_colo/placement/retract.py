@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..config import PlacementConfig
 from slurm_colo.contracts.enums import Mode
+
+from ..config import PlacementConfig
 from ..scores import PairScore, ScoreTable
 
 
@@ -48,8 +49,9 @@ class Verdict:
     observed: dict[tuple[str, str], PairScore] = field(default_factory=dict)
 
 
-def judge(newcomer: str, members: Sequence[Member], scores: ScoreTable,
-          cfg: PlacementConfig) -> Verdict:
+def judge(
+    newcomer: str, members: Sequence[Member], scores: ScoreTable, cfg: PlacementConfig
+) -> Verdict:
     """Keep or undo the set ``members`` whose newest member is the job ``newcomer``."""
     new = next((m for m in members if m.key == newcomer), None)
     if new is None or len(members) < 2:
@@ -64,8 +66,12 @@ def judge(newcomer: str, members: Sequence[Member], scores: ScoreTable,
     if total < 1.0:
         return Verdict(True, f"harmful: combined throughput {total:.2f} < 1 ({rates})", obs)
     if slow:
-        return Verdict(True, f"harmful: job {slow[0].key} at {slow[0].n:.2f}x solo speed, below "
-                             f"1/{cfg.max_slowdown:g} ({rates})", obs)
+        return Verdict(
+            True,
+            f"harmful: job {slow[0].key} at {slow[0].n:.2f}x solo speed, below "
+            f"1/{cfg.max_slowdown:g} ({rates})",
+            obs,
+        )
     return Verdict(False, f"kept: combined throughput {total:.2f} ({rates})", obs)
 
 
@@ -91,8 +97,9 @@ def _predicted(cls: str, others: Sequence[str], scores: ScoreTable) -> float:
     return n
 
 
-def members_from_report(report: dict[str, Any], scores: ScoreTable,
-                        modes: dict[str, str] | None = None) -> list[Member]:
+def members_from_report(
+    report: dict[str, Any], scores: ScoreTable, modes: dict[str, str] | None = None
+) -> list[Member]:
     """The members of a node's probe report (:mod:`slurm_colo.node.probe`) with their
     normalised throughput.
 
@@ -133,8 +140,9 @@ def _pos(v: Any) -> float | None:
     return float(v)
 
 
-def observed_pairs(new: Member, members: Sequence[Member],
-                   scores: ScoreTable) -> dict[tuple[str, str], PairScore]:
+def observed_pairs(
+    new: Member, members: Sequence[Member], scores: ScoreTable
+) -> dict[tuple[str, str], PairScore]:
     """Pair throughputs read from a set: exact for two jobs; for more, the newcomer's effect
     on each member is that member's rate over the predicted effect of the others, and the
     newcomer's own slowdown is split evenly between its partners (geometric mean). A side
@@ -150,9 +158,12 @@ def observed_pairs(new: Member, members: Sequence[Member],
         pred = _predicted(m.cls, [o.cls for o in others if o.key != m.key], scores)
         n_m = min(m.n / pred, 1.0) if pred > 0 else m.n
         table = scores.pair(new.cls, m.cls)
-        out[(new.cls, m.cls)] = PairScore(n_new if new.measured else table.n_a,
-                                          n_m if m.measured else table.n_b,
-                                          0.02 if k == 1 else 0.05, observed=True)
+        out[(new.cls, m.cls)] = PairScore(
+            n_new if new.measured else table.n_a,
+            n_m if m.measured else table.n_b,
+            0.02 if k == 1 else 0.05,
+            observed=True,
+        )
     return out
 
 

@@ -95,8 +95,13 @@ class GpuView:
 
     def open(self) -> bool:
         """Could take another shared job (ignoring memory and compatibility)."""
-        return (self.available and self.closed_for is None and self.exclusive_job is None
-                and self.free_slots > 0 and not any(o.no_partners for o in self.occupants))
+        return (
+            self.available
+            and self.closed_for is None
+            and self.exclusive_job is None
+            and self.free_slots > 0
+            and not any(o.no_partners for o in self.occupants)
+        )
 
     def state_key(self) -> tuple[Any, ...]:
         """What the policy looks at on this GPU; equal keys are interchangeable."""
@@ -128,8 +133,12 @@ class ClusterView:
         if self._pos is None or len(self._pos) != len(self.gpus):
             self._pos = {(g.node, g.index): i for i, g in enumerate(self.gpus)}
         i = self._pos.get((node, index))
-        if i is not None and i < len(self.gpus) and self.gpus[i].node == node \
-                and self.gpus[i].index == index:
+        if (
+            i is not None
+            and i < len(self.gpus)
+            and self.gpus[i].node == node
+            and self.gpus[i].index == index
+        ):
             return i
         self._pos = None
         for k, g in enumerate(self.gpus):
@@ -210,19 +219,47 @@ class Decision:
     def shared(self) -> bool:
         return self.action == "share"
 
-    def placement(self, token: str, cls: str, mode: str, *, undone: bool = False,
-                  held: str | None = None, model: str = "") -> Placement:
+    def placement(
+        self,
+        token: str,
+        cls: str,
+        mode: str,
+        *,
+        undone: bool = False,
+        held: str | None = None,
+        model: str = "",
+    ) -> Placement:
         """The decision as it travels (tag, JOBSTART reply, record)."""
         p = Placement(token, cls, Mode(mode), undone=undone, held=held, model=model)
         if not self.shared:
             return p
-        return Placement(token, cls, Mode(mode), Mechanism(self.mechanism or Mechanism.SHARD),
-                         self.node, self.index, self.thread_pct, self.mem_limit_gib,
-                         self.memory_gib, self.predicted_delta, undone, held, model)
+        return Placement(
+            token,
+            cls,
+            Mode(mode),
+            Mechanism(self.mechanism or Mechanism.SHARD),
+            self.node,
+            self.index,
+            self.thread_pct,
+            self.mem_limit_gib,
+            self.memory_gib,
+            self.predicted_delta,
+            undone,
+            held,
+            model,
+        )
 
     @classmethod
     def from_placement(cls, p: Placement, reason: str) -> Decision:
         """A shared placement read back (from a job's tag after an agent restart)."""
-        return cls("share", reason, node=p.node, index=p.gpu, mechanism=p.mechanism,
-                   thread_pct=p.thread_pct, mem_limit_gib=p.mem_limit_gib,
-                   predicted_delta=p.predicted_delta, memory_gib=p.memory_gib)
+        return cls(
+            "share",
+            reason,
+            node=p.node,
+            index=p.gpu,
+            mechanism=p.mechanism,
+            thread_pct=p.thread_pct,
+            mem_limit_gib=p.mem_limit_gib,
+            predicted_delta=p.predicted_delta,
+            memory_gib=p.memory_gib,
+        )

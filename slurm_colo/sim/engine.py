@@ -114,8 +114,9 @@ _FINISH, _PROBE, _ARRIVE = 0, 1, 2
 
 
 class Sim:
-    def __init__(self, trace: Sequence[SimJob], truth: Truth, cfg: SimConfig,
-                 scheduler: Scheduler) -> None:
+    def __init__(
+        self, trace: Sequence[SimJob], truth: Truth, cfg: SimConfig, scheduler: Scheduler
+    ) -> None:
         if cfg.gpus <= 0 or cfg.slots <= 0:
             raise SimError("gpus and slots must be positive")
         for j in trace:
@@ -298,6 +299,8 @@ class Sim:
             self._account(g)
         left = [r.job.id for r in self.runs if r.end is None]
         if left:
-            raise SimError(f"{len(left)} job(s) never finished under {self.sched.name} "
-                           f"(first: job {left[0]}); the policy left them waiting")
+            raise SimError(
+                f"{len(left)} job(s) never finished under {self.sched.name} "
+                f"(first: job {left[0]}); the policy left them waiting"
+            )
         return self

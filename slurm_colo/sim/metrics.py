@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Sim
 from slurm_colo.contracts.enums import Mode
+
+from .engine import Sim
 
 
 @dataclass
@@ -64,7 +65,8 @@ def summarize(sim: Sim, max_slowdown: float = 1.5, wall_s: float = 0.0) -> Resul
 
     s = sim.sched
     return Result(
-        policy=s.name, jobs=len(runs),
+        policy=s.name,
+        jobs=len(runs),
         makespan_h=float((end.max() - arrival.min()) / 3600),
         avg_jct_h=float(jct.mean() / 3600),
         p99_jct_h=float(np.percentile(jct, 99) / 3600),
@@ -116,8 +118,9 @@ def render(head: list[str], rows: list[list[str]], markdown: bool = True) -> str
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(head)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)
+    ]
     out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
     out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(out)
@@ -130,6 +133,8 @@ def versus(results: list[Result], base: str = "exclusive-fifo") -> str:
         return ""
     lines = []
     for r in results:
-        lines.append(f"{r.policy}: makespan {100 * (r.makespan_h / b.makespan_h - 1):+.1f}%, "
-                     f"avg JCT {100 * (r.avg_jct_h / b.avg_jct_h - 1):+.1f}% vs {base}")
+        lines.append(
+            f"{r.policy}: makespan {100 * (r.makespan_h / b.makespan_h - 1):+.1f}%, "
+            f"avg JCT {100 * (r.avg_jct_h / b.avg_jct_h - 1):+.1f}% vs {base}"
+        )
     return "\n".join(lines)

@@ -33,8 +33,8 @@ from typing import Any
 from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView, JobRequest, place
 from ..placement.guard import HeldWait, drain_order, held_drain, usable
-from ..placement.policy import index_for, job_signature, occupant_for
 from ..placement.held import requeued
+from ..placement.policy import index_for, job_signature, occupant_for
 from ..placement.retract import Member, judge, with_pairs
 from ..scores import PairScore, ScoreTable
 from .engine import Sim
@@ -47,9 +47,16 @@ UNDO = ("none", "checkpoint", "requeue")
 
 
 class PolicyScheduler:
-    def __init__(self, name: str, scores: ScoreTable, cfg: PlacementConfig,
-                 learn: bool = True, submit_time: bool = False, undo: str = "checkpoint",
-                 hold: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        scores: ScoreTable,
+        cfg: PlacementConfig,
+        learn: bool = True,
+        submit_time: bool = False,
+        undo: str = "checkpoint",
+        hold: bool = False,
+    ) -> None:
         if undo not in UNDO:
             raise ValueError(f"undo must be one of {', '.join(UNDO)}")
         self.name = name
@@ -80,11 +87,19 @@ class PolicyScheduler:
     def attach(self, sim: Sim) -> None:
         self.sim = sim
         c = sim.cfg
-        self.view = ClusterView([
-            GpuView(node=f"node{i // c.gpus_per_node:03d}", index=i % c.gpus_per_node,
-                    gres_type=f"v100_s{i % c.gpus_per_node}", memory_gib=c.gpu_memory_gib,
-                    slots=c.slots, model="v100")
-            for i in range(c.gpus)])
+        self.view = ClusterView(
+            [
+                GpuView(
+                    node=f"node{i // c.gpus_per_node:03d}",
+                    index=i % c.gpus_per_node,
+                    gres_type=f"v100_s{i % c.gpus_per_node}",
+                    memory_gib=c.gpu_memory_gib,
+                    slots=c.slots,
+                    model="v100",
+                )
+                for i in range(c.gpus)
+            ]
+        )
         self._reset_queues()
         self.changed: set[int] = set()
         self.reqs: dict[int, JobRequest] = {}
@@ -104,8 +119,9 @@ class PolicyScheduler:
         r = self.reqs.get(jid)
         if r is None:
             j = self.sim.runs[jid].job
-            r = self.reqs[jid] = JobRequest(key=j.key, user=j.user, uid=j.uid, cls=j.cls,
-                                            mode=j.mode, gpus_per_node=j.gpus)
+            r = self.reqs[jid] = JobRequest(
+                key=j.key, user=j.user, uid=j.uid, cls=j.cls, mode=j.mode, gpus_per_node=j.gpus
+            )
         return r
 
     def _sid(self, jid: int, whole: bool = False) -> int:
@@ -189,9 +205,15 @@ class PolicyScheduler:
         if len(members) < 2:
             return
         runs = sim.runs
-        v = judge(runs[jid].job.key, [
-            Member(runs[j].job.key, runs[j].job.cls, runs[j].job.mode, runs[j].rate)
-            for j in members], self.scores, self.cfg)
+        v = judge(
+            runs[jid].job.key,
+            [
+                Member(runs[j].job.key, runs[j].job.cls, runs[j].job.mode, runs[j].rate)
+                for j in members
+            ],
+            self.scores,
+            self.cfg,
+        )
         if not (v.undo and self.undo != "none"):
             self._pending_obs.update(v.observed)
             return
@@ -248,8 +270,9 @@ class PolicyScheduler:
                 idx = index_for(self.view, self.scores, self.cfg)
                 c = idx.cix.get(sig.cls)
                 if c is not None and not any(
-                        idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p) != "no"
-                        for p in near):
+                    idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p) != "no"
+                    for p in near
+                ):
                     refused.add(kind)
                     continue
                 if self._try(jid, False) == "started":
@@ -268,8 +291,12 @@ class PolicyScheduler:
         self._held_all = True
         # signatures carry the table's memory estimate: re-key the waiting jobs
         waiting = [item for q in self.queues for item in q]
-        whole = {jid for sid, q in enumerate(self.queues)
-                 if isinstance(self.sig_list[sid], tuple) for _, jid in q}
+        whole = {
+            jid
+            for sid, q in enumerate(self.queues)
+            if isinstance(self.sig_list[sid], tuple)
+            for _, jid in q
+        }
         self._reset_queues()
         for _, jid in sorted(waiting):
             self._enqueue(jid, whole=jid in whole)
@@ -300,8 +327,13 @@ class PolicyScheduler:
         if hold_idle and not g.occupants:
             return "held"
         if not sim.start_shared(jid, pos):  # out of memory: learn the pair at once
-            self._apply({(job.cls, o.cls): PairScore(0.0, 0.0, 0.0, observed=True, never=True)
-                         for o in g.occupants if sim.truth.rates([job.cls, o.cls]) is None})
+            self._apply(
+                {
+                    (job.cls, o.cls): PairScore(0.0, 0.0, 0.0, observed=True, never=True)
+                    for o in g.occupants
+                    if sim.truth.rates([job.cls, o.cls]) is None
+                }
+            )
             return "held"
         self.view.add_occupant(g, occupant_for(job, d, sim.now, pending=False))
         self.changed.add(pos)
@@ -313,8 +345,7 @@ class PolicyScheduler:
 
     # ---- the scheduling pass ---------------------------------------------------------
     def schedule(self, sim: Sim) -> None:
-        if (self.learn and self._pending_obs
-                and sim.now - self._last_learn >= sim.cfg.relearn_s):
+        if self.learn and self._pending_obs and sim.now - self._last_learn >= sim.cfg.relearn_s:
             obs, self._pending_obs = self._pending_obs, {}
             self._last_learn = sim.now
             self.relearns += 1
@@ -359,8 +390,9 @@ class PolicyScheduler:
             self._serve(self.job_sid[jid], jid, owners, mps, idle_phase=False)
         return self._started
 
-    def _serve(self, sid: int, head: int, owners: dict[int, list[int]], mps: bool,
-               idle_phase: bool) -> None:
+    def _serve(
+        self, sid: int, head: int, owners: dict[int, list[int]], mps: bool, idle_phase: bool
+    ) -> None:
         q = self.queues[sid]
         if not q or q[0][1] != head:
             return
@@ -385,13 +417,19 @@ class PolicyScheduler:
                 if idle_phase:
                     may = not self._hold_idle and any(
                         self.sim.gpus[i].jobs == [] and idx.free[i] >= sig.est
-                        for i in self.sim.idle if i not in self.reserved)
+                        for i in self.sim.idle
+                        if i not in self.reserved
+                    )
                 else:
-                    near = owners.get(sig.uid, []) if mps else \
-                        [p for ps in owners.values() for p in ps]
+                    near = (
+                        owners.get(sig.uid, [])
+                        if mps
+                        else [p for ps in owners.values() for p in ps]
+                    )
                     may = c is not None and any(
-                        idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p)
-                        == "share" for p in near)
+                        idx.outcome(c, sig.uid, sig.est, sig.aggressive, sig.explore, p) == "share"
+                        for p in near
+                    )
                 if not may:
                     return
             res = self._try(jid, self._hold_idle)
@@ -432,8 +470,9 @@ class PolicyScheduler:
         if oldest is None or self.sim.now - oldest[0] < after:
             return
         jid = oldest[1]
-        d = held_drain(HeldWait(jid, self._req(jid).gres_type, oldest[0]), self.view,
-                       self._drain_time)
+        d = held_drain(
+            HeldWait(jid, self._req(jid).gres_type, oldest[0]), self.view, self._drain_time
+        )
         if d.idle:
             return  # an idle GPU of its type: the held pass gives it one
         if d.busy:

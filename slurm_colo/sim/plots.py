@@ -25,8 +25,12 @@ def plot_summary(results: Sequence[Result]) -> bytes:
     """Bars: makespan, average JCT, p99 JCT, average slowdown, per policy."""
     plt = _plt()
     names = [r.policy for r in results]
-    panels = [("makespan_h", "makespan (h)"), ("avg_jct_h", "average JCT (h)"),
-              ("p99_jct_h", "p99 JCT (h)"), ("avg_slowdown", "average slowdown")]
+    panels = [
+        ("makespan_h", "makespan (h)"),
+        ("avg_jct_h", "average JCT (h)"),
+        ("p99_jct_h", "p99 JCT (h)"),
+        ("avg_slowdown", "average slowdown"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
     for ax, (attr, title) in zip(axes, panels):
         vals = [getattr(r, attr) for r in results]
@@ -71,8 +75,14 @@ def plot_class_slowdown(results: Sequence[Result]) -> bytes:
     return _png(plt, fig)
 
 
-_COLORS = {"exclusive-fifo": "#7f7f7f", "exclusive-backfill": "#bcbd22", "slurm-shard": "#d62728",
-           "gandiva-random": "#ff7f0e", "ours": "#1f77b4", "oracle": "#2ca02c"}
+_COLORS = {
+    "exclusive-fifo": "#7f7f7f",
+    "exclusive-backfill": "#bcbd22",
+    "slurm-shard": "#d62728",
+    "gandiva-random": "#ff7f0e",
+    "ours": "#1f77b4",
+    "oracle": "#2ca02c",
+}
 
 
 def _color(name: str) -> str:
@@ -88,6 +98,8 @@ def _png(plt: Any, fig: Any) -> bytes:
 
 def render_plots(results: Sequence[Result]) -> dict[str, bytes]:
     """File name -> PNG bytes of every plot."""
-    return {"summary.png": plot_summary(results),
-            "slowdown_cdf.png": plot_slowdown_cdf(results),
-            "class_slowdown.png": plot_class_slowdown(results)}
+    return {
+        "summary.png": plot_summary(results),
+        "slowdown_cdf.png": plot_slowdown_cdf(results),
+        "class_slowdown.png": plot_class_slowdown(results),
+    }

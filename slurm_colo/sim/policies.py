@@ -70,8 +70,9 @@ class ExclusiveFifo(_QueuedPolicy):
             return
         # EASY backfill: the head's reservation is when enough running jobs have ended
         need = sim.runs[q[0]].job.gpus
-        ends = sorted((sim.runs[g.jobs[0]].t + sim.runs[g.jobs[0]].remaining, 1)
-                      for g in sim.gpus if g.jobs)
+        ends = sorted(
+            (sim.runs[g.jobs[0]].t + sim.runs[g.jobs[0]].remaining, 1) for g in sim.gpus if g.jobs
+        )
         avail = len(sim.idle)
         shadow, extra = float("inf"), 0
         for t, n in ends:
@@ -79,7 +80,7 @@ class ExclusiveFifo(_QueuedPolicy):
             if avail >= need:
                 shadow, extra = t, avail - need
                 break
-        for jid in list(q)[1:self.depth]:
+        for jid in list(q)[1 : self.depth]:
             if not sim.idle:
                 break
             job = sim.runs[jid].job
@@ -107,9 +108,15 @@ class SlurmShard(_QueuedPolicy):
                 sim.start_exclusive(q.popleft(), free)
                 continue
             for g in sim.gpus:
-                if not g.exclusive and len(g.jobs) < slots and (
-                        not g.jobs or sim.truth.rates(
-                            [*(sim.runs[j].job.cls for j in g.jobs), r.job.cls]) is not None):
+                if (
+                    not g.exclusive
+                    and len(g.jobs) < slots
+                    and (
+                        not g.jobs
+                        or sim.truth.rates([*(sim.runs[j].job.cls for j in g.jobs), r.job.cls])
+                        is not None
+                    )
+                ):
                     sim.start_shared(q.popleft(), g.idx)
                     break
             else:

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from slurm_colo.contracts.enums import CrossUser, Undo, Unplaced
+
 from ..config import PlacementConfig
 from ..errors import ModelError
 from ..gavel import GavelData
@@ -16,11 +18,17 @@ from .metrics import Result, summarize
 from .ours import PolicyScheduler
 from .policies import ExclusiveFifo, GandivaRandom, SlurmShard
 from .trace import SimJob
-from slurm_colo.contracts.enums import CrossUser, Undo, Unplaced
 from .truth import Truth, oracle_scores, split_pairs
 
-POLICIES = ("exclusive-fifo", "exclusive-backfill", "slurm-shard", "gandiva-random", "ours",
-            "ours-submit", "oracle")
+POLICIES = (
+    "exclusive-fifo",
+    "exclusive-backfill",
+    "slurm-shard",
+    "gandiva-random",
+    "ours",
+    "ours-submit",
+    "oracle",
+)
 
 
 @dataclass(frozen=True)
@@ -52,12 +60,17 @@ def unscored_pairs(scores: ScoreTable, classes: Iterable[str]) -> int:
     """How many pairs of ``classes`` (each once, a class with itself included) the score set
     has no score for: the policy has no data on them (the set's prior, unknown)."""
     cl = sorted(set(classes))
-    return sum(1 for i, a in enumerate(cl) for b in cl[i:]
-               if (a, b) not in scores.pairs and (b, a) not in scores.pairs)
+    return sum(
+        1
+        for i, a in enumerate(cl)
+        for b in cl[i:]
+        if (a, b) not in scores.pairs and (b, a) not in scores.pairs
+    )
 
 
-def make_scheduler(name: str, setup: Setup, data: GavelData,
-                   predicted: Callable[[], ScoreTable]) -> Scheduler:
+def make_scheduler(
+    name: str, setup: Setup, data: GavelData, predicted: Callable[[], ScoreTable]
+) -> Scheduler:
     if name == "exclusive-fifo":
         return ExclusiveFifo(backfill=False)
     if name == "exclusive-backfill":
@@ -66,22 +79,33 @@ def make_scheduler(name: str, setup: Setup, data: GavelData,
         return SlurmShard()
     if name == "gandiva-random":
         # under MPS (cross_user = "never") it may pair only one user's jobs, like ours
-        return GandivaRandom(setup.sim.seed, same_user=setup.placement.cross_user == CrossUser.NEVER)
+        return GandivaRandom(
+            setup.sim.seed, same_user=setup.placement.cross_user == CrossUser.NEVER
+        )
     if name == "ours":
         return PolicyScheduler("ours", predicted(), setup.placement, learn=True)
     if name == "ours-submit":
-        return PolicyScheduler("ours-submit", predicted(), setup.placement, learn=True,
-                               submit_time=True,
-                               undo="requeue" if setup.placement.undo == Undo.REQUEUE else "none",
-                               hold=setup.placement.unplaced != Unplaced.OWN_GPU)  # all GPUs shared
+        return PolicyScheduler(
+            "ours-submit",
+            predicted(),
+            setup.placement,
+            learn=True,
+            submit_time=True,
+            undo="requeue" if setup.placement.undo == Undo.REQUEUE else "none",
+            hold=setup.placement.unplaced != Unplaced.OWN_GPU,
+        )  # all GPUs shared
     if name == "oracle":
         return PolicyScheduler("oracle", oracle_scores(data), setup.placement, learn=False)
     raise SimError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
 
 
-def simulate(trace: Sequence[SimJob], data: GavelData, setup: Setup,
-             policies: Sequence[str] = POLICIES,
-             scores: ScoreTable | None = None) -> list[Result]:
+def simulate(
+    trace: Sequence[SimJob],
+    data: GavelData,
+    setup: Setup,
+    policies: Sequence[str] = POLICIES,
+    scores: ScoreTable | None = None,
+) -> list[Result]:
     """Run each policy on ``trace``. ``scores``: the table ``ours`` uses; by default the
     model is trained on a seeded ``1 - hidden_share`` of the measured pairs."""
     truth = Truth(data)

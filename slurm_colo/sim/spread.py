@@ -34,11 +34,14 @@ def parse_seeds(text: str) -> list[int]:
             a = int(lo)
             b = int(hi) if dash else a
         except ValueError:
-            raise SeedsError(f"--seeds {text!r}: {part!r} is not a seed or a range such as "
-                             "1-10 (non-negative whole numbers)") from None
+            raise SeedsError(
+                f"--seeds {text!r}: {part!r} is not a seed or a range such as "
+                "1-10 (non-negative whole numbers)"
+            ) from None
         if a < 0 or b < a:
-            raise SeedsError(f"--seeds {text!r}: {part!r} is not a range from low to high of "
-                             "non-negative seeds")
+            raise SeedsError(
+                f"--seeds {text!r}: {part!r} is not a range from low to high of non-negative seeds"
+            )
         seeds.extend(s for s in range(a, b + 1) if s not in seeds)
         if len(seeds) > MAX_SEEDS:
             raise SeedsError(f"--seeds {text!r}: more than {MAX_SEEDS} seeds")
@@ -72,23 +75,33 @@ def _pct(a: float, b: float) -> float:
     return 100.0 * (a / b - 1.0)
 
 
-def seed_rows(per_seed: Mapping[int, Sequence[Result]], base: str = "exclusive-fifo",
-              ref: str = "oracle") -> list[SeedRow]:
+def seed_rows(
+    per_seed: Mapping[int, Sequence[Result]], base: str = "exclusive-fifo", ref: str = "oracle"
+) -> list[SeedRow]:
     rows = []
     for seed, results in per_seed.items():
         by = {r.policy: r for r in results}
         b, o = by.get(base), by.get(ref)
         for r in results:
-            rows.append(SeedRow(
-                seed=seed, policy=r.policy, makespan_h=r.makespan_h, avg_jct_h=r.avg_jct_h,
-                makespan_vs_base=_pct(r.makespan_h, b.makespan_h) if b else None,
-                avg_jct_vs_base=_pct(r.avg_jct_h, b.avg_jct_h) if b else None,
-                makespan_vs_ref=_pct(r.makespan_h, o.makespan_h) if o else None,
-                p99_jct_h=r.p99_jct_h, avg_slowdown=r.avg_slowdown,
-                worst_decile_slowdown=r.worst_decile_slowdown,
-                worst_class_slowdown=r.worst_class_slowdown, gpu_hours=r.gpu_hours,
-                harmful_share=r.harmful_share,
-                over_limit_jobs=r.over_limit_jobs, max_stretch=r.max_stretch))
+            rows.append(
+                SeedRow(
+                    seed=seed,
+                    policy=r.policy,
+                    makespan_h=r.makespan_h,
+                    avg_jct_h=r.avg_jct_h,
+                    makespan_vs_base=_pct(r.makespan_h, b.makespan_h) if b else None,
+                    avg_jct_vs_base=_pct(r.avg_jct_h, b.avg_jct_h) if b else None,
+                    makespan_vs_ref=_pct(r.makespan_h, o.makespan_h) if o else None,
+                    p99_jct_h=r.p99_jct_h,
+                    avg_slowdown=r.avg_slowdown,
+                    worst_decile_slowdown=r.worst_decile_slowdown,
+                    worst_class_slowdown=r.worst_class_slowdown,
+                    gpu_hours=r.gpu_hours,
+                    harmful_share=r.harmful_share,
+                    over_limit_jobs=r.over_limit_jobs,
+                    max_stretch=r.max_stretch,
+                )
+            )
     return rows
 
 
@@ -96,17 +109,30 @@ def _band(values: list[float], fmt: str) -> str:
     """mean (best .. worst): every figure here is better lower"""
     if not values:
         return "-"
-    return (f"{fmt.format(statistics.fmean(values))} "
-            f"({fmt.format(min(values))} .. {fmt.format(max(values))})")
+    return (
+        f"{fmt.format(statistics.fmean(values))} "
+        f"({fmt.format(min(values))} .. {fmt.format(max(values))})"
+    )
 
 
-def spread_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo", ref: str = "oracle",
-                 markdown: bool = True) -> str:
+def spread_table(
+    rows: Sequence[SeedRow],
+    base: str = "exclusive-fifo",
+    ref: str = "oracle",
+    markdown: bool = True,
+) -> str:
     """Per policy: mean, best and worst seed of each figure."""
     policies = list(dict.fromkeys(r.policy for r in rows))
-    head = ["policy", "seeds", f"makespan vs {base}", f"avg JCT vs {base}",
-            f"makespan vs {ref}", "worst 10% slowdown", "worst class slowdown",
-            "jobs >1.5x (per seed)"]
+    head = [
+        "policy",
+        "seeds",
+        f"makespan vs {base}",
+        f"avg JCT vs {base}",
+        f"makespan vs {ref}",
+        "worst 10% slowdown",
+        "worst class slowdown",
+        "jobs >1.5x (per seed)",
+    ]
     body = []
     for p in policies:
         mine = [r for r in rows if r.policy == p]
@@ -115,20 +141,24 @@ def spread_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo", ref: str
             return [v for v in (getattr(r, attr) for r in rs) if v is not None]
 
         over = [r.over_limit_jobs for r in mine]
-        body.append([
-            p, str(len(mine)),
-            _band(vals("makespan_vs_base"), "{:+.1f}%"),
-            _band(vals("avg_jct_vs_base"), "{:+.1f}%"),
-            _band(vals("makespan_vs_ref"), "{:+.1f}%"),
-            _band(vals("worst_decile_slowdown"), "{:.1f}"),
-            _band(vals("worst_class_slowdown"), "{:.2f}"),
-            "/".join(str(v) for v in over),
-        ])
+        body.append(
+            [
+                p,
+                str(len(mine)),
+                _band(vals("makespan_vs_base"), "{:+.1f}%"),
+                _band(vals("avg_jct_vs_base"), "{:+.1f}%"),
+                _band(vals("makespan_vs_ref"), "{:+.1f}%"),
+                _band(vals("worst_decile_slowdown"), "{:.1f}"),
+                _band(vals("worst_class_slowdown"), "{:.2f}"),
+                "/".join(str(v) for v in over),
+            ]
+        )
     return render(head, body, markdown)
 
 
-def per_seed_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo",
-                   markdown: bool = True) -> str:
+def per_seed_table(
+    rows: Sequence[SeedRow], base: str = "exclusive-fifo", markdown: bool = True
+) -> str:
     """One line per seed: each policy's makespan and average JCT change against ``base``."""
     policies = [p for p in dict.fromkeys(r.policy for r in rows) if p != base]
     seeds = list(dict.fromkeys(r.seed for r in rows))
@@ -148,18 +178,25 @@ def per_seed_table(rows: Sequence[SeedRow], base: str = "exclusive-fifo",
 
 
 #: the figures compared seed by seed (every one: lower is better)
-COMPARED = (("makespan_h", "makespan"), ("avg_jct_h", "avg JCT"), ("p99_jct_h", "p99 JCT"),
-            ("avg_slowdown", "avg slowdown"), ("worst_decile_slowdown", "worst 10% slowdown"),
-            ("gpu_hours", "GPU-hours"), ("harmful_share", "harmful co-loc."),
-            ("worst_class_slowdown", "worst class slowdown"))
+COMPARED = (
+    ("makespan_h", "makespan"),
+    ("avg_jct_h", "avg JCT"),
+    ("p99_jct_h", "p99 JCT"),
+    ("avg_slowdown", "avg slowdown"),
+    ("worst_decile_slowdown", "worst 10% slowdown"),
+    ("gpu_hours", "GPU-hours"),
+    ("harmful_share", "harmful co-loc."),
+    ("worst_class_slowdown", "worst class slowdown"),
+)
 
 
 def head_to_head(rows: Sequence[SeedRow], policy: str, other: str) -> str | None:
     """One line: on how many seeds ``policy`` is strictly better than ``other`` on every
     compared figure, and which figures it is not better on, on how many seeds."""
     by = {(r.seed, r.policy): r for r in rows}
-    seeds = [s for s in dict.fromkeys(r.seed for r in rows)
-             if (s, policy) in by and (s, other) in by]
+    seeds = [
+        s for s in dict.fromkeys(r.seed for r in rows) if (s, policy) in by and (s, other) in by
+    ]
     if not seeds:
         return None
     short: dict[str, int] = {}

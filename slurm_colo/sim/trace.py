@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import ColoError
 from slurm_colo.contracts.options import derive_class
+
+from ..errors import ColoError
 
 
 class TraceError(ColoError):
@@ -86,8 +87,9 @@ def philly_trace(
     """Draw ``jobs`` jobs; arrival rate = ``load * gpus / mean(duration * num_gpus)``."""
     if jobs <= 0 or gpus <= 0 or load <= 0 or users <= 0:
         raise TraceError("jobs, gpus, load and users must be positive")
-    pool = [(min(d, max_duration_s) if max_duration_s else d, n)
-            for d, n in rows if multi_gpu or n == 1]
+    pool = [
+        (min(d, max_duration_s) if max_duration_s else d, n) for d, n in rows if multi_gpu or n == 1
+    ]
     pool = [(d, n) for d, n in pool if n <= gpus and d > 0]
     if not pool or not classes:
         raise TraceError("no usable rows or no classes to draw from")
@@ -102,8 +104,18 @@ def philly_trace(
         d, n = pool[rng.randrange(len(pool))]
         u = rng.randrange(users)
         mode = "aggressive" if rng.random() < aggressive_share else "auto"
-        out.append(SimJob(i, t, d, cls_sorted[rng.randrange(len(cls_sorted))],
-                          f"user{u:02d}", 10000 + u, n, mode))
+        out.append(
+            SimJob(
+                i,
+                t,
+                d,
+                cls_sorted[rng.randrange(len(cls_sorted))],
+                f"user{u:02d}",
+                10000 + u,
+                n,
+                mode,
+            )
+        )
     return out
 
 
@@ -149,7 +161,8 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
     if missing or not ({"AllocTRES", "ReqTRES"} & set(header)):
         raise TraceError(
             f"sacct export lacks column(s) {', '.join(missing or ['AllocTRES/ReqTRES'])}; "
-            "use --parsable2 --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES")
+            "use --parsable2 --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES"
+        )
     col = {c: i for i, c in enumerate(header)}
     uids: dict[str, int] = {}
     raw: list[tuple[float, float, str, str, int, str]] = []

@@ -71,8 +71,9 @@ def oracle_scores(data: GavelData) -> ScoreTable:
     return t
 
 
-def split_pairs(data: GavelData, hidden_share: float, seed: int) -> tuple[list[tuple[str, str]],
-                                                                          list[tuple[str, str]]]:
+def split_pairs(
+    data: GavelData, hidden_share: float, seed: int
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Seeded split of the measured pairs (each once, a <= b) into (train, hidden)."""
     pairs = data.unordered_pairs()
     rng = random.Random(seed)

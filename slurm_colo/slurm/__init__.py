@@ -8,4 +8,11 @@ where a build matching the installed Slurm exists. :func:`open_backend` picks on
 from .gate import SlurmBackend, open_backend
 from .model import GresAlloc, SlurmJob, SlurmNode, parse_gres_detail
 
-__all__ = ["SlurmBackend", "open_backend", "GresAlloc", "SlurmJob", "SlurmNode", "parse_gres_detail"]
+__all__ = [
+    "SlurmBackend",
+    "open_backend",
+    "GresAlloc",
+    "SlurmJob",
+    "SlurmNode",
+    "parse_gres_detail",
+]

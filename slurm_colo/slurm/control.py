@@ -48,11 +48,13 @@ def hold_argv(job_id: int) -> list[str]:
 
 
 class JobControl(Protocol):
-    def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
-                     restore: tuple[str, str] = ("", "")) -> None: ...
+    def requeue_hold(
+        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+    ) -> None: ...
 
-    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
-                        gres: str = "") -> None: ...
+    def aim_and_release(
+        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str = ""
+    ) -> None: ...
 
     def admin_hold(self, job_id: int) -> None: ...
 
@@ -73,18 +75,24 @@ class ScontrolControl:
 
     def run(self, argv: list[str]) -> None:
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s,
-                               check=False)
+            p = subprocess.run(
+                argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} not found", hint="install slurm-client") from None
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"{' '.join(argv[:3])} did not finish within {self.timeout_s:g}s") from None
+            raise SlurmError(
+                f"{' '.join(argv[:3])} did not finish within {self.timeout_s:g}s"
+            ) from None
         if p.returncode != 0:
             msg = (p.stderr or p.stdout).strip().splitlines()
-            raise SlurmError(f"{' '.join(argv[:3])} failed: {msg[-1] if msg else f'exit {p.returncode}'}")
+            raise SlurmError(
+                f"{' '.join(argv[:3])} failed: {msg[-1] if msg else f'exit {p.returncode}'}"
+            )
 
-    def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
-                     restore: tuple[str, str] = ("", "")) -> None:
+    def requeue_hold(
+        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+    ) -> None:
         """Mark the job held (comments first: a job is never held without its tag), then
         requeue it held. If the requeue fails the comments go back to ``restore``
         (admin comment, comment) and the job runs on."""
@@ -99,16 +107,20 @@ class ScontrolControl:
                 pass  # the job ended meanwhile: nothing left to restore
             raise
 
-    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
-                        gres: str = "") -> None:
+    def aim_and_release(
+        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str = ""
+    ) -> None:
         """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
         ``tres_per_node`` string in either form, for a job held without one; none: keep it)
         and comments, clear the wait after a requeue, release it."""
         fields = {"ReqNodeList": node} if node else {}
         if gres:
             fields["TresPerNode"] = tres_gres(gres, self.version)
-        self.run(update_argv(job_id, **fields, AdminComment=admin_comment, Comment=comment,
-                             StartTime="now"))
+        self.run(
+            update_argv(
+                job_id, **fields, AdminComment=admin_comment, Comment=comment, StartTime="now"
+            )
+        )
         self.run(release_argv(job_id))
 
     def admin_hold(self, job_id: int) -> None:

@@ -37,10 +37,16 @@ def open_backend(kind: str = "auto", slurm_version: str | None = None) -> SlurmB
         return PyslurmBackend(module)
     if kind == "pyslurm":
         if module is None:
-            raise SlurmError("slurm_backend = pyslurm but pyslurm is not installed",
-                             hint="pip install pyslurm==<your Slurm major.minor>, or set slurm_backend = json")
+            raise SlurmError(
+                "slurm_backend = pyslurm but pyslurm is not installed",
+                hint="pip install pyslurm==<your Slurm major.minor>, or set slurm_backend = json",
+            )
         raise SlurmError(
             f"pyslurm {getattr(module, '__version__', '?')} does not match Slurm {version or '?'}",
-            hint="install the pyslurm release for your Slurm, or set agent.slurm_backend = json")
-    log.info("slurm backend: json (pyslurm %s)", "absent" if module is None else "does not match Slurm " + version)
+            hint="install the pyslurm release for your Slurm, or set agent.slurm_backend = json",
+        )
+    log.info(
+        "slurm backend: json (pyslurm %s)",
+        "absent" if module is None else "does not match Slurm " + version,
+    )
     return JsonBackend(slurm_version=version)

@@ -96,8 +96,10 @@ def parse_squeue(doc: Any) -> list[SlurmJob]:
         except SlurmError as e:
             raise SlurmError(f"squeue --json: job {_job_id(j)}: {e.message}", hint=e.hint) from None
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise SlurmError(f"squeue --json: job {_job_id(j)}: unexpected record ({e!r})",
-                             hint="report it with your Slurm version (sinfo --version)") from None
+            raise SlurmError(
+                f"squeue --json: job {_job_id(j)}: unexpected record ({e!r})",
+                hint="report it with your Slurm version (sinfo --version)",
+            ) from None
     return out
 
 
@@ -174,8 +176,10 @@ def parse_nodes(doc: Any) -> list[SlurmNode]:
         if isinstance(doc.get("sinfo"), list):
             return _grouped(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise SlurmError(f"sinfo/scontrol --json: unexpected node record ({e!r})",
-                         hint="report it with your Slurm version (sinfo --version)") from None
+        raise SlurmError(
+            f"sinfo/scontrol --json: unexpected node record ({e!r})",
+            hint="report it with your Slurm version (sinfo --version)",
+        ) from None
     raise SlurmError("sinfo/scontrol --json: unexpected output (no 'nodes' or 'sinfo' list)")
 
 
@@ -187,7 +191,9 @@ def squeue_argv(squeue: str = "squeue", job_id: int | None = None) -> list[str]:
     return [squeue, "--json", "--all", *(["--jobs", str(job_id)] if job_id is not None else [])]
 
 
-def nodes_argv(version: Version | None, sinfo: str = "sinfo", scontrol: str = "scontrol") -> list[str]:
+def nodes_argv(
+    version: Version | None, sinfo: str = "sinfo", scontrol: str = "scontrol"
+) -> list[str]:
     """One record per node: ``scontrol show nodes --json`` where it exists, else (22.05, or
     the version unknown) ``sinfo --json``."""
     if has_scontrol_json(version):
@@ -198,8 +204,14 @@ def nodes_argv(version: Version | None, sinfo: str = "sinfo", scontrol: str = "s
 class JsonBackend:
     name = "json"
 
-    def __init__(self, timeout_s: float = 10.0, squeue: str = "squeue", sinfo: str = "sinfo",
-                 scontrol: str = "scontrol", slurm_version: str | None = None) -> None:
+    def __init__(
+        self,
+        timeout_s: float = 10.0,
+        squeue: str = "squeue",
+        sinfo: str = "sinfo",
+        scontrol: str = "scontrol",
+        slurm_version: str | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
         self.squeue = squeue
         self.sinfo = sinfo
@@ -215,7 +227,9 @@ class JsonBackend:
 
     def _run(self, argv: list[str]) -> Any:
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s, check=False)
+            p = subprocess.run(
+                argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} not found: is slurm-client installed?") from None
         except subprocess.TimeoutExpired:
@@ -235,8 +249,11 @@ class JsonBackend:
             doc = self._run(squeue_argv(self.squeue, job_id))
             if isinstance(doc, dict) and isinstance(doc.get("jobs"), list):
                 # Slurm 22.05 ignores --jobs with --json: pick the job before parsing
-                doc = {"jobs": [j for j in doc["jobs"]
-                                if isinstance(j, dict) and _job_id(j) == str(job_id)]}
+                doc = {
+                    "jobs": [
+                        j for j in doc["jobs"] if isinstance(j, dict) and _job_id(j) == str(job_id)
+                    ]
+                }
             found = parse_squeue(doc)
         except SlurmError:
             return None

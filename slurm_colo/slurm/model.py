@@ -11,7 +11,9 @@ from ..errors import SlurmError
 #   gpu:v100_s0:1(IDX:0)   gpu:v100:2(IDX:2-3)   gpu:v100_s1:0(IDX:)   shard:1(IDX:1)  (22.05)
 #   shard:1(0/4,1/4,0/0,0/0)  per GPU index, allocated/total, in index order        (24.11+)
 #   nic(CNT:2)                a GRES without device files
-_DETAIL_RE = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)\((?P<body>[^()]*)\)$")
+_DETAIL_RE = re.compile(
+    r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)\((?P<body>[^()]*)\)$"
+)
 _CNT_RE = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?\(CNT:(?P<count>\d+)\)$")
 _PER_INDEX_RE = re.compile(r"^(?:\d+|-)/\d+(?:,(?:\d+|-)/\d+)*$")
 
@@ -42,8 +44,9 @@ def _indices(text: str) -> tuple[int, ...]:
 def _per_index(text: str) -> tuple[int, ...]:
     """``0/4,1/4,0/0`` -> the indices with something allocated: ``(1,)``. 26.05 prints an
     unused GPU's count as ``-`` in places (``-/4``)."""
-    return tuple(i for i, part in enumerate(text.split(","))
-                 if part.split("/")[0] not in ("-", "0"))
+    return tuple(
+        i for i, part in enumerate(text.split(",")) if part.split("/")[0] not in ("-", "0")
+    )
 
 
 def parse_gres_item(item: str) -> GresAlloc:
@@ -61,8 +64,10 @@ def parse_gres_item(item: str) -> GresAlloc:
     m = _CNT_RE.match(item)
     if m:
         return GresAlloc(m["name"], m["type"] or "", int(m["count"]), ())
-    raise SlurmError(f"gres_detail item {item!r} is in a format slurm-colo does not know",
-                     hint="report it with your Slurm version (sinfo --version)")
+    raise SlurmError(
+        f"gres_detail item {item!r} is in a format slurm-colo does not know",
+        hint="report it with your Slurm version (sinfo --version)",
+    )
 
 
 def parse_gres_detail(items: list[str] | None) -> list[GresAlloc]:
@@ -124,4 +129,6 @@ class SlurmNode:
     @property
     def usable(self) -> bool:
         s = self.state.upper()
-        return not any(w in s for w in ("DOWN", "DRAIN", "FAIL", "INVAL", "NOT_RESPONDING", "UNKNOWN"))
+        return not any(
+            w in s for w in ("DOWN", "DRAIN", "FAIL", "INVAL", "NOT_RESPONDING", "UNKNOWN")
+        )

@@ -32,9 +32,11 @@ def wanted(job: SlurmJob) -> bool:
 
 
 def encode(jobs: list[SlurmJob], nodes: list[SlurmNode]) -> str:
-    doc = {"format": FORMAT,
-           "jobs": [asdict(j) for j in jobs if wanted(j)],
-           "nodes": [asdict(n) for n in nodes]}
+    doc = {
+        "format": FORMAT,
+        "jobs": [asdict(j) for j in jobs if wanted(j)],
+        "nodes": [asdict(n) for n in nodes],
+    }
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -46,12 +48,17 @@ def decode(text: str) -> tuple[list[SlurmJob], list[SlurmNode]]:
             raise ValueError(f"not a {FORMAT} document")
         jobs = []
         for j in doc["jobs"]:
-            gres = tuple(GresAlloc(g["name"], g["type"], int(g["count"]), tuple(g["indices"]))
-                         for g in j.pop("gres"))
+            gres = tuple(
+                GresAlloc(g["name"], g["type"], int(g["count"]), tuple(g["indices"]))
+                for g in j.pop("gres")
+            )
             jobs.append(SlurmJob(**j, gres=gres))
-        nodes = [SlurmNode(**(n | {"features": tuple(n["features"]),
-                                   "partitions": tuple(n["partitions"])}))
-                 for n in doc["nodes"]]
+        nodes = [
+            SlurmNode(
+                **(n | {"features": tuple(n["features"]), "partitions": tuple(n["partitions"])})
+            )
+            for n in doc["nodes"]
+        ]
     except (ValueError, KeyError, TypeError) as e:
         raise SlurmError(f"slurm snapshot: malformed output ({e})") from None
     return jobs, nodes
@@ -67,8 +74,9 @@ class ChildSnapshots:
 
     def take(self) -> tuple[list[SlurmJob], list[SlurmNode]]:
         try:
-            p = subprocess.run(self.argv, capture_output=True, text=True, timeout=self.timeout_s,
-                               check=False)
+            p = subprocess.run(
+                self.argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
         except subprocess.TimeoutExpired:
             raise SlurmError(f"slurm snapshot timed out after {self.timeout_s:g}s") from None
         except OSError as e:
@@ -80,11 +88,14 @@ class ChildSnapshots:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slurm_colo.slurm.snapshot",
-                                 description="Print the agent's compact view of Slurm (jobs and nodes).")
+    ap = argparse.ArgumentParser(
+        prog="python -m slurm_colo.slurm.snapshot",
+        description="Print the agent's compact view of Slurm (jobs and nodes).",
+    )
     ap.add_argument("--backend", default="auto", choices=("auto", "json", "pyslurm"))
     a = ap.parse_args(argv)
     from .gate import open_backend
+
     try:
         backend = open_backend(a.backend)
         out = encode(backend.jobs(), backend.nodes())

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from slurm_colo.config import Config
 
-from slurm_colo.fsutil import atomic_write_bytes
 from slurm_colo.contracts.records import JobRecord
+from slurm_colo.fsutil import atomic_write_bytes
 
 log = logging.getLogger("slurm_colo.spool.directory")
 
@@ -64,8 +64,13 @@ def write_record(dirs: SpoolDirs, rec: JobRecord) -> Path:
             path = d / file_name(rec.record_id)
             atomic_write_bytes(path, data, mode=0o600, fsync=True)
             if d != dirs.spool:
-                log.error("spool %s unusable (%s); record %s written to %s",
-                          dirs.spool, errors[0], rec.record_id, path)
+                log.error(
+                    "spool %s unusable (%s); record %s written to %s",
+                    dirs.spool,
+                    errors[0],
+                    rec.record_id,
+                    path,
+                )
             return path
         except OSError as e:
             errors.append(f"{d}: {e.strerror or e}")

@@ -44,15 +44,20 @@ class IngestReport:
         return s + (f"; errors: {'; '.join(self.errors)}" if self.errors else "")
 
 
-def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
-                   lock_timeout_s: float = 0.0, retry_s: float | None = None,
-                   sleep: Callable[[float], None] = time.sleep) -> IngestReport:
+def ingest_pending(
+    cfg: Config,
+    busy_timeout_s: float | None = None,
+    lock_timeout_s: float = 0.0,
+    retry_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IngestReport:
     """Ingest both spool directories; never raises for a DB or agent problem (it is
     reported). ``retry_s``: how long to keep trying an unreachable agent (default
     ``node.records_retry_s``; 0 tries once)."""
     if records_to(cfg) == RecordsTo.AGENT:
-        return _ship_pending(cfg, lock_timeout_s,
-                             cfg.node.records_retry_s if retry_s is None else retry_s, sleep)
+        return _ship_pending(
+            cfg, lock_timeout_s, cfg.node.records_retry_s if retry_s is None else retry_s, sleep
+        )
     from slurm_colo.spool.ingest import ingest_spool
     from slurm_colo.store import make_engine
 
@@ -62,8 +67,10 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
     ensure_dir(run_dir)
     try:
         with locked(run_dir / "ingest.lock", timeout_s=lock_timeout_s):
-            engine = make_engine(cfg.store.url, busy_timeout_s if busy_timeout_s is not None
-                                 else cfg.store.busy_timeout_s)
+            engine = make_engine(
+                cfg.store.url,
+                busy_timeout_s if busy_timeout_s is not None else cfg.store.busy_timeout_s,
+            )
             try:
                 # a few passes: records spooled by Epilogs that ran while this ingest held
                 # the lock (their own ingest gave up at once) are picked up too
@@ -93,8 +100,9 @@ def ingest_pending(cfg: Config, busy_timeout_s: float | None = None,
     return rep
 
 
-def _ship_pending(cfg: Config, lock_timeout_s: float, retry_s: float,
-                  sleep: Callable[[float], None]) -> IngestReport:
+def _ship_pending(
+    cfg: Config, lock_timeout_s: float, retry_s: float, sleep: Callable[[float], None]
+) -> IngestReport:
     """:func:`ingest_pending` through the agent: RECORDS messages, retried with a growing
     pause (2 s to 60 s) while the agent cannot be reached, for at most ``retry_s``."""
     from slurm_colo.contracts import client
@@ -128,8 +136,9 @@ def _ship_pending(cfg: Config, lock_timeout_s: float, retry_s: float,
                     rep.ingested += r.ingested
                     rep.duplicates += r.duplicates
                     rep.bad += len(r.bad)
-                if not failed and (not pending(dirs)
-                                   or rep.ingested + rep.duplicates + rep.bad == before):
+                if not failed and (
+                    not pending(dirs) or rep.ingested + rep.duplicates + rep.bad == before
+                ):
                     break  # all sent, or what is left cannot be read now
                 if time.monotonic() + pause > deadline:
                     if failed:

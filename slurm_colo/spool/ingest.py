@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import Engine
-
-from collections.abc import Callable
-from typing import Any
 
 from slurm_colo.contracts.records import JobRecord
 from slurm_colo.errors import StoreError
@@ -39,8 +38,10 @@ class IngestResult:
     bad: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{self.ingested} new record(s), {self.duplicates} already stored, "
-                f"{len(self.bad)} bad file(s) quarantined")
+        return (
+            f"{self.ingested} new record(s), {self.duplicates} already stored, "
+            f"{len(self.bad)} bad file(s) quarantined"
+        )
 
 
 def _quarantine(spool: Path, f: Path, reason: str) -> None:
@@ -54,8 +55,9 @@ def _quarantine(spool: Path, f: Path, reason: str) -> None:
     log.warning("bad record file %s moved to %s: %s", f.name, bad, reason)
 
 
-def ingest_spool(engine: Engine, spool_dir: str | Path, keep_done: bool = True,
-                 batch: int = BATCH) -> IngestResult:
+def ingest_spool(
+    engine: Engine, spool_dir: str | Path, keep_done: bool = True, batch: int = BATCH
+) -> IngestResult:
     """Ingest every ``*.json`` file of ``spool_dir``.
 
     Ingested files go to ``spool_dir/done/`` (``keep_done=False``: deleted); unreadable or
@@ -75,8 +77,11 @@ def ingest_spool(engine: Engine, spool_dir: str | Path, keep_done: bool = True,
 SHIP_BATCH = 20
 
 
-def ship_spool(send: Callable[[list[dict[str, Any]]], dict[str, Any]], spool_dir: str | Path,
-               keep_done: bool = True) -> IngestResult:
+def ship_spool(
+    send: Callable[[list[dict[str, Any]]], dict[str, Any]],
+    spool_dir: str | Path,
+    keep_done: bool = True,
+) -> IngestResult:
     """:func:`ingest_spool` through the agent: ``send`` makes one ``RECORDS`` round trip
     (raising :class:`~slurm_colo.errors.AgentError` when the agent cannot be reached, which
     leaves the batch's files in place) and returns the agent's ``{"stored": n}``."""
@@ -87,17 +92,19 @@ def ship_spool(send: Callable[[list[dict[str, Any]]], dict[str, Any]], spool_dir
     def store(recs: list[JobRecord]) -> int:
         reply = send([r.to_dict() for r in recs])
         return int(reply.get("stored", 0))
+
     return store_files(spool, store, keep_done, SHIP_BATCH)
 
 
-def store_files(spool: Path, store: Callable[[list[JobRecord]], int], keep_done: bool = True,
-                batch: int = BATCH) -> IngestResult:
+def store_files(
+    spool: Path, store: Callable[[list[JobRecord]], int], keep_done: bool = True, batch: int = BATCH
+) -> IngestResult:
     """The file loop of both: read, check, store a batch, move its files to ``done/``."""
     res = IngestResult()
     files = sorted(p for p in spool.glob("*.json") if p.is_file() and not p.name.startswith("."))
     for s in range(0, len(files), batch):
         good: list[tuple[Path, JobRecord]] = []
-        for f in files[s:s + batch]:
+        for f in files[s : s + batch]:
             try:
                 good.append((f, record_from_json(f.read_bytes())))
             except BadRecord as e:

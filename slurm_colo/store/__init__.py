@@ -7,5 +7,13 @@ SQLite by default, PostgreSQL by URL. See docs/history.md.
 from .engine import current_revision, head_revision, make_engine, require_schema, upgrade
 from .ingest import BadRecord, ingest_records, record_from_json
 
-__all__ = ["BadRecord", "current_revision", "head_revision", "ingest_records",
-           "make_engine", "record_from_json", "require_schema", "upgrade"]
+__all__ = [
+    "BadRecord",
+    "current_revision",
+    "head_revision",
+    "ingest_records",
+    "make_engine",
+    "record_from_json",
+    "require_schema",
+    "upgrade",
+]

@@ -44,8 +44,10 @@ def make_engine(url: str, busy_timeout_s: float = 10.0) -> Engine:
     try:
         u = make_url(url)
     except ArgumentError:
-        raise StoreError(f"store URL {url!r} is not a database URL",
-                         hint="set [store] url, e.g. sqlite:////var/lib/slurm-colo/history.db") from None
+        raise StoreError(
+            f"store URL {url!r} is not a database URL",
+            hint="set [store] url, e.g. sqlite:////var/lib/slurm-colo/history.db",
+        ) from None
     if u.drivername in ("postgresql", "postgres"):
         u = u.set(drivername="postgresql+psycopg")
     if u.get_backend_name() == "sqlite":
@@ -71,12 +73,16 @@ def make_engine(url: str, busy_timeout_s: float = 10.0) -> Engine:
         return engine
     if u.get_backend_name() == "postgresql":
         try:
-            return create_engine(u, pool_pre_ping=True,
-                                 connect_args={"connect_timeout": max(1, int(busy_timeout_s))})
+            return create_engine(
+                u, pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(busy_timeout_s))}
+            )
         except ImportError:
-            raise StoreError("PostgreSQL needs the psycopg package",
-                             hint="pip install 'slurm-colo[postgres]'") from None
-    raise StoreError(f"unsupported store URL scheme {u.drivername!r}; use sqlite:/// or postgresql://")
+            raise StoreError(
+                "PostgreSQL needs the psycopg package", hint="pip install 'slurm-colo[postgres]'"
+            ) from None
+    raise StoreError(
+        f"unsupported store URL scheme {u.drivername!r}; use sqlite:/// or postgresql://"
+    )
 
 
 def describe_db_error(engine: Engine, e: BaseException) -> StoreError:
@@ -84,13 +90,16 @@ def describe_db_error(engine: Engine, e: BaseException) -> StoreError:
     orig = getattr(e, "orig", None) or e
     text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     if "database is locked" in text or "database table is locked" in text:
-        return StoreError(f"history database {safe_url(engine)} is locked by another writer; "
-                          "nothing was written, retry later")
+        return StoreError(
+            f"history database {safe_url(engine)} is locked by another writer; "
+            "nothing was written, retry later"
+        )
     if "file is not a database" in text or "malformed" in text:
         return StoreError(f"history database {safe_url(engine)} is corrupt ({text})")
     if "no such table" in text or "does not exist" in text and "relation" in text:
-        return StoreError(f"history database {safe_url(engine)} lacks table(s): {text}",
-                          hint=UPGRADE_HINT)
+        return StoreError(
+            f"history database {safe_url(engine)} lacks table(s): {text}", hint=UPGRADE_HINT
+        )
     return StoreError(f"history database {safe_url(engine)}: {text}")
 
 
@@ -129,8 +138,10 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
         with db_errors(engine), engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
         if "jobs" in tables:
-            raise StoreError(f"history database {safe_url(engine)} has slurm-colo tables but no "
-                             "schema version (alembic_version); restore a backup or start a new file")
+            raise StoreError(
+                f"history database {safe_url(engine)} has slurm-colo tables but no "
+                "schema version (alembic_version); restore a backup or start a new file"
+            )
     with db_errors(engine), engine.begin() as conn:
         command.upgrade(_alembic_config(conn), revision)
     _checked.discard(engine)
@@ -147,11 +158,17 @@ def require_schema(engine: Engine) -> None:
         _checked.add(engine)
         return
     if rev is None:
-        raise StoreError(f"history database {safe_url(engine)} has no slurm-colo schema yet",
-                         hint=UPGRADE_HINT)
+        raise StoreError(
+            f"history database {safe_url(engine)} has no slurm-colo schema yet", hint=UPGRADE_HINT
+        )
     known = {s.revision for s in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
     if rev in known:
-        raise StoreError(f"history database {safe_url(engine)} has schema {rev}, older than "
-                         f"this slurm-colo's {head}", hint=UPGRADE_HINT)
-    raise StoreError(f"history database {safe_url(engine)} has schema {rev}, unknown to this "
-                     f"slurm-colo (head {head}): it was written by a newer version")
+        raise StoreError(
+            f"history database {safe_url(engine)} has schema {rev}, older than "
+            f"this slurm-colo's {head}",
+            hint=UPGRADE_HINT,
+        )
+    raise StoreError(
+        f"history database {safe_url(engine)} has schema {rev}, unknown to this "
+        f"slurm-colo (head {head}): it was written by a newer version"
+    )

@@ -118,12 +118,18 @@ def solo_reference(solo_runs: Iterable[tuple[str, float | None, float]]) -> Solo
     return SoloRef(
         rate={c: statistics.median(v) for c, v in rates.items()},
         duration={c: statistics.median(v) for c, v in durs.items()},
-        cv={c: statistics.pstdev(v) / statistics.mean(v) for c, v in durs.items()
-            if len(v) >= 2 and statistics.mean(v) > 0})
+        cv={
+            c: statistics.pstdev(v) / statistics.mean(v)
+            for c, v in durs.items()
+            if len(v) >= 2 and statistics.mean(v) > 0
+        },
+    )
 
 
 def _far_outside(j: JobView, s: float, e: float) -> bool:
-    return e < s - SKEW_TOLERANCE_S or e < j.start - SKEW_TOLERANCE_S or s > j.end + SKEW_TOLERANCE_S
+    return (
+        e < s - SKEW_TOLERANCE_S or e < j.start - SKEW_TOLERANCE_S or s > j.end + SKEW_TOLERANCE_S
+    )
 
 
 def skewed_intervals(j: JobView) -> int:
@@ -200,8 +206,11 @@ def build_groups(jobs: Sequence[JobView], only: Collection[int] | None = None) -
     groups: dict[tuple[str, str, frozenset[int]], list[tuple[float, float]]] = {}
     names: dict[tuple[str, str, frozenset[int]], dict[int, str]] = {}
     for j in order:
-        if only is not None and j.job_id not in only and \
-                not any(c[0] in only for c in j.co_runners):
+        if (
+            only is not None
+            and j.job_id not in only
+            and not any(c[0] in only for c in j.co_runners)
+        ):
             continue
         for t0, t1, members, nm in segments(j):
             if only is not None and members.isdisjoint(only):
@@ -221,7 +230,11 @@ def build_groups(jobs: Sequence[JobView], only: Collection[int] | None = None) -
             m = figures.get(jid)
             if m is None:
                 rec = by_id.get(jid)
-                m = member_of(rec) if rec is not None else Member(jid, names[key].get(jid, "unknown"))
+                m = (
+                    member_of(rec)
+                    if rec is not None
+                    else Member(jid, names[key].get(jid, "unknown"))
+                )
                 if rec is not None:
                     figures[jid] = m
             mem.append(m)
@@ -251,19 +264,31 @@ def job_n(m: Member, ref: SoloRef) -> tuple[float | None, str]:
 
 
 def to_view(r: EpisodeRow, ref: SoloRef) -> EpisodeView:
-    return EpisodeView(r.node, r.gpu, r.start, r.end,
-                       [(m.job_id, m.cls, *job_n(m, ref)) for m in r.members], r.mps_fault, r.oom)
+    return EpisodeView(
+        r.node,
+        r.gpu,
+        r.start,
+        r.end,
+        [(m.job_id, m.cls, *job_n(m, ref)) for m in r.members],
+        r.mps_fault,
+        r.oom,
+    )
 
 
-def build_episodes(jobs: list[JobView], ref: SoloRef | None = None
-                   ) -> tuple[list[EpisodeView], BuildReport]:
+def build_episodes(
+    jobs: list[JobView], ref: SoloRef | None = None
+) -> tuple[list[EpisodeView], BuildReport]:
     """Episodes (2+ jobs on one GPU) from job views. ``ref`` gives the classes' solo
     figures (default: from the solo runs among ``jobs``)."""
     if ref is None:
-        ref = solo_reference((j.cls, j.rate, j.end - j.start) for j in jobs
-                             if not j.oom and shared_s(j) <= 0)
-    rep = BuildReport(jobs=len(jobs), proxy_cv=dict(ref.cv),
-                      skewed_intervals=sum(skewed_intervals(j) for j in jobs))
+        ref = solo_reference(
+            (j.cls, j.rate, j.end - j.start) for j in jobs if not j.oom and shared_s(j) <= 0
+        )
+    rep = BuildReport(
+        jobs=len(jobs),
+        proxy_cv=dict(ref.cv),
+        skewed_intervals=sum(skewed_intervals(j) for j in jobs),
+    )
     eps = [to_view(r, ref) for r in build_groups(jobs)]
     rep.episodes = len(eps)
     return eps, rep

@@ -17,29 +17,53 @@ from .schema import CoRunnerRow, Episode, EpisodeMember, EpisodeSource, Job, Pro
 
 #: ids per IN (...) list
 CHUNK = 500
-_JOB_COLUMNS = (Job.record_id, Job.node, Job.job_id, Job.gpus, Job.gpu_uuids, Job.cls,
-                Job.start_time, Job.end_time, Job.progress_rate, Job.progress_solo_rate,
-                Job.mps_fault, Job.state, Profile.mem_peak_gib)
-_CO_COLUMNS = (CoRunnerRow.record_id, CoRunnerRow.co_job_id, CoRunnerRow.co_cls,
-               CoRunnerRow.start_time, CoRunnerRow.end_time)
+_JOB_COLUMNS = (
+    Job.record_id,
+    Job.node,
+    Job.job_id,
+    Job.gpus,
+    Job.gpu_uuids,
+    Job.cls,
+    Job.start_time,
+    Job.end_time,
+    Job.progress_rate,
+    Job.progress_solo_rate,
+    Job.mps_fault,
+    Job.state,
+    Profile.mem_peak_gib,
+)
+_CO_COLUMNS = (
+    CoRunnerRow.record_id,
+    CoRunnerRow.co_job_id,
+    CoRunnerRow.co_cls,
+    CoRunnerRow.start_time,
+    CoRunnerRow.end_time,
+)
 
 
 def chunks(ids: Iterable[Any]) -> Iterator[list[Any]]:
     items = sorted(ids)
     for s in range(0, len(items), CHUNK):
-        yield items[s:s + CHUNK]
+        yield items[s : s + CHUNK]
 
 
-def bulk_insert(conn: Connection, table: str, columns: Sequence[str],
-                rows: list[tuple[Any, ...]], ignore_existing: bool = False) -> None:
+def bulk_insert(
+    conn: Connection,
+    table: str,
+    columns: Sequence[str],
+    rows: list[tuple[Any, ...]],
+    ignore_existing: bool = False,
+) -> None:
     """executemany of plain tuples: SQLAlchemy's per-row parameter processing costs more
     than SQLite's insert. The SQL is the same on SQLite and PostgreSQL."""
     if not rows:
         return
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql = (f"INSERT INTO {table} ({', '.join(columns)}) "
-           f"VALUES ({', '.join([mark] * len(columns))})"
-           + (" ON CONFLICT DO NOTHING" if ignore_existing else ""))
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}) "
+        f"VALUES ({', '.join([mark] * len(columns))})"
+        + (" ON CONFLICT DO NOTHING" if ignore_existing else "")
+    )
     conn.exec_driver_sql(sql, rows)
 
 
@@ -53,12 +77,17 @@ def related_jobs(conn: Connection, jobs: dict[str, set[int]]) -> dict[str, set[i
     out = {node: set(ids) for node, ids in jobs.items()}
     m2 = EpisodeMember.__table__.alias("m2")
     for ch in chunks(_all_ids(jobs)):
-        co = (select(Job.node, Job.job_id, CoRunnerRow.co_job_id)
-              .join(CoRunnerRow, CoRunnerRow.record_id == Job.record_id).where(Job.job_id.in_(ch)))
-        mates = (select(Episode.node, EpisodeMember.job_id, m2.c.job_id)
-                 .join(Episode, Episode.id == EpisodeMember.episode_id)
-                 .join(m2, m2.c.episode_id == EpisodeMember.episode_id)
-                 .where(EpisodeMember.job_id.in_(ch)))
+        co = (
+            select(Job.node, Job.job_id, CoRunnerRow.co_job_id)
+            .join(CoRunnerRow, CoRunnerRow.record_id == Job.record_id)
+            .where(Job.job_id.in_(ch))
+        )
+        mates = (
+            select(Episode.node, EpisodeMember.job_id, m2.c.job_id)
+            .join(Episode, Episode.id == EpisodeMember.episode_id)
+            .join(m2, m2.c.episode_id == EpisodeMember.episode_id)
+            .where(EpisodeMember.job_id.in_(ch))
+        )
         for q in (co, mates):
             for node, jid, other in conn.execute(q).all():
                 if node in jobs and jid in jobs[node]:
@@ -70,30 +99,59 @@ def episodes_with(conn: Connection, jobs: dict[str, set[int]]) -> list[int]:
     """Ids of the stored episodes containing one of ``jobs`` (per node)."""
     ids: set[int] = set()
     for ch in chunks(_all_ids(jobs)):
-        q = (select(EpisodeMember.episode_id, Episode.node, EpisodeMember.job_id)
-             .join(Episode, Episode.id == EpisodeMember.episode_id)
-             .where(EpisodeMember.job_id.in_(ch)))
-        ids.update(eid for eid, node, jid in conn.execute(q).all()
-                   if node in jobs and jid in jobs[node])
+        q = (
+            select(EpisodeMember.episode_id, Episode.node, EpisodeMember.job_id)
+            .join(Episode, Episode.id == EpisodeMember.episode_id)
+            .where(EpisodeMember.job_id.in_(ch))
+        )
+        ids.update(
+            eid for eid, node, jid in conn.execute(q).all() if node in jobs and jid in jobs[node]
+        )
     return sorted(ids)
 
 
 def _job_query(built: Any) -> Select:
     """The records' columns, their peak memory and ``built`` (the record id when built)."""
-    return (select(*_JOB_COLUMNS, built).select_from(Job)
-            .outerjoin(Profile, Profile.record_id == Job.record_id))
+    return (
+        select(*_JOB_COLUMNS, built)
+        .select_from(Job)
+        .outerjoin(Profile, Profile.record_id == Job.record_id)
+    )
 
 
-def _fill(conn: Connection, jq: Select, cq: Select, views: dict[str, JobView],
-          keep: Any) -> None:
+def _fill(conn: Connection, jq: Select, cq: Select, views: dict[str, JobView], keep: Any) -> None:
     # fetchall and plain tuples: several times faster than row-by-row attribute access
-    for rid, node, jid, gpus, uuids, cls, st, en, rate, solo, fault, state, peak, built in \
-            conn.execute(jq).all():
+    for (
+        rid,
+        node,
+        jid,
+        gpus,
+        uuids,
+        cls,
+        st,
+        en,
+        rate,
+        solo,
+        fault,
+        state,
+        peak,
+        built,
+    ) in conn.execute(jq).all():
         if keep(rid, node, jid, built):
-            views[rid] = JobView(jid, node, uuids or gpus or "?", cls, st, en, rate=rate,
-                                 solo_rate=solo, mps_fault=bool(fault),
-                                 oom=str(state).upper() in OOM_STATES, record_id=rid,
-                                 mem_peak=peak)
+            views[rid] = JobView(
+                jid,
+                node,
+                uuids or gpus or "?",
+                cls,
+                st,
+                en,
+                rate=rate,
+                solo_rate=solo,
+                mps_fault=bool(fault),
+                oom=str(state).upper() in OOM_STATES,
+                record_id=rid,
+                mem_peak=peak,
+            )
     for rid, cid, ccls, st, en in conn.execute(cq).all():
         v = views.get(rid)
         if v is not None:
@@ -107,25 +165,38 @@ def node_views(conn: Connection, node: str) -> list[JobView]:
     """Every record of ``node``."""
     views: dict[str, JobView] = {}
     jq = _job_query(null()).where(Job.node == node)
-    cq = select(*_CO_COLUMNS).join(Job, Job.record_id == CoRunnerRow.record_id).where(Job.node == node)
+    cq = (
+        select(*_CO_COLUMNS)
+        .join(Job, Job.record_id == CoRunnerRow.record_id)
+        .where(Job.node == node)
+    )
     _fill(conn, jq, cq, views, lambda *_: True)
     return list(views.values())
 
 
-def job_views(conn: Connection, jobs: dict[str, set[int]], new: dict[str, dict[str, int]]
-              ) -> dict[str, list[JobView]]:
+def job_views(
+    conn: Connection, jobs: dict[str, set[int]], new: dict[str, dict[str, int]]
+) -> dict[str, list[JobView]]:
     """Per node, the records of ``jobs`` that are built or in ``new``: a record ingested
     meanwhile waits for the next build."""
+
     def keep(rid: str, node: str, jid: int, built: str | None) -> bool:
-        return node in jobs and jid in jobs[node] and (built is not None or rid in new.get(node, ()))
+        return (
+            node in jobs and jid in jobs[node] and (built is not None or rid in new.get(node, ()))
+        )
 
     views: dict[str, JobView] = {}
     for ch in chunks(_all_ids(jobs)):
-        jq = (_job_query(EpisodeSource.record_id)
-              .outerjoin(EpisodeSource, EpisodeSource.record_id == Job.record_id)
-              .where(Job.job_id.in_(ch)))
-        cq = (select(*_CO_COLUMNS).join(Job, Job.record_id == CoRunnerRow.record_id)
-              .where(Job.job_id.in_(ch)))
+        jq = (
+            _job_query(EpisodeSource.record_id)
+            .outerjoin(EpisodeSource, EpisodeSource.record_id == Job.record_id)
+            .where(Job.job_id.in_(ch))
+        )
+        cq = (
+            select(*_CO_COLUMNS)
+            .join(Job, Job.record_id == CoRunnerRow.record_id)
+            .where(Job.job_id.in_(ch))
+        )
         _fill(conn, jq, cq, views, keep)
     out: dict[str, list[JobView]] = {node: [] for node in jobs}
     for v in views.values():

@@ -56,16 +56,23 @@ class WindowEpisodes:
 def db_solo_reference(conn: Connection, since: float | None) -> SoloRef:
     """Solo figures over all nodes: built records with no co-runner that did not run out
     of memory (ending at or after ``since``)."""
-    q = select(EpisodeSource.cls, EpisodeSource.rate, EpisodeSource.start_time,
-               EpisodeSource.end_time).where(EpisodeSource.solo)
+    q = select(
+        EpisodeSource.cls, EpisodeSource.rate, EpisodeSource.start_time, EpisodeSource.end_time
+    ).where(EpisodeSource.solo)
     if since is not None:
         q = q.where(EpisodeSource.end_time >= since)
     return solo_reference((c, r, en - st) for c, r, st, en in conn.execute(q))
 
 
-def member_n(cls: np.ndarray, rate: np.ndarray, solo: np.ndarray, total: np.ndarray,
-             shared: np.ndarray, ref_rate: np.ndarray, ref_dur: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
+def member_n(
+    cls: np.ndarray,
+    rate: np.ndarray,
+    solo: np.ndarray,
+    total: np.ndarray,
+    shared: np.ndarray,
+    ref_rate: np.ndarray,
+    ref_dur: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised :func:`.episode_build.job_n`: (n, source code) per member; NaN for
     unknown figures, ``ref_*`` per class index (NaN: none)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -84,17 +91,22 @@ def member_n(cls: np.ndarray, rate: np.ndarray, solo: np.ndarray, total: np.ndar
 
 #: one row per member with its episode's figures; members scanned (their ``end_time`` is
 #: the episode's), episodes looked up by key
-_WINDOW_SQL = ("SELECT m.episode_id, m.job_id, m.cls, m.rate, m.solo_rate, m.total_s, "
-               "m.shared_s, e.start_time, e.end_time, e.mps_fault, e.oom "
-               "FROM episode_members m JOIN episodes e ON e.id = m.episode_id")
+_WINDOW_SQL = (
+    "SELECT m.episode_id, m.job_id, m.cls, m.rate, m.solo_rate, m.total_s, "
+    "m.shared_s, e.start_time, e.end_time, e.mps_fault, e.oom "
+    "FROM episode_members m JOIN episodes e ON e.id = m.episode_id"
+)
 
 
 def _rows(conn: Connection, since: float | None) -> Iterator[np.ndarray]:
     """The window's member rows, as object arrays of up to :data:`FETCH` rows: plain DB-API
     tuples (a third of the cost of result rows at a million members)."""
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql, args = (_WINDOW_SQL, ()) if since is None else \
-        (f"{_WINDOW_SQL} WHERE m.end_time >= {mark}", (since,))
+    sql, args = (
+        (_WINDOW_SQL, ())
+        if since is None
+        else (f"{_WINDOW_SQL} WHERE m.end_time >= {mark}", (since,))
+    )
     cur = conn.connection.cursor()
     try:
         cur.execute(sql, args)
@@ -139,14 +151,18 @@ def read_window(engine: Engine, since: float | None) -> WindowEpisodes:
     with db_errors(engine), engine.connect() as conn:
         ref = db_solo_reference(conn, since)
         skewed = int(conn.execute(sq).scalar() or 0)
-        m_eid, m_jid, m_cls, rate, solo, total, shared, start, end, fault, oom = \
-            _columns(conn, since, ix)
+        m_eid, m_jid, m_cls, rate, solo, total, shared, start, end, fault, oom = _columns(
+            conn, since, ix
+        )
     classes = list(ix)
     # members by episode (in id order), then job id; an episode needs two members
     mo = np.lexsort((m_jid, m_eid))
     m_eid = m_eid[mo]
-    first = np.flatnonzero(np.r_[True, m_eid[1:] != m_eid[:-1]]) if len(m_eid) else \
-        np.zeros(0, np.int64)
+    first = (
+        np.flatnonzero(np.r_[True, m_eid[1:] != m_eid[:-1]])
+        if len(m_eid)
+        else np.zeros(0, np.int64)
+    )
     k = np.diff(np.r_[first, len(m_eid)])
     keep_e = k >= 2
     episode = np.repeat(np.cumsum(keep_e) - 1, k)
@@ -158,13 +174,34 @@ def read_window(engine: Engine, since: float | None) -> WindowEpisodes:
     n, src = member_n(m_cls[mo], rate[mo], solo[mo], total[mo], shared[mo], ref_rate, ref_dur)
     corrupt = int((~keep_e).sum())
     if corrupt:
-        log.warning("%d episode row(s) with fewer than two members skipped "
-                    "(slurm-colo retrain --rebuild rebuilds them)", corrupt)
+        log.warning(
+            "%d episode row(s) with fewer than two members skipped "
+            "(slurm-colo retrain --rebuild rebuilds them)",
+            corrupt,
+        )
     if skewed:
-        log.warning("%d co-runner interval(s) lie outside their job's run by more than %.0f s "
-                    "(clock skew or corrupt records): ignored", skewed, SKEW_TOLERANCE_S)
-    return WindowEpisodes(classes, m_eid[first[keep_e]], start[e_at], end[e_at], fault[e_at],
-                          oom[e_at], episode, m_jid[mo], m_cls[mo], n, src, ref, skewed, corrupt)
+        log.warning(
+            "%d co-runner interval(s) lie outside their job's run by more than %.0f s "
+            "(clock skew or corrupt records): ignored",
+            skewed,
+            SKEW_TOLERANCE_S,
+        )
+    return WindowEpisodes(
+        classes,
+        m_eid[first[keep_e]],
+        start[e_at],
+        end[e_at],
+        fault[e_at],
+        oom[e_at],
+        episode,
+        m_jid[mo],
+        m_cls[mo],
+        n,
+        src,
+        ref,
+        skewed,
+        corrupt,
+    )
 
 
 def load_episodes(engine: Engine, since: float | None = None) -> list[EpisodeView]:
@@ -173,17 +210,35 @@ def load_episodes(engine: Engine, since: float | None = None) -> list[EpisodeVie
     inspection and tests: the retrain reads :func:`read_window`."""
     w = read_window(engine, since)
     with db_errors(engine), engine.connect() as conn:
-        where = {eid: (node, gpu) for eid, node, gpu in
-                 conn.execute(select(Episode.id, Episode.node, Episode.gpu))}
+        where = {
+            eid: (node, gpu)
+            for eid, node, gpu in conn.execute(select(Episode.id, Episode.node, Episode.gpu))
+        }
     bounds = np.searchsorted(w.episode, np.arange(len(w) + 1))
     out = []
     for i, eid in enumerate(w.ids.tolist()):
         sl = slice(int(bounds[i]), int(bounds[i + 1]))
-        members = [(j, w.classes[c], None if math.isnan(x) else x, SOURCES[s]) for j, c, x, s in
-                   zip(w.job_id[sl].tolist(), w.cls[sl].tolist(), w.n[sl].tolist(),
-                       w.source[sl].tolist(), strict=True)]
+        members = [
+            (j, w.classes[c], None if math.isnan(x) else x, SOURCES[s])
+            for j, c, x, s in zip(
+                w.job_id[sl].tolist(),
+                w.cls[sl].tolist(),
+                w.n[sl].tolist(),
+                w.source[sl].tolist(),
+                strict=True,
+            )
+        ]
         node, gpu = where.get(eid, ("?", "?"))
-        out.append(EpisodeView(node, gpu, float(w.start[i]), float(w.end[i]), members,
-                               bool(w.fault[i]), bool(w.oom[i])))
+        out.append(
+            EpisodeView(
+                node,
+                gpu,
+                float(w.start[i]),
+                float(w.end[i]),
+                members,
+                bool(w.fault[i]),
+                bool(w.oom[i]),
+            )
+        )
     out.sort(key=lambda e: (e.start, e.node, e.gpu))
     return out

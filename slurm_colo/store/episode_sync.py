@@ -28,16 +28,42 @@ log = logging.getLogger("slurm_colo.store")
 #: new records of built nodes handled per transaction (and held in memory at once)
 UPDATE_BATCH = 100_000
 
-_SOURCE_COLUMNS = ("record_id", "node", "cls", "start_time", "end_time", "rate", "mem_peak_gib",
-                   "solo", "skewed")
+_SOURCE_COLUMNS = (
+    "record_id",
+    "node",
+    "cls",
+    "start_time",
+    "end_time",
+    "rate",
+    "mem_peak_gib",
+    "solo",
+    "skewed",
+)
 _EPISODE_COLUMNS = ("id", "node", "gpu", "start_time", "end_time", "n_members", "mps_fault", "oom")
-_MEMBER_COLUMNS = ("episode_id", "end_time", "job_id", "cls", "rate", "solo_rate", "total_s",
-                   "shared_s")
+_MEMBER_COLUMNS = (
+    "episode_id",
+    "end_time",
+    "job_id",
+    "cls",
+    "rate",
+    "solo_rate",
+    "total_s",
+    "shared_s",
+)
 
 
 def _source_row(v: JobView) -> tuple[Any, ...]:
-    return (v.record_id, v.node, v.cls, v.start, v.end, v.rate, v.mem_peak,
-            not v.co_runners and not v.oom, skewed_intervals(v))
+    return (
+        v.record_id,
+        v.node,
+        v.cls,
+        v.start,
+        v.end,
+        v.rate,
+        v.mem_peak,
+        not v.co_runners and not v.oom,
+        skewed_intervals(v),
+    )
 
 
 def _insert(conn: Connection, rows: list[EpisodeRow], sources: list[tuple[Any, ...]]) -> None:
@@ -50,11 +76,21 @@ def _insert(conn: Connection, rows: list[EpisodeRow], sources: list[tuple[Any, .
             conn.execute(text("LOCK TABLE episodes IN EXCLUSIVE MODE"))
         first = int(conn.scalar(select(func.coalesce(func.max(Episode.id), 0))) or 0) + 1
         ids = range(first, first + len(rows))
-        bulk_insert(conn, "episodes", _EPISODE_COLUMNS, [
-            (eid, r.node, r.gpu, r.start, r.end, len(r.members), r.mps_fault, r.oom)
-            for eid, r in zip(ids, rows, strict=True)])
-        bulk_insert(conn, "episode_members", _MEMBER_COLUMNS, [
-            (eid, r.end, *m) for eid, r in zip(ids, rows, strict=True) for m in r.members])
+        bulk_insert(
+            conn,
+            "episodes",
+            _EPISODE_COLUMNS,
+            [
+                (eid, r.node, r.gpu, r.start, r.end, len(r.members), r.mps_fault, r.oom)
+                for eid, r in zip(ids, rows, strict=True)
+            ],
+        )
+        bulk_insert(
+            conn,
+            "episode_members",
+            _MEMBER_COLUMNS,
+            [(eid, r.end, *m) for eid, r in zip(ids, rows, strict=True) for m in r.members],
+        )
 
 
 def _delete(conn: Connection, ids: list[int]) -> None:
@@ -108,9 +144,11 @@ def _count(rep: BuildReport, rows: list[EpisodeRow], sources: list[tuple[Any, ..
 def _survey(engine: Engine) -> tuple[dict[str, dict[str, int]], set[str], set[str]]:
     """(record id -> job id of the new records of built nodes, per node; nodes never built;
     nodes with deleted records)."""
-    q = (select(Job.node, Job.record_id, Job.job_id)
-         .outerjoin(EpisodeSource, EpisodeSource.record_id == Job.record_id)
-         .where(EpisodeSource.record_id.is_(None)))
+    q = (
+        select(Job.node, Job.record_id, Job.job_id)
+        .outerjoin(EpisodeSource, EpisodeSource.record_id == Job.record_id)
+        .where(EpisodeSource.record_id.is_(None))
+    )
     pending: dict[str, dict[str, int]] = {}
     fresh: set[str] = set()
     with db_errors(engine), engine.connect() as conn:
@@ -128,9 +166,14 @@ def _survey(engine: Engine) -> tuple[dict[str, dict[str, int]], set[str], set[st
         n_built = conn.scalar(select(func.count()).select_from(EpisodeSource)) or 0
         gone: set[str] = set()
         if n_built > n_jobs - n_new:
-            gone = set(conn.scalars(
-                select(EpisodeSource.node).outerjoin(Job, Job.record_id == EpisodeSource.record_id)
-                .where(Job.record_id.is_(None)).distinct()))
+            gone = set(
+                conn.scalars(
+                    select(EpisodeSource.node)
+                    .outerjoin(Job, Job.record_id == EpisodeSource.record_id)
+                    .where(Job.record_id.is_(None))
+                    .distinct()
+                )
+            )
     return pending, fresh, gone
 
 
@@ -163,4 +206,3 @@ def clear_episodes(engine: Engine) -> None:
         conn.execute(delete(EpisodeMember))
         conn.execute(delete(Episode))
         conn.execute(delete(EpisodeSource))
-

@@ -43,10 +43,25 @@ from .episode_build import (
 from .episode_read import WindowEpisodes, db_solo_reference, load_episodes, read_window
 from .episode_sync import clear_episodes, update_episodes
 
-__all__ = ["SKEW_TOLERANCE_S", "BuildReport", "EpisodeRow", "EpisodeView", "JobView", "Member",
-           "SoloRef", "WindowEpisodes", "build_episodes", "build_groups", "clear_episodes",
-           "job_n", "load_episodes", "read_window", "rebuild_episodes", "solo_reference",
-           "update_episodes"]
+__all__ = [
+    "SKEW_TOLERANCE_S",
+    "BuildReport",
+    "EpisodeRow",
+    "EpisodeView",
+    "JobView",
+    "Member",
+    "SoloRef",
+    "WindowEpisodes",
+    "build_episodes",
+    "build_groups",
+    "clear_episodes",
+    "job_n",
+    "load_episodes",
+    "read_window",
+    "rebuild_episodes",
+    "solo_reference",
+    "update_episodes",
+]
 
 
 def rebuild_episodes(engine: Engine) -> BuildReport:

@@ -22,16 +22,25 @@ from sqlalchemy import String, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
-from ..errors import StoreError
 from slurm_colo.contracts.records import JobRecord
+
+from ..errors import StoreError
 from .engine import db_errors, require_schema
 from .schema import CoRunnerRow, Job, Profile
 
 log = logging.getLogger("slurm_colo.store")
 
 BATCH = 2000
-_PROFILE_KEYS = ("sm_util_mean", "sm_util_p95", "mem_used_mean_gib", "mem_peak_gib",
-                 "mem_bw_util_mean", "power_w_mean", "samples", "solo_s")
+_PROFILE_KEYS = (
+    "sm_util_mean",
+    "sm_util_p95",
+    "mem_used_mean_gib",
+    "mem_peak_gib",
+    "mem_bw_util_mean",
+    "power_w_mean",
+    "samples",
+    "solo_s",
+)
 
 
 class BadRecord(ValueError):
@@ -79,8 +88,9 @@ def check_record(r: JobRecord) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise BadRecord(f"{name} time {v!r} is not a finite epoch time")
     if r.end < r.start:
-        raise BadRecord(f"job ends ({r.end}) before it starts ({r.start}): clock skew or a "
-                        "corrupt record")
+        raise BadRecord(
+            f"job ends ({r.end}) before it starts ({r.start}): clock skew or a corrupt record"
+        )
     most = _column_length("record_id")
     if len(r.record_id) > most:
         raise BadRecord(f"record id {r.record_id!r} is longer than {most} characters")
@@ -133,18 +143,30 @@ def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], lis
     prog = r.progress if isinstance(r.progress, dict) else {}
     it = _num(prog.get("iterations"))
     job = {
-        "record_id": rid, "cluster": r.cluster, "job_id": r.job_id, "node": r.node,
-        "user": r.user, "uid": int(r.uid), "cls": r.cls, "start_time": float(r.start),
-        "end_time": float(r.end), "mode": str(r.mode), "shared": bool(r.shared),
-        "mechanism": r.mechanism, "thread_pct": r.thread_pct,
+        "record_id": rid,
+        "cluster": r.cluster,
+        "job_id": r.job_id,
+        "node": r.node,
+        "user": r.user,
+        "uid": int(r.uid),
+        "cls": r.cls,
+        "start_time": float(r.start),
+        "end_time": float(r.end),
+        "mode": str(r.mode),
+        "shared": bool(r.shared),
+        "mechanism": r.mechanism,
+        "thread_pct": r.thread_pct,
         "mem_limit_gib": _num(r.mem_limit_gib),
         "gpus": ",".join(str(int(g)) for g in r.gpus),
         "gpu_uuids": ",".join(str(u) for u in r.gpu_uuids),
-        "exit_code": int(r.exit_code), "state": str(r.state)[:32], "mps_fault": bool(r.mps_fault),
+        "exit_code": int(r.exit_code),
+        "state": str(r.state)[:32],
+        "mps_fault": bool(r.mps_fault),
         "progress_rate": _num(prog.get("rate")),
         "progress_solo_rate": _num(prog.get("solo_rate")) or None,
         "progress_iterations": int(it) if it is not None else None,
-        "version": int(r.version), "ingested_at": now,
+        "version": int(r.version),
+        "ingested_at": now,
     }
     p = r.profile
     prof: dict[str, Any] = {k: _num(p.get(k)) for k in _PROFILE_KEYS}
@@ -155,11 +177,21 @@ def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], lis
     if prof["sm_util_p95"] is not None and prof["sm_util_p95"] > 1.0:
         prof["sm_util_p95"] = min(prof["sm_util_p95"] / 100.0, 1.0)
     extra = {k: v for k, v in p.items() if k not in _PROFILE_KEYS}
-    prof.update(record_id=rid, extra=json.dumps(extra, default=str, allow_nan=False)
-                if _json_ok(extra) else "{}")
-    cos = [{"record_id": rid, "co_job_id": int(c.job_id), "co_cls": str(c.cls)[:64],
-            "co_user": str(c.user)[:64], "start_time": float(c.start), "end_time": float(c.end)}
-           for c in r.co_runners]
+    prof.update(
+        record_id=rid,
+        extra=json.dumps(extra, default=str, allow_nan=False) if _json_ok(extra) else "{}",
+    )
+    cos = [
+        {
+            "record_id": rid,
+            "co_job_id": int(c.job_id),
+            "co_cls": str(c.cls)[:64],
+            "co_user": str(c.user)[:64],
+            "start_time": float(c.start),
+            "end_time": float(c.end),
+        }
+        for c in r.co_runners
+    ]
     return job, prof, cos
 
 
@@ -190,18 +222,20 @@ def ingest_records(engine: Engine, records: Iterable[JobRecord]) -> int:
         try:
             check_record(r)
         except BadRecord as e:
-            raise StoreError(f"record of job {getattr(r, 'job_id', '?')} on "
-                             f"{getattr(r, 'node', '?')}: {e}") from None
+            raise StoreError(
+                f"record of job {getattr(r, 'job_id', '?')} on {getattr(r, 'node', '?')}: {e}"
+            ) from None
         by_id.setdefault(r.record_id, r)
     new = 0
     ids = list(by_id)
     for s in range(0, len(ids), BATCH):
-        chunk = ids[s:s + BATCH]
+        chunk = ids[s : s + BATCH]
         with db_errors(engine), engine.begin() as conn:
             existing: set[str] = set()
             for t in range(0, len(chunk), 500):
-                existing.update(conn.scalars(
-                    select(Job.record_id).where(Job.record_id.in_(chunk[t:t + 500]))))
+                existing.update(
+                    conn.scalars(select(Job.record_id).where(Job.record_id.in_(chunk[t : t + 500])))
+                )
             todo = [by_id[i] for i in chunk if i not in existing]
             if not todo:
                 continue

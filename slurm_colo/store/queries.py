@@ -32,26 +32,51 @@ def parse_when(text: str, now: float | None = None) -> float:
     try:
         dt = datetime.fromisoformat(t)
     except ValueError:
-        raise StoreError(f"cannot read time {text!r}: use 2026-11-01, 2026-11-01T12:00, 7d, 12h "
-                         "or epoch seconds") from None
+        raise StoreError(
+            f"cannot read time {text!r}: use 2026-11-01, 2026-11-01T12:00, 7d, 12h or epoch seconds"
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 
-def query_jobs(engine: Engine, user: str | None = None, cls: str | None = None,
-               node: str | None = None, since: float | None = None, until: float | None = None,
-               limit: int = 100) -> list[dict[str, Any]]:
+def query_jobs(
+    engine: Engine,
+    user: str | None = None,
+    cls: str | None = None,
+    node: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
     """Jobs (newest first) with their co-runner count and profile summary."""
     require_schema(engine)
-    co = (select(CoRunnerRow.record_id, func.count().label("n"))
-          .group_by(CoRunnerRow.record_id).subquery())
-    q = (select(Job.job_id, Job.cluster, Job.node, Job.user, Job.cls, Job.start_time,
-                Job.end_time, Job.shared, Job.mechanism, Job.state, Job.mps_fault,
-                Job.progress_rate, Profile.sm_util_mean, Profile.mem_peak_gib,
-                func.coalesce(co.c.n, 0).label("co_runners"))
-         .join(Profile, Profile.record_id == Job.record_id, isouter=True)
-         .join(co, co.c.record_id == Job.record_id, isouter=True))
+    co = (
+        select(CoRunnerRow.record_id, func.count().label("n"))
+        .group_by(CoRunnerRow.record_id)
+        .subquery()
+    )
+    q = (
+        select(
+            Job.job_id,
+            Job.cluster,
+            Job.node,
+            Job.user,
+            Job.cls,
+            Job.start_time,
+            Job.end_time,
+            Job.shared,
+            Job.mechanism,
+            Job.state,
+            Job.mps_fault,
+            Job.progress_rate,
+            Profile.sm_util_mean,
+            Profile.mem_peak_gib,
+            func.coalesce(co.c.n, 0).label("co_runners"),
+        )
+        .join(Profile, Profile.record_id == Job.record_id, isouter=True)
+        .join(co, co.c.record_id == Job.record_id, isouter=True)
+    )
     if user:
         q = q.where(Job.user == user)
     if cls:
@@ -70,5 +95,7 @@ def query_jobs(engine: Engine, user: str | None = None, cls: str | None = None,
 def counts(engine: Engine) -> dict[str, int]:
     require_schema(engine)
     with db_errors(engine), engine.connect() as conn:
-        return {"jobs": conn.scalar(select(func.count()).select_from(Job)) or 0,
-                "episodes": conn.scalar(select(func.count()).select_from(Episode)) or 0}
+        return {
+            "jobs": conn.scalar(select(func.count()).select_from(Job)) or 0,
+            "episodes": conn.scalar(select(func.count()).select_from(Episode)) or 0,
+        }

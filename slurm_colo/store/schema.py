@@ -58,7 +58,8 @@ class Profile(Base):
 
     __tablename__ = "profiles"
     record_id: Mapped[str] = mapped_column(
-        String(200), ForeignKey("jobs.record_id", ondelete="CASCADE"), primary_key=True)
+        String(200), ForeignKey("jobs.record_id", ondelete="CASCADE"), primary_key=True
+    )
     sm_util_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
     sm_util_p95: Mapped[float | None] = mapped_column(Float, nullable=True)
     mem_used_mean_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -77,7 +78,8 @@ class CoRunnerRow(Base):
     __table_args__ = (UniqueConstraint("record_id", "co_job_id", "start_time"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     record_id: Mapped[str] = mapped_column(
-        String(200), ForeignKey("jobs.record_id", ondelete="CASCADE"), index=True)
+        String(200), ForeignKey("jobs.record_id", ondelete="CASCADE"), index=True
+    )
     co_job_id: Mapped[int] = mapped_column(BigInteger)
     co_cls: Mapped[str] = mapped_column(String(64))
     co_user: Mapped[str] = mapped_column(String(64))
@@ -109,7 +111,8 @@ class EpisodeMember(Base):
 
     __tablename__ = "episode_members"
     episode_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True)
+        Integer, ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True
+    )
     job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, index=True)
     #: the episode's end, so that a window is read without a join
     end_time: Mapped[float] = mapped_column(Float)

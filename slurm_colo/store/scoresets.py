@@ -17,14 +17,27 @@ from .engine import db_errors, require_schema
 from .schema import ClassSolo, LiveScoreSet, PairObservation, ScoreSet
 
 
-def record_score_set(engine: Engine, table: ScoreTable, status: str, message: str = "",
-                     window: tuple[float | None, float | None] = (None, None),
-                     n_entries: int = 0) -> None:
+def record_score_set(
+    engine: Engine,
+    table: ScoreTable,
+    status: str,
+    message: str = "",
+    window: tuple[float | None, float | None] = (None, None),
+    n_entries: int = 0,
+) -> None:
     require_schema(engine)
-    row = {"id": table.id, "created": time.time(), "gpu_model": table.gpu_model,
-           "window_start": window[0], "window_end": window[1], "n_entries": n_entries,
-           "status": status, "message": message, "metrics": json.dumps(table.metrics),
-           "table_json": json.dumps(table.to_dict())}
+    row = {
+        "id": table.id,
+        "created": time.time(),
+        "gpu_model": table.gpu_model,
+        "window_start": window[0],
+        "window_end": window[1],
+        "n_entries": n_entries,
+        "status": status,
+        "message": message,
+        "metrics": json.dumps(table.metrics),
+        "table_json": json.dumps(table.to_dict()),
+    }
     with db_errors(engine), engine.begin() as conn:
         conn.execute(insert(ScoreSet), [row])
 
@@ -33,19 +46,25 @@ def set_live(engine: Engine, score_set_id: str, gpu_model: str) -> None:
     """Mark ``score_set_id`` live for ``gpu_model``; the previous live set is retired."""
     require_schema(engine)
     with db_errors(engine), engine.begin() as conn:
-        old = conn.scalar(select(LiveScoreSet.score_set_id).where(LiveScoreSet.gpu_model == gpu_model))
+        old = conn.scalar(
+            select(LiveScoreSet.score_set_id).where(LiveScoreSet.gpu_model == gpu_model)
+        )
         if old is not None:
             conn.execute(update(ScoreSet).where(ScoreSet.id == old).values(status="retired"))
             conn.execute(delete(LiveScoreSet).where(LiveScoreSet.gpu_model == gpu_model))
         conn.execute(update(ScoreSet).where(ScoreSet.id == score_set_id).values(status="live"))
-        conn.execute(insert(LiveScoreSet),
-                     [{"gpu_model": gpu_model, "score_set_id": score_set_id, "since": time.time()}])
+        conn.execute(
+            insert(LiveScoreSet),
+            [{"gpu_model": gpu_model, "score_set_id": score_set_id, "since": time.time()}],
+        )
 
 
 def live_score_set(engine: Engine, gpu_model: str) -> ScoreTable | None:
     require_schema(engine)
     with db_errors(engine), engine.connect() as conn:
-        sid = conn.scalar(select(LiveScoreSet.score_set_id).where(LiveScoreSet.gpu_model == gpu_model))
+        sid = conn.scalar(
+            select(LiveScoreSet.score_set_id).where(LiveScoreSet.gpu_model == gpu_model)
+        )
         if sid is None:
             return None
         raw = conn.scalar(select(ScoreSet.table_json).where(ScoreSet.id == sid))
@@ -56,9 +75,19 @@ def live_score_set(engine: Engine, gpu_model: str) -> ScoreTable | None:
 
 def list_score_sets(engine: Engine, limit: int = 20) -> list[dict[str, Any]]:
     require_schema(engine)
-    q = (select(ScoreSet.id, ScoreSet.created, ScoreSet.gpu_model, ScoreSet.status,
-                ScoreSet.n_entries, ScoreSet.message, ScoreSet.metrics)
-         .order_by(ScoreSet.created.desc()).limit(limit))
+    q = (
+        select(
+            ScoreSet.id,
+            ScoreSet.created,
+            ScoreSet.gpu_model,
+            ScoreSet.status,
+            ScoreSet.n_entries,
+            ScoreSet.message,
+            ScoreSet.metrics,
+        )
+        .order_by(ScoreSet.created.desc())
+        .limit(limit)
+    )
     with db_errors(engine), engine.connect() as conn:
         return [dict(r._mapping) | {"metrics": json.loads(r.metrics)} for r in conn.execute(q)]
 
@@ -72,15 +101,48 @@ def import_gavel(engine: Engine, data: GavelData, source: str | None = None) -> 
     pairs = []
     for a, b in data.unordered_pairs():
         na, nb = data.pairs[(a, b)]
-        pairs.append({"source": src, "gpu_model": data.gpu, "a": a, "b": b, "n_a": na, "n_b": nb,
-                      "weight": 1.0, "censored": (a, b) in data.censored, "never": False,
-                      "faults": 0.0, "observed_at": now})
+        pairs.append(
+            {
+                "source": src,
+                "gpu_model": data.gpu,
+                "a": a,
+                "b": b,
+                "n_a": na,
+                "n_b": nb,
+                "weight": 1.0,
+                "censored": (a, b) in data.censored,
+                "never": False,
+                "faults": 0.0,
+                "observed_at": now,
+            }
+        )
     for a, b in sorted({(min(x, y), max(x, y)) for x, y in data.never}):
-        pairs.append({"source": src, "gpu_model": data.gpu, "a": a, "b": b, "n_a": None,
-                      "n_b": None, "weight": 1.0, "censored": False, "never": True,
-                      "faults": 0.0, "observed_at": now})
-    solos = [{"source": src, "gpu_model": data.gpu, "cls": c, "solo_rate": r,
-              "memory_gib": None, "sm_util": None} for c, r in sorted(data.solo.items())]
+        pairs.append(
+            {
+                "source": src,
+                "gpu_model": data.gpu,
+                "a": a,
+                "b": b,
+                "n_a": None,
+                "n_b": None,
+                "weight": 1.0,
+                "censored": False,
+                "never": True,
+                "faults": 0.0,
+                "observed_at": now,
+            }
+        )
+    solos = [
+        {
+            "source": src,
+            "gpu_model": data.gpu,
+            "cls": c,
+            "solo_rate": r,
+            "memory_gib": None,
+            "sm_util": None,
+        }
+        for c, r in sorted(data.solo.items())
+    ]
     with db_errors(engine), engine.begin() as conn:
         conn.execute(delete(PairObservation).where(PairObservation.source == src))
         conn.execute(delete(ClassSolo).where(ClassSolo.source == src))

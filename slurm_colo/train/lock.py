@@ -64,12 +64,16 @@ def _file_lock(path: str) -> Iterator[None]:
     try:
         fd = try_lock(Path(path), 0.0)
     except OSError as e:
-        raise ModelError(f"cannot open the retrain lock {path}: {e.strerror}",
-                         hint="check the permissions of the database's directory") from None
+        raise ModelError(
+            f"cannot open the retrain lock {path}: {e.strerror}",
+            hint="check the permissions of the database's directory",
+        ) from None
     if fd is None:
         holder = (read_small(Path(path), 32) or b"").decode(errors="replace").strip() or "?"
-        raise ModelError(f"{_BUSY} (pid {holder}, lock {path}); this run changed nothing",
-                         hint="wait for it to finish; a dead holder releases the lock by itself")
+        raise ModelError(
+            f"{_BUSY} (pid {holder}, lock {path}); this run changed nothing",
+            hint="wait for it to finish; a dead holder releases the lock by itself",
+        )
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -84,11 +88,17 @@ def _pg_lock(engine: Engine) -> Iterator[None]:
         got = conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
         conn.commit()
         if not got:
-            holder = conn.scalar(text(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND objid = :k LIMIT 1"), {"k": PG_LOCK_KEY})
-            raise ModelError(f"{_BUSY} (PostgreSQL backend pid {holder or '?'}); this run "
-                             "changed nothing", hint="wait for it to finish")
+            holder = conn.scalar(
+                text(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND objid = :k LIMIT 1"
+                ),
+                {"k": PG_LOCK_KEY},
+            )
+            raise ModelError(
+                f"{_BUSY} (PostgreSQL backend pid {holder or '?'}); this run changed nothing",
+                hint="wait for it to finish",
+            )
         try:
             yield
         finally:

@@ -31,9 +31,14 @@ from slurm_colo.scores import ScoreTable, publish_scores, scores_from_dict
 from slurm_colo.store.engine import db_errors, require_schema
 from slurm_colo.store.episode_read import SOURCES
 from slurm_colo.store.episodes import read_window, rebuild_episodes, update_episodes
-from slurm_colo.train.lock import retrain_lock
 from slurm_colo.store.schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
-from slurm_colo.store.scoresets import imported_gpu_models, live_score_set, record_score_set, set_live
+from slurm_colo.store.scoresets import (
+    imported_gpu_models,
+    live_score_set,
+    record_score_set,
+    set_live,
+)
+from slurm_colo.train.lock import retrain_lock
 
 
 @dataclass
@@ -51,8 +56,10 @@ def resolve_gpu_model(engine: Engine, gpu: str | None, cfg: Config) -> str:
         return cfg.scores.gpu_model
     models = imported_gpu_models(engine)
     if len(models) > 1:
-        raise ModelError(f"profiling campaigns of several GPU models are imported "
-                         f"({', '.join(models)}): say which with --gpu or [scores] gpu_model")
+        raise ModelError(
+            f"profiling campaigns of several GPU models are imported "
+            f"({', '.join(models)}): say which with --gpu or [scores] gpu_model"
+        )
     return models[0] if models else ""
 
 
@@ -61,13 +68,20 @@ def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
     runs (a campaign's figures, added first, take precedence). Peak memory comes from the
     records the episodes were built from (all of them, after the update), aggregated by
     the database; only solo runs come back as rows."""
-    peak_q = (select(EpisodeSource.cls, func.max(EpisodeSource.mem_peak_gib))
-              .where(EpisodeSource.end_time >= since, EpisodeSource.mem_peak_gib > 0)
-              .group_by(EpisodeSource.cls))
-    solo_q = (select(Job.cls, Profile.sm_util_mean, Job.progress_rate)
-              .join(Profile, Profile.record_id == Job.record_id, isouter=True)
-              .where(Job.end_time >= since, ~Job.shared,
-                     or_(Profile.sm_util_mean.is_not(None), Job.progress_rate > 0)))
+    peak_q = (
+        select(EpisodeSource.cls, func.max(EpisodeSource.mem_peak_gib))
+        .where(EpisodeSource.end_time >= since, EpisodeSource.mem_peak_gib > 0)
+        .group_by(EpisodeSource.cls)
+    )
+    solo_q = (
+        select(Job.cls, Profile.sm_util_mean, Job.progress_rate)
+        .join(Profile, Profile.record_id == Job.record_id, isouter=True)
+        .where(
+            Job.end_time >= since,
+            ~Job.shared,
+            or_(Profile.sm_util_mean.is_not(None), Job.progress_rate > 0),
+        )
+    )
     util: dict[str, list[float]] = {}
     rate: dict[str, list[float]] = {}
     with db_errors(engine), engine.connect() as conn:
@@ -80,29 +94,50 @@ def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
     for c in set(mem) | set(util) | set(rate):
         # the site's own solo runs: their rate is in the jobs' progress units too
         solo = statistics.median(rate[c]) if c in rate else None
-        obs.add_class(c, memory_gib=mem.get(c),
-                      sm_util=statistics.median(util[c]) if c in util else None,
-                      solo_rate=solo, progress_rate=solo)
+        obs.add_class(
+            c,
+            memory_gib=mem.get(c),
+            sm_util=statistics.median(util[c]) if c in util else None,
+            solo_rate=solo,
+            progress_rate=solo,
+        )
 
 
-def _history(engine: Engine, obs: Observations, since: float, now: float,
-             half_life_days: float, rebuild: bool) -> dict[str, Any]:
+def _history(
+    engine: Engine,
+    obs: Observations,
+    since: float,
+    now: float,
+    half_life_days: float,
+    rebuild: bool,
+) -> dict[str, Any]:
     """Update (or rebuild) the episodes, add the class profiles and the episodes of the
     window to ``obs``."""
     built = rebuild_episodes(engine) if rebuild else update_episodes(engine)
     _class_profiles(engine, obs, since)
     w = read_window(engine, since)
     quality = np.array([SOURCE_WEIGHT.get(s, 0.0) for s in SOURCES])[w.source]
-    pe = member_pair_episodes(w.classes, w.start, w.end, w.fault, w.oom, w.episode, w.cls,
-                              w.n, quality)
+    pe = member_pair_episodes(
+        w.classes, w.start, w.end, w.fault, w.oom, w.episode, w.cls, w.n, quality
+    )
     kept = add_pair_episodes(obs, pe, now, half_life_days)
-    return {"episodes": len(w), "history_entries": kept, "records_built": built.jobs,
-            "skewed_intervals": w.skewed_intervals,
-            "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(w.ref.cv.items())}}
+    return {
+        "episodes": len(w),
+        "history_entries": kept,
+        "records_built": built.jobs,
+        "skewed_intervals": w.skewed_intervals,
+        "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(w.ref.cv.items())},
+    }
 
 
-def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
-           half_life_days: float, rebuild: bool = False) -> tuple[Observations, dict[str, Any]]:
+def gather(
+    engine: Engine,
+    gpu_model: str,
+    now: float,
+    window_days: float,
+    half_life_days: float,
+    rebuild: bool = False,
+) -> tuple[Observations, dict[str, Any]]:
     """All training observations of ``gpu_model`` (campaigns) plus the site history."""
     require_schema(engine)
     since = now - window_days * 86400.0
@@ -111,7 +146,9 @@ def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
         for r in conn.execute(select(ClassSolo).where(ClassSolo.gpu_model == gpu_model)):
             obs.add_class(r.cls, solo_rate=r.solo_rate, memory_gib=r.memory_gib, sm_util=r.sm_util)
         n_campaign = 0
-        for p in conn.execute(select(PairObservation).where(PairObservation.gpu_model == gpu_model)):
+        for p in conn.execute(
+            select(PairObservation).where(PairObservation.gpu_model == gpu_model)
+        ):
             n_campaign += 1
             if p.never:
                 obs.add_never(p.a, p.b)
@@ -121,17 +158,30 @@ def gather(engine: Engine, gpu_model: str, now: float, window_days: float,
             if p.n_a is not None and p.n_b is not None:
                 obs.add_pair(p.a, p.b, p.n_a, p.n_b, weight=p.weight, censored=p.censored)
     hist = _history(engine, obs, since, now, half_life_days, rebuild)
-    info = {"window_start": since, "window_end": now, "episodes": hist["episodes"],
-            "history_entries": hist["history_entries"], "campaign_pairs": n_campaign,
-            "skewed_intervals": hist["skewed_intervals"], "rejected_entries": obs.rejected,
-            "duration_proxy_cv": hist["duration_proxy_cv"],
-            "records_built": hist["records_built"]}
+    info = {
+        "window_start": since,
+        "window_end": now,
+        "episodes": hist["episodes"],
+        "history_entries": hist["history_entries"],
+        "campaign_pairs": n_campaign,
+        "skewed_intervals": hist["skewed_intervals"],
+        "rejected_entries": obs.rejected,
+        "duration_proxy_cv": hist["duration_proxy_cv"],
+        "records_built": hist["records_built"],
+    }
     return obs, info
 
 
-def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | None = None,
-            dry_run: bool = False, force: bool = False, path: str | Path | None = None,
-            rebuild: bool = False) -> RetrainResult:
+def retrain(
+    engine: Engine,
+    cfg: Config,
+    gpu: str | None = None,
+    now: float | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    path: str | Path | None = None,
+    rebuild: bool = False,
+) -> RetrainResult:
     """Train, validate and publish (see the module); ``rebuild``: rebuild every episode
     from the records instead of updating them. One run at a time per store: a second one
     raises :class:`ModelError` at once (:mod:`.lock`)."""
@@ -139,47 +189,73 @@ def retrain(engine: Engine, cfg: Config, gpu: str | None = None, now: float | No
         return _retrain(engine, cfg, gpu, now, dry_run, force, path, rebuild)
 
 
-def _retrain(engine: Engine, cfg: Config, gpu: str | None, now: float | None, dry_run: bool,
-             force: bool, path: str | Path | None, rebuild: bool) -> RetrainResult:
+def _retrain(
+    engine: Engine,
+    cfg: Config,
+    gpu: str | None,
+    now: float | None,
+    dry_run: bool,
+    force: bool,
+    path: str | Path | None,
+    rebuild: bool,
+) -> RetrainResult:
     now = time.time() if now is None else now
     sc = cfg.scores
     gpu_model = resolve_gpu_model(engine, gpu, cfg)
     obs, info = gather(engine, gpu_model, now, sc.window_days, sc.half_life_days, rebuild)
     if len(obs) == 0 and not obs.never:
-        raise ModelError("no training data: the history has no co-location episodes in the window "
-                         f"({sc.window_days:g} days) and no profiling campaign is imported for "
-                         f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
-                         hint="slurm-colo history import --gavel FILE --gpu MODEL")
+        raise ModelError(
+            "no training data: the history has no co-location episodes in the window "
+            f"({sc.window_days:g} days) and no profiling campaign is imported for "
+            f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
+            hint="slurm-colo history import --gavel FILE --gpu MODEL",
+        )
     mae, n_hidden, hyper = holdout_mae(obs, share=sc.holdout_share, seed=0)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info, hyper=hyper)
     table.id = f"{gpu_model or 'site'}-{stamp}"
     live = live_score_set(engine, gpu_model)
     live_mae = live.metrics.get("holdout_mae") if live is not None else None
-    table.metrics = {"holdout_mae": mae, "holdout_pairs": n_hidden, "live_id": live.id if live else None,
-                     "live_holdout_mae": live_mae, "max_regression": sc.max_regression}
+    table.metrics = {
+        "holdout_mae": mae,
+        "holdout_pairs": n_hidden,
+        "live_id": live.id if live else None,
+        "live_holdout_mae": live_mae,
+        "max_regression": sc.max_regression,
+    }
     verdict = ""
     try:
         scores_from_dict(table.to_dict(), f"score set {table.id}")
     except ScoresError as e:
         verdict = f"new score set is invalid: {e}"
-    if (not verdict and mae is not None and isinstance(live_mae, (int, float)) and not force
-            and mae > live_mae + sc.max_regression):
-        verdict = (f"held-out error {mae:.4f} is worse than the live set {live.id if live else ''}"
-                   f" ({live_mae:.4f}) by more than {sc.max_regression:g}")
+    if (
+        not verdict
+        and mae is not None
+        and isinstance(live_mae, (int, float))
+        and not force
+        and mae > live_mae + sc.max_regression
+    ):
+        verdict = (
+            f"held-out error {mae:.4f} is worse than the live set {live.id if live else ''}"
+            f" ({live_mae:.4f}) by more than {sc.max_regression:g}"
+        )
     if dry_run:
         return RetrainResult(table, False, None, info | {"verdict": verdict or "would publish"})
     window = (info["window_start"], info["window_end"])
     if verdict:
         record_score_set(engine, table, "rejected", verdict, window, len(obs))
-        raise ModelError(f"score set {table.id} not published: {verdict}; "
-                         f"{'the previous set stays live' if live else 'no set is live'}")
+        raise ModelError(
+            f"score set {table.id} not published: {verdict}; "
+            f"{'the previous set stays live' if live else 'no set is live'}"
+        )
     record_score_set(engine, table, "candidate", "", window, len(obs))
     dest = Path(path or sc.path)
     try:
         out = publish_scores(table, dest)
     except OSError as e:
-        raise ModelError(f"score set {table.id} validated but cannot be written to {dest}: "
-                         f"{e.strerror}; the previous set stays live") from None
+        raise ModelError(
+            f"score set {table.id} validated but cannot be written to {dest}: "
+            f"{e.strerror}; the previous set stays live"
+        ) from None
     set_live(engine, table.id, gpu_model)
     return RetrainResult(table, True, out, info)

@@ -12,11 +12,12 @@ import pytest
 
 from . import labtools
 
-
 IN_CI = os.environ.get("CI") == "true"
 IS_ROOT = os.geteuid() == 0
 # Outside CI a non-root run leaves these tests out; under CI they always run (see `lab`).
-_not_here = pytest.mark.skipif(not IS_ROOT and not IN_CI, reason="real-Slurm tests need root (sudo bash tests/run.sh)")
+_not_here = pytest.mark.skipif(
+    not IS_ROOT and not IN_CI, reason="real-Slurm tests need root (sudo bash tests/run.sh)"
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

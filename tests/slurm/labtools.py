@@ -36,13 +36,19 @@ class Submitted:
     seconds: float
 
 
-def run(argv: list[str], user: str | None = None, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: list[str], user: str | None = None, timeout: float = 60, check: bool = False
+) -> subprocess.CompletedProcess[str]:
     if user:
         argv = ["runuser", "-u", user, "--", *argv]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check, cwd="/tmp")
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, check=check, cwd="/tmp"
+    )
 
 
-def sbatch(*args: str, user: str | None = None, sleep: float = 8, script: str | None = None) -> Submitted:
+def sbatch(
+    *args: str, user: str | None = None, sleep: float = 8, script: str | None = None
+) -> Submitted:
     body = script if script is not None else f"sleep {sleep}"
     argv = ["sbatch", "--parsable", "-o", str(OUT / "%j.out"), *args, "--wrap", body]
     t0 = time.perf_counter()
@@ -60,6 +66,7 @@ def squeue() -> dict[int, dict[str, Any]]:
 def gpu_of(job: dict[str, Any]) -> set[int]:
     """GPU indices a running job holds, read from Slurm's gres_detail."""
     from slurm_colo.slurm.model import parse_gres_detail
+
     out: set[int] = set()
     for g in parse_gres_detail(job.get("gres_detail")):
         if g.name in ("gpu", "shard") and g.count > 0:
@@ -72,7 +79,9 @@ def kind_of(job: dict[str, Any]) -> str:
     return "shard" if "shard" in tpn else "gpu" if "gpu" in tpn else "none"
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 40, step: float = 0.5, what: str = "condition") -> Any:
+def wait_for(
+    pred: Callable[[], Any], timeout: float = 40, step: float = 0.5, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
@@ -86,18 +95,23 @@ def wait_running(*ids: int, timeout: float = 40) -> dict[int, dict[str, Any]]:
     def ok() -> dict[int, dict[str, Any]] | None:
         q = squeue()
         return q if all(q.get(i, {}).get("job_state") == "RUNNING" for i in ids) else None
+
     return wait_for(ok, timeout, what=f"jobs {ids} RUNNING")
 
 
 def wait_done(*ids: int, timeout: float = 60) -> None:
     active = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
-    wait_for(lambda: all(squeue().get(i, {}).get("job_state") not in active for i in ids), timeout,
-             what=f"jobs {ids} finished")
+    wait_for(
+        lambda: all(squeue().get(i, {}).get("job_state") not in active for i in ids),
+        timeout,
+        what=f"jobs {ids} finished",
+    )
 
 
 def agent_refresh() -> None:
     """Make the agent re-read Slurm now (instead of at its next refresh tick)."""
     from slurm_colo.contracts.client import request
+
     try:
         request(str(SOCKET), "RELOAD", {}, 5.0)
     except Exception:
@@ -108,7 +122,9 @@ def cancel_all() -> None:
     run(["scancel", "--full", "--state=PENDING"])
     run(["scancel", "--full", "--state=RUNNING"])
     active = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
-    wait_for(lambda: not any(j["job_state"] in active for j in squeue().values()), 60, what="empty queue")
+    wait_for(
+        lambda: not any(j["job_state"] in active for j in squeue().values()), 60, what="empty queue"
+    )
     agent_refresh()
 
 
@@ -142,9 +158,16 @@ def stop_agent() -> None:
 
 
 def lab_up() -> None:
-    p = subprocess.run(["bash", str(REPO / "contrib" / "lab" / "up.sh")], capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        ["bash", str(REPO / "contrib" / "lab" / "up.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if p.returncode != 0:
-        raise RuntimeError(f"contrib/lab/up.sh failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        raise RuntimeError(
+            f"contrib/lab/up.sh failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        )
 
 
 def start_agent() -> None:
@@ -163,9 +186,12 @@ def start_agent_only(config: Path = LAB_CONFIG) -> None:
     """Start just the agent (up.sh would also re-create a missing score file), optionally
     with another configuration file."""
     from slurm_colo.contracts.client import request
+
     env = dict(os.environ, SLURM_COLO_CONFIG=str(config))
     with (LAB_DIR / "agent.log").open("ab") as log:
-        p = subprocess.Popen([CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True)
+        p = subprocess.Popen(
+            [CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True
+        )
     AGENT_PID.write_text(f"{p.pid}\n")
 
     def up() -> bool:
@@ -174,6 +200,7 @@ def start_agent_only(config: Path = LAB_CONFIG) -> None:
             return True
         except Exception:
             return False
+
     wait_for(up, 15, 0.1, "agent answering")
 
 

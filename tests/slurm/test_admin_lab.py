@@ -15,7 +15,9 @@ def test_doctor_is_green_on_the_lab(clean: None) -> None:
     assert p.returncode == 0 and not failed, failed
     names = {c["name"] for c in checks}
     assert {"agent", "database", "scores", "job_submit.lua", "gres.conf"} <= names
-    assert all(c["status"] == "OK" for c in checks if c["name"] in ("agent", "database", "gres.conf"))
+    assert all(
+        c["status"] == "OK" for c in checks if c["name"] in ("agent", "database", "gres.conf")
+    )
 
 
 def test_install_writes_what_the_lab_runs(clean: None, tmp_path: Path) -> None:

@@ -20,11 +20,16 @@ def forgets(clean: None) -> Iterator[None]:
 
 
 def test_demo_runs_and_reports_sharing(forgets: None) -> None:
-    p = subprocess.run(["bash", str(REPO / "contrib" / "lab" / "demo.sh")], capture_output=True, text=True,
-                       timeout=600, env=dict(os.environ, DEMO_SECONDS="8"))
+    p = subprocess.run(
+        ["bash", str(REPO / "contrib" / "lab" / "demo.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, DEMO_SECONDS="8"),
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     out = p.stdout
-    assert "<- shared" in out                       # at least one GPU runs two --colocate jobs
+    assert "<- shared" in out  # at least one GPU runs two --colocate jobs
     assert "placed on GPU" in out and "own GPU" in out  # explain: a shared and an unshared job
     assert "multi-GPU/multi-node jobs are never shared" in out
     # the probe-and-undo act: the newcomer is requeued, runs again, alone

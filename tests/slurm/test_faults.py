@@ -16,15 +16,23 @@ from . import labtools as lt
 
 
 def _submit_and_check(mark: int, name: str, reason: str | tuple[str, ...]) -> None:
-    r = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-J", name, sleep=1)
+    r = lt.sbatch(
+        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-J", name, sleep=1
+    )
     assert r.rc == 0, r.stderr
     assert r.job_id is not None
     assert r.seconds < 1.0, f"submission took {r.seconds:.2f}s"
     q = lt.squeue()
-    assert q[r.job_id]["tres_per_node"] == "gres:gpu:1"  # lab fallback: exclusive (job as submitted)
+    assert (
+        q[r.job_id]["tres_per_node"] == "gres:gpu:1"
+    )  # lab fallback: exclusive (job as submitted)
     assert "agent unavailable" in q[r.job_id]["comment"]
-    log = lt.wait_for(lambda: (t := lt.ctld_log_since(mark)) and f"job {name} fallback=exclusive" in t and t,
-                      5, 0.2, "fallback line in slurmctld.log")
+    log = lt.wait_for(
+        lambda: (t := lt.ctld_log_since(mark)) and f"job {name} fallback=exclusive" in t and t,
+        5,
+        0.2,
+        "fallback line in slurmctld.log",
+    )
     reasons = (reason,) if isinstance(reason, str) else reason
     assert any(r in log for r in reasons), log
 
@@ -68,17 +76,21 @@ def test_agent_hung(restore_agent: None) -> None:
         r = lt.sbatch("--colocate", "--gres=gpu:1", "-J", "f-hung2", sleep=1)
         assert r.rc == 0 and r.seconds < 1.0
         assert "agent skipped after failure" in lt.wait_for(
-            lambda: (t := lt.ctld_log_since(mark)) and "f-hung2" in t and t, 5, 0.2, "breaker line")
+            lambda: (t := lt.ctld_log_since(mark)) and "f-hung2" in t and t, 5, 0.2, "breaker line"
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
 
 
-@pytest.mark.parametrize("reply,reason", [
-    (b"HELLO there\n", "agent said"),
-    (b"OK\taction=share\tgres=gres:gpu:99;rm -rf /\tnode=vm\n", "malformed placement"),
-    (b"OK\taction=explode\n", "unknown action"),
-    (b"\x00\xff\xfe garbage", "receive"),
-])
+@pytest.mark.parametrize(
+    "reply,reason",
+    [
+        (b"HELLO there\n", "agent said"),
+        (b"OK\taction=share\tgres=gres:gpu:99;rm -rf /\tnode=vm\n", "malformed placement"),
+        (b"OK\taction=explode\n", "unknown action"),
+        (b"\x00\xff\xfe garbage", "receive"),
+    ],
+)
 def test_agent_answers_garbage(restore_agent: None, reply: bytes, reason: str) -> None:
     lt.stop_agent()
     fake = FakeAgent(lt.SOCKET, reply)
@@ -89,7 +101,10 @@ def test_agent_answers_garbage(restore_agent: None, reply: bytes, reason: str) -
         fake.close()
 
 
-@pytest.mark.parametrize("content", [None, b"{ this is not json", b'{"format": "slurm-colo-scores/1", "pairs": [{"a": 1}]}'])
+@pytest.mark.parametrize(
+    "content",
+    [None, b"{ this is not json", b'{"format": "slurm-colo-scores/1", "pairs": [{"a": 1}]}'],
+)
 def test_scores_missing_or_corrupt(restore_agent: None, content: bytes | None) -> None:
     backup = lt.SCORES.with_suffix(".bak")
     shutil.copy2(lt.SCORES, backup)
@@ -107,7 +122,9 @@ def test_scores_missing_or_corrupt(restore_agent: None, content: bytes | None) -
         with (lt.LAB_DIR / "agent.log").open() as f:
             f.seek(log_size)
             text = f.read()
-        assert "scores:" in text and ("not found" in text or "corrupt" in text or "malformed" in text)
+        assert "scores:" in text and (
+            "not found" in text or "corrupt" in text or "malformed" in text
+        )
         st = lt.agent_cli("status", "--json").stdout
         assert '"error"' in st and "null" not in st.split('"error"')[1][:8]
         # without scores nothing is known to pair well: the second job is not put next to the first

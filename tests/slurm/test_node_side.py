@@ -20,8 +20,20 @@ def _node_status() -> dict:
 
 
 def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> None:
-    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", script=ENV_DUMP)
-    b = sbatch("--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", user="alice", script=ENV_DUMP)
+    a = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        user="alice",
+        script=ENV_DUMP,
+    )
+    b = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs64",
+        "--gres=gpu:1",
+        user="alice",
+        script=ENV_DUMP,
+    )
     plain = sbatch("--gres=gpu:1", user="alice", script=ENV_DUMP)
     q = wait_running(a.job_id, b.job_id, plain.job_id)
     idx = min(gpu_of(q[a.job_id]))
@@ -30,13 +42,21 @@ def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> 
     # the Prolog may first wait on the GPU's lock (up to 3 MPS timeouts, 15 s) while the
     # previous test's last job has its daemon stopped by the Epilog's detached helper
     try:
-        st = wait_for(lambda: (s := _node_status()) and s["gpus"][str(idx)]["mps_alive"] and s, 30, 0.5,
-                      "MPS daemon")
+        st = wait_for(
+            lambda: (s := _node_status()) and s["gpus"][str(idx)]["mps_alive"] and s,
+            30,
+            0.5,
+            "MPS daemon",
+        )
     except AssertionError as e:
         raise AssertionError(f"{e}; node status: {json.dumps(_node_status())}") from None
     g = st["gpus"][str(idx)]
-    assert set(g["jobs"]) == {a.job_id, b.job_id} and g["mps_uid"] == int(run(["id", "-u", "alice"]).stdout)
-    assert sum(1 for x in st["gpus"].values() if x["mps_alive"]) == 1  # one daemon, for the GPU in use
+    assert set(g["jobs"]) == {a.job_id, b.job_id} and g["mps_uid"] == int(
+        run(["id", "-u", "alice"]).stdout
+    )
+    assert (
+        sum(1 for x in st["gpus"].values() if x["mps_alive"]) == 1
+    )  # one daemon, for the GPU in use
 
     wait_done(a.job_id, b.job_id, plain.job_id)
     ea, eb, ep = _env(a.job_id), _env(b.job_id), _env(plain.job_id)
@@ -45,17 +65,32 @@ def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> 
         assert 1 <= int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100
         assert e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
         assert e["SLURM_GRES"] == "shard:1"
-    assert not any(k.startswith("CUDA_MPS_") for k in ep) and "SLURM_GRES" not in ep  # untouched job
+    assert (
+        not any(k.startswith("CUDA_MPS_") for k in ep) and "SLURM_GRES" not in ep
+    )  # untouched job
 
     # the daemon is stopped once the last co-located job has left
-    wait_for(lambda: not _node_status()["gpus"][str(idx)]["mps_alive"], 20, 0.5, "MPS daemon stopped")
+    wait_for(
+        lambda: not _node_status()["gpus"][str(idx)]["mps_alive"], 20, 0.5, "MPS daemon stopped"
+    )
 
     def records() -> dict[int, dict]:
         agent_cli("spool", "ingest")
         out = agent_cli("history", "--json", "--limit", "20").stdout
         return {r["job_id"]: r for r in map(json.loads, out.splitlines())}
-    recs = wait_for(lambda: (r := records()) and {a.job_id, b.job_id} <= set(r) and r, 20, 1, "records in the DB")
+
+    recs = wait_for(
+        lambda: (r := records()) and {a.job_id, b.job_id} <= set(r) and r,
+        20,
+        1,
+        "records in the DB",
+    )
     ra, rb = recs[a.job_id], recs[b.job_id]
-    assert ra["shared"] and ra["mechanism"] == "mps" and ra["co_runners"] == 1 and rb["co_runners"] == 1
+    assert (
+        ra["shared"]
+        and ra["mechanism"] == "mps"
+        and ra["co_runners"] == 1
+        and rb["co_runners"] == 1
+    )
     assert ra["cls"] == "resnet18-bs32" and ra["state"] == "COMPLETED" and not ra["mps_fault"]
     assert squeue()[plain.job_id]["job_state"] == "COMPLETED"

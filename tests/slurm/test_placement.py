@@ -7,8 +7,19 @@ import time
 
 from slurm_colo.gavel import bundled_path, load_gavel
 
-from .labtools import (SHARED_GPUS, agent_cli, agent_refresh, gpu_of, kind_of, sbatch, squeue, stop_agent, start_agent,
-                       wait_for, wait_running)
+from .labtools import (
+    SHARED_GPUS,
+    agent_cli,
+    agent_refresh,
+    gpu_of,
+    kind_of,
+    sbatch,
+    squeue,
+    start_agent,
+    stop_agent,
+    wait_for,
+    wait_running,
+)
 
 V100 = load_gavel(bundled_path(), "v100")
 
@@ -56,8 +67,12 @@ def test_jobs_of_different_users_never_share_an_mps_gpu(clean: None) -> None:
 
 def test_exclusive_jobs_never_land_on_a_gpu_in_shared_use(clean: None) -> None:
     # put shard jobs on both shared GPUs
-    s1 = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", sleep=20)
-    s2 = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="bob", sleep=20)
+    s1 = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", sleep=20
+    )
+    s2 = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="bob", sleep=20
+    )
     wait_running(s1.job_id, s2.job_id)
     # untyped exclusive requests, one of them for all four GPUs
     ex = [sbatch("--gres=gpu:1", sleep=4) for _ in range(3)] + [sbatch("--gres=gpu:4", sleep=2)]
@@ -75,18 +90,27 @@ def test_exclusive_jobs_never_land_on_a_gpu_in_shared_use(clean: None) -> None:
             if j["job_state"] == "RUNNING":
                 seen_running.add(e.job_id)
                 assert gpu_of(j).isdisjoint(shared_in_use), (
-                    f"exclusive job {e.job_id} on {gpu_of(j)} while shards use {shared_in_use}")
+                    f"exclusive job {e.job_id} on {gpu_of(j)} while shards use {shared_in_use}"
+                )
         time.sleep(0.3)
     assert len(seen_running) >= 2  # the exclusive GPUs 2 and 3 were used meanwhile
     assert squeue()[ex[3].job_id]["job_state"] == "PENDING"  # gpu:4 waits for the shared GPUs
 
 
 def test_explain_and_status_report_the_placement(clean: None) -> None:
-    a = sbatch("--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=15)
-    b = sbatch("--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=15)
+    a = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=15
+    )
+    b = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=15
+    )
     q = wait_running(a.job_id, b.job_id)
     idx = min(gpu_of(q[b.job_id]))
-    wait_for(lambda: str(a.job_id) in agent_cli("explain", str(b.job_id)).stdout, 10, what="explain names partner")
+    wait_for(
+        lambda: str(a.job_id) in agent_cli("explain", str(b.job_id)).stdout,
+        10,
+        what="explain names partner",
+    )
     out = agent_cli("explain", str(b.job_id)).stdout
     assert f"placed on GPU {idx} of node" in out and "predicted speedup delta" in out
     st = json.loads(agent_cli("status", "--json").stdout)
@@ -98,8 +122,12 @@ def test_explain_and_status_report_the_placement(clean: None) -> None:
 
 
 def test_agent_restart_rebuilds_its_view_from_slurm(clean: None) -> None:
-    a = sbatch("--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", user="alice", sleep=30)
-    b = sbatch("--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", user="alice", sleep=30)
+    a = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", user="alice", sleep=30
+    )
+    b = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", user="alice", sleep=30
+    )
     q = wait_running(a.job_id, b.job_id)
     idx = min(gpu_of(q[a.job_id]))
     stop_agent()
@@ -116,20 +144,29 @@ def test_agent_restart_rebuilds_its_view_from_slurm(clean: None) -> None:
 
 def test_metrics_endpoint_is_scraped_for_real(clean: None) -> None:
     import urllib.request
-    a = sbatch("--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=10)
-    b = sbatch("--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=10)
+
+    a = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=10
+    )
+    b = sbatch(
+        "--colocate", "--colocate-class=resnet18-bs16", "--gres=gpu:1", user="alice", sleep=10
+    )
     q = wait_running(a.job_id, b.job_id)
     idx = min(gpu_of(q[a.job_id]))
     agent_refresh()
     body = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=5).read().decode()
     lines = [ln for ln in body.splitlines() if ln and not ln.startswith("#")]
-    occ = [ln for ln in lines if ln.startswith("slurm_colo_gpu_occupants{") and f'gpu="{idx}"' in ln]
+    occ = [
+        ln for ln in lines if ln.startswith("slurm_colo_gpu_occupants{") and f'gpu="{idx}"' in ln
+    ]
     assert occ and occ[0].rsplit(" ", 1)[1] == "2"
-    assert any(ln.startswith("slurm_colo_decisions_total{action=\"share\"") for ln in lines)
+    assert any(ln.startswith('slurm_colo_decisions_total{action="share"') for ln in lines)
 
 
 def test_an_exclusive_job_on_an_idle_shared_gpu_keeps_shared_jobs_away(clean: None) -> None:
-    ex = sbatch("--gres=gpu:1", sleep=12)  # untyped: Slurm gives it the lowest free GPU, shared GPU 0
+    ex = sbatch(
+        "--gres=gpu:1", sleep=12
+    )  # untyped: Slurm gives it the lowest free GPU, shared GPU 0
     q = wait_running(ex.job_id)
     held = gpu_of(q[ex.job_id])
     assert held <= SHARED_GPUS
@@ -137,6 +174,7 @@ def test_an_exclusive_job_on_an_idle_shared_gpu_keeps_shared_jobs_away(clean: No
     def agent_knows() -> bool:
         st = json.loads(agent_cli("status", "--json").stdout)
         return any(g["exclusive_job"] == ex.job_id for g in st["gpus"] if g["index"] in held)
+
     # the Prolog's report (or, at the latest, the next look at Slurm) tells the agent
     wait_for(agent_knows, 5, 0.2, "agent sees the exclusive job")
     c = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")

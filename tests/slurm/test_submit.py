@@ -58,18 +58,28 @@ def test_gres_and_gpus_styles_are_both_rewritten_to_one_shared_gpu(clean: None) 
 
 def test_per_gpu_cpus_and_memory_are_kept_when_the_request_becomes_a_shard(clean: None) -> None:
     # with the gpu GRES gone, Slurm would reject --cpus-per-gpu / --mem-per-gpu
-    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "--cpus-per-gpu=2",
-               "--mem-per-gpu=100", sleep=3)
+    a = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        "--cpus-per-gpu=2",
+        "--mem-per-gpu=100",
+        sleep=3,
+    )
     assert a.rc == 0, a.stderr
     q = wait_running(a.job_id)
     assert q[a.job_id]["tres_per_node"].startswith("gres:shard:v100_s")
     show = run(["scontrol", "show", "job", str(a.job_id)], check=True).stdout
-    assert "NumCPUs=2" in show and "CpusPerTres=gres:shard:2" in show and "MinMemoryNode=100M" in show
+    assert (
+        "NumCPUs=2" in show and "CpusPerTres=gres:shard:2" in show and "MinMemoryNode=100M" in show
+    )
     wait_done(a.job_id)
     assert squeue()[a.job_id]["job_state"] == "COMPLETED"
 
 
-def test_jobs_setting_gpu_clocks_or_tasks_per_gpu_are_accepted_on_their_own_gpu(clean: None) -> None:
+def test_jobs_setting_gpu_clocks_or_tasks_per_gpu_are_accepted_on_their_own_gpu(
+    clean: None,
+) -> None:
     # Slurm would reject --gpu-freq on a shard request; clocks are the whole GPU's anyway
     a = sbatch("--colocate", "--gres=gpu:1", "--gpu-freq=high", sleep=1)
     assert a.rc == 0, a.stderr
@@ -98,21 +108,47 @@ def test_multi_gpu_and_multi_node_jobs_are_accepted_untouched(clean: None) -> No
 def test_srun_and_salloc_with_colocate_run_on_their_own_gpu(clean: None) -> None:
     # Slurm 22.05 cannot run a job step on a typed shard it inherits, and srun fixes its
     # step's GPU request before job_submit runs: interactive jobs are accepted untouched.
-    p = run(["srun", "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-t", "1",
-             "bash", "-c", "echo CVD=$CUDA_VISIBLE_DEVICES SHARDS=$SLURM_SHARDS_ON_NODE MODE=$SLURM_SPANK_COLOCATE"])
+    p = run(
+        [
+            "srun",
+            "--colocate",
+            "--colocate-class=resnet18-bs32",
+            "--gres=gpu:1",
+            "-t",
+            "1",
+            "bash",
+            "-c",
+            "echo CVD=$CUDA_VISIBLE_DEVICES SHARDS=$SLURM_SHARDS_ON_NODE MODE=$SLURM_SPANK_COLOCATE",
+        ]
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("CVD=") and "SHARDS= " in p.stdout
     assert "interactive jobs (srun/salloc) are not shared" in p.stderr
-    p = run(["salloc", "--colocate=aggressive", "--gres=gpu:1", "-t", "1",
-             "srun", "bash", "-c", "echo SHARDS=$SLURM_SHARDS_ON_NODE MODE=$SLURM_SPANK_COLOCATE"])
+    p = run(
+        [
+            "salloc",
+            "--colocate=aggressive",
+            "--gres=gpu:1",
+            "-t",
+            "1",
+            "srun",
+            "bash",
+            "-c",
+            "echo SHARDS=$SLURM_SHARDS_ON_NODE MODE=$SLURM_SPANK_COLOCATE",
+        ]
+    )
     assert p.returncode == 0, p.stderr
     assert "SHARDS= " in p.stdout
     assert "interactive jobs (srun/salloc) are not shared" in p.stderr
 
 
 def test_batch_job_steps_run_on_the_shared_gpu(clean: None) -> None:
-    r = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1",
-               script="srun bash -c 'echo STEP SHARDS=$SLURM_SHARDS_ON_NODE CVD=$CUDA_VISIBLE_DEVICES'")
+    r = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        script="srun bash -c 'echo STEP SHARDS=$SLURM_SHARDS_ON_NODE CVD=$CUDA_VISIBLE_DEVICES'",
+    )
     assert r.rc == 0
     wait_done(r.job_id)
     out = (OUT / f"{r.job_id}.out").read_text()

@@ -13,8 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from .labtools import (LAB_CONFIG, OUT, agent_cli, agent_refresh, forget_probe_measurements, gpu_of, run, sbatch,
-                       squeue, start_agent_only, stop_agent, wait_for, wait_running)
+from .labtools import (
+    LAB_CONFIG,
+    OUT,
+    agent_cli,
+    agent_refresh,
+    forget_probe_measurements,
+    gpu_of,
+    run,
+    sbatch,
+    squeue,
+    start_agent_only,
+    stop_agent,
+    wait_for,
+    wait_running,
+)
 
 PY = "/opt/slurm-colo-lab/venv/bin/python"
 
@@ -68,16 +81,29 @@ def fresh_agent(clean: None) -> Iterator[None]:
     forget_probe_measurements()
 
 
-def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fresh_agent: None) -> None:
+def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(
+    fresh_agent: None,
+) -> None:
     marker = OUT / f"undo-marker-{time.time_ns()}"
     inc = _script("undo_incumbent.py", INCUMBENT)
     new = _script("undo_newcomer.py", NEWCOMER)
-    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice",
-               script=f"{PY} {inc} {marker} 40")
+    a = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        user="alice",
+        script=f"{PY} {inc} {marker} 40",
+    )
     wait_running(a.job_id)
     time.sleep(6)  # the incumbent runs alone first: its solo speed is measured
-    b = sbatch("--colocate", "--colocate-class=resnet18-bs64", "--gres=gpu:1", "--open-mode=append",
-               user="alice", script=f"{PY} {new} {marker} 25")
+    b = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs64",
+        "--gres=gpu:1",
+        "--open-mode=append",
+        user="alice",
+        script=f"{PY} {new} {marker} 25",
+    )
     q = wait_running(a.job_id, b.job_id)
     gpu = gpu_of(q[a.job_id])
     assert gpu_of(q[b.job_id]) == gpu and str(a.job_id) in q[b.job_id]["comment"]
@@ -85,8 +111,16 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fres
     # after the 15 s probe: the incumbent ran at 0.3x its solo speed -> b is requeued, held
     def requeued() -> dict | None:
         j = squeue().get(b.job_id, {})
-        return j if (j.get("restart_cnt", 0) >= 1 and "requeued" in j.get("comment", "")
-                     and j.get("job_state") == "PENDING") else None
+        return (
+            j
+            if (
+                j.get("restart_cnt", 0) >= 1
+                and "requeued" in j.get("comment", "")
+                and j.get("job_state") == "PENDING"
+            )
+            else None
+        )
+
     j = wait_for(requeued, 40, what="the newcomer requeued")
     assert "below 1/1.5" in j["comment"] or "combined throughput" in j["comment"]
     assert "held=" in j["admin_comment"] and j["priority"] == 0  # held
@@ -99,9 +133,14 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fres
         agent_refresh()
         j = squeue().get(b.job_id, {})
         return j if j.get("job_state") == "COMPLETED" else None
+
     j = wait_for(finished, 90, step=1.0, what="the requeued job to run again and finish")
     assert squeue()[a.job_id]["job_state"] == "COMPLETED"
-    assert j["restart_cnt"] == 1 and "undone=1" in j["admin_comment"] and "held=" not in j["admin_comment"]
+    assert (
+        j["restart_cnt"] == 1
+        and "undone=1" in j["admin_comment"]
+        and "held=" not in j["admin_comment"]
+    )
     assert "now GPU" in j["comment"]
     out = (OUT / f"{b.job_id}.out").read_text().split()
     assert out.count("run") == 2 and "1" in out and out[-1] == "done", out
@@ -112,7 +151,9 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(fres
     assert status["learned_pairs"] >= 1
     stop_agent()
     start_agent_only()
-    assert json.loads(agent_cli("status", "--json").stdout)["learned_pairs"] == status["learned_pairs"]
+    assert (
+        json.loads(agent_cli("status", "--json").stdout)["learned_pairs"] == status["learned_pairs"]
+    )
 
 
 @contextmanager
@@ -121,8 +162,11 @@ def _agent_holding(extra: str = "") -> Iterator[None]:
     and with the lab's own config again afterwards."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "config.toml"
-        cfg.write_text(LAB_CONFIG.read_text().replace(
-            "[placement]\n", f'[placement]\nunplaced = "hold"\n{extra}', 1))
+        cfg.write_text(
+            LAB_CONFIG.read_text().replace(
+                "[placement]\n", f'[placement]\nunplaced = "hold"\n{extra}', 1
+            )
+        )
         stop_agent()
         start_agent_only(cfg)
         try:
@@ -133,18 +177,33 @@ def _agent_holding(extra: str = "") -> Iterator[None]:
 
 
 def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_released_onto_any_gpu(
-        clean: None) -> None:
+    clean: None,
+) -> None:
     with _agent_holding():
         # the two shared GPUs take one incompatible job each; the third fits neither
-        a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice",
-                   sleep=40)
-        b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=12)
+        a = sbatch(
+            "--colocate",
+            "--colocate-class=recommendation-bs512",
+            "--gres=gpu:1",
+            user="alice",
+            sleep=40,
+        )
+        b = sbatch(
+            "--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=12
+        )
         q = wait_running(a.job_id, b.job_id)
         gpu_a, gpu_b = gpu_of(q[a.job_id]), gpu_of(q[b.job_id])
         assert gpu_a != gpu_b
         # per-GPU options must survive the dropped GPU request (Slurm would reject them)
-        c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", "--cpus-per-gpu=1",
-                   "--mem-per-gpu=100", user="alice", sleep=3)
+        c = sbatch(
+            "--colocate",
+            "--colocate-class=recommendation-bs8192",
+            "--gres=gpu:1",
+            "--cpus-per-gpu=1",
+            "--mem-per-gpu=100",
+            user="alice",
+            sleep=3,
+        )
         assert c.rc == 0 and "held until a shared GPU fits" in c.stderr
         j = squeue()[c.job_id]
         assert j["job_state"] == "PENDING" and j["priority"] == 0 and "held=*" in j["admin_comment"]
@@ -152,13 +211,23 @@ def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_releas
         assert j["tres_per_node"] in ("", None) and "held until" in j["comment"]
         # at its next look the agent makes the hold the administrator's: the user cannot
         # start the job without a GPU
-        wait_for(lambda: agent_refresh() or squeue()[c.job_id]["state_reason"] == "JobHeldAdmin",
-                 20, 0.5, "the hold to become the administrator's")
+        wait_for(
+            lambda: agent_refresh() or squeue()[c.job_id]["state_reason"] == "JobHeldAdmin",
+            20,
+            0.5,
+            "the hold to become the administrator's",
+        )
         assert run(["scontrol", "release", str(c.job_id)], user="alice").returncode != 0
         # b's GPU frees up first: c is released onto it, whatever its shard type, while a
         # still runs on the other
-        done = wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id],
-                        60, 1.0, "the held job released and finished")
+        done = wait_for(
+            lambda: (
+                squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id]
+            ),
+            60,
+            1.0,
+            "the held job released and finished",
+        )
         (idx,) = gpu_b
         assert f"released onto GPU {idx} of vm" in done["comment"]
         assert done["tres_per_node"] == f"gres:shard:v100_s{idx}:1"
@@ -170,53 +239,107 @@ def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_releas
 
 def test_a_job_held_too_long_has_a_gpu_drained_for_it(clean: None) -> None:
     with _agent_holding("reserve_after_h = 0.002\n"):  # the guard after 7.2 s
-        a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", "-t", "2",
-                   user="alice", sleep=30)
-        b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", "-t", "10", user="alice",
-                   sleep=60)
+        a = sbatch(
+            "--colocate",
+            "--colocate-class=recommendation-bs512",
+            "--gres=gpu:1",
+            "-t",
+            "2",
+            user="alice",
+            sleep=30,
+        )
+        b = sbatch(
+            "--colocate",
+            "--colocate-class=resnet50-bs16",
+            "--gres=gpu:1",
+            "-t",
+            "10",
+            user="alice",
+            sleep=60,
+        )
         q = wait_running(a.job_id, b.job_id)
         gpu_a = gpu_of(q[a.job_id])
         gtype = f"v100_s{min(gpu_a)}"
-        c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", user="alice",
-                   sleep=3)
+        c = sbatch(
+            "--colocate",
+            "--colocate-class=recommendation-bs8192",
+            "--gres=gpu:1",
+            user="alice",
+            sleep=3,
+        )
         assert "held=*" in squeue()[c.job_id]["admin_comment"]  # held without a GPU request
 
         def reserved() -> dict[str, object] | None:
             r = json.loads(agent_cli("status", "--json").stdout).get("reservation")
             return r if r and r["job_id"] == c.job_id else None
+
         r = wait_for(reserved, 40, 0.5, "the agent to drain a GPU for the held job")
         # the GPU whose occupant's time limit ends first: a's
         assert r["waits_for"] == "a shared GPU" and set(r["gpus"]) == gpu_a  # type: ignore[arg-type]
         # a job that would pair well with a is kept off a's GPU now
-        d = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", sleep=2)
+        d = sbatch(
+            "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice", sleep=2
+        )
         assert gtype not in squeue()[d.job_id]["tres_per_node"]
         # a ends: c is released onto the GPU kept for it, then the reservation ends
-        done = wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id],
-                        60, 1.0, "the held job released onto the drained GPU and finished")
+        done = wait_for(
+            lambda: (
+                squeue().get(c.job_id, {}).get("job_state") == "COMPLETED" and squeue()[c.job_id]
+            ),
+            60,
+            1.0,
+            "the held job released onto the drained GPU and finished",
+        )
         assert f"released onto GPU {min(gpu_a)} of vm" in done["comment"]
         assert done["start_time"] >= squeue()[a.job_id]["end_time"]
-        wait_for(lambda: json.loads(agent_cli("status", "--json").stdout).get("reservation") is None,
-                 20, 0.5, "the reservation to end")
+        wait_for(
+            lambda: json.loads(agent_cli("status", "--json").stdout).get("reservation") is None,
+            20,
+            0.5,
+            "the reservation to end",
+        )
 
 
 def test_held_jobs_can_be_released_by_hand_while_the_agent_is_down(clean: None) -> None:
     with _agent_holding():
-        a = sbatch("--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", user="alice", sleep=60)
-        b = sbatch("--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=60)
+        a = sbatch(
+            "--colocate",
+            "--colocate-class=recommendation-bs512",
+            "--gres=gpu:1",
+            user="alice",
+            sleep=60,
+        )
+        b = sbatch(
+            "--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", user="alice", sleep=60
+        )
         wait_running(a.job_id, b.job_id)
-        c = sbatch("--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1", "--cpus-per-gpu=1",
-                   user="alice", sleep=3)
+        c = sbatch(
+            "--colocate",
+            "--colocate-class=recommendation-bs8192",
+            "--gres=gpu:1",
+            "--cpus-per-gpu=1",
+            user="alice",
+            sleep=3,
+        )
         assert squeue()[c.job_id]["priority"] == 0
         stop_agent()
         listed = agent_cli("held")
-        assert listed.returncode == 0 and f"job {c.job_id} (alice" in listed.stdout, listed.stdout + listed.stderr
+        assert listed.returncode == 0 and f"job {c.job_id} (alice" in listed.stdout, (
+            listed.stdout + listed.stderr
+        )
         assert "waits for a shared GPU" in listed.stdout
         out = agent_cli("held", "--release")
-        assert out.returncode == 0 and "released with shard:1" in out.stdout, out.stdout + out.stderr
+        assert out.returncode == 0 and "released with shard:1" in out.stdout, (
+            out.stdout + out.stderr
+        )
         # held without a GPU request, it gets untargeted sharing: Slurm's first GPU with a
         # free shard (its --cpus-per-gpu, CPUs per shard since submission, stays valid)
-        wait_for(lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED", 30, 0.5,
-                 "the released job to run")
+        wait_for(
+            lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED",
+            30,
+            0.5,
+            "the released job to run",
+        )
         j = squeue()[c.job_id]
         assert "held=" not in j["admin_comment"] and j["tres_per_node"] == "gres:shard:1"
         assert agent_cli("held").stdout.strip() == "no job is held for the agent"

@@ -11,7 +11,9 @@ from pathlib import Path
 
 
 class FakeAgent:
-    def __init__(self, path: Path, reply: bytes | None, delay: float = 0.0, keep_open: bool = False) -> None:
+    def __init__(
+        self, path: Path, reply: bytes | None, delay: float = 0.0, keep_open: bool = False
+    ) -> None:
         self.path = Path(path)
         self.keep_open = keep_open
         self.connections = 0

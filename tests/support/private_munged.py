@@ -38,17 +38,22 @@ class Munged:
 
 def munged_binary() -> str:
     path = shutil.which("munged") or next(
-        (p for p in ("/usr/sbin/munged", "/usr/local/sbin/munged") if os.access(p, os.X_OK)), None)
+        (p for p in ("/usr/sbin/munged", "/usr/local/sbin/munged") if os.access(p, os.X_OK)), None
+    )
     if not path:
-        pytest.fail("munged is not installed; these tests need a real munged "
-                    "(Debian: apt-get install munge libmunge2)", pytrace=False)
+        pytest.fail(
+            "munged is not installed; these tests need a real munged "
+            "(Debian: apt-get install munge libmunge2)",
+            pytrace=False,
+        )
     return path
 
 
 def make_key(path: Path) -> Path:
     """A 1024-byte random key, as the munge docs make it (dd from /dev/urandom)."""
-    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1024", "count=1", "status=none"],
-                   check=True)
+    subprocess.run(
+        ["dd", "if=/dev/urandom", f"of={path}", "bs=1024", "count=1", "status=none"], check=True
+    )
     path.chmod(0o600)
     return path
 
@@ -68,13 +73,20 @@ def start(key: Path | None = None, max_ttl: int | None = None) -> Munged:
         shutil.copyfile(key, key_file)
         key_file.chmod(0o600)
     sock = str(d / "munge.socket")
-    argv = [binary, "--foreground", f"--socket={sock}", f"--key-file={key_file}",
-            f"--pid-file={d / 'munged.pid'}", f"--seed-file={d / 'munged.seed'}",
-            f"--log-file={d / 'munged.log'}"]
+    argv = [
+        binary,
+        "--foreground",
+        f"--socket={sock}",
+        f"--key-file={key_file}",
+        f"--pid-file={d / 'munged.pid'}",
+        f"--seed-file={d / 'munged.seed'}",
+        f"--log-file={d / 'munged.log'}",
+    ]
     if max_ttl is not None:
         argv.append(f"--max-ttl={max_ttl}")
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     m = Munged(d, key_file, sock, proc)
     deadline = time.monotonic() + 10
     while not os.path.exists(sock):

@@ -56,11 +56,16 @@ def check_command(line: str) -> str | None:
         subs = getattr(cmd, "commands", {})
         if w.startswith("-"):
             name = w.split("=", 1)[0]
-            opts = {o: p for p in cmd.params for o in (*getattr(p, "opts", ()),
-                                                         *getattr(p, "secondary_opts", ()))}
+            opts = {
+                o: p
+                for p in cmd.params
+                for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))
+            }
             if name not in opts:
                 return f"{' '.join(path)} has no option {name}"
-            takes_value = not getattr(opts[name], "is_flag", False) and not getattr(opts[name], "count", False)
+            takes_value = not getattr(opts[name], "is_flag", False) and not getattr(
+                opts[name], "count", False
+            )
             skip = takes_value and "=" not in w
         elif w in subs:
             cmd = subs[w]
@@ -82,9 +87,11 @@ def test_every_documented_command_exists(page, line):
 
 
 def test_command_lines_are_found_behind_prompts():
-    for line, cmd in [("$ slurm-colo doctor", "slurm-colo doctor"),
-                      ("runuser -u slurm-colo -- slurm-colo db upgrade", "slurm-colo db upgrade"),
-                      ("sudo slurm-colo install", "slurm-colo install")]:
+    for line, cmd in [
+        ("$ slurm-colo doctor", "slurm-colo doctor"),
+        ("runuser -u slurm-colo -- slurm-colo db upgrade", "slurm-colo db upgrade"),
+        ("sudo slurm-colo install", "slurm-colo install"),
+    ]:
         m = CMD_RE.search(line)
         assert m and m.group(1) == cmd
     assert CMD_RE.search("cp contrib/systemd/slurm-colo-agent.service /etc") is None
@@ -119,8 +126,20 @@ def test_mkdocs_builds_strict(tmp_path):
     assert mkdocs, "mkdocs not installed (pip install -e '.[test]')"
     shutil.copytree(DOCS, tmp_path / "docs")
     shutil.copy(REPO / "mkdocs.yml", tmp_path / "mkdocs.yml")
-    r = subprocess.run([mkdocs, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml"),
-                        "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            mkdocs,
+            "build",
+            "--strict",
+            "-f",
+            str(tmp_path / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # never -q: mkdocs then drops the warnings that --strict counts
     assert r.returncode == 0, r.stdout + r.stderr
     assert "WARNING" not in r.stderr

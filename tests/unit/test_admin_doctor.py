@@ -38,7 +38,11 @@ class FakeRunner:
         return self.answers.get(argv[0], Result(tuple(argv), NOT_FOUND, "", "not found"))
 
 
-SBATCH_OK = {"sbatch": Result(("sbatch", "--help"), 0, "Usage: sbatch\n      --colocate[=mode]  share a GPU\n")}
+SBATCH_OK = {
+    "sbatch": Result(
+        ("sbatch", "--help"), 0, "Usage: sbatch\n      --colocate[=mode]  share a GPU\n"
+    )
+}
 
 
 # ---- config ----------------------------------------------------------------------------
@@ -57,7 +61,7 @@ def test_config_ok_warn_fail(tmp_path):
     assert c.status == doc.WARN and "not found" in c.message and loaded is not None
 
     bad = tmp_path / "bad.toml"
-    bad.write_text("[placement]\nfallback = \"maybe\"\n")
+    bad.write_text('[placement]\nfallback = "maybe"\n')
     c, loaded = doc.check_config(bad)
     assert c.status == doc.FAIL and loaded is None and "placement.fallback" in c.message
 
@@ -66,7 +70,8 @@ def test_config_ok_warn_fail(tmp_path):
 def test_parse_slurm_conf_keys_comments_and_node_lines():
     conf = doc.parse_slurm_conf(
         "ClusterName=lab  # comment\njobsubmitplugins=lua,require_timelimit\n"
-        "NodeName=gpu01 Gres=gpu:2\n#GresTypes=gpu\nGresTypes = gpu,shard\n")
+        "NodeName=gpu01 Gres=gpu:2\n#GresTypes=gpu\nGresTypes = gpu,shard\n"
+    )
     assert conf["clustername"] == "lab"
     assert conf["jobsubmitplugins"] == "lua,require_timelimit"
     assert conf["grestypes"] == "gpu,shard"
@@ -114,7 +119,9 @@ def test_spank_required_is_a_warning(tmp_path):
 
 def test_spank_missing_file_unlisted_and_not_loaded(tmp_path):
     main = _plugstack(tmp_path, "optional {so}", so_exists=False)
-    checks = doc.check_spank(main, FakeRunner({"sbatch": Result(("sbatch",), 0, "Usage: sbatch\n")}))
+    checks = doc.check_spank(
+        main, FakeRunner({"sbatch": Result(("sbatch",), 0, "Usage: sbatch\n")})
+    )
     assert [c.status for c in checks] == [doc.FAIL, doc.FAIL]
     assert "missing" in checks[0].message and "install spank" in checks[0].fix
     (tmp_path / "plugstack.conf").write_text("optional /usr/lib/other.so\n")
@@ -132,7 +139,7 @@ def _hooks_fixture(tmp_path: Path, ours: bool = True) -> tuple[str, Path]:
     (d / "50-slurm-colo").write_text(f"#!/bin/sh\n{body}\n")
     task = tmp_path / "slurm-colo-taskprolog"
     task.write_text("#!/bin/sh\nexec python -m slurm_colo.hooks taskprolog\n")
-    conf = (f"Prolog={d}/*\nEpilog={d}/*\nTaskProlog={task}\nTaskEpilog={task}\n")
+    conf = f"Prolog={d}/*\nEpilog={d}/*\nTaskProlog={task}\nTaskEpilog={task}\n"
     env = tmp_path / "hooks.env"
     env.write_text(f"# comment\nSLURM_COLO_PYTHON={sys.executable}\nSLURM_COLO_CONFIG=/x\n")
     return conf, env
@@ -150,7 +157,9 @@ def test_node_hooks_unset_foreign_unseen_and_bad_env(tmp_path):
     assert c.status == doc.FAIL and "no slurm-colo shim in Prolog=" in c.message
     c = doc.check_node_hooks("JobSubmitPlugins=lua\n", env, gpu_node=True)
     assert c.status == doc.FAIL and "Prolog, Epilog, TaskProlog, TaskEpilog not set" in c.message
-    elsewhere = "".join(f"{k}=/nonexistent/{k}\n" for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog"))
+    elsewhere = "".join(
+        f"{k}=/nonexistent/{k}\n" for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog")
+    )
     assert doc.check_node_hooks(elsewhere, env, gpu_node=False).status == doc.WARN
     assert doc.check_node_hooks(elsewhere, env, gpu_node=True).status == doc.FAIL
     good, _ = _hooks_fixture(tmp_path / "b")
@@ -177,8 +186,10 @@ def test_job_submit_lua_current_stale_merged_missing(tmp_path):
     (tmp_path / "job_submit_colo.lua").write_text(expected)
     c = doc.check_job_submit_lua(tmp_path, expected)
     assert c.status == doc.FAIL and "neither loads it" in c.message
-    main.write_text('dofile("/etc/slurm/job_submit_colo.lua")\nfunction slurm_job_submit(j, p, u)\n'
-                    "  pcall(colo_job_submit, j, p, u)\n  return slurm.SUCCESS\nend\n")
+    main.write_text(
+        'dofile("/etc/slurm/job_submit_colo.lua")\nfunction slurm_job_submit(j, p, u)\n'
+        "  pcall(colo_job_submit, j, p, u)\n  return slurm.SUCCESS\nend\n"
+    )
     assert doc.check_job_submit_lua(tmp_path, expected).status == doc.OK
     (tmp_path / "job_submit_colo.lua").write_text(expected + "-- edited\n")
     assert doc.check_job_submit_lua(tmp_path, expected).status == doc.WARN
@@ -204,7 +215,9 @@ def test_parse_gres_conf_expands_ranges_and_nodeless_lines():
     recs = doc.parse_gres_conf(
         "AutoDetect=off\nNodeName=n[1-2] Name=gpu Type=v100 File=/dev/nvidia[0-1]\n"
         "Name=shard Count=8 File=/dev/nvidia[2-3]  # no NodeName: every node\n"
-        "Name=mps Count=100\n", ["n1", "n2"])
+        "Name=mps Count=100\n",
+        ["n1", "n2"],
+    )
     assert ("n1", "gpu", "v100", "/dev/nvidia1", 1) in recs
     assert ("n2", "shard", "", "/dev/nvidia3", 4) in recs
     assert len(recs) == 8
@@ -216,14 +229,16 @@ def test_gres_conf_consistent_with_generated_layout(tmp_path):
     p = tmp_path / "gres.conf"
     assert doc.check_gres_conf(gres_conf(c.gpus), p, c).status == doc.OK
     # the same layout written by hand with per-node lines and a File range
-    by_hand = "\n".join([
-        "AutoDetect=off",
-        "NodeName=gpu01 Name=gpu Type=v100 File=/dev/nvidia0",
-        "NodeName=gpu02 Name=gpu Type=v100 File=/dev/nvidia0",
-        "NodeName=gpu[01-02] Name=gpu Type=v100_s1 File=/dev/nvidia1",
-        "NodeName=gpu[01-02] Name=shard Count=4 File=/dev/nvidia1",
-        "NodeName=login1 Name=gpu File=/dev/nvidia0",  # a node outside the config: ignored
-    ])
+    by_hand = "\n".join(
+        [
+            "AutoDetect=off",
+            "NodeName=gpu01 Name=gpu Type=v100 File=/dev/nvidia0",
+            "NodeName=gpu02 Name=gpu Type=v100 File=/dev/nvidia0",
+            "NodeName=gpu[01-02] Name=gpu Type=v100_s1 File=/dev/nvidia1",
+            "NodeName=gpu[01-02] Name=shard Count=4 File=/dev/nvidia1",
+            "NodeName=login1 Name=gpu File=/dev/nvidia0",  # a node outside the config: ignored
+        ]
+    )
     assert doc.check_gres_conf(by_hand, p, c).status == doc.OK
 
 
@@ -247,6 +262,7 @@ def test_agent_check():
 
     def boom():
         raise AgentError("garbled answer")
+
     assert doc.check_agent(boom, "/s").status == doc.FAIL
 
 
@@ -256,6 +272,7 @@ def test_store_check():
 
     def old():
         raise StoreError("database at revision 1, expected 3", hint="slurm-colo db upgrade")
+
     c = doc.check_store(old, "sqlite://")
     assert c.status == doc.FAIL and c.fix == "slurm-colo db upgrade"
 
@@ -283,7 +300,9 @@ def test_scores_fresh_stale_missing_and_undated(tmp_path):
 
 
 def test_mps_check():
-    assert doc.check_mps(NodeConfig(mps_backend="emulator"), lambda n: None, True).status == doc.WARN
+    assert (
+        doc.check_mps(NodeConfig(mps_backend="emulator"), lambda n: None, True).status == doc.WARN
+    )
     found = doc.check_mps(NodeConfig(), lambda n: f"/usr/bin/{n}", True)
     assert found.status == doc.OK and "/usr/bin/nvidia-cuda-mps-control" in found.message
     assert doc.check_mps(NodeConfig(), lambda n: None, True).status == doc.FAIL
@@ -302,32 +321,55 @@ def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
     shims = tmp_path / "shims"
     shims.mkdir()
     for hook in ("prolog", "epilog", "taskprolog", "taskepilog"):
-        (shims / f"slurm-colo-{hook}").write_text(f"#!/bin/sh\nexec python -m slurm_colo.hooks {hook}\n")
+        (shims / f"slurm-colo-{hook}").write_text(
+            f"#!/bin/sh\nexec python -m slurm_colo.hooks {hook}\n"
+        )
     hooks_env = tmp_path / "hooks.env"
     hooks_env.write_text(f"SLURM_COLO_PYTHON={sys.executable}\nSLURM_COLO_CONFIG={conf}\n")
     (etc / "slurm.conf").write_text(
         "JobSubmitPlugins=lua\nGresTypes=gpu,shard\n"
-        + "".join(f"{k}={shims}/slurm-colo-{k.lower()}\n"
-                  for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog")))
+        + "".join(
+            f"{k}={shims}/slurm-colo-{k.lower()}\n"
+            for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog")
+        )
+    )
     (etc / "gres.conf").write_text(gres_conf(c.gpus))
     (etc / "job_submit.lua").write_text(render_job_submit_lua(c))
     _plugstack(etc, "optional {so}")
     system = doc.System(
-        etc_slurm=etc, runner=FakeRunner(SBATCH_OK), ping=lambda cfg: {"ok": True},
-        store_probe=lambda cfg: (lambda: f"{cfg.store.url} ok"),
-        load_scores=load_scores, render_lua=render_job_submit_lua,
-        which=lambda n: "/usr/bin/" + n, hostname="gpu01", hooks_env=hooks_env,
-        lua_socket_globs=(str(_lua_socket(tmp_path)),))
+        etc_slurm=etc,
+        runner=FakeRunner(SBATCH_OK),
+        ping=lambda cfg: {"ok": True},
+        store_probe=lambda cfg: lambda: f"{cfg.store.url} ok",
+        load_scores=load_scores,
+        render_lua=render_job_submit_lua,
+        which=lambda n: "/usr/bin/" + n,
+        hostname="gpu01",
+        hooks_env=hooks_env,
+        lua_socket_globs=(str(_lua_socket(tmp_path)),),
+    )
     return conf, system
 
 
 def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
     conf, system = _host(tmp_path)
     checks = doc.run_checks(conf, system)
-    assert [c.name for c in checks] == ["config", "JobSubmitPlugins", "GresTypes", "SPANK plugin",
-                                        "sbatch --colocate", "node hooks", "job_submit.lua",
-                                        "lua-socket", "gres.conf", "agent",
-                                        "records", "database", "scores", "MPS"]
+    assert [c.name for c in checks] == [
+        "config",
+        "JobSubmitPlugins",
+        "GresTypes",
+        "SPANK plugin",
+        "sbatch --colocate",
+        "node hooks",
+        "job_submit.lua",
+        "lua-socket",
+        "gres.conf",
+        "agent",
+        "records",
+        "database",
+        "scores",
+        "MPS",
+    ]
     assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
     assert doc.exit_code(checks) == 0
 
@@ -335,6 +377,7 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
 def test_run_checks_agent_down_fails_and_sets_exit_code(tmp_path):
     conf, system = _host(tmp_path)
     from dataclasses import replace
+
     checks = doc.run_checks(conf, replace(system, ping=lambda cfg: None))
     bad = [c for c in checks if c.status != doc.OK]
     assert [c.name for c in bad] == ["agent"]
@@ -355,7 +398,9 @@ def test_bad_scores_path_fails(tmp_path):
 
     def broken(path: str):
         raise ScoresError(f"score file {path} not found", hint="slurm-colo retrain")
+
     from dataclasses import replace
+
     checks = doc.run_checks(conf, replace(system, load_scores=broken))
     sc = [c for c in checks if c.name == "scores"][0]
     assert sc.status == doc.FAIL and sc.fix == "slurm-colo retrain"
@@ -366,10 +411,12 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     from typer.testing import CliRunner
 
     from slurm_colo.cli import app
+
     # the socket named in the config does not exist: the agent check must fail
     conf, _ = _host(tmp_path, f'\n[agent]\nsocket = "{tmp_path}/none.sock"\n')
-    r = CliRunner().invoke(app, ["doctor", "--config", str(conf), "--slurm-dir",
-                                 str(tmp_path / "etc-slurm")])
+    r = CliRunner().invoke(
+        app, ["doctor", "--config", str(conf), "--slurm-dir", str(tmp_path / "etc-slurm")]
+    )
     assert r.exit_code == 1, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("[OK  ] config:")
@@ -384,9 +431,11 @@ def test_cli_doctor_json(tmp_path):
     from typer.testing import CliRunner
 
     from slurm_colo.cli import app
+
     conf, _ = _host(tmp_path, f'\n[agent]\nsocket = "{tmp_path}/none.sock"\n')
-    r = CliRunner().invoke(app, ["doctor", "--json", "--config", str(conf), "--slurm-dir",
-                                 str(tmp_path / "etc-slurm")])
+    r = CliRunner().invoke(
+        app, ["doctor", "--json", "--config", str(conf), "--slurm-dir", str(tmp_path / "etc-slurm")]
+    )
     assert r.exit_code == 1
     checks = json.loads(r.output)
     assert {c["name"]: c["status"] for c in checks}["agent"] == "FAIL"
@@ -400,8 +449,9 @@ def test_doctor_says_where_a_gpu_nodes_records_go() -> None:
     node = Config(agent=AgentConfig(address="tcp:head:6830"))
     c = doc.check_records(node)
     assert c.status == doc.OK and "agent at tcp:head:6830" in c.message
-    local = Config(agent=AgentConfig(address="tcp:head:6830"),
-                   node=NodeConfig(records_to=RecordsTo.STORE))
+    local = Config(
+        agent=AgentConfig(address="tcp:head:6830"), node=NodeConfig(records_to=RecordsTo.STORE)
+    )
     w = doc.check_records(local)
     assert w.status == doc.WARN and "never reads" in w.message and "records_to" in (w.fix or "")
     assert doc.check_records(Config()).status == doc.OK
@@ -412,5 +462,6 @@ def test_doctor_names_why_the_agent_refused_the_node() -> None:
 
     def refused() -> None:
         raise CredentialForeign("munge credential made with another key", hint="copy the key")
+
     c = doc.check_agent(refused, "tcp:head:6830")
     assert c.status == doc.FAIL and "another key" in c.message and c.fix == "copy the key"

@@ -57,17 +57,20 @@ def _golden(name: str, text: str) -> None:
     assert p.exists(), f"golden file {p} missing: run with SLURM_COLO_UPDATE_GOLDEN=1"
     assert text == p.read_text(), (
         f"{name} differs from {p}; if the change is intended, regenerate with "
-        "SLURM_COLO_UPDATE_GOLDEN=1 pytest tests/unit/test_admin_install.py and review the diff")
+        "SLURM_COLO_UPDATE_GOLDEN=1 pytest tests/unit/test_admin_install.py and review the diff"
+    )
 
 
 def _snippets(shims=None):
     cfg = example_cfg()
-    return inst.snippets(cfg, inst.Layout(), python=PYTHON, lua_text=render_job_submit_lua(cfg),
-                         shims=shims)
+    return inst.snippets(
+        cfg, inst.Layout(), python=PYTHON, lua_text=render_job_submit_lua(cfg), shims=shims
+    )
 
 
-@pytest.mark.parametrize("name", ["slurm.conf.snippet", "gres.conf.snippet",
-                                  "plugstack-slurm-colo.conf", "hooks.env"])
+@pytest.mark.parametrize(
+    "name", ["slurm.conf.snippet", "gres.conf.snippet", "plugstack-slurm-colo.conf", "hooks.env"]
+)
 def test_snippet_matches_golden(name):
     by_name = {s.name: s for s in _snippets()}
     _golden(name, by_name[name].text)
@@ -88,10 +91,15 @@ def test_job_submit_lua_is_the_rendered_hook():
 def test_slurm_conf_has_every_setting_the_suite_needs():
     text = {s.name: s for s in _snippets()}["slurm.conf.snippet"].text
     settings = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    for want in ("JobSubmitPlugins=lua", "GresTypes=gpu,shard", "SelectType=select/cons_tres",
-                 "Prolog=/etc/slurm/prolog.d/*", "Epilog=/etc/slurm/epilog.d/*",
-                 "TaskProlog=/usr/local/libexec/slurm-colo/slurm-colo-taskprolog",
-                 "PrologEpilogTimeout=120"):
+    for want in (
+        "JobSubmitPlugins=lua",
+        "GresTypes=gpu,shard",
+        "SelectType=select/cons_tres",
+        "Prolog=/etc/slurm/prolog.d/*",
+        "Epilog=/etc/slurm/epilog.d/*",
+        "TaskProlog=/usr/local/libexec/slurm-colo/slurm-colo-taskprolog",
+        "PrologEpilogTimeout=120",
+    ):
         assert want in settings
     # one NodeName Gres= line per node set, from the gres layout
     assert "# NodeName=gpu[01-02] ... Gres=gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2,shard:8" in text
@@ -108,13 +116,16 @@ def test_hooks_env_names_interpreter_and_config():
     cfg = parse_config("", "/srv/colo/site.toml")
     env = inst.hooks_env_text(cfg, "/usr/bin/python3.11", inst.config_file_of(cfg))
     values = dict(ln.split("=", 1) for ln in env.splitlines() if not ln.startswith("#"))
-    assert values == {"SLURM_COLO_PYTHON": "/usr/bin/python3.11",
-                      "SLURM_COLO_CONFIG": "/srv/colo/site.toml"}
+    assert values == {
+        "SLURM_COLO_PYTHON": "/usr/bin/python3.11",
+        "SLURM_COLO_CONFIG": "/srv/colo/site.toml",
+    }
 
 
 def test_config_file_of_defaults_and_missing_file():
     assert inst.config_file_of(parse_config("", "<string>")) == "/etc/slurm-colo/config.toml"
     from slurm_colo.config import Config
+
     assert inst.config_file_of(Config(source="/x/c.toml (missing: defaults)")) == "/x/c.toml"
 
 
@@ -146,7 +157,9 @@ def test_write_snippets_one_file_each_with_modes(tmp_path):
         assert p.read_text() == s.text
         mode = stat.S_IMODE(p.stat().st_mode)
         assert mode == (0o755 if s.executable else 0o644)
-    assert [s.target for s in items if s.name == "slurm-colo-prolog"] == ["/etc/slurm/prolog.d/50-slurm-colo"]
+    assert [s.target for s in items if s.name == "slurm-colo-prolog"] == [
+        "/etc/slurm/prolog.d/50-slurm-colo"
+    ]
 
 
 def test_cli_install_write(tmp_path, monkeypatch):
@@ -162,7 +175,10 @@ def test_cli_install_write(tmp_path, monkeypatch):
     assert f"SLURM_COLO_CONFIG={conf}" in env
     assert "SLURM_COLO_PYTHON=" in env
     assert (out / "INSTALL.txt").read_text() in r.output
-    assert "NodeName=dgx[1-2] Name=gpu Type=a100_s6 File=/dev/nvidia6" in (out / "gres.conf.snippet").read_text()
+    assert (
+        "NodeName=dgx[1-2] Name=gpu Type=a100_s6 File=/dev/nvidia6"
+        in (out / "gres.conf.snippet").read_text()
+    )
 
 
 def test_cli_install_prints_without_writing(tmp_path, monkeypatch):

@@ -49,8 +49,17 @@ def test_pages_are_well_formed_roff():
         for ln in lines:
             # text lines must not start with a control character by accident
             if ln.startswith(".") or ln.startswith("'"):
-                assert ln.split()[0] in (".TH", ".SH", ".SS", ".TP", ".B", ".PP", ".br",
-                                         ".nf", ".fi"), f"{name}: {ln!r}"
+                assert ln.split()[0] in (
+                    ".TH",
+                    ".SH",
+                    ".SS",
+                    ".TP",
+                    ".B",
+                    ".PP",
+                    ".br",
+                    ".nf",
+                    ".fi",
+                ), f"{name}: {ln!r}"
 
 
 def test_subcommands_and_options_appear():
@@ -79,5 +88,6 @@ def test_write_all_tree_and_stale_pages(tmp_path):
     written = man.write_all(app, tmp_path, man_tree=True)
     assert not (tmp_path / "man1" / "slurm-colo-gone.1").exists()
     assert (tmp_path / "man5" / "slurm-colo-config.5") in written
-    assert (tmp_path / "man8" / "slurm-colo-doctor.8").read_text() == \
-        man.render_all(app)["slurm-colo-doctor.8"]
+    assert (tmp_path / "man8" / "slurm-colo-doctor.8").read_text() == man.render_all(app)[
+        "slurm-colo-doctor.8"
+    ]

@@ -7,7 +7,7 @@ from datetime import UTC
 
 from slurm_colo.metrics import escape_label, format_value, render
 
-SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$")
 LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
 
 
@@ -42,7 +42,9 @@ def parse(text: str) -> tuple[dict[str, tuple[str, str]], list[tuple[str, dict[s
                     labels[lm.group(1)] = _unescape(lm.group(2))
                     pos = lm.end()
             float(value)  # must parse (NaN/+Inf included)
-            family = next((f for f in families if name == f or name in (f + "_sum", f + "_count")), None)
+            family = next(
+                (f for f in families if name == f or name in (f + "_sum", f + "_count")), None
+            )
             assert family, f"sample {name} without HELP/TYPE"
             samples.append((name, labels, value))
     return {k: (v["help"], v["type"]) for k, v in families.items()}, samples
@@ -50,15 +52,40 @@ def parse(text: str) -> tuple[dict[str, tuple[str, str]], list[tuple[str, dict[s
 
 SNAPSHOT = {
     "gpus": [
-        {"node": "gpu01", "index": 1, "gres_type": "v100_s1",
-         "occupants": [
-             {"job_id": 42, "cls": "resnet50", "user": "ana", "pending": False, "thread_pct": 50},
-             {"job_id": None, "cls": 'we"ird\\cls\nx', "user": "bo", "pending": True, "thread_pct": 50},
-         ],
-         "predicted_delta": 1.31, "observed_slowdown": None},
-        {"node": "gpu02", "index": 0, "gres_type": "v100_s0", "occupants": [],
-         "predicted_delta": None, "observed_slowdown": 1.12, "slots": 4, "exclusive_job": 77,
-         "closed_for": 91},
+        {
+            "node": "gpu01",
+            "index": 1,
+            "gres_type": "v100_s1",
+            "occupants": [
+                {
+                    "job_id": 42,
+                    "cls": "resnet50",
+                    "user": "ana",
+                    "pending": False,
+                    "thread_pct": 50,
+                },
+                {
+                    "job_id": None,
+                    "cls": 'we"ird\\cls\nx',
+                    "user": "bo",
+                    "pending": True,
+                    "thread_pct": 50,
+                },
+            ],
+            "predicted_delta": 1.31,
+            "observed_slowdown": None,
+        },
+        {
+            "node": "gpu02",
+            "index": 0,
+            "gres_type": "v100_s0",
+            "occupants": [],
+            "predicted_delta": None,
+            "observed_slowdown": 1.12,
+            "slots": 4,
+            "exclusive_job": 77,
+            "closed_for": 91,
+        },
     ],
     "decisions": {"share:compatible": 7, "exclusive:no_partner": 2},
     "fallbacks": {"agent_timeout": 3},
@@ -88,7 +115,9 @@ def test_every_family_has_help_and_type_and_counters_end_in_total():
 def test_gpu_occupants_split_running_and_pending():
     _, samples = parse(render(SNAPSHOT))
     running = {(l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_occupants")}
-    pending = {(l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_pending_occupants")}
+    pending = {
+        (l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_pending_occupants")
+    }
     assert running == {("gpu01", "1"): "1", ("gpu02", "0"): "0"}
     assert pending == {("gpu01", "1"): "1", ("gpu02", "0"): "0"}
 
@@ -144,16 +173,20 @@ def test_value_and_escape_helpers():
 def test_optional_capacity_exclusive_and_pending():
     _, samples = parse(render(SNAPSHOT))
     assert _values(samples, "slurm_colo_gpu_slots") == [
-        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "4")]
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "4")
+    ]
     assert _values(samples, "slurm_colo_gpu_exclusive") == [
-        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")]
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")
+    ]
     assert _values(samples, "slurm_colo_gpu_drained") == [
-        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")]
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")
+    ]
     assert _values(samples, "slurm_colo_pending_placements") == [({}, "2")]
 
 
 def test_score_age_from_created_time():
     from datetime import datetime
+
     created = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
     snap = {"scores": {"id": "s", "created": created.isoformat()}}
     _, samples = parse(render(snap, now=created.timestamp() + 5400.0))
@@ -163,8 +196,17 @@ def test_score_age_from_created_time():
 
 
 def test_pending_placements_without_job_id_keep_unique_series():
-    occ = [{"job_id": None, "key": f"tok{i}", "cls": "c", "user": "u", "pending": True,
-            "thread_pct": 50} for i in range(2)]
+    occ = [
+        {
+            "job_id": None,
+            "key": f"tok{i}",
+            "cls": "c",
+            "user": "u",
+            "pending": True,
+            "thread_pct": 50,
+        }
+        for i in range(2)
+    ]
     snap = {"gpus": [{"node": "n", "index": 0, "gres_type": "s0", "occupants": occ}]}
     _, samples = parse(render(snap))
     ids = [l["job_id"] for l, _ in _values(samples, "slurm_colo_gpu_occupant_thread_percent")]

@@ -48,8 +48,16 @@ def test_parse_versions():
     assert sb.parse_version_output("sinfo: error: no config") is None
 
 
-@pytest.mark.parametrize("version,ok", [((21, 8, 8), False), ((22, 5, 0), True), ((23, 2, 7), True),
-                                         ((24, 11, 3), True), ((25, 5, 0), False)])
+@pytest.mark.parametrize(
+    "version,ok",
+    [
+        ((21, 8, 8), False),
+        ((22, 5, 0), True),
+        ((23, 2, 7), True),
+        ((24, 11, 3), True),
+        ((25, 5, 0), False),
+    ],
+)
 def test_supported_range(version, ok):
     assert sb.is_supported(version) is ok
 
@@ -95,7 +103,14 @@ def test_build_copies_source_and_runs_make_with_argv(tmp_path):
     assert sorted(p.name for p in build.iterdir()) == ["Makefile", "colocate.c"]
     assert rec.calls == [
         ["make", "-C", str(build), f"SLURM_INCLUDE={inc}"],
-        ["make", "-C", str(build), "install", f"SLURM_INCLUDE={inc}", f"PREFIX={tmp_path / 'prefix'}"],
+        [
+            "make",
+            "-C",
+            str(build),
+            "install",
+            f"SLURM_INCLUDE={inc}",
+            f"PREFIX={tmp_path / 'prefix'}",
+        ],
     ]
     rec2 = Recorder()
     assert sb.build_spank(src, tmp_path / "b2", inc, rec2) == tmp_path / "b2" / "colocate.so"
@@ -104,7 +119,9 @@ def test_build_copies_source_and_runs_make_with_argv(tmp_path):
 
 def test_build_failure_shows_compiler_output(tmp_path):
     with pytest.raises(sb.InstallError) as e:
-        sb.build_spank(_src(tmp_path), tmp_path / "b", include_dir(tmp_path), Recorder(fail_make=True))
+        sb.build_spank(
+            _src(tmp_path), tmp_path / "b", include_dir(tmp_path), Recorder(fail_make=True)
+        )
     assert "make failed (exit 2)" in str(e.value) and "boom" in str(e.value)
 
 
@@ -120,8 +137,18 @@ def test_cli_install_spank_without_headers_fails_clearly(tmp_path):
     from typer.testing import CliRunner
 
     from slurm_colo.cli import app
-    r = CliRunner().invoke(app, ["install", "spank", "--slurm-include", str(tmp_path),
-                                 "--prefix", str(tmp_path / "prefix")])
+
+    r = CliRunner().invoke(
+        app,
+        [
+            "install",
+            "spank",
+            "--slurm-include",
+            str(tmp_path),
+            "--prefix",
+            str(tmp_path / "prefix"),
+        ],
+    )
     assert isinstance(r.exception, sb.InstallError)
     assert "libslurm-dev" in str(r.exception)
     assert not (tmp_path / "prefix").exists()

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_colo.contracts.protocol import format_request, parse_reply, parse_request
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.contracts.protocol import format_request, parse_reply, parse_request
 from slurm_colo.errors import ProtocolError
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
-SCORES = table_from_pairs([("good", "good", 1.0, 1.0), ("bad", "good", 0.2, 0.3), ("bad", "bad", 0.3, 0.3)],
-                          classes={c: ClassInfo(memory_gib=4.0) for c in ("good", "bad")})
+SCORES = table_from_pairs(
+    [("good", "good", 1.0, 1.0), ("bad", "good", 0.2, 0.3), ("bad", "bad", 0.3, 0.3)],
+    classes={c: ClassInfo(memory_gib=4.0) for c in ("good", "bad")},
+)
 
 
 def _state() -> AgentState:
@@ -29,9 +31,16 @@ def _req(cls: str, user: str = "alice", uid: int = 1000, **kw: str) -> dict[str,
 
 
 def _job(job_id: int, admin_comment: str, state: str = "RUNNING", idx: int = 0) -> SlurmJob:
-    return SlurmJob(job_id, "job", "alice", 1000, state, nodes="n1",
-                    gres=(GresAlloc("shard", "", 1, (idx,)),) if state == "RUNNING" else (),
-                    admin_comment=admin_comment)
+    return SlurmJob(
+        job_id,
+        "job",
+        "alice",
+        1000,
+        state,
+        nodes="n1",
+        gres=(GresAlloc("shard", "", 1, (idx,)),) if state == "RUNNING" else (),
+        admin_comment=admin_comment,
+    )
 
 
 def test_compatible_jobs_are_packed_and_placements_count_before_slurm_sees_them() -> None:
@@ -82,8 +91,21 @@ def test_unseen_placements_expire() -> None:
 
 def test_exclusive_jobs_block_their_gpu() -> None:
     s = _state()
-    s.apply_snapshot([SlurmJob(5, "x", "carol", 7, "RUNNING", nodes="n1",
-                               gres=(GresAlloc("gpu", "v100_s0", 1, (0,)),))], [], 1.0)
+    s.apply_snapshot(
+        [
+            SlurmJob(
+                5,
+                "x",
+                "carol",
+                7,
+                "RUNNING",
+                nodes="n1",
+                gres=(GresAlloc("gpu", "v100_s0", 1, (0,)),),
+            )
+        ],
+        [],
+        1.0,
+    )
     assert s.place_request(_req("good"), 1.0)["gres"] == "gres:shard:v100_s1:1"
     assert s.place_request(_req("bad"), 1.0)["action"] == "exclusive"
 
@@ -106,7 +128,12 @@ def test_job_start_returns_limits_and_explain_reports() -> None:
     assert p is not None and p["shared"] and p["mechanism"] == "mps" and p["gpu"] == 0
     assert p["partners"] == [11] and p["thread_pct"] and p["mem_limit_gib"]
     ex = s.explain(12)
-    assert ex["known"] and ex["action"] == "share" and ex["now_with"] == [11] and ex["partners"] == ["11"]
+    assert (
+        ex["known"]
+        and ex["action"] == "share"
+        and ex["now_with"] == [11]
+        and ex["partners"] == ["11"]
+    )
     assert not s.explain(99)["known"]
     st = s.status(10.0)
     assert st["gpus"][0]["predicted_delta"] == pytest.approx(2.0)
@@ -143,7 +170,7 @@ def test_server_checks_who_may_place() -> None:
     line = format_request("PLACE", _req("good"))
     assert agent.handle(line, peer_uid=0).startswith(b"OK\taction=")
     assert agent.handle(line, peer_uid=424242).startswith(b"ERR\tPLACE is reserved")
-    assert agent.handle(b'PING\t{}\n', peer_uid=424242).startswith(b"OK\t")
+    assert agent.handle(b"PING\t{}\n", peer_uid=424242).startswith(b"OK\t")
     assert agent.handle(b"garbage\n", peer_uid=0).startswith(b"ERR\t")
     assert agent.handle(b'JOBEND\t{"nojob": 1}\n', peer_uid=0).startswith(b"ERR\tJOBEND failed")
 
@@ -159,7 +186,10 @@ def test_reported_jobs_are_forgotten_when_slurm_no_longer_lists_them() -> None:
 
 def _fresh_decision(s: AgentState, token: str, req: dict[str, str]):  # type: ignore[no-untyped-def]
     from slurm_colo.placement import JobRequest, place
-    r = JobRequest(key=token, user=req["user"], uid=int(req["uid"]), cls=req["class"], mode=req["mode"])
+
+    r = JobRequest(
+        key=token, user=req["user"], uid=int(req["uid"]), cls=req["class"], mode=req["mode"]
+    )
     return place(r, s.view, s.scores, s.cfg.placement)
 
 
@@ -199,8 +229,9 @@ def test_server_answers_place_before_recording_it() -> None:
     agent = Agent(Config(gpus=LAYOUT), backend=_Backend())
     agent.state.scores = SCORES
     agent.refresh()
-    line = format_request("PLACE", {"uid": "1000", "user": "alice", "name": "j", "mode": "auto",
-                                    "class": "good"})
+    line = format_request(
+        "PLACE", {"uid": "1000", "user": "alice", "name": "j", "mode": "auto", "class": "good"}
+    )
     reply, after = agent.answer(line, peer_uid=0)
     assert reply.startswith(b"OK\taction=share")
     assert agent.lock.locked() and not agent.state.ledger.placements  # recorded only by `after`
@@ -219,6 +250,12 @@ def test_explain_text_gives_the_reason_once() -> None:
     text = _fmt_explain({**s.ledger.explanations[token], "known": True, "job_id": 99})
     assert "  own GPU: no shared GPU with a free slot for this user" in text
     assert text.count("own GPU") == 1
-    off = _fmt_explain({"known": True, "job_id": 98, "action": "exclusive",
-                        "reason": "--colocate=off: job left as submitted"})
+    off = _fmt_explain(
+        {
+            "known": True,
+            "job_id": 98,
+            "action": "exclusive",
+            "reason": "--colocate=off: job left as submitted",
+        }
+    )
     assert "  not shared: --colocate=off: job left as submitted" in off

@@ -2,39 +2,76 @@
 
 from __future__ import annotations
 
-from slurm_colo.placement.guard import HeldWait, plan, reserve, reserve_held, starving_jobs, whole_gpu_count
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.contracts.placement import Placement
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement import ClusterView, Decision, GpuView, Occupant
+from slurm_colo.placement.guard import (
+    HeldWait,
+    plan,
+    reserve,
+    reserve_held,
+    starving_jobs,
+    whole_gpu_count,
+)
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
-from slurm_colo.contracts.placement import Placement
 
 HOUR = 3600.0
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
-SCORES = table_from_pairs([("good", "good", 1.0, 1.0), ("loner", "good", 0.0, 0.0),
-                           ("loner", "loner", 0.0, 0.0)],
-                          classes={"good": ClassInfo(memory_gib=4.0), "loner": ClassInfo(memory_gib=4.0)})
+SCORES = table_from_pairs(
+    [("good", "good", 1.0, 1.0), ("loner", "good", 0.0, 0.0), ("loner", "loner", 0.0, 0.0)],
+    classes={"good": ClassInfo(memory_gib=4.0), "loner": ClassInfo(memory_gib=4.0)},
+)
 
 
-def waiting(job_id: int = 50, submit: float = 0.0, gres: str = "gres:gpu:1", reason: str = "Resources",
-            partition: str = "gpu") -> SlurmJob:
-    return SlurmJob(job_id, "train", "bob", 1001, "PENDING", tres_per_node=gres, submit_time=submit,
-                    state_reason=reason, partition=partition)
+def waiting(
+    job_id: int = 50,
+    submit: float = 0.0,
+    gres: str = "gres:gpu:1",
+    reason: str = "Resources",
+    partition: str = "gpu",
+) -> SlurmJob:
+    return SlurmJob(
+        job_id,
+        "train",
+        "bob",
+        1001,
+        "PENDING",
+        tres_per_node=gres,
+        submit_time=submit,
+        state_reason=reason,
+        partition=partition,
+    )
 
 
 def shard_job(job_id: int, idx: int, end: float) -> SlurmJob:
-    return SlurmJob(job_id, "good", "alice", 1000, "RUNNING", nodes="n1",
-                    gres=(GresAlloc("shard", f"v100_s{idx}", 1, (idx,)),), start_time=1.0, end_time=end)
+    return SlurmJob(
+        job_id,
+        "good",
+        "alice",
+        1000,
+        "RUNNING",
+        nodes="n1",
+        gres=(GresAlloc("shard", f"v100_s{idx}", 1, (idx,)),),
+        start_time=1.0,
+        end_time=end,
+    )
 
 
 def test_whole_gpu_requests_are_recognised() -> None:
     assert whole_gpu_count(waiting(gres="gres:gpu:2")) == 2
     assert whole_gpu_count(waiting(gres="gres/gpu:1")) == 1
     assert whole_gpu_count(SlurmJob(1, "j", "u", 1, "PENDING", tres_per_job="gres:gpu:1")) == 1
-    for gres in ("gres:gpu:a100:1", "gres:shard:1", "gres:shard:v100_s0:1", "gres:gpu:1,gres:mps:50",
-                 "", "gres:gpu:x"):
+    for gres in (
+        "gres:gpu:a100:1",
+        "gres:shard:1",
+        "gres:shard:v100_s0:1",
+        "gres:gpu:1,gres:mps:50",
+        "",
+        "gres:gpu:x",
+    ):
         assert whole_gpu_count(waiting(gres=gres)) is None, gres
 
 
@@ -47,8 +84,17 @@ def test_only_jobs_waiting_for_resources_long_enough_count() -> None:
     assert starving_jobs([young, held, dep, old, older], now, 6 * HOUR) == [older, old]
     assert starving_jobs([young, held, dep], now, 6 * HOUR) == []
     assert starving_jobs([old], now, 0.0) == []  # 0 disables the guard
-    multi = SlurmJob(5, "m", "u", 1, "PENDING", node_count=2, tres_per_node="gres:gpu:1",
-                     submit_time=0.5 * HOUR, state_reason="Resources")
+    multi = SlurmJob(
+        5,
+        "m",
+        "u",
+        1,
+        "PENDING",
+        node_count=2,
+        tres_per_node="gres:gpu:1",
+        submit_time=0.5 * HOUR,
+        state_reason="Resources",
+    )
     assert starving_jobs([multi], now, 6 * HOUR) == []
 
 
@@ -67,8 +113,9 @@ def _view(*occupied: tuple[int, int | None]) -> ClusterView:
     not started yet)."""
     gpus = [GpuView("n1", i, f"v100_s{i}", 32.0, 4) for i in (0, 1)]
     for i, jid in occupied:
-        gpus[i].occupants.append(Occupant(str(jid), "alice", 1000, "good", 4.0, job_id=jid,
-                                          pending=jid is None))
+        gpus[i].occupants.append(
+            Occupant(str(jid), "alice", 1000, "good", 4.0, job_id=jid, pending=jid is None)
+        )
     return ClusterView(gpus=gpus)
 
 
@@ -142,25 +189,29 @@ def test_guard_off_never_closes_a_gpu() -> None:
 def test_status_command_shows_the_reservation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
 
-    from slurm_colo.contracts import client
     from slurm_colo.cli import app
+    from slurm_colo.contracts import client
 
     s = _state()
     busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
-    s.apply_snapshot([*busy, waiting(submit=0.5 * HOUR)], [SlurmNode("n1", "MIXED", partitions=("gpu",))],
-                     7.5 * HOUR)
+    s.apply_snapshot(
+        [*busy, waiting(submit=0.5 * HOUR)],
+        [SlurmNode("n1", "MIXED", partitions=("gpu",))],
+        7.5 * HOUR,
+    )
     monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(7.5 * HOUR))
     out = CliRunner().invoke(app, ["status"]).output
     assert "draining GPU(s) 1 of n1 for job 50, waiting 7.0 h" in out
     assert "n1:1 [v100_s1]  1/4 slot(s)  (kept free for job 50)" in out
 
 
-
 def test_drained_gpus_wait_a_little_for_the_job_then_the_guard_gives_up() -> None:
     s = _state()
     node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
     w = waiting(submit=1 * HOUR)
-    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR), w], node, 8 * HOUR)
+    s.apply_snapshot(
+        [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR), w], node, 8 * HOUR
+    )
     assert s.reservation is not None and s.reservation.gpus == (1,)
     # job 11 ends; Slurm has not started job 50 yet: GPU 1 stays kept for it
     t = 9 * HOUR
@@ -173,7 +224,9 @@ def test_drained_gpus_wait_a_little_for_the_job_then_the_guard_gives_up() -> Non
     # job is not drained for again at once
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), w], node, t + 90)
     assert s.reservation is None and s.view.gpus[1].closed_for is None
-    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), shard_job(12, 1, end=30 * HOUR), w], node, t + 120)
+    s.apply_snapshot(
+        [shard_job(10, 0, end=20 * HOUR), shard_job(12, 1, end=30 * HOUR), w], node, t + 120
+    )
     assert s.reservation is None
 
 
@@ -181,35 +234,79 @@ def test_drained_gpus_wait_a_little_for_the_job_then_the_guard_gives_up() -> Non
 
 
 def held_job(job_id: int = 60, submit: float = 1 * HOUR, gres_type: str = "v100_s1") -> SlurmJob:
-    tag = Decision("exclusive", "no partner").placement("tokheld", "loner", "auto", held=gres_type).to_tag()
-    return SlurmJob(job_id, "loner", "carol", 1002, "PENDING", submit_time=submit,
-                    state_reason="JobHeldUser", admin_comment=tag, partition="gpu")
+    tag = (
+        Decision("exclusive", "no partner")
+        .placement("tokheld", "loner", "auto", held=gres_type)
+        .to_tag()
+    )
+    return SlurmJob(
+        job_id,
+        "loner",
+        "carol",
+        1002,
+        "PENDING",
+        submit_time=submit,
+        state_reason="JobHeldUser",
+        admin_comment=tag,
+        partition="gpu",
+    )
 
 
 def test_a_held_job_gets_the_gpu_of_its_type_that_drains_first() -> None:
     view = _view((0, 10), (1, 11))
     ends = {10: 2 * HOUR, 11: 5 * HOUR}
-    r = reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, ""), HeldWait(61, "v100_s0", 2 * HOUR, "")], view, 8 * HOUR,
-                     6 * HOUR, ends)
+    r = reserve_held(
+        [HeldWait(60, "v100_s1", 1 * HOUR, ""), HeldWait(61, "v100_s0", 2 * HOUR, "")],
+        view,
+        8 * HOUR,
+        6 * HOUR,
+        ends,
+    )
     # job 60 was held first; GPU 0 drains sooner but is of another type
-    assert r is not None and (r.job_id, r.gpus, r.gres_type, r.drained_by) == (60, (1,), "v100_s1", 5 * HOUR)
+    assert r is not None and (r.job_id, r.gpus, r.gres_type, r.drained_by) == (
+        60,
+        (1,),
+        "v100_s1",
+        5 * HOUR,
+    )
     assert r.waits_for() == "a v100_s1 GPU"
     # passed over (the guard gave up on it): the next one
-    r = reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, ""), HeldWait(61, "v100_s0", 2 * HOUR, "")], view, 8 * HOUR,
-                     6 * HOUR, ends, skip={60})
+    r = reserve_held(
+        [HeldWait(60, "v100_s1", 1 * HOUR, ""), HeldWait(61, "v100_s0", 2 * HOUR, "")],
+        view,
+        8 * HOUR,
+        6 * HOUR,
+        ends,
+        skip={60},
+    )
     assert r is not None and (r.job_id, r.gpus) == (61, (0,))
     # not held long enough, an idle GPU of its type, no GPU of its type, guard off
-    assert reserve_held([HeldWait(60, "v100_s1", 3 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends) is None
-    assert reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, "")], _view((0, 10)), 8 * HOUR, 6 * HOUR, ends) is None
-    assert reserve_held([HeldWait(60, "a100_s0", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert (
+        reserve_held([HeldWait(60, "v100_s1", 3 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends)
+        is None
+    )
+    assert (
+        reserve_held(
+            [HeldWait(60, "v100_s1", 1 * HOUR, "")], _view((0, 10)), 8 * HOUR, 6 * HOUR, ends
+        )
+        is None
+    )
+    assert (
+        reserve_held([HeldWait(60, "a100_s0", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends)
+        is None
+    )
     assert reserve_held([HeldWait(60, "v100_s1", 1 * HOUR, "")], view, 8 * HOUR, 0.0, ends) is None
     # held without a GPU request: any shared GPU (of its model) that drains first
     r = reserve_held([HeldWait(62, "*", 1 * HOUR, "")], view, 8 * HOUR, 6 * HOUR, ends)
     assert r is not None and (r.gpus, r.gres_type, r.waits_for()) == ((0,), "*", "a shared GPU")
-    assert reserve_held([HeldWait(62, "*", 1 * HOUR, "a100")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    assert (
+        reserve_held([HeldWait(62, "*", 1 * HOUR, "a100")], view, 8 * HOUR, 6 * HOUR, ends) is None
+    )
     # only nodes of its partitions
     debug = HeldWait(62, "*", 1 * HOUR, "", "debug")
-    assert reserve_held([debug], view, 8 * HOUR, 6 * HOUR, ends, partitions={"n1": ("gpu",)}) is None
+    assert (
+        reserve_held([debug], view, 8 * HOUR, 6 * HOUR, ends, partitions={"n1": ("gpu",)}) is None
+    )
     r = reserve_held([debug], view, 8 * HOUR, 6 * HOUR, ends, partitions={"n1": ("gpu", "debug")})
     assert r is not None and r.job_id == 62
 
@@ -238,9 +335,18 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
     assert aim.job_id == 60 and aim.node == "n1" and Placement.from_tag(aim.admin_comment).gpu == 1  # type: ignore[union-attr]
     assert [o.job_id for o in s.view.gpus[1].occupants] == [60]
     # Slurm runs it: the reservation ends and GPU 1 takes partners again
-    started = SlurmJob(60, "loner", "carol", 1002, "RUNNING", nodes="n1", start_time=9 * HOUR,
-                       end_time=30 * HOUR, gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
-                       admin_comment=aim.admin_comment)
+    started = SlurmJob(
+        60,
+        "loner",
+        "carol",
+        1002,
+        "RUNNING",
+        nodes="n1",
+        start_time=9 * HOUR,
+        end_time=30 * HOUR,
+        gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
+        admin_comment=aim.admin_comment,
+    )
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), started], node, 9 * HOUR + 10)
     assert s.reservation is None and s.view.gpus[1].closed_for is None
 
@@ -248,8 +354,8 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
 def test_the_status_command_says_what_a_held_job_waits_for(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
 
-    from slurm_colo.contracts import client
     from slurm_colo.cli import app
+    from slurm_colo.contracts import client
 
     s = _state()
     busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]

@@ -11,24 +11,28 @@ import pytest
 
 from slurm_colo.agent import held as agent_held
 from slurm_colo.agent import learned as agent_learned
-from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.contracts.placement import Placement
+from slurm_colo.contracts.probe import ProbeReport
+from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.errors import SlurmError
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement.retract import undone_floor
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
-from slurm_colo.contracts.placement import Placement
-from slurm_colo.contracts.probe import ProbeReport
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 # the table says slow and fast get on well (1.0 each); in truth they do not
-SCORES = table_from_pairs([("slow", "fast", 1.0, 1.0), ("slow", "slow", 0.5, 0.5), ("fast", "fast", 0.5, 0.5)],
-                          classes={"slow": ClassInfo(memory_gib=4.0, progress_rate=10.0),
-                                   "fast": ClassInfo(memory_gib=4.0, progress_rate=20.0)},
-                          created="")
+SCORES = table_from_pairs(
+    [("slow", "fast", 1.0, 1.0), ("slow", "slow", 0.5, 0.5), ("fast", "fast", 0.5, 0.5)],
+    classes={
+        "slow": ClassInfo(memory_gib=4.0, progress_rate=10.0),
+        "fast": ClassInfo(memory_gib=4.0, progress_rate=20.0),
+    },
+    created="",
+)
 
 
 def _state(**placement: object) -> AgentState:
@@ -43,9 +47,17 @@ def _req(cls: str) -> dict[str, str]:
 
 
 def _running(job_id: int, tag: str, idx: int = 0, requeue: bool = True) -> SlurmJob:
-    return SlurmJob(job_id, "job", "alice", 1000, "RUNNING", nodes="n1",
-                    gres=(GresAlloc("shard", f"v100_s{idx}", 1, (idx,)),), admin_comment=tag,
-                    requeue=requeue)
+    return SlurmJob(
+        job_id,
+        "job",
+        "alice",
+        1000,
+        "RUNNING",
+        nodes="n1",
+        gres=(GresAlloc("shard", f"v100_s{idx}", 1, (idx,)),),
+        admin_comment=tag,
+        requeue=requeue,
+    )
 
 
 def _pair(**placement: object) -> tuple[AgentState, list[SlurmJob]]:
@@ -62,9 +74,16 @@ def _pair(**placement: object) -> tuple[AgentState, list[SlurmJob]]:
 
 
 def _report(slow_now: float, fast_now: float) -> dict[str, object]:
-    return {"job": 11, "gpu": 0, "since": 4.0, "window_s": 480.0, "members": [
-        {"job": 10, "cls": "slow", "rate": slow_now, "rate_before": 10.0, "before": []},
-        {"job": 11, "cls": "fast", "rate": fast_now}]}
+    return {
+        "job": 11,
+        "gpu": 0,
+        "since": 4.0,
+        "window_s": 480.0,
+        "members": [
+            {"job": 10, "cls": "slow", "rate": slow_now, "rate_before": 10.0, "before": []},
+            {"job": 11, "cls": "fast", "rate": fast_now},
+        ],
+    }
 
 
 def test_a_good_set_is_kept_and_its_measurement_used_from_the_next_look_at_slurm() -> None:
@@ -80,7 +99,9 @@ def test_a_good_set_is_kept_and_its_measurement_used_from_the_next_look_at_slurm
 
 def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fits() -> None:
     s, jobs = _pair()
-    reply, actions = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)  # 0.3 each: combined 0.6
+    reply, actions = s.probe(
+        ProbeReport.from_wire(_report(3.0, 6.0)), 600.0
+    )  # 0.3 each: combined 0.6
     assert reply["verdict"] == "undo" and "combined throughput 0.60 < 1" in reply["reason"]
     [a] = actions
     assert a.kind == "requeue_hold" and a.job_id == 11
@@ -113,13 +134,18 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     assert s.ledger.by_job.get(11) in s.ledger.placements
 
 
-@pytest.mark.parametrize("why, setup", [
-    ("placement.undo is off", {"undo": "off"}),
-    ("--no-requeue", {"no_requeue": True}),
-    ("requeued once already", {"undone": True}),
-    ("time limit ends it sooner", {"ends_at": 900.0}),
-])
-def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(why: str, setup: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "why, setup",
+    [
+        ("placement.undo is off", {"undo": "off"}),
+        ("--no-requeue", {"no_requeue": True}),
+        ("requeued once already", {"undone": True}),
+        ("time limit ends it sooner", {"ends_at": 900.0}),
+    ],
+)
+def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(
+    why: str, setup: dict[str, object]
+) -> None:
     s, jobs = _pair(**({"undo": setup["undo"]} if "undo" in setup else {}))
     if setup.get("no_requeue"):
         jobs[1] = replace(jobs[1], requeue=False)
@@ -165,7 +191,9 @@ def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_a
     s2, jobs = _pair()
     _, [a2] = s2.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
     s2.job_ended(10)
-    s2.apply_snapshot([replace(jobs[1], state="PENDING", gres=(), admin_comment=a2.admin_comment)], [], 700.0)
+    s2.apply_snapshot(
+        [replace(jobs[1], state="PENDING", gres=(), admin_comment=a2.admin_comment)], [], 700.0
+    )
     [aim] = s2.reaim(700.0)
     s2.failed(aim, 701.0)
     assert s2.held[11].request.gres_type == "v100_s0" and 11 not in s2.ledger.by_job
@@ -190,7 +218,12 @@ def test_a_job_held_without_a_gpu_request_stays_so_when_slurm_refuses_a_change()
     assert aim.gres == "gres:shard:v100_s1:1" and 12 not in s.held
     s.failed(aim, 9.1)  # the release refused: held again, still for any GPU
     h = s.held[12]
-    assert h.any_gpu and h.model == "v100" and h.waits_for() == "a shared v100 GPU" and 12 not in s.ledger.by_job
+    assert (
+        h.any_gpu
+        and h.model == "v100"
+        and h.waits_for() == "a shared v100 GPU"
+        and 12 not in s.ledger.by_job
+    )
 
 
 def test_learnt_pairs_outlive_an_older_score_set_and_yield_to_a_newer_one() -> None:
@@ -207,14 +240,16 @@ class FakeControl:
         self.calls: list[tuple[str, int, str]] = []
         self.fail = fail
 
-    def requeue_hold(self, job_id: int, admin_comment: str, comment: str,
-                     restore: tuple[str, str] = ("", "")) -> None:
+    def requeue_hold(
+        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+    ) -> None:
         self.calls.append(("requeue_hold", job_id, admin_comment))
         if self.fail:
             raise SlurmError("scontrol requeuehold 11 failed: Job is not running")
 
-    def aim_and_release(self, job_id: int, node: str, admin_comment: str, comment: str,
-                        gres: str = "") -> None:
+    def aim_and_release(
+        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str = ""
+    ) -> None:
         self.calls.append(("aim", job_id, node))
 
     def admin_hold(self, job_id: int) -> None:
@@ -237,8 +272,12 @@ class NoSlurm:
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_server_answers_the_probe_then_changes_slurm(fail: bool, tmp_path: Path) -> None:
     control = FakeControl(fail)
-    agent = Agent(Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)), NoSlurm(), control,
-                  learned_file=tmp_path / "learned.json")
+    agent = Agent(
+        Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)),
+        NoSlurm(),
+        control,
+        learned_file=tmp_path / "learned.json",
+    )
     s, _ = _pair()
     agent.state = s
     line = format_request("PROBE", _report(3.0, 6.0))
@@ -257,7 +296,9 @@ def test_the_server_answers_the_probe_then_changes_slurm(fail: bool, tmp_path: P
     assert saved[("fast", "slow")][0].n_a == pytest.approx(0.3)
 
 
-def test_a_restarted_agent_keeps_what_probes_measured_until_a_newer_score_set(tmp_path: Path) -> None:
+def test_a_restarted_agent_keeps_what_probes_measured_until_a_newer_score_set(
+    tmp_path: Path,
+) -> None:
     cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
     first = Agent(cfg, NoSlurm(), FakeControl(), learned_file=tmp_path / "learned.json")
     s, _ = _pair()
@@ -272,7 +313,8 @@ def test_a_restarted_agent_keeps_what_probes_measured_until_a_newer_score_set(tm
 
 
 def test_an_unreadable_measurements_file_is_set_aside_and_the_agent_starts(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     f = tmp_path / "learned.json"
     f.write_text('{"format": "slurm-colo-learned/1", "pairs": [{"a": "x"')
     agent = Agent(Config(gpus=LAYOUT), NoSlurm(), FakeControl(), learned_file=f)
@@ -281,12 +323,15 @@ def test_an_unreadable_measurements_file_is_set_aside_and_the_agent_starts(
     assert "not JSON" in caplog.text and "set aside" in caplog.text
 
 
-@pytest.mark.parametrize("pairs, why", [
-    ([{"a": "x", "b": "y", "n_a": "fast", "n_b": 1, "at": 0}], r"pairs\[0\] is malformed"),
-    ([{"a": "x", "b": "y", "n_a": 0.5, "n_b": 1, "at": -5}], "out of range"),
-    ([{"a": "x", "b": "y", "n_a": float("nan"), "n_b": 1, "at": 0}], "out of range"),
-    ([{"b": "y", "n_a": 0.5, "n_b": 1, "at": 0}], "malformed"),
-])
+@pytest.mark.parametrize(
+    "pairs, why",
+    [
+        ([{"a": "x", "b": "y", "n_a": "fast", "n_b": 1, "at": 0}], r"pairs\[0\] is malformed"),
+        ([{"a": "x", "b": "y", "n_a": 0.5, "n_b": 1, "at": -5}], "out of range"),
+        ([{"a": "x", "b": "y", "n_a": float("nan"), "n_b": 1, "at": 0}], "out of range"),
+        ([{"b": "y", "n_a": 0.5, "n_b": 1, "at": 0}], "malformed"),
+    ],
+)
 def test_bad_measurement_rows_are_refused_with_the_row_named(pairs: list, why: str) -> None:
     raw = json.dumps({"format": "slurm-colo-learned/1", "pairs": pairs}).encode()
     with pytest.raises(agent_learned.LearnedError, match=why):
@@ -305,15 +350,35 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     # no GPU takes c or d: each waits held, without a GPU request, for any shared GPU
     assert c["action"] == d["action"] == "hold" and "node" not in c
     assert c["gres"] == d["gres"] == "none"
-    assert c["comment"].startswith("colo: held until a shared GPU fits (n1:0: slow+slow: slow predicted at 0.50x")
+    assert c["comment"].startswith(
+        "colo: held until a shared GPU fits (n1:0: slow+slow: slow predicted at 0.50x"
+    )
     tag = Placement.from_tag(c["tag"])
     assert tag is not None and tag.held == "*" and not tag.undone and not tag.shared
     assert tag.model == ""
     assert s.ledger.decisions["hold:no partner now"] == 2
-    held = [SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
-                     state_reason="JobHeldUser"),
-            SlurmJob(13, "job", "alice", 1000, "PENDING", admin_comment=d["tag"], submit_time=1.3,
-                     state_reason="JobHeldUser")]
+    held = [
+        SlurmJob(
+            12,
+            "job",
+            "alice",
+            1000,
+            "PENDING",
+            admin_comment=c["tag"],
+            submit_time=1.2,
+            state_reason="JobHeldUser",
+        ),
+        SlurmJob(
+            13,
+            "job",
+            "alice",
+            1000,
+            "PENDING",
+            admin_comment=d["tag"],
+            submit_time=1.3,
+            state_reason="JobHeldUser",
+        ),
+    ]
     running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
     s.apply_snapshot(running + held, [], 5.0)
     assert sorted(s.held) == [12, 13]
@@ -344,8 +409,15 @@ def test_a_job_held_for_one_gpu_type_by_an_earlier_version_is_released_onto_that
     s = _state(unplaced="hold")
     a = s.place_request(_req("slow"), 1.0)
     b = s.place_request(_req("slow"), 1.1)
-    old = SlurmJob(12, "job", "alice", 1000, "PENDING", submit_time=1.2,
-                   admin_comment="slurm-colo[v=1 tok=old1 cls=slow mode=auto held=v100_s0]")
+    old = SlurmJob(
+        12,
+        "job",
+        "alice",
+        1000,
+        "PENDING",
+        submit_time=1.2,
+        admin_comment="slurm-colo[v=1 tok=old1 cls=slow mode=auto held=v100_s0]",
+    )
     running = [_running(10, a["tag"], 0), _running(11, b["tag"], 1)]
     s.apply_snapshot(running + [old], [], 5.0)
     h = s.held[12]
@@ -362,15 +434,35 @@ def test_a_job_held_for_one_gpu_type_by_an_earlier_version_is_released_onto_that
 
 def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() -> None:
     layout = (NodeGpus("n1", 1, "v100", 32.0, (0,), 4), NodeGpus("n2", 1, "a100", 40.0, (0,), 4))
-    s = AgentState(Config(gpus=layout, placement=PlacementConfig(explore_rate=0.0, unplaced="hold")), SCORES)
+    s = AgentState(
+        Config(gpus=layout, placement=PlacementConfig(explore_rate=0.0, unplaced="hold")), SCORES
+    )
     s.apply_snapshot([], [SlurmNode("n1", "IDLE"), SlurmNode("n2", "IDLE")], 0.0)
     a = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.0)
     c = s.place_request(dict(_req("slow"), gpu_type="v100"), 1.2)
-    assert a["node"] == "n1" and c["action"] == "hold" and Placement.from_tag(c["tag"]).model == "v100"  # type: ignore[union-attr]
-    run_a = SlurmJob(10, "job", "alice", 1000, "RUNNING", nodes="n1",
-                     gres=(GresAlloc("shard", "v100_s0", 1, (0,)),), admin_comment=a["tag"])
-    held = SlurmJob(12, "job", "alice", 1000, "PENDING", admin_comment=c["tag"], submit_time=1.2,
-                    state_reason="JobHeldAdmin")
+    assert (
+        a["node"] == "n1" and c["action"] == "hold" and Placement.from_tag(c["tag"]).model == "v100"
+    )  # type: ignore[union-attr]
+    run_a = SlurmJob(
+        10,
+        "job",
+        "alice",
+        1000,
+        "RUNNING",
+        nodes="n1",
+        gres=(GresAlloc("shard", "v100_s0", 1, (0,)),),
+        admin_comment=a["tag"],
+    )
+    held = SlurmJob(
+        12,
+        "job",
+        "alice",
+        1000,
+        "PENDING",
+        admin_comment=c["tag"],
+        submit_time=1.2,
+        state_reason="JobHeldAdmin",
+    )
     s.apply_snapshot([run_a, held], [], 5.0)
     assert s.held[12].model == "v100" and s.held[12].locked
     assert s.reaim(5.0) == []  # the idle a100 is not for it, and it is locked already
@@ -391,24 +483,54 @@ def test_unplaced_auto_holds_only_when_every_gpu_is_shared() -> None:
     all_shared = (NodeGpus("n1", 2, "v100", 32.0, (0, 1), 4),)
     assert agent_held.hold_unplaced(Config(gpus=all_shared))
     assert not agent_held.hold_unplaced(Config(gpus=LAYOUT))  # GPUs 2 and 3 are not shared
-    assert not agent_held.hold_unplaced(Config(gpus=all_shared, placement=PlacementConfig(unplaced="own-gpu")))
+    assert not agent_held.hold_unplaced(
+        Config(gpus=all_shared, placement=PlacementConfig(unplaced="own-gpu"))
+    )
     assert agent_held.hold_unplaced(Config(gpus=LAYOUT, placement=PlacementConfig(unplaced="hold")))
 
 
 def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_mark() -> None:
     tag = "slurm-colo[v=1 tok=t cls=a mode=auto held=v100_s1]"
-    jobs = [SlurmJob(7, "j", "alice", 1000, "PENDING", admin_comment=tag),
-            SlurmJob(5, "j", "alice", 1000, "PENDING", admin_comment=tag.replace("s1", "s0")),
-            SlurmJob(6, "j", "alice", 1000, "RUNNING", admin_comment=tag),
-            SlurmJob(8, "j", "alice", 1000, "PENDING", admin_comment="slurm-colo[v=1 tok=u cls=a mode=auto]")]
-    jobs += [SlurmJob(9, "j", "bob", 1001, "PENDING", admin_comment="slurm-colo[v=1 tok=w cls=a mode=auto held=*]"),
-             SlurmJob(4, "j", "bob", 1001, "PENDING",
-                      admin_comment="slurm-colo[v=1 tok=x cls=a mode=auto held=* model=a100]")]
+    jobs = [
+        SlurmJob(7, "j", "alice", 1000, "PENDING", admin_comment=tag),
+        SlurmJob(5, "j", "alice", 1000, "PENDING", admin_comment=tag.replace("s1", "s0")),
+        SlurmJob(6, "j", "alice", 1000, "RUNNING", admin_comment=tag),
+        SlurmJob(
+            8, "j", "alice", 1000, "PENDING", admin_comment="slurm-colo[v=1 tok=u cls=a mode=auto]"
+        ),
+    ]
+    jobs += [
+        SlurmJob(
+            9,
+            "j",
+            "bob",
+            1001,
+            "PENDING",
+            admin_comment="slurm-colo[v=1 tok=w cls=a mode=auto held=*]",
+        ),
+        SlurmJob(
+            4,
+            "j",
+            "bob",
+            1001,
+            "PENDING",
+            admin_comment="slurm-colo[v=1 tok=x cls=a mode=auto held=* model=a100]",
+        ),
+    ]
     found = agent_held.held_in_slurm(jobs)
     assert [(h.job.job_id, h.gres_type, h.model) for h in found] == [
-        (4, "*", "a100"), (5, "v100_s0", ""), (7, "v100_s1", ""), (9, "*", "")]
+        (4, "*", "a100"),
+        (5, "v100_s0", ""),
+        (7, "v100_s1", ""),
+        (9, "*", ""),
+    ]
     m, s0, s1, anyg = found
-    assert [h.waits_for() for h in found] == ["a shared a100 GPU", "a v100_s0 GPU", "a v100_s1 GPU", "a shared GPU"]
+    assert [h.waits_for() for h in found] == [
+        "a shared a100 GPU",
+        "a v100_s0 GPU",
+        "a v100_s1 GPU",
+        "a shared GPU",
+    ]
     assert s1.unheld_tag() == "slurm-colo[v=1 tok=t cls=a mode=auto]"
     assert anyg.unheld_tag() == "slurm-colo[v=1 tok=w cls=a mode=auto]"
     assert Placement.from_tag(s1.unheld_tag()).held is None  # type: ignore[union-attr]
@@ -419,7 +541,8 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
 
 
 def test_measurements_that_cannot_be_saved_stay_in_memory_with_a_warning(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
     agent = Agent(cfg, NoSlurm(), FakeControl(), learned_file=tmp_path / "gone" / "learned.json")
     s, _ = _pair()

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import private_munged
 import pytest
 
 from slurm_colo.agent.server import Agent
@@ -15,8 +16,6 @@ from slurm_colo.contracts import client
 from slurm_colo.errors import AgentError, CredentialForeign, WrongCluster
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.slurm.model import SlurmJob, SlurmNode
-
-import private_munged
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 
@@ -59,9 +58,17 @@ def gpu_node(head: private_munged.Munged) -> Iterator[private_munged.Munged]:
 def agent(head: private_munged.Munged, tmp_path: Path) -> Iterator[tuple[Agent, int]]:
     port = _free_port()
     sock = str(tmp_path / "agent.sock")
-    cfg = Config(gpus=LAYOUT, agent=AgentConfig(
-        socket=sock, listen=(f"unix:{sock}", f"tcp:127.0.0.1:{port}"), address=f"unix:{sock}",
-        cluster="alpha", munge_socket=head.socket, user="root"))
+    cfg = Config(
+        gpus=LAYOUT,
+        agent=AgentConfig(
+            socket=sock,
+            listen=(f"unix:{sock}", f"tcp:127.0.0.1:{port}"),
+            address=f"unix:{sock}",
+            cluster="alpha",
+            munge_socket=head.socket,
+            user="root",
+        ),
+    )
     a = Agent(cfg, backend=_Backend(), learned_file=tmp_path / "learned.json")
     a._start_tcp()
     yield a, port
@@ -69,12 +76,20 @@ def agent(head: private_munged.Munged, tmp_path: Path) -> Iterator[tuple[Agent, 
 
 
 def _node_cfg(port: int, munged: private_munged.Munged, cluster: str = "alpha") -> Config:
-    return Config(gpus=LAYOUT, agent=AgentConfig(address=f"tcp:127.0.0.1:{port}", cluster=cluster,
-                                                 munge_socket=munged.socket, user="root"))
+    return Config(
+        gpus=LAYOUT,
+        agent=AgentConfig(
+            address=f"tcp:127.0.0.1:{port}",
+            cluster=cluster,
+            munge_socket=munged.socket,
+            user="root",
+        ),
+    )
 
 
-def test_a_node_hook_reaches_the_agent_over_tcp(agent: tuple[Agent, int],
-                                                gpu_node: private_munged.Munged) -> None:
+def test_a_node_hook_reaches_the_agent_over_tcp(
+    agent: tuple[Agent, int], gpu_node: private_munged.Munged
+) -> None:
     a, port = agent
     cfg = _node_cfg(port, gpu_node)
     pong = client.ping(cfg)
@@ -93,8 +108,9 @@ def test_a_plain_line_on_the_tcp_port_is_refused(agent: tuple[Agent, int]) -> No
     assert reply.startswith(b"ERR\tauth unauthenticated")
 
 
-def test_another_clusters_key_or_name_is_refused(agent: tuple[Agent, int],
-                                                 gpu_node: private_munged.Munged) -> None:
+def test_another_clusters_key_or_name_is_refused(
+    agent: tuple[Agent, int], gpu_node: private_munged.Munged
+) -> None:
     _, port = agent
     other = private_munged.start()  # another cluster: another key
     try:
@@ -103,8 +119,9 @@ def test_another_clusters_key_or_name_is_refused(agent: tuple[Agent, int],
     finally:
         other.stop()
     with pytest.raises(WrongCluster):
-        client.request(f"tcp:127.0.0.1:{port}", "PING", {}, 2.0,
-                       _node_cfg(port, gpu_node, cluster="beta"))
+        client.request(
+            f"tcp:127.0.0.1:{port}", "PING", {}, 2.0, _node_cfg(port, gpu_node, cluster="beta")
+        )
     assert client.ping(_node_cfg(port, gpu_node, cluster="beta")) is None  # hooks: just None
 
 

@@ -14,8 +14,23 @@ from slurm_colo.errors import ProtocolError
 
 def test_round_trip_through_json() -> None:
     p = Placement("tok", "bert", Mode.AUTO, Mechanism.MPS, "n1", 1, 50, 8.0, 6.0, 1.2)
-    st = JobState(7, "alice", 1000, "n1", [1], "bert", Mode.AUTO, 12.5, "boot", "lab", p,
-                  Mechanism.MPS, {1: GpuMpsStart("ok", 10, 20, "")}, ["GPU-1"], 4242)
+    st = JobState(
+        7,
+        "alice",
+        1000,
+        "n1",
+        [1],
+        "bert",
+        Mode.AUTO,
+        12.5,
+        "boot",
+        "lab",
+        p,
+        Mechanism.MPS,
+        {1: GpuMpsStart("ok", 10, 20, "")},
+        ["GPU-1"],
+        4242,
+    )
     back = JobState.from_json(json.loads(json.dumps(st.to_json())))
     assert back == st and back.mps[1].log_offset == 10 and back.placement == p
 
@@ -25,10 +40,17 @@ def test_a_sparse_file_takes_defaults_and_the_directory_job_id() -> None:
     assert (st.job, st.gpus, st.start, st.placement, st.mode) == (9, [0, 1], 3.0, None, Mode.OFF)
 
 
-@pytest.mark.parametrize("bad", [[], {"job": "x"}, {"job": 1, "gpus": ["a"]},
-                                 {"job": 1, "mechanism": "nvlink"},
-                                 {"job": 1, "placement": {"token": 5}},
-                                 {"job": 1, "mps": {"0": "ok"}}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {"job": "x"},
+        {"job": 1, "gpus": ["a"]},
+        {"job": 1, "mechanism": "nvlink"},
+        {"job": 1, "placement": {"token": 5}},
+        {"job": 1, "mps": {"0": "ok"}},
+    ],
+)
 def test_damaged_files_raise_protocol_error(bad: object) -> None:
     with pytest.raises(ProtocolError):
         JobState.from_json(bad)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_colo.gres_layout import NodeGpus, compress_indices, expand_hostlist, gres_conf, parse_index_list
+from slurm_colo.gres_layout import (
+    NodeGpus,
+    compress_indices,
+    expand_hostlist,
+    gres_conf,
+    parse_index_list,
+)
 
 
 def test_type_names_keep_the_model_type_for_exclusive_gpus() -> None:
@@ -26,10 +32,14 @@ def test_generated_lines() -> None:
     assert NodeGpus("vm", 2, "v100", shared=()).node_gres() == "gpu:v100:2"
 
 
-@pytest.mark.parametrize("expr,names", [
-    ("vm", ["vm"]), ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
-    ("a[1-2]b,c", ["a1b", "a2b", "c"]),
-])
+@pytest.mark.parametrize(
+    "expr,names",
+    [
+        ("vm", ["vm"]),
+        ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+        ("a[1-2]b,c", ["a1b", "a2b", "c"]),
+    ],
+)
 def test_hostlists(expr: str, names: list[str]) -> None:
     assert expand_hostlist(expr) == names
 

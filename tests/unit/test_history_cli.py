@@ -29,14 +29,18 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     conf = tmp_path / "config.toml"
-    conf.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/h.db"\n'
-                    f'[scores]\npath = "{tmp_path}/live.json"\n'
-                    f'[node]\nspool_dir = "{tmp_path}/spool"\n')
+    conf.write_text(
+        f'[store]\nurl = "sqlite:///{tmp_path}/h.db"\n'
+        f'[scores]\npath = "{tmp_path}/live.json"\n'
+        f'[node]\nspool_dir = "{tmp_path}/spool"\n'
+    )
     monkeypatch.setenv("SLURM_COLO_CONFIG", str(conf))
     return tmp_path
 
 
-def test_commands_refuse_an_unmigrated_database(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_commands_refuse_an_unmigrated_database(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(["history"], capsys)
     assert code == 2 and "slurm-colo db upgrade" in err
     code, out, err = run(["db", "status"], capsys)
@@ -71,9 +75,19 @@ def test_ingest_and_query_with_filters(site: Path, capsys: pytest.CaptureFixture
     run(["db", "upgrade"], capsys)
     spool = site / "spool"
     spool.mkdir()
-    for i, (user, cls, node) in enumerate([("alice", "x", "n1"), ("bob", "y", "n1"), ("alice", "y", "n2")]):
-        r = JobRecord(job_id=i + 1, node=node, user=user, uid=1, cls=cls, start=1.8e9 + i * 100,
-                      end=1.8e9 + i * 100 + 60, co_runners=[CoRunner(99, "z", "u", 1.8e9, 1.8e9 + 10)])
+    for i, (user, cls, node) in enumerate(
+        [("alice", "x", "n1"), ("bob", "y", "n1"), ("alice", "y", "n2")]
+    ):
+        r = JobRecord(
+            job_id=i + 1,
+            node=node,
+            user=user,
+            uid=1,
+            cls=cls,
+            start=1.8e9 + i * 100,
+            end=1.8e9 + i * 100 + 60,
+            co_runners=[CoRunner(99, "z", "u", 1.8e9, 1.8e9 + 10)],
+        )
         (spool / f"{i}.json").write_text(json.dumps(r.to_dict()))
     (spool / "bad.json").write_text("{")
     code, out, err = run(["history", "ingest"], capsys)
@@ -83,8 +97,10 @@ def test_ingest_and_query_with_filters(site: Path, capsys: pytest.CaptureFixture
     assert sorted(r["job_id"] for r in rows) == [1, 3]
     code, out, _ = run(["history", "--class", "y", "--node", "n1", "--json"], capsys)
     assert [json.loads(x)["job_id"] for x in out.splitlines()] == [2]
-    code, out, _ = run(["history", "--since", "2027-01-15T08:03:00", "--until", "2027-01-15T08:04:00",
-                        "--json"], capsys)
+    code, out, _ = run(
+        ["history", "--since", "2027-01-15T08:03:00", "--until", "2027-01-15T08:04:00", "--json"],
+        capsys,
+    )
     assert [json.loads(x)["job_id"] for x in out.splitlines()] == [3]
     code, out, _ = run(["history", "--user", "alice"], capsys)
     assert code == 0 and "JOBID" in out and out.count("alice") == 2
@@ -110,8 +126,10 @@ def test_model_evaluate_prints_model_and_baselines(capsys: pytest.CaptureFixture
 
 
 def test_any_gpu_key_of_a_gavel_file_is_imported_and_evaluated(
-        site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from slurm_colo.gavel import bundled_path
+
     # the bundled K80 measurements under a GPU key the bundled file does not have
     f = site / "campaign.json"
     f.write_text(json.dumps({"a100": json.loads(bundled_path().read_text())["k80"]}))
@@ -121,8 +139,9 @@ def test_any_gpu_key_of_a_gavel_file_is_imported_and_evaluated(
     code, out, _ = run(["retrain", "--gpu", "a100"], capsys)
     assert code == 0 and "published" in out
     assert json.loads((site / "live.json").read_text())["gpu_model"] == "a100"
-    code, out, _ = run(["model", "evaluate", "--gavel", str(f), "--gpu", "a100", "--seeds", "1",
-                        "--json"], capsys)
+    code, out, _ = run(
+        ["model", "evaluate", "--gavel", str(f), "--gpu", "a100", "--seeds", "1", "--json"], capsys
+    )
     assert code == 0 and json.loads(out)["gpu"] == "a100"
     for cmd in (["history", "import"], ["model", "evaluate"]):
         code, _, err = run([*cmd, "--gavel", str(f), "--gpu", "v100"], capsys)
@@ -137,6 +156,7 @@ def test_import_and_evaluate_help_say_any_gpu_key_works() -> None:
     from typer.main import get_command
 
     from slurm_colo.cli import app
+
     root = get_command(app)
     for group, cmd in (("history", "import"), ("model", "evaluate")):
         sub = root.commands[group].commands[cmd]  # type: ignore[attr-defined]

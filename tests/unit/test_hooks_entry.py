@@ -31,11 +31,24 @@ def cfg(tmp_path: Path) -> Iterator[Config]:
 
 def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
-    full.update({"SLURM_COLO_CONFIG": cfg.source, "SLURM_JOB_ID": str(job),
-                 "SLURMD_NODENAME": "n1", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000",
-                 "SLURM_JOB_GPUS": "0", **env})
-    return subprocess.run([sys.executable, "-m", "slurm_colo.hooks", name], env=full,
-                          capture_output=True, text=True, timeout=60)
+    full.update(
+        {
+            "SLURM_COLO_CONFIG": cfg.source,
+            "SLURM_JOB_ID": str(job),
+            "SLURMD_NODENAME": "n1",
+            "SLURM_JOB_USER": "alice",
+            "SLURM_JOB_UID": "1000",
+            "SLURM_JOB_GPUS": "0",
+            **env,
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_colo.hooks", name],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def colocated(cls: str = "resnet50", mech: str = "mps") -> dict[str, str]:
@@ -92,19 +105,26 @@ def test_colocated_pair_from_comment_tag_when_agent_is_down(cfg: Config) -> None
 def test_shard_job_exports_only_the_progress_file(cfg: Config) -> None:
     assert hook(cfg, "prolog", 21, **colocated(mech="shard")).returncode == 0
     out = hook(cfg, "taskprolog", 21)
-    assert out.stdout == (f"export SLURM_COLO_PROGRESS_FILE={cfg.node.run_dir}/jobs/21/user/"
-                          "progress.json\n")
+    assert out.stdout == (
+        f"export SLURM_COLO_PROGRESS_FILE={cfg.node.run_dir}/jobs/21/user/progress.json\n"
+    )
     assert hook(cfg, "epilog", 21).returncode == 0 and len(spool_records(cfg)) == 1
 
 
 def test_refused_mps_is_said_on_the_jobs_output(cfg: Config) -> None:
     assert hook(cfg, "prolog", 31, **colocated()).returncode == 0
-    assert hook(cfg, "prolog", 32, SLURM_JOB_UID="1001", SLURM_JOB_USER="bob",
-                **colocated()).returncode == 0
+    assert (
+        hook(
+            cfg, "prolog", 32, SLURM_JOB_UID="1001", SLURM_JOB_USER="bob", **colocated()
+        ).returncode
+        == 0
+    )
     out = hook(cfg, "taskprolog", 32).stdout.splitlines()
     assert not any("CUDA_MPS" in line for line in out)
-    assert any(line.startswith("print slurm-colo: warning:") and "one user at a time" in line
-               for line in out)
+    assert any(
+        line.startswith("print slurm-colo: warning:") and "one user at a time" in line
+        for line in out
+    )
     for j in (31, 32):
         hook(cfg, "epilog", j)
 
@@ -112,15 +132,19 @@ def test_refused_mps_is_said_on_the_jobs_output(cfg: Config) -> None:
 def test_broken_config_never_fails_the_prolog(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[node]\nno_such_key = 1\n")
-    cp = subprocess.run([sys.executable, "-m", "slurm_colo.hooks", "prolog"],
-                        env={**os.environ, "SLURM_COLO_CONFIG": str(bad), "SLURM_JOB_ID": "1"},
-                        capture_output=True, text=True)
+    cp = subprocess.run(
+        [sys.executable, "-m", "slurm_colo.hooks", "prolog"],
+        env={**os.environ, "SLURM_COLO_CONFIG": str(bad), "SLURM_JOB_ID": "1"},
+        capture_output=True,
+        text=True,
+    )
     assert cp.returncode == 0 and "unknown key node.no_such_key" in cp.stderr
 
 
 def test_usage_error_for_unknown_hook() -> None:
-    cp = subprocess.run([sys.executable, "-m", "slurm_colo.hooks", "nope"], capture_output=True,
-                        text=True)
+    cp = subprocess.run(
+        [sys.executable, "-m", "slurm_colo.hooks", "nope"], capture_output=True, text=True
+    )
     assert cp.returncode == 2 and "usage" in cp.stderr
 
 
@@ -141,31 +165,46 @@ print("HEAVY:" + ",".join(heavy))
 def test_prolog_taskprolog_and_epilog_stay_light(cfg: Config) -> None:
     """The database ingest and the MPS stop (NVML) run in the Epilog's detached helper."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
-    env.update(SLURM_COLO_CONFIG=cfg.source, SLURM_JOB_ID="41", SLURM_JOB_USER="alice",
-               SLURM_JOB_UID="1000", SLURM_JOB_GPUS="0", **colocated())
+    env.update(
+        SLURM_COLO_CONFIG=cfg.source,
+        SLURM_JOB_ID="41",
+        SLURM_JOB_USER="alice",
+        SLURM_JOB_UID="1000",
+        SLURM_JOB_GPUS="0",
+        **colocated(),
+    )
     # a second job joins a running daemon: the common Prolog path
     assert hook(cfg, "prolog", 40, **colocated()).returncode == 0
-    cp = subprocess.run([sys.executable, "-c", _IMPORTS], env=env, capture_output=True,
-                        text=True)
+    cp = subprocess.run([sys.executable, "-c", _IMPORTS], env=env, capture_output=True, text=True)
     assert cp.returncode == 0, cp.stderr
     lines = cp.stdout.splitlines()
     assert lines[0].startswith("export CUDA_MPS_PIPE_DIRECTORY=")  # the real path ran
     assert lines[-1] == "HEAVY:"
     assert hook(cfg, "epilog", 40).returncode == 0
     # the last job's Epilog (record, MPS stop and ingest handed off), in process
-    cp = subprocess.run([sys.executable, "-c", _IMPORTS], env={**env, "RUN_EPILOG": "1"},
-                        capture_output=True, text=True, check=False)
+    cp = subprocess.run(
+        [sys.executable, "-c", _IMPORTS],
+        env={**env, "RUN_EPILOG": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.splitlines()[-1] == "HEAVY:"
     assert {r["job_id"] for r in spool_records(cfg)} | {
         json.loads(p.read_text())["job_id"]
-        for p in (Path(cfg.node.spool_dir) / "done").glob("*.json")} == {40, 41}
+        for p in (Path(cfg.node.spool_dir) / "done").glob("*.json")
+    } == {40, 41}
 
 
 def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> None:
     cfg = node_config(tmp_path, profile="all")
-    assert hook(cfg, "prolog", 51, SLURM_JOB_NAME="ResNet50 train.sh",
-                SPANK_COLOCATE_CLASS="bad class!").returncode == 0
+    assert (
+        hook(
+            cfg, "prolog", 51, SLURM_JOB_NAME="ResNet50 train.sh", SPANK_COLOCATE_CLASS="bad class!"
+        ).returncode
+        == 0
+    )
     assert hook(cfg, "taskprolog", 51).stdout.startswith("export SLURM_COLO_PROGRESS_FILE=")
     assert hook(cfg, "epilog", 51).returncode == 0
     (rec,) = spool_records(cfg)
@@ -174,9 +213,14 @@ def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> 
 
 def test_missing_mps_binary_never_drains_and_the_job_is_told(tmp_path: Path) -> None:
     cfg = node_config(tmp_path)
-    text = Path(cfg.source).read_text().replace(
-        'mps_backend = "emulator"',
-        f'mps_backend = "real"\nmps_control = "{tmp_path}/no-such-binary"')
+    text = (
+        Path(cfg.source)
+        .read_text()
+        .replace(
+            'mps_backend = "emulator"',
+            f'mps_backend = "real"\nmps_control = "{tmp_path}/no-such-binary"',
+        )
+    )
     Path(cfg.source).write_text(text)
     p = hook(cfg, "prolog", 61, **colocated())
     assert p.returncode == 0 and "did not start" in p.stderr

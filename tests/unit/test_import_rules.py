@@ -166,21 +166,33 @@ def test_no_import_cycle_between_rooms() -> None:
 
 def test_every_room_has_its_rule() -> None:
     rooms = {_room(m) for m in MODULES}
-    assert rooms - set(ALLOWED) - TOP == set(), "add the new room to ALLOWED and docs/contributing.md"
+    assert rooms - set(ALLOWED) - TOP == set(), (
+        "add the new room to ALLOWED and docs/contributing.md"
+    )
 
 
 @pytest.mark.parametrize("room", sorted(ALLOWED))
 def test_room_imports_only_what_it_may(room: str) -> None:
-    bad = sorted(f"{m} imports {d}" for m, deps in _graph().items() if _room(m) == room
-                 for d in deps if _room(d) != room and _room(d) not in ALLOWED[room]
-                 and d.removeprefix("slurm_colo.") not in ALLOWED[room])
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, deps in _graph().items()
+        if _room(m) == room
+        for d in deps
+        if _room(d) != room
+        and _room(d) not in ALLOWED[room]
+        and d.removeprefix("slurm_colo.") not in ALLOWED[room]
+    )
     assert bad == []
 
 
 def test_contracts_need_only_the_standard_library() -> None:
     """The hooks import contracts/: no third-party package may come with it."""
     stdlib = sys.stdlib_module_names
-    bad = sorted(f"{m} imports {imp}" for m, p in MODULES.items() if _room(m) == "contracts"
-                 for imp in _runtime_imports(p, m)
-                 if imp.split(".")[0] not in stdlib and imp.split(".")[0] != "slurm_colo")
+    bad = sorted(
+        f"{m} imports {imp}"
+        for m, p in MODULES.items()
+        if _room(m) == "contracts"
+        for imp in _runtime_imports(p, m)
+        if imp.split(".")[0] not in stdlib and imp.split(".")[0] != "slurm_colo"
+    )
     assert bad == []

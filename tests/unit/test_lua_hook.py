@@ -19,19 +19,33 @@ from slurm_colo.lua import render_job_submit_lua
 
 HARNESS = Path(__file__).parent / "lua" / "harness.lua"
 LUA = shutil.which("lua5.1")
-pytestmark = pytest.mark.skipif(LUA is None and os.environ.get("CI") != "true",
-                                reason="lua5.1 not installed (apt-get install lua5.1 lua-socket)")
+pytestmark = pytest.mark.skipif(
+    LUA is None and os.environ.get("CI") != "true",
+    reason="lua5.1 not installed (apt-get install lua5.1 lua-socket)",
+)
 
 
-def _run(tmp: Path, job: dict[str, str], spank: list[str], cfg: Config, calls: int = 1,
-         tres_sep: str = "") -> tuple[dict[str, str], str, float]:
+def _run(
+    tmp: Path,
+    job: dict[str, str],
+    spank: list[str],
+    cfg: Config,
+    calls: int = 1,
+    tres_sep: str = "",
+) -> tuple[dict[str, str], str, float]:
     script = tmp / "job_submit.lua"
     script.write_text(render_job_submit_lua(cfg, tres_sep))
     lines = [f"{k}={v}" for k, v in job.items()] + [f"spank={s}" for s in spank]
     t0 = time.perf_counter()
-    p = subprocess.run([LUA or "lua5.1", str(HARNESS), str(script)], input="\n".join(lines) + "\n",
-                       capture_output=True, text=True, timeout=20, check=False,
-                       env=dict(os.environ, HARNESS_CALLS=str(calls)))
+    p = subprocess.run(
+        [LUA or "lua5.1", str(HARNESS), str(script)],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+        env=dict(os.environ, HARNESS_CALLS=str(calls)),
+    )
     dt = time.perf_counter() - t0
     assert p.returncode == 0, p.stderr
     out = dict(line.split("=", 1) for line in p.stdout.splitlines())
@@ -40,11 +54,18 @@ def _run(tmp: Path, job: dict[str, str], spank: list[str], cfg: Config, calls: i
 
 @pytest.fixture()
 def cfg(tmp_path: Path) -> Config:
-    return Config(agent=AgentConfig(socket=str(tmp_path / "a.sock"), request_timeout_ms=150, retry_after_s=30))
+    return Config(
+        agent=AgentConfig(socket=str(tmp_path / "a.sock"), request_timeout_ms=150, retry_after_s=30)
+    )
 
 
-BATCH = {"name": "train", "user_name": "alice", "user_id": "1000", "script": "#!/bin/sh\nsleep 1",
-         "tres_per_node": "gres:gpu:1"}
+BATCH = {
+    "name": "train",
+    "user_name": "alice",
+    "user_id": "1000",
+    "script": "#!/bin/sh\nsleep 1",
+    "tres_per_node": "gres:gpu:1",
+}
 COLO = ["_SLURM_SPANK_OPTION_colocate_colocate=(null)", "COLOCATE=auto"]
 SHARE = b"OK\taction=share\tgres=gres:shard:v100_s1:1\tnode=gpu07\tcomment=colo: GPU 1 of gpu07\ttag=slurm-colo[v=1 tok=ab]\tuser_msg=hi\n"
 
@@ -72,7 +93,9 @@ HOLD = b"OK\taction=hold\tgres=gres:shard:v100_s0:1\tcomment=colo: held until a 
 
 
 @pytest.mark.parametrize("agent", [(HOLD, 0.0)], indirect=True)
-def test_hold_answer_holds_the_job_as_a_shard_request(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_hold_answer_holds_the_job_as_a_shard_request(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     out, _, _ = _run(tmp_path, BATCH, COLO, cfg)
     assert out["tres_per_node"] == "gres:shard:v100_s0:1" and out["priority"] == "0"
     assert out["req_nodes"] == "nil" and out["rc"] == "0"
@@ -80,14 +103,17 @@ def test_hold_answer_holds_the_job_as_a_shard_request(tmp_path: Path, cfg: Confi
     assert out["comment"] == "colo: held until a v100_s0 GPU fits"
 
 
-HOLD_ANY = (b"OK\taction=hold\tgres=none\tcomment=colo: held until a shared GPU fits"
-            b"\ttag=slurm-colo[v=1 tok=ef held=*]\n")
+HOLD_ANY = (
+    b"OK\taction=hold\tgres=none\tcomment=colo: held until a shared GPU fits"
+    b"\ttag=slurm-colo[v=1 tok=ef held=*]\n"
+)
 
 
 @pytest.mark.parametrize("agent", [(HOLD_ANY, 0.0)], indirect=True)
 @pytest.mark.parametrize("field", ["tres_per_node", "tres_per_job"])
-def test_hold_without_a_gpu_request_drops_the_request(tmp_path: Path, cfg: Config, agent: FakeAgent,
-                                                        field: str) -> None:
+def test_hold_without_a_gpu_request_drops_the_request(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, field: str
+) -> None:
     job = dict(BATCH)
     del job["tres_per_node"]
     job[field] = "gres:gpu:1"
@@ -106,33 +132,54 @@ def test_a_malformed_hold_falls_back(tmp_path: Path, cfg: Config, agent: FakeAge
 
 
 @pytest.mark.parametrize("agent", [(SHARE, 0.0), (HOLD_ANY, 0.0)], indirect=True)
-def test_per_gpu_cpus_and_memory_follow_the_rewritten_request(tmp_path: Path, cfg: Config,
-                                                               agent: FakeAgent) -> None:
+def test_per_gpu_cpus_and_memory_follow_the_rewritten_request(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     # Slurm rejects --cpus-per-gpu / --mem-per-gpu once the job asks for no gpu GRES: CPUs
     # go per shard, memory per node (checked on the lab: the job runs with both)
-    out, _, _ = _run(tmp_path, dict(BATCH, cpus_per_tres="gres:gpu:4", mem_per_tres="gres:gpu:16384"), COLO, cfg)
+    out, _, _ = _run(
+        tmp_path, dict(BATCH, cpus_per_tres="gres:gpu:4", mem_per_tres="gres:gpu:16384"), COLO, cfg
+    )
     assert out["tres_per_node"] in ("gres:shard:v100_s1:1", "")
     assert out["cpus_per_tres"] == "gres:shard:4"
     assert out["mem_per_tres"] == "" and out["pn_min_memory"] == "16384"
-    typed, _, _ = _run(tmp_path, dict(BATCH, tres_per_node="gres:gpu:v100:1", cpus_per_tres="gres:gpu:v100:2",
-                                      mem_per_tres="gres:gpu:v100:100"), COLO, cfg)
+    typed, _, _ = _run(
+        tmp_path,
+        dict(
+            BATCH,
+            tres_per_node="gres:gpu:v100:1",
+            cpus_per_tres="gres:gpu:v100:2",
+            mem_per_tres="gres:gpu:v100:100",
+        ),
+        COLO,
+        cfg,
+    )
     assert typed["cpus_per_tres"] == "gres:shard:2" and typed["pn_min_memory"] == "100"
     # untouched when the job keeps its own GPU
-    plain, _, _ = _run(tmp_path, dict(BATCH, name="x", cpus_per_tres="gres:gpu:4"), ["COLOCATE=off"], cfg)
+    plain, _, _ = _run(
+        tmp_path, dict(BATCH, name="x", cpus_per_tres="gres:gpu:4"), ["COLOCATE=off"], cfg
+    )
     assert plain["cpus_per_tres"] == "gres:gpu:4" and plain["tres_per_node"] == "gres:gpu:1"
 
 
-def test_a_job_setting_gpu_clocks_or_tasks_per_gpu_is_not_shared(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_a_job_setting_gpu_clocks_or_tasks_per_gpu_is_not_shared(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     out, _, _ = _run(tmp_path, dict(BATCH, tres_freq="gpu:high"), COLO, cfg)
     assert out["tres_per_node"] == "gres:gpu:1" and out["rc"] == "0"
     assert out["comment"] == "colo: not shared (--gpu-freq sets the clocks of the whole GPU)"
     assert agent.requests == []
     out, _, _ = _run(tmp_path, dict(BATCH, ntasks_per_tres="2"), COLO, cfg)
-    assert out["tres_per_node"] == "gres:gpu:1" and out["comment"] == "colo: not shared (--ntasks-per-gpu)"
+    assert (
+        out["tres_per_node"] == "gres:gpu:1"
+        and out["comment"] == "colo: not shared (--ntasks-per-gpu)"
+    )
     assert agent.requests == []
 
 
-def test_gpus_style_request_moves_to_tres_per_node(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_gpus_style_request_moves_to_tres_per_node(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     job = dict(BATCH, tres_per_job="gres:gpu:1")
     del job["tres_per_node"]
     out, _, _ = _run(tmp_path, job, COLO, cfg)
@@ -145,16 +192,20 @@ def test_user_comment_is_kept(tmp_path: Path, cfg: Config, agent: FakeAgent) -> 
     assert out["comment"] == "my run | colo: GPU 1 of gpu07"
 
 
-@pytest.mark.parametrize("job,why", [
-    ({}, None),  # no --colocate: nothing at all
-    ({"tres_per_node": "gres:gpu:2"}, "multi-GPU"),
-    ({"min_nodes": "2"}, "multi-GPU/multi-node"),
-    ({"tres_per_node": "gres:gpu:1,gres:nic:1"}, "several GRES"),
-    ({"tres_per_node": None}, "no GPU requested"),
-    ({"script": None}, "interactive"),
-])
-def test_jobs_that_are_never_shared_are_left_as_submitted(tmp_path: Path, cfg: Config, agent: FakeAgent,
-                                                          job: dict[str, str | None], why: str | None) -> None:
+@pytest.mark.parametrize(
+    "job,why",
+    [
+        ({}, None),  # no --colocate: nothing at all
+        ({"tres_per_node": "gres:gpu:2"}, "multi-GPU"),
+        ({"min_nodes": "2"}, "multi-GPU/multi-node"),
+        ({"tres_per_node": "gres:gpu:1,gres:nic:1"}, "several GRES"),
+        ({"tres_per_node": None}, "no GPU requested"),
+        ({"script": None}, "interactive"),
+    ],
+)
+def test_jobs_that_are_never_shared_are_left_as_submitted(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, job: dict[str, str | None], why: str | None
+) -> None:
     j = {k: v for k, v in {**BATCH, **job}.items() if v is not None}
     out, _, _ = _run(tmp_path, j, COLO if why else [], cfg)
     assert out["tres_per_node"] == j.get("tres_per_node", "nil")
@@ -171,15 +222,21 @@ def test_colocate_off_is_left_alone(tmp_path: Path, cfg: Config, agent: FakeAgen
     assert out["tres_per_node"] == "gres:gpu:1" and out["comment"] == "nil" and agent.requests == []
 
 
-@pytest.mark.parametrize("agent,reason", [
-    ((b"garbage\n", 0.0), "agent said"),
-    ((b"OK\taction=share\tgres=gres:gpu:1;x\tnode=n1\n", 0.0), "malformed placement"),
-    ((b"OK\taction=share\tgres=gres:shard:s0:1\tnode=bad node\n", 0.0), "malformed placement"),
-    ((b"OK\taction=launch\n", 0.0), "unknown action"),
-    ((None, 0.0), "receive"),
-    ((SHARE, 1.0), "timeout"),
-], indirect=["agent"])
-def test_agent_failures_fall_back_and_never_reject(tmp_path: Path, cfg: Config, agent: FakeAgent, reason: str) -> None:
+@pytest.mark.parametrize(
+    "agent,reason",
+    [
+        ((b"garbage\n", 0.0), "agent said"),
+        ((b"OK\taction=share\tgres=gres:gpu:1;x\tnode=n1\n", 0.0), "malformed placement"),
+        ((b"OK\taction=share\tgres=gres:shard:s0:1\tnode=bad node\n", 0.0), "malformed placement"),
+        ((b"OK\taction=launch\n", 0.0), "unknown action"),
+        ((None, 0.0), "receive"),
+        ((SHARE, 1.0), "timeout"),
+    ],
+    indirect=["agent"],
+)
+def test_agent_failures_fall_back_and_never_reject(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, reason: str
+) -> None:
     out, err, dt = _run(tmp_path, BATCH, COLO, cfg)
     assert out["rc"] == "0"
     assert out["tres_per_node"] == "gres:gpu:1" and out["req_nodes"] == "nil"
@@ -188,10 +245,14 @@ def test_agent_failures_fall_back_and_never_reject(tmp_path: Path, cfg: Config, 
     assert dt < 1.0
 
 
-def test_missing_socket_falls_back_fast_and_breaker_skips_agent(tmp_path: Path, cfg: Config) -> None:
+def test_missing_socket_falls_back_fast_and_breaker_skips_agent(
+    tmp_path: Path, cfg: Config
+) -> None:
     out, err, dt = _run(tmp_path, BATCH, COLO, cfg, calls=3)
     assert out["rc"] == "0" and out["tres_per_node"] == "gres:gpu:1"
-    assert err.count("reason=connect:") == 1 and err.count("reason=agent skipped after failure") == 2
+    assert (
+        err.count("reason=connect:") == 1 and err.count("reason=agent skipped after failure") == 2
+    )
     assert dt < 1.0
 
 
@@ -206,7 +267,9 @@ def test_shard_fallback_is_untargeted_sharing(tmp_path: Path, cfg: Config) -> No
 
 def test_hook_bug_never_rejects(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
     # a job_desc whose spank env is not a table makes the hook's own code fail inside pcall
-    out, err, _ = _run(tmp_path, dict(BATCH, spank_job_env="oops", spank_job_env_size="abc"), [], cfg)
+    out, err, _ = _run(
+        tmp_path, dict(BATCH, spank_job_env="oops", spank_job_env_size="abc"), [], cfg
+    )
     assert out["rc"] == "0" and "internal error" in err and out["tres_per_node"] == "gres:gpu:1"
 
 
@@ -235,7 +298,9 @@ def test_a_connection_closed_by_the_agent_is_reopened(tmp_path: Path, cfg: Confi
 BATCH24 = dict(BATCH, tres_per_node="gres/gpu:1")
 
 
-def test_share_answer_takes_the_form_of_the_jobs_slurm(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_share_answer_takes_the_form_of_the_jobs_slurm(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     out, _, _ = _run(tmp_path, BATCH24, COLO, cfg)
     assert out["tres_per_node"] == "gres/shard:v100_s1:1" and out["req_nodes"] == "gpu07"
     assert out["admin_comment"] == "slurm-colo[v=1 tok=ab]" and out["rc"] == "0"
@@ -250,7 +315,9 @@ SHARE_SLASH = SHARE.replace(b"gres=gres:shard:", b"gres=gres/shard:")
 
 
 @pytest.mark.parametrize("agent", [(SHARE_SLASH, 0.0)], indirect=True)
-def test_an_agent_answer_in_either_form_is_accepted(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_an_agent_answer_in_either_form_is_accepted(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     out, _, _ = _run(tmp_path, BATCH, COLO, cfg)
     assert out["tres_per_node"] == "gres:shard:v100_s1:1"
     out, _, _ = _run(tmp_path, BATCH24, COLO, cfg)
@@ -265,17 +332,21 @@ def test_hold_answer_in_the_slash_form(tmp_path: Path, cfg: Config, agent: FakeA
 
 @pytest.mark.parametrize("agent", [(HOLD_ANY, 0.0)], indirect=True)
 @pytest.mark.parametrize("field", ["tres_per_node", "tres_per_job"])
-def test_hold_without_a_gpu_request_in_the_slash_form(tmp_path: Path, cfg: Config, agent: FakeAgent,
-                                                       field: str) -> None:
+def test_hold_without_a_gpu_request_in_the_slash_form(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, field: str
+) -> None:
     job = dict(BATCH24)
     del job["tres_per_node"]
     job[field] = "gres/gpu:1"
     out, _, _ = _run(tmp_path, job, COLO, cfg)
-    assert out["tres_per_node"] == "" and out["tres_per_job"] in ("", "nil") and out["priority"] == "0"
+    assert (
+        out["tres_per_node"] == "" and out["tres_per_job"] in ("", "nil") and out["priority"] == "0"
+    )
 
 
-def test_gpus_request_in_the_slash_form_moves_to_tres_per_node(tmp_path: Path, cfg: Config,
-                                                               agent: FakeAgent) -> None:
+def test_gpus_request_in_the_slash_form_moves_to_tres_per_node(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     job = dict(BATCH24, tres_per_job="gres/gpu:1")  # --gpus=1
     del job["tres_per_node"]
     out, _, _ = _run(tmp_path, job, COLO, cfg)
@@ -283,22 +354,38 @@ def test_gpus_request_in_the_slash_form_moves_to_tres_per_node(tmp_path: Path, c
 
 
 @pytest.mark.parametrize("agent", [(SHARE, 0.0), (HOLD_ANY, 0.0)], indirect=True)
-def test_per_gpu_cpus_become_the_nodes_minimum_on_newer_slurm(tmp_path: Path, cfg: Config,
-                                                              agent: FakeAgent) -> None:
+def test_per_gpu_cpus_become_the_nodes_minimum_on_newer_slurm(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     # 24.11 rejects cpus_per_tres=gres/shard:N ("Requested cpus_per_tres=gres/shard:2 but did not
     # request any GPU"); with MinCPUsNode the job ran with NumCPUs=3 on the 24.11 lab
-    out, _, _ = _run(tmp_path, dict(BATCH24, cpus_per_tres="gres/gpu:3", mem_per_tres="gres/gpu:100"), COLO, cfg)
+    out, _, _ = _run(
+        tmp_path, dict(BATCH24, cpus_per_tres="gres/gpu:3", mem_per_tres="gres/gpu:100"), COLO, cfg
+    )
     assert out["tres_per_node"] in ("gres/shard:v100_s1:1", "")
     assert out["cpus_per_tres"] == "" and out["pn_min_cpus"] == "3"
     assert out["mem_per_tres"] == "" and out["pn_min_memory"] == "100"
-    typed, _, _ = _run(tmp_path, dict(BATCH24, tres_per_node="gres/gpu:v100:1", cpus_per_tres="gres/gpu:v100:2",
-                                      pn_min_cpus="4"), COLO, cfg)
+    typed, _, _ = _run(
+        tmp_path,
+        dict(
+            BATCH24,
+            tres_per_node="gres/gpu:v100:1",
+            cpus_per_tres="gres/gpu:v100:2",
+            pn_min_cpus="4",
+        ),
+        COLO,
+        cfg,
+    )
     assert typed["cpus_per_tres"] == "" and typed["pn_min_cpus"] == "4"  # a larger minimum is kept
-    plain, _, _ = _run(tmp_path, dict(BATCH24, name="x", cpus_per_tres="gres/gpu:4"), ["COLOCATE=off"], cfg)
+    plain, _, _ = _run(
+        tmp_path, dict(BATCH24, name="x", cpus_per_tres="gres/gpu:4"), ["COLOCATE=off"], cfg
+    )
     assert plain["cpus_per_tres"] == "gres/gpu:4" and plain["pn_min_cpus"] == "nil"
 
 
-def test_cpus_per_task_in_tres_per_task_does_not_stop_sharing(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_cpus_per_task_in_tres_per_task_does_not_stop_sharing(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     # 24.11: sbatch -c 2 sets tres_per_task = "cpu=2"; --gpus-per-task=1 sets "gres/gpu=1"
     out, _, _ = _run(tmp_path, dict(BATCH24, tres_per_task="cpu=2"), COLO, cfg)
     assert out["tres_per_node"] == "gres/shard:v100_s1:1"
@@ -315,22 +402,30 @@ def test_shard_fallback_in_the_slash_form(tmp_path: Path, cfg: Config) -> None:
     assert out["tres_per_node"] == "gres/gpu:v100:1"  # typed: keeps its own GPU
 
 
-def test_a_request_without_gres_prefix_uses_the_rendered_form(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+def test_a_request_without_gres_prefix_uses_the_rendered_form(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
     bare = dict(BATCH, tres_per_node="gpu:1")
     out, _, _ = _run(tmp_path, bare, COLO, cfg, tres_sep="/")
     assert out["tres_per_node"] == "gres/shard:v100_s1:1"
     out, _, _ = _run(tmp_path, bare, COLO, cfg)  # form unknown: left as submitted, never guessed
-    assert out["tres_per_node"] == "gpu:1" and "not shared (unknown TRES form gpu:1)" in out["comment"]
+    assert (
+        out["tres_per_node"] == "gpu:1" and "not shared (unknown TRES form gpu:1)" in out["comment"]
+    )
 
 
-@pytest.mark.parametrize("job,why", [
-    ({"tres_per_node": "gres/gpu:2"}, "multi-GPU"),
-    ({"tres_per_node": "gres/gpu:1,gres/nic:1"}, "several GRES"),
-    ({"tres_per_node": "gres/shard:1"}, "already asks for shard"),
-    ({"tres_per_node": "gres/gpu:1", "tres_per_job": "gres/gpu:1"}, "several GPU requests"),
-])
-def test_slash_form_jobs_that_are_never_shared(tmp_path: Path, cfg: Config, agent: FakeAgent,
-                                               job: dict[str, str], why: str) -> None:
+@pytest.mark.parametrize(
+    "job,why",
+    [
+        ({"tres_per_node": "gres/gpu:2"}, "multi-GPU"),
+        ({"tres_per_node": "gres/gpu:1,gres/nic:1"}, "several GRES"),
+        ({"tres_per_node": "gres/shard:1"}, "already asks for shard"),
+        ({"tres_per_node": "gres/gpu:1", "tres_per_job": "gres/gpu:1"}, "several GPU requests"),
+    ],
+)
+def test_slash_form_jobs_that_are_never_shared(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, job: dict[str, str], why: str
+) -> None:
     j = {**BATCH24, **job}
     out, _, _ = _run(tmp_path, j, COLO, cfg)
     assert out["tres_per_node"] == j["tres_per_node"] and why in out["comment"]

@@ -12,16 +12,25 @@ from slurm_colo.model import Observations, fit_gavel, fit_table
 from slurm_colo.model.history import add_pair_episodes, pair_episodes
 from slurm_colo.scores import scores_from_dict
 
-LOAD = {"a-bs8": 0.2, "a-bs16": 0.35, "a-bs32": 0.5, "b-bs8": 0.6, "b-bs16": 0.75, "b-bs32": 0.9,
-        "c": 0.4, "d": 0.7}
+LOAD = {
+    "a-bs8": 0.2,
+    "a-bs16": 0.35,
+    "a-bs32": 0.5,
+    "b-bs8": 0.6,
+    "b-bs16": 0.75,
+    "b-bs32": 0.9,
+    "c": 0.4,
+    "d": 0.7,
+}
 
 
 def truth(a: str, b: str) -> float:
     return 1.0 / (1.0 + 1.5 * LOAD[a] * LOAD[b])
 
 
-def synthetic(skip: set[tuple[str, str]] = frozenset(), weight: float = 1.0,
-              profiles: bool = True) -> Observations:
+def synthetic(
+    skip: set[tuple[str, str]] = frozenset(), weight: float = 1.0, profiles: bool = True
+) -> Observations:
     obs = Observations()
     names = sorted(LOAD)
     for c in names:
@@ -50,7 +59,9 @@ def test_pairs_never_seen_together_follow_the_structure() -> None:
         p = t.pair(a, b)
         assert not p.observed
         assert abs(p.n_a - truth(a, b)) < 0.05
-        assert abs(p.n_a - truth(a, b)) < abs(mean_n - truth(a, b)) or abs(mean_n - truth(a, b)) < 0.05
+        assert (
+            abs(p.n_a - truth(a, b)) < abs(mean_n - truth(a, b)) or abs(mean_n - truth(a, b)) < 0.05
+        )
 
 
 def test_cold_start_from_solo_profile_features() -> None:
@@ -128,8 +139,24 @@ def test_recent_history_outweighs_old_history() -> None:
         obs = Observations()
         rows = []
         for k in range(4):
-            rows.append((0.0, 3600.0 * 5, [(1, "x", n_old, "progress"), (2, "y", n_old, "progress")], False, False))
-            rows.append((now - 3600 * 6, now - 3600, [(3, "x", n_new, "progress"), (4, "y", n_new, "progress")], False, False))
+            rows.append(
+                (
+                    0.0,
+                    3600.0 * 5,
+                    [(1, "x", n_old, "progress"), (2, "y", n_old, "progress")],
+                    False,
+                    False,
+                )
+            )
+            rows.append(
+                (
+                    now - 3600 * 6,
+                    now - 3600,
+                    [(3, "x", n_new, "progress"), (4, "y", n_new, "progress")],
+                    False,
+                    False,
+                )
+            )
         add_pair_episodes(obs, pair_episodes(rows), now=now, half_life_days=10.0)
         return obs
 
@@ -138,8 +165,15 @@ def test_recent_history_outweighs_old_history() -> None:
 
 
 def test_sets_of_three_feed_the_pairs() -> None:
-    rows = [(0.0, 3600.0, [(1, "x", 0.25, "progress"), (2, "y", 0.25, "progress"),
-                           (3, "z", 0.25, "progress")], False, False)]
+    rows = [
+        (
+            0.0,
+            3600.0,
+            [(1, "x", 0.25, "progress"), (2, "y", 0.25, "progress"), (3, "z", 0.25, "progress")],
+            False,
+            False,
+        )
+    ]
     pe = pair_episodes(rows)
     assert len(pe.a) == 3 and np.allclose(pe.n_a, 0.5)  # 0.5 * 0.5 = 0.25 with two partners
     obs = Observations()
@@ -166,7 +200,9 @@ def test_fit_gavel_predicts_a_full_table_from_some_pairs() -> None:
     assert sum(p.observed for p in t.pairs.values() if not p.never) == len(train)
 
 
-def test_the_published_fit_reuses_the_hyper_parameters_the_held_out_check_scored(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_published_fit_reuses_the_hyper_parameters_the_held_out_check_scored(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
     import slurm_colo.model.gp as gp
     from slurm_colo.model.validate import holdout_mae
 

@@ -51,20 +51,30 @@ def test_analytic_gradient_matches_finite_differences(form: str) -> None:
     for j in range(len(theta)):
         step = np.zeros_like(theta)
         step[j] = 1e-4
-        num = (_nll_and_grad(theta + step, dists, e, yc, form)[0]
-               - _nll_and_grad(theta - step, dists, e, yc, form)[0]) / 2e-4
+        num = (
+            _nll_and_grad(theta + step, dists, e, yc, form)[0]
+            - _nll_and_grad(theta - step, dists, e, yc, form)[0]
+        ) / 2e-4
         assert grad[j] == pytest.approx(num, rel=1e-4, abs=1e-5), (form, j)
 
 
 def test_share_entries_rewrite_each_pair_exactly() -> None:
     # classes 0, 1, 2: (0,1) both ways, (0,2) one way only, (1,1) a self-pair
-    e = Entries(np.array([0, 1, 0, 1]), np.array([1, 0, 2, 1]),
-                np.log([0.6, 0.3, 0.5, 0.45]), np.array([1.0, 3.0, 1.0, 2.0]), np.zeros(4, bool))
+    e = Entries(
+        np.array([0, 1, 0, 1]),
+        np.array([1, 0, 2, 1]),
+        np.log([0.6, 0.3, 0.5, 0.45]),
+        np.array([1.0, 3.0, 1.0, 2.0]),
+        np.zeros(4, bool),
+    )
     total, ratio = share_entries(e, 3)
     assert list(zip(ratio.ia, ratio.ib)) == [(0, 1)]
     assert ratio.y[0] == pytest.approx(math.log(0.6 / 0.3))
     assert ratio.w[0] == pytest.approx(1.0 / (1.0 / 1.0 + 1.0 / 3.0))
-    got = {(int(a), int(b)): (math.exp(y), w) for a, b, y, w in zip(total.ia, total.ib, total.y, total.w)}
+    got = {
+        (int(a), int(b)): (math.exp(y), w)
+        for a, b, y, w in zip(total.ia, total.ib, total.y, total.w)
+    }
     assert got.keys() == {(0, 1), (1, 1)}  # the one-way pair (0, 2) is left to the other view
     assert got[(0, 1)][0] == pytest.approx(0.9)
     assert got[(1, 1)] == pytest.approx((0.9, 2.0))

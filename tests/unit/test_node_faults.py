@@ -20,17 +20,17 @@ from pathlib import Path
 
 import pytest
 
+from slurm_colo.config import Config
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.placement import Placement
-from slurm_colo.config import Config
+from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.node import procs
-from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.node.gpu.mps_daemon import gpu_mps
+from slurm_colo.node.gpu.nvml import NvmlGate
 from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.lifecycle import JobInfo, job_end, job_start, recover
-from slurm_colo.node.gpu.nvml import NvmlGate
-from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.node.sampler import Sampler
+from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,7 +39,9 @@ from test_node_lifecycle import leftover_mps, mps_job, node_config, spooled
 
 @pytest.fixture
 def cfg(tmp_path: Path) -> Iterator[Config]:
-    c = node_config(tmp_path, timeout_s=2.0)  # short, for the hang tests; roomy enough for a loaded CI machine
+    c = node_config(
+        tmp_path, timeout_s=2.0
+    )  # short, for the hang tests; roomy enough for a loaded CI machine
     yield c
     procs.kill_all(leftover_mps(c))
 
@@ -66,6 +68,7 @@ def init_db(cfg: Config) -> None:
 
 
 # -- MPS faults ----------------------------------------------------------------------------
+
 
 def crash_daemon_mid_job(cfg: Config, a: int, b: int, c: int) -> None:
     """Expected: both running jobs' records carry mps_fault (their daemon died under them),
@@ -308,11 +311,15 @@ def test_spool_and_fallback_unwritable_keep_state_until_fixed(tmp_path: Path) ->
 def nvml_raising_for_one_gpu(cfg: Config, job: int) -> dict:
     """Expected: a GPU that NVML reports lost (or that raises) stops being sampled, is
     listed in profile.gpu_lost, the other GPU's samples are kept, the record is written."""
-    nv = ScenarioNvml({"gpus": [{"uuid": "GPU-test-0", "sm_util": 80},
-                                {"uuid": "GPU-test-1", "lost_after_s": 0.0,
-                                 "errors": {"utilization": "UNKNOWN"}}]})
-    info = JobInfo(job, "u", 1000, "n1", [0, 1],
-                   Placement("t", "x", mechanism=Mechanism.SHARD))
+    nv = ScenarioNvml(
+        {
+            "gpus": [
+                {"uuid": "GPU-test-0", "sm_util": 80},
+                {"uuid": "GPU-test-1", "lost_after_s": 0.0, "errors": {"utilization": "UNKNOWN"}},
+            ]
+        }
+    )
+    info = JobInfo(job, "u", 1000, "n1", [0, 1], Placement("t", "x", mechanism=Mechanism.SHARD))
     job_start(cfg, info, launch_sampler=False)
     s = Sampler(NvmlGate(nv, "scenario"), [0, 1], job, NodeLayout.of_config(cfg), 1.0)
     for _ in range(3):
@@ -331,7 +338,8 @@ def test_nvml_raising_for_one_gpu(cfg: Config) -> None:
 
 
 def test_all_faults_on_one_node_lose_and_duplicate_nothing(
-        cfg: Config, clients: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg: Config, clients: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every fault above in sequence on one node, ingest in between and at the end: the
     database holds each job exactly once."""
     init_db(cfg)
@@ -352,7 +360,8 @@ def test_all_faults_on_one_node_lose_and_duplicate_nothing(
 
 
 def test_broken_mps_with_gpu_stuck_exclusive_refuses_the_job(
-        cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Expected: when the daemon cannot start AND the GPU cannot be put back into DEFAULT
     compute mode, the Prolog refuses the job (the one case it passes a failure on) rather
     than let it start on a GPU it cannot open; while the reset works, it never refuses."""
@@ -445,7 +454,8 @@ def test_fault_seen_in_server_log_or_server_state(cfg: Config, clients: list) ->
 
 
 def test_damaged_files_or_a_builder_bug_never_wedge_a_record(
-        cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Expected: a damaged sampler summary gives a record with the reason in its profile;
     a bug in building the record gives a minimal record; either way exactly one record and
     the job's state is gone (no retry loop on every hook run)."""

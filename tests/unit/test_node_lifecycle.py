@@ -12,20 +12,35 @@ import pytest
 from slurm_colo.config import Config, load_config
 from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.contracts.placement import Placement
+from slurm_colo.contracts.records import JobRecord
 from slurm_colo.node import procs
 from slurm_colo.node.gpu.mps_daemon import gpu_mps
+from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, open_nvml
 from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.lifecycle import JobInfo, job_end, job_start
-from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, open_nvml
 from slurm_colo.spool.directory import pending
-from slurm_colo.contracts.records import JobRecord
 
 
-def node_config(tmp_path: Path, gpus: int = 2, timeout_s: float = 2.0, profile: str = "colocated",
-                scenario: list[dict] | None = None, interval_s: float = 1.0) -> Config:
+def node_config(
+    tmp_path: Path,
+    gpus: int = 2,
+    timeout_s: float = 2.0,
+    profile: str = "colocated",
+    scenario: list[dict] | None = None,
+    interval_s: float = 1.0,
+) -> Config:
     scen = tmp_path / "scenario.json"
-    scen.write_text(json.dumps({"gpus": scenario or [
-        {"uuid": f"GPU-test-{i}", "sm_util": 50, "memory_used_mib": 1000} for i in range(gpus)]}))
+    scen.write_text(
+        json.dumps(
+            {
+                "gpus": scenario
+                or [
+                    {"uuid": f"GPU-test-{i}", "sm_util": 50, "memory_used_mib": 1000}
+                    for i in range(gpus)
+                ]
+            }
+        )
+    )
     cfg = tmp_path / "config.toml"
     cfg.write_text(f"""[node]
 mps_backend = "emulator"
@@ -45,16 +60,32 @@ socket = "{tmp_path}/no-agent.sock"
     return load_config(cfg)
 
 
-def mps_job(job: int, uid: int = 1000, gpu: int = 0, cls: str = "resnet50",
-            pct: int | None = 50, mem: float | None = 8.0, mech: str = "mps") -> JobInfo:
-    return JobInfo(job, f"user{uid}", uid, "n1", [gpu],
-                   Placement(f"t{job}", cls, Mode.AUTO, Mechanism(mech), "n1", gpu, pct, mem))
+def mps_job(
+    job: int,
+    uid: int = 1000,
+    gpu: int = 0,
+    cls: str = "resnet50",
+    pct: int | None = 50,
+    mem: float | None = 8.0,
+    mech: str = "mps",
+) -> JobInfo:
+    return JobInfo(
+        job,
+        f"user{uid}",
+        uid,
+        "n1",
+        [gpu],
+        Placement(f"t{job}", cls, Mode.AUTO, Mechanism(mech), "n1", gpu, pct, mem),
+    )
 
 
 def leftover_mps(cfg: Config) -> list[int]:
     root = Path(cfg.node.run_dir) / "mps"
-    return [p for d in (root.iterdir() if root.is_dir() else [])
-            for p in procs.mps_processes(str(d / "pipe"))]
+    return [
+        p
+        for d in (root.iterdir() if root.is_dir() else [])
+        for p in procs.mps_processes(str(d / "pipe"))
+    ]
 
 
 @pytest.fixture

@@ -12,16 +12,30 @@ import pytest
 
 from slurm_colo.errors import MPSError
 from slurm_colo.node import procs
-from slurm_colo.node.gpu.mps import MpsControl, MpsHung, MpsNotRunning, MpsReplyMismatch, emulator_argv, parse_fault_lines
+from slurm_colo.node.gpu.mps import (
+    MpsControl,
+    MpsHung,
+    MpsNotRunning,
+    MpsReplyMismatch,
+    emulator_argv,
+    parse_fault_lines,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _ctl(tmp_path: Path, timeout_s: float = 5.0, fault: str = "",
-         argv: list[str] | None = None) -> MpsControl:
+def _ctl(
+    tmp_path: Path, timeout_s: float = 5.0, fault: str = "", argv: list[str] | None = None
+) -> MpsControl:
     extra = (("SLURM_COLO_MPS_EMU_FAULT", fault),) if fault else ()
-    return MpsControl(tuple(argv or emulator_argv()), tmp_path / "pipe", tmp_path / "log",
-                      "GPU-test-0", timeout_s, extra)
+    return MpsControl(
+        tuple(argv or emulator_argv()),
+        tmp_path / "pipe",
+        tmp_path / "log",
+        "GPU-test-0",
+        timeout_s,
+        extra,
+    )
 
 
 @pytest.fixture
@@ -187,8 +201,13 @@ def test_run_wrapper_makes_a_command_an_mps_client(tmp_path: Path) -> None:
 
 def test_run_wrapper_without_daemon_just_runs(tmp_path: Path) -> None:
     ctl = _ctl(tmp_path)
-    cp = subprocess.run([*emulator_argv(), "run", "--", "echo", "hi"], env=ctl.env(),
-                        capture_output=True, text=True, check=False)
+    cp = subprocess.run(
+        [*emulator_argv(), "run", "--", "echo", "hi"],
+        env=ctl.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert cp.returncode == 0 and cp.stdout == "hi\n"
 
 
@@ -205,15 +224,26 @@ def test_console_script_is_declared() -> None:
 def test_batched_session_one_start_replies_in_order(tmp_path: Path) -> None:
     trace = tmp_path / "trace"
     ctl = _ctl(tmp_path)
-    ctl = MpsControl(ctl.argv, ctl.pipe_dir, ctl.log_dir, ctl.device, ctl.timeout_s,
-                     (("SLURM_COLO_MPS_EMU_TRACE", str(trace)),))
+    ctl = MpsControl(
+        ctl.argv,
+        ctl.pipe_dir,
+        ctl.log_dir,
+        ctl.device,
+        ctl.timeout_s,
+        (("SLURM_COLO_MPS_EMU_TRACE", str(trace)),),
+    )
     ctl.start()
     try:
         ctl.start_server(1000)
         (server,) = ctl.server_list()
         before = len(trace.read_text().splitlines())
-        assert ctl.commands([f"get_server_status {server}", "get_default_active_thread_percentage",
-                             "get_server_status 1"]) == ["ACTIVE", "100.0", "Server 1 not found"]
+        assert ctl.commands(
+            [
+                f"get_server_status {server}",
+                "get_default_active_thread_percentage",
+                "get_server_status 1",
+            ]
+        ) == ["ACTIVE", "100.0", "Server 1 not found"]
         assert ctl.server_statuses([server, 1]) == {server: "ACTIVE", 1: "UNKNOWN"}
         calls = trace.read_text().splitlines()[before:]
         assert [c.split()[1:] for c in calls] == [["cmd", "3"], ["cmd", "2"]]  # one run each
@@ -228,13 +258,27 @@ def test_command_path_imports_only_what_a_small_binary_would_need(tmp_path: Path
     command path must not import json, socket, signal or the daemon module."""
     import sys
 
-    cp = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime",
-                         str(REPO / "slurm_colo" / "emulators" / "mps_control.py")],
-                        input="get_server_list\n", capture_output=True, text=True,
-                        env={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}, check=False)
+    cp = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-X",
+            "importtime",
+            str(REPO / "slurm_colo" / "emulators" / "mps_control.py"),
+        ],
+        input="get_server_list\n",
+        capture_output=True,
+        text=True,
+        env={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)},
+        check=False,
+    )
     assert cp.returncode == 1 and cp.stdout.strip() == "Cannot find MPS control daemon process"
-    imported = {line.rsplit("|", 1)[-1].strip() for line in cp.stderr.splitlines()
-                if line.startswith("import time:")}
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in cp.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert not imported & {"json", "socket", "signal", "typing", "mps_server"}
 
 

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_colo.node.gpu.mps import format_mem_limit, parse_device_client_list, parse_fault_lines, parse_pid_list, parse_server_status
+from slurm_colo.node.gpu.mps import (
+    format_mem_limit,
+    parse_device_client_list,
+    parse_fault_lines,
+    parse_pid_list,
+    parse_server_status,
+)
 
 FIX = Path(__file__).parents[1] / "fixtures" / "mps"
 
@@ -30,7 +36,8 @@ def test_server_status() -> None:
 
 def test_device_client_list() -> None:
     assert parse_device_client_list(_read("get_device_client_list.txt")) == {
-        "GPU-5d3a1c8e-7b1f-4c2a-9e0d-2f6b8a1c3e77": [20411, 20417]}
+        "GPU-5d3a1c8e-7b1f-4c2a-9e0d-2f6b8a1c3e77": [20411, 20417]
+    }
     assert parse_device_client_list("GPU-a: 1 2\n") == {"GPU-a": [1, 2]}
 
 

@@ -10,9 +10,16 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from slurm_colo.errors import NVMLError
-from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, NOT_SUPPORTED, NullGpu, NvmlGate, open_nvml
 from slurm_colo.emulators.nvml_scenario import ScenarioNvml
+from slurm_colo.errors import NVMLError
+from slurm_colo.node.gpu.nvml import (
+    COMPUTE_DEFAULT,
+    COMPUTE_EXCLUSIVE_PROCESS,
+    NOT_SUPPORTED,
+    NullGpu,
+    NvmlGate,
+    open_nvml,
+)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nvml"))
 from fake_pynvml import FakePynvml
@@ -108,9 +115,15 @@ def test_scenario_is_explicit_and_logged(tmp_path: Path, caplog: pytest.LogCaptu
 
 
 def test_scenario_gpu_lost_mid_job_and_unsupported(tmp_path: Path) -> None:
-    nv = ScenarioNvml({"t0": 1.0, "gpus": [
-        {"uuid": "GPU-a", "not_supported": ["power"]},
-        {"uuid": "GPU-b", "lost_after_s": 0}]})
+    nv = ScenarioNvml(
+        {
+            "t0": 1.0,
+            "gpus": [
+                {"uuid": "GPU-a", "not_supported": ["power"]},
+                {"uuid": "GPU-b", "lost_after_s": 0},
+            ],
+        }
+    )
     gate = NvmlGate(nv, "scenario")
     assert gate.gpu(0).power_w() is NOT_SUPPORTED
     assert gate.gpu(1).memory() is None and gate.gpu(1).lost
@@ -126,13 +139,23 @@ def test_scenario_compute_mode_persists_between_processes(tmp_path: Path) -> Non
 
 
 def test_scenario_init_error(tmp_path: Path) -> None:
-    gate = open_nvml("scenario", _scenario(tmp_path, [{}], init_error="DRIVER_NOT_LOADED"),
-                     str(tmp_path))
+    gate = open_nvml(
+        "scenario", _scenario(tmp_path, [{}], init_error="DRIVER_NOT_LOADED"), str(tmp_path)
+    )
     assert not gate.available and gate.device_count() == 0
 
 
 def test_null_gpu_answers_every_call_with_none() -> None:
     g = NullGpu(3, "no NVML")
-    assert [g.uuid(), g.name(), g.memory(), g.utilization(), g.sm_clock_mhz(), g.power_w(),
-            g.processes(), g.process_sm_util(0), g.compute_mode()] == [None] * 9
+    assert [
+        g.uuid(),
+        g.name(),
+        g.memory(),
+        g.utilization(),
+        g.sm_clock_mhz(),
+        g.power_w(),
+        g.processes(),
+        g.process_sm_util(0),
+        g.compute_mode(),
+    ] == [None] * 9
     assert g.set_compute_mode(COMPUTE_DEFAULT) is False

@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 from fake_agent import FakeAgent
 
-from slurm_colo.contracts.protocol import parse_request
 from slurm_colo.config import AgentConfig, Config, NodeConfig, PlacementConfig
+from slurm_colo.contracts.protocol import parse_request
 from slurm_colo.node import journal
 from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.probe import Prober, measure, rate_between
 
 
-def pts(rate: float, t0: float, t1: float, start_it: float = 0.0, step: float = 10.0) -> list[tuple[float, float]]:
+def pts(
+    rate: float, t0: float, t1: float, start_it: float = 0.0, step: float = 10.0
+) -> list[tuple[float, float]]:
     out, t = [], t0
     while t <= t1 + 1e-9:
         out.append((t, start_it + rate * (t - t0)))
@@ -43,7 +45,11 @@ def test_measure_reads_the_newcomer_now_and_the_incumbent_before_and_after() -> 
     r = m.to_wire()  # what the agent is sent
     assert r["job"] == 2 and r["since"] == 1000 and r["window_s"] == 500
     one, two = r["members"]
-    assert one["job"] == 1 and one["rate"] == pytest.approx(4) and one["rate_before"] == pytest.approx(10)
+    assert (
+        one["job"] == 1
+        and one["rate"] == pytest.approx(4)
+        and one["rate_before"] == pytest.approx(10)
+    )
     assert one["before"] == []
     assert two == {"job": 2, "cls": "b", "rate": pytest.approx(3)}
 
@@ -69,19 +75,25 @@ def test_nothing_is_measured_alone_or_after_the_set_changed() -> None:
 
 def _cfg(tmp_path: Path, probe_s: float = 100.0) -> Config:
     sock = str(tmp_path / "agent.sock")
-    return Config(agent=AgentConfig(socket=sock, address=f"unix:{sock}"),
-                  node=NodeConfig(run_dir=str(tmp_path / "run"), spool_dir=str(tmp_path / "spool")),
-                  placement=PlacementConfig(probe_s=probe_s))
+    return Config(
+        agent=AgentConfig(socket=sock, address=f"unix:{sock}"),
+        node=NodeConfig(run_dir=str(tmp_path / "run"), spool_dir=str(tmp_path / "spool")),
+        placement=PlacementConfig(probe_s=probe_s),
+    )
 
 
 def _files(lay: NodeLayout, t0: float) -> None:
     lay.gpu_dir(0).mkdir(parents=True)
     for e in (ev("start", t0, 1, "a"), ev("start", t0 + 1000, 2, "b")):
         journal.append(lay.journal(0), e)
-    for job, p in ((1, pts(10, t0, t0 + 1000) + pts(4, t0 + 1010, t0 + 1100, 10000, 5)),
-                   (2, pts(3, t0 + 1000, t0 + 1100, step=5))):
+    for job, p in (
+        (1, pts(10, t0, t0 + 1000) + pts(4, t0 + 1010, t0 + 1100, 10000, 5)),
+        (2, pts(3, t0 + 1000, t0 + 1100, step=5)),
+    ):
         lay.user_dir(job).mkdir(parents=True)
-        (lay.user_dir(job) / "progress.json").write_text(json.dumps({"points": [list(x) for x in p]}))
+        (lay.user_dir(job) / "progress.json").write_text(
+            json.dumps({"points": [list(x) for x in p]})
+        )
 
 
 def test_the_sampler_probe_sends_the_set_once_and_keeps_the_verdict(tmp_path: Path) -> None:

@@ -35,8 +35,10 @@ def test_job_of_pid_from_environment() -> None:
         # until exec has finished: before it the child shows our environ, and for a moment
         # during it the new program's name with an environment not set up yet
         deadline = time.monotonic() + 5
-        while (Path(f"/proc/{p.pid}/comm").read_text().strip() != "sleep"
-               or not Path(f"/proc/{p.pid}/environ").read_bytes()):
+        while (
+            Path(f"/proc/{p.pid}/comm").read_text().strip() != "sleep"
+            or not Path(f"/proc/{p.pid}/environ").read_bytes()
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.005)
         assert procs.job_of_pid(p.pid) == 4242

@@ -24,8 +24,11 @@ def test_writes_are_throttled_and_atomic(tmp_path: Path) -> None:
     assert json.loads(f.read_text())["iterations"] == 1.0
     r.report(3, now=101.2)
     data = json.loads(f.read_text())
-    assert data["iterations"] == 3.0 and data["points"] == [[100.0, 1.0], [100.5, 2.0],
-                                                            [101.2, 3.0]]
+    assert data["iterations"] == 3.0 and data["points"] == [
+        [100.0, 1.0],
+        [100.5, 2.0],
+        [101.2, 3.0],
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]
 
 
@@ -53,9 +56,14 @@ def test_rates_solo_and_overall() -> None:
 
 
 def test_malformed_progress_never_breaks_the_record() -> None:
-    bad = {"iterations": "lots", "points": [[1, 2, 3], "x", [0, 0], [None, 1], [10, 50],
-                                           [float("nan"), 1], [True, 5]]}
+    bad = {
+        "iterations": "lots",
+        "points": [[1, 2, 3], "x", [0, 0], [None, 1], [10, 50], [float("nan"), 1], [True, 5]],
+    }
     s = progress_summary(bad, [])
     assert s == {"iterations": 50.0, "rate": 5.0, "solo_rate": 5.0}
-    assert progress_summary({"points": "nope"}, []) == {"iterations": None, "rate": None,
-                                                         "solo_rate": None}
+    assert progress_summary({"points": "nope"}, []) == {
+        "iterations": None,
+        "rate": None,
+        "solo_rate": None,
+    }

@@ -10,11 +10,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.fsutil import atomic_write_json, read_json
 from slurm_colo.node import journal
-from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.gpu.nvml import NvmlGate
-from slurm_colo.emulators.nvml_scenario import ScenarioNvml
+from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.profile_acc import GIB, ProfileAccumulator, Reading
 from slurm_colo.node.sampler import Sampler, dcgm_status, run
 
@@ -61,8 +61,10 @@ def test_memory_is_bounded() -> None:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(20000):
-        acc.add(Reading(sm_util=i % 100, mem_bw_util=5, mem_used=float(i), power_w=100.0),
-                shared=bool(i % 2))
+        acc.add(
+            Reading(sm_util=i % 100, mem_bw_util=5, mem_used=float(i), power_w=100.0),
+            shared=bool(i % 2),
+        )
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     assert grown < 16 * 1024  # 20k samples, a few KiB at most (no sample list)
@@ -85,17 +87,27 @@ def test_sampler_follows_the_journal_and_attributes_job_processes(tmp_path: Path
         while Path(f"/proc/{job_proc.pid}/comm").read_text().strip() != "sleep":
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        nv = ScenarioNvml({"gpus": [{"uuid": "GPU-0", "sm_util": 70, "mem_util": 30,
-                                     "memory_used_mib": 4096, "processes": [
-                                         {"pid": job_proc.pid, "used_mib": 3072, "sm_util": 55},
-                                         {"pid": os.getpid(), "used_mib": 512, "sm_util": 10}]}]})
+        nv = ScenarioNvml(
+            {
+                "gpus": [
+                    {
+                        "uuid": "GPU-0",
+                        "sm_util": 70,
+                        "mem_util": 30,
+                        "memory_used_mib": 4096,
+                        "processes": [
+                            {"pid": job_proc.pid, "used_mib": 3072, "sm_util": 55},
+                            {"pid": os.getpid(), "used_mib": 512, "sm_util": 10},
+                        ],
+                    }
+                ]
+            }
+        )
         s = Sampler(NvmlGate(nv, "scenario"), [0], 7, lay, 1.0)
-        journal.append(lay.journal(0), {"ev": "start", "job": 7, "cls": "a", "user": "u",
-                                        "uid": 1})
+        journal.append(lay.journal(0), {"ev": "start", "job": 7, "cls": "a", "user": "u", "uid": 1})
         s.tick()
         s.tick()
-        journal.append(lay.journal(0), {"ev": "start", "job": 8, "cls": "b", "user": "u",
-                                        "uid": 1})
+        journal.append(lay.journal(0), {"ev": "start", "job": 8, "cls": "b", "user": "u", "uid": 1})
         s.tick()
         out = s.summary()
     finally:
@@ -111,9 +123,15 @@ def test_sampler_follows_the_journal_and_attributes_job_processes(tmp_path: Path
 def test_gpu_lost_mid_job(tmp_path: Path) -> None:
     lay = NodeLayout(tmp_path / "run", tmp_path / "spool")
     _state(lay, 3, [0, 1])
-    nv = ScenarioNvml({"t0": time.time(), "gpus": [{"uuid": "a", "sm_util": 40},
-                                                   {"uuid": "b", "sm_util": 80,
-                                                    "lost_after_s": 600}]})
+    nv = ScenarioNvml(
+        {
+            "t0": time.time(),
+            "gpus": [
+                {"uuid": "a", "sm_util": 40},
+                {"uuid": "b", "sm_util": 80, "lost_after_s": 600},
+            ],
+        }
+    )
     s = Sampler(NvmlGate(nv, "scenario"), [0, 1], 3, lay, 1.0)
     s.tick()
     nv.t0 -= 601  # ten minutes later: GPU 1 has fallen off the bus
@@ -149,8 +167,10 @@ def test_sampler_process_stops_on_sigterm(tmp_path: Path) -> None:
     cfg = node_config(tmp_path, interval_s=0.05)
     lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
     _state(lay, 6, [1])
-    p = subprocess.Popen([sys.executable, "-m", "slurm_colo.node.sampler", "6"],
-                         env={**os.environ, "SLURM_COLO_CONFIG": cfg.source})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "slurm_colo.node.sampler", "6"],
+        env={**os.environ, "SLURM_COLO_CONFIG": cfg.source},
+    )
     wait_for_first_sample(lay.job_dir(6) / "profile.json")
     assert read_json(lay.job_dir(6) / "profile.json")["final"] is False
     time.sleep(0.2)

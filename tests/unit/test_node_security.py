@@ -92,8 +92,7 @@ def test_taskprolog_as_the_job_user_reads_its_file_and_others_cannot(tmp_path: P
         (base / "config.toml").chmod(0o644)
         (base / "scenario.json").chmod(0o644)
         uid = 65534 if os.geteuid() == 0 else os.geteuid()
-        info = JobInfo(3, "nobody", uid, "n1", [0],
-                       Placement("t", "x", mechanism=Mechanism.SHARD))
+        info = JobInfo(3, "nobody", uid, "n1", [0], Placement("t", "x", mechanism=Mechanism.SHARD))
         job_start(cfg, info, launch_sampler=False)
         task = base / "run" / "jobs" / "3" / "user" / "task.json"
         assert task.stat().st_uid == uid

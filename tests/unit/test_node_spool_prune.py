@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.spool.directory import prune_done
+from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -8,14 +8,29 @@ from pathlib import Path
 import pytest
 
 from slurm_colo.config import load_config, parse_config
+from slurm_colo.contracts.options import (
+    DEFAULT_CLASS,
+    MODES,
+    derive_class,
+    parse_mode,
+    validate_class,
+)
 from slurm_colo.errors import ConfigError, OptionError
-from slurm_colo.contracts.options import DEFAULT_CLASS, MODES, derive_class, parse_mode, validate_class
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("raw,mode", [(None, "auto"), ("", "auto"), ("(null)", "auto"), ("AUTO", "auto"),
-                                      ("aggressive", "aggressive"), ("off", "off")])
+@pytest.mark.parametrize(
+    "raw,mode",
+    [
+        (None, "auto"),
+        ("", "auto"),
+        ("(null)", "auto"),
+        ("AUTO", "auto"),
+        ("aggressive", "aggressive"),
+        ("off", "off"),
+    ],
+)
 def test_parse_mode(raw: str | None, mode: str) -> None:
     assert parse_mode(raw) == mode
 
@@ -36,9 +51,18 @@ def test_invalid_classes(name: str) -> None:
         validate_class(name)
 
 
-@pytest.mark.parametrize("job_name,cls", [("wrap", DEFAULT_CLASS), (None, DEFAULT_CLASS), ("train.sh", "train"),
-                                          ("ResNet50 ImageNet", "resnet50-imagenet"), ("bash", DEFAULT_CLASS),
-                                          ("--weird--", "weird"), ("!!!", DEFAULT_CLASS)])
+@pytest.mark.parametrize(
+    "job_name,cls",
+    [
+        ("wrap", DEFAULT_CLASS),
+        (None, DEFAULT_CLASS),
+        ("train.sh", "train"),
+        ("ResNet50 ImageNet", "resnet50-imagenet"),
+        ("bash", DEFAULT_CLASS),
+        ("--weird--", "weird"),
+        ("!!!", DEFAULT_CLASS),
+    ],
+)
 def test_derive_class_from_job_name(job_name: str | None, cls: str) -> None:
     assert derive_class(job_name) == cls
 
@@ -59,7 +83,11 @@ def test_c_plugin_uses_the_same_modes_and_class_rule() -> None:
 
 def test_empty_config_is_all_defaults() -> None:
     cfg = parse_config("")
-    assert cfg.placement.fallback == "exclusive" and cfg.agent.request_timeout_ms == 150 and cfg.gpus == ()
+    assert (
+        cfg.placement.fallback == "exclusive"
+        and cfg.agent.request_timeout_ms == 150
+        and cfg.gpus == ()
+    )
 
 
 def test_full_config() -> None:
@@ -83,17 +111,20 @@ shared = "0-3,6"
     assert cfg.layout_for("gpu03") is None
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("[agent]\nsockt = 'x'", "unknown key agent.sockt"),
-    ("[placement]\nfallback = 'maybe'", "accepted: exclusive, shard"),
-    ("[agent]\nrequest_timeout_ms = 'fast'", "must be a int"),
-    ("[agent]\nrequest_timeout_ms = -5", "must not be negative"),
-    ("[frobnicate]\nx = 1", "unknown section [frobnicate]"),
-    ("[[gpus]]\nnodes = 'n1'", "lacks required key 'count'"),
-    ("[[gpus]]\nnodes = 'n1'\ncount = 4\nshared = '0-9'", "outside 0-3"),
-    ("[[gpus]]\nnodes = 'n1'\ncount = 4\nmodel = 'A 100'", "model"),
-    ("not toml [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("[agent]\nsockt = 'x'", "unknown key agent.sockt"),
+        ("[placement]\nfallback = 'maybe'", "accepted: exclusive, shard"),
+        ("[agent]\nrequest_timeout_ms = 'fast'", "must be a int"),
+        ("[agent]\nrequest_timeout_ms = -5", "must not be negative"),
+        ("[frobnicate]\nx = 1", "unknown section [frobnicate]"),
+        ("[[gpus]]\nnodes = 'n1'", "lacks required key 'count'"),
+        ("[[gpus]]\nnodes = 'n1'\ncount = 4\nshared = '0-9'", "outside 0-3"),
+        ("[[gpus]]\nnodes = 'n1'\ncount = 4\nmodel = 'A 100'", "model"),
+        ("not toml [", "not valid TOML"),
+    ],
+)
 def test_config_errors_name_the_problem(text: str, msg: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, "site.toml")

@@ -4,15 +4,22 @@ the simulator both choose GPUs by."""
 from __future__ import annotations
 
 from slurm_colo.placement import ClusterView, GpuView, Occupant
-from slurm_colo.placement.guard import (UNKNOWN_END, HeldWait, by_end_times, drain_order,
-                                        held_drain, usable)
+from slurm_colo.placement.guard import (
+    UNKNOWN_END,
+    HeldWait,
+    by_end_times,
+    drain_order,
+    held_drain,
+    usable,
+)
 
 
 def _gpu(node: str, i: int, *jobs: int | None, model: str = "v100") -> GpuView:
     g = GpuView(node, i, f"{model}_s{i}", 32.0, 4, model=model)
     for jid in jobs:
-        g.occupants.append(Occupant(str(jid), "alice", 1000, "good", 4.0, job_id=jid,
-                                    pending=jid is None))
+        g.occupants.append(
+            Occupant(str(jid), "alice", 1000, "good", 4.0, job_id=jid, pending=jid is None)
+        )
     return g
 
 
@@ -47,8 +54,9 @@ def test_held_drain_keeps_to_the_jobs_type_model_and_partitions() -> None:
     assert [(g.node, g.index) for _, g in d.busy] == [("n2", 0), ("n1", 1), ("n1", 0)]
     d = held_drain(HeldWait(60, "*", 0.0, "v100"), view, dt)  # of its model
     assert [(g.node, g.index) for _, g in d.busy] == [("n1", 1), ("n1", 0)]
-    d = held_drain(HeldWait(60, "*", 0.0, "", "debug"), view, dt,
-                   partitions={"n1": ("gpu",), "n2": ("debug",)})
+    d = held_drain(
+        HeldWait(60, "*", 0.0, "", "debug"), view, dt, partitions={"n1": ("gpu",), "n2": ("debug",)}
+    )
     assert [(g.node, g.index) for _, g in d.busy] == [("n2", 0)]
     view.gpus[1].occupants.clear()
     assert [g.index for g in held_drain(HeldWait(60, "*", 0.0, "v100"), view, dt).idle] == [1]

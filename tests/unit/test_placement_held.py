@@ -6,25 +6,38 @@ from __future__ import annotations
 import pytest
 
 from slurm_colo.config import PlacementConfig
+from slurm_colo.contracts.placement import Placement
 from slurm_colo.placement import ClusterView, Decision, GpuView, JobRequest, Occupant
 from slurm_colo.placement.guard import Reservation
-from slurm_colo.placement.held import (HeldJob, Newcomer, judge_probe, must_lock, oldest_first,
-                                       place_held, release, requeued, undo_tag, why_not_undone)
+from slurm_colo.placement.held import (
+    HeldJob,
+    Newcomer,
+    judge_probe,
+    must_lock,
+    oldest_first,
+    place_held,
+    release,
+    requeued,
+    undo_tag,
+    why_not_undone,
+)
 from slurm_colo.placement.retract import Member, undone_floor
-from slurm_colo.contracts.placement import Placement
 from slurm_colo.scores import ClassInfo, table_from_pairs
 
-SCORES = table_from_pairs([("slow", "fast", 1.0, 1.0), ("slow", "slow", 0.5, 0.5),
-                           ("fast", "fast", 0.5, 0.5)],
-                          classes={"slow": ClassInfo(memory_gib=4.0), "fast": ClassInfo(memory_gib=4.0)},
-                          created="")
+SCORES = table_from_pairs(
+    [("slow", "fast", 1.0, 1.0), ("slow", "slow", 0.5, 0.5), ("fast", "fast", 0.5, 0.5)],
+    classes={"slow": ClassInfo(memory_gib=4.0), "fast": ClassInfo(memory_gib=4.0)},
+    created="",
+)
 CFG = PlacementConfig(explore_rate=0.0)
 
 
-def _held(job_id: int, since: float, gres_type: str = "v100_s1", undone: bool = True,
-          model: str = "") -> HeldJob:
-    req = JobRequest(key=str(job_id), user="carol", uid=1002, cls="fast", mode="auto",
-                     gres_type=gres_type)
+def _held(
+    job_id: int, since: float, gres_type: str = "v100_s1", undone: bool = True, model: str = ""
+) -> HeldJob:
+    req = JobRequest(
+        key=str(job_id), user="carol", uid=1002, cls="fast", mode="auto", gres_type=gres_type
+    )
     return HeldJob(job_id, f"tok{job_id}", req, since, "harmful", undone=undone, model=model)
 
 
@@ -52,29 +65,45 @@ def test_a_good_set_is_kept_and_a_harmful_one_undone_with_what_it_showed() -> No
     assert j.reply()["reason"] == f"{j.reason}; left running: the job was requeued once already"
 
 
-@pytest.mark.parametrize("cfg,newcomer,why", [
-    (PlacementConfig(undo="off"), Newcomer(placed=True), "placement.undo is off"),
-    (CFG, Newcomer(placed=False), "the job was not placed by the agent"),
-    (CFG, Newcomer(placed=True, requeue=False), "Slurm may not requeue the job (--no-requeue)"),
-    (CFG, Newcomer(placed=True, undone=True), "the job was requeued once already"),
-    (CFG, Newcomer(placed=True, ends_in_s=60.0),
-     "its time limit ends it sooner than a restart would help"),
-    (CFG, Newcomer(placed=True, ends_in_s=CFG.probe_s + 1), ""),
-    (CFG, Newcomer(placed=True, ends_in_s=-5.0), ""),  # past its limit: Slurm's business
-])
-def test_why_a_harmful_newcomer_is_left_running(cfg: PlacementConfig, newcomer: Newcomer,
-                                                why: str) -> None:
+@pytest.mark.parametrize(
+    "cfg,newcomer,why",
+    [
+        (PlacementConfig(undo="off"), Newcomer(placed=True), "placement.undo is off"),
+        (CFG, Newcomer(placed=False), "the job was not placed by the agent"),
+        (CFG, Newcomer(placed=True, requeue=False), "Slurm may not requeue the job (--no-requeue)"),
+        (CFG, Newcomer(placed=True, undone=True), "the job was requeued once already"),
+        (
+            CFG,
+            Newcomer(placed=True, ends_in_s=60.0),
+            "its time limit ends it sooner than a restart would help",
+        ),
+        (CFG, Newcomer(placed=True, ends_in_s=CFG.probe_s + 1), ""),
+        (CFG, Newcomer(placed=True, ends_in_s=-5.0), ""),  # past its limit: Slurm's business
+    ],
+)
+def test_why_a_harmful_newcomer_is_left_running(
+    cfg: PlacementConfig, newcomer: Newcomer, why: str
+) -> None:
     assert why_not_undone(cfg, newcomer) == why
 
 
 def test_the_undo_tag_says_held_for_its_type_and_undone() -> None:
     req = JobRequest(key="11", user="a", uid=1, cls="fast", mode="auto")
     tag = Placement.from_tag(undo_tag("tok", req, "harmful", "v100_s0"))
-    assert tag is not None and (tag.token, tag.held, tag.undone, tag.cls) == ("tok", "v100_s0", True, "fast")
+    assert tag is not None and (tag.token, tag.held, tag.undone, tag.cls) == (
+        "tok",
+        "v100_s0",
+        True,
+        "fast",
+    )
 
 
 def test_held_jobs_are_aimed_oldest_first() -> None:
-    assert [h.job_id for h in oldest_first([_held(2, 5.0), _held(1, 9.0), _held(3, 1.0)])] == [3, 2, 1]
+    assert [h.job_id for h in oldest_first([_held(2, 5.0), _held(1, 9.0), _held(3, 1.0)])] == [
+        3,
+        2,
+        1,
+    ]
 
 
 def test_a_requeued_job_goes_only_to_a_gpu_of_its_type() -> None:

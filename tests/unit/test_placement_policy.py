@@ -13,29 +13,40 @@ from slurm_colo.placement.policy import explore_draw
 from slurm_colo.scores import ClassInfo, PairScore, ScoreTable, table_from_pairs
 
 
-def gpu(i: int, occ: list[Occupant] | None = None, node: str = "n1", mem: float = 32.0,
-        slots: int = 4) -> GpuView:
-    return GpuView(node=node, index=i, gres_type=f"v100_s{i}", memory_gib=mem, slots=slots,
-                   occupants=list(occ or []))
+def gpu(
+    i: int, occ: list[Occupant] | None = None, node: str = "n1", mem: float = 32.0, slots: int = 4
+) -> GpuView:
+    return GpuView(
+        node=node,
+        index=i,
+        gres_type=f"v100_s{i}",
+        memory_gib=mem,
+        slots=slots,
+        occupants=list(occ or []),
+    )
 
 
 def occ(key: str, cls: str, uid: int = 1, mem: float = 4.0) -> Occupant:
     return Occupant(key=key, user=f"u{uid}", uid=uid, cls=cls, memory_gib=mem)
 
 
-def job(key: str, cls: str, uid: int = 1, mode: str = "auto", mem: float | None = 4.0) -> JobRequest:
+def job(
+    key: str, cls: str, uid: int = 1, mode: str = "auto", mem: float | None = 4.0
+) -> JobRequest:
     return JobRequest(key=key, user=f"u{uid}", uid=uid, cls=cls, mode=mode, memory_gib=mem)
 
 
 CFG = PlacementConfig(explore_rate=0.0)
-SCORES = table_from_pairs([
-    ("a", "b", 0.9, 0.9),   # good pair: delta 1.8
-    ("a", "c", 0.95, 0.6),  # c would run at 0.6 < 1/1.5
-    ("a", "a", 0.7, 0.7),
-    ("b", "b", 0.8, 0.8),
-    ("a", "d", 0.0, 0.0),   # never (out of memory)
-    ("b", "c", 0.75, 0.75),
-])
+SCORES = table_from_pairs(
+    [
+        ("a", "b", 0.9, 0.9),  # good pair: delta 1.8
+        ("a", "c", 0.95, 0.6),  # c would run at 0.6 < 1/1.5
+        ("a", "a", 0.7, 0.7),
+        ("b", "b", 0.8, 0.8),
+        ("a", "d", 0.0, 0.0),  # never (out of memory)
+        ("b", "c", 0.75, 0.75),
+    ]
+)
 
 
 def test_packs_a_compatible_pair_of_the_same_user_under_mps() -> None:
@@ -50,8 +61,12 @@ def test_packs_a_compatible_pair_of_the_same_user_under_mps() -> None:
 def test_mps_never_mixes_users_but_shard_mode_does() -> None:
     view = ClusterView([gpu(0, [occ("1", "a", uid=1)])])
     assert not place(job("j", "b", uid=2), view, SCORES, CFG).shared
-    d = place(job("j", "b", uid=2), ClusterView([gpu(0, [occ("1", "a", uid=1)])]), SCORES,
-              PlacementConfig(cross_user="shard", explore_rate=0.0))
+    d = place(
+        job("j", "b", uid=2),
+        ClusterView([gpu(0, [occ("1", "a", uid=1)])]),
+        SCORES,
+        PlacementConfig(cross_user="shard", explore_rate=0.0),
+    )
     assert d.shared and d.mechanism == "shard" and d.thread_pct is None
 
 
@@ -76,6 +91,7 @@ def test_a_job_with_its_own_rate_floor_goes_only_where_it_keeps_it() -> None:
     from dataclasses import replace
 
     from slurm_colo.placement.retract import undone_floor
+
     floor = undone_floor(CFG)
     assert floor == pytest.approx((1 + 1 / 1.5) / 2)
     view = ClusterView([gpu(0, [occ("1", "a")])])  # b next to a: 0.9, above the floor
@@ -137,8 +153,9 @@ def test_uncertainty_blocks_a_risky_pair_and_exploration_tries_it_boundedly() ->
     assert not place(job("j", "b"), view, measured, PlacementConfig(explore_rate=1.0)).shared
     # predicted clearly harmful: never explored
     harmful = ScoreTable(pairs={("a", "b"): PairScore(0.5, 0.5, 0.3, observed=False)})
-    assert not place(job("j", "b", mode="auto"), view, harmful,
-                     PlacementConfig(explore_rate=1.0)).shared
+    assert not place(
+        job("j", "b", mode="auto"), view, harmful, PlacementConfig(explore_rate=1.0)
+    ).shared
 
 
 def test_exploration_share_follows_explore_rate() -> None:
@@ -149,8 +166,10 @@ def test_exploration_share_follows_explore_rate() -> None:
 
 
 def test_uneven_thread_percentage_for_a_job_that_barely_uses_the_gpu() -> None:
-    t = table_from_pairs([("busy", "light", 0.95, 0.9)],
-                         classes={"busy": ClassInfo(sm_util=0.9), "light": ClassInfo(sm_util=0.15)})
+    t = table_from_pairs(
+        [("busy", "light", 0.95, 0.9)],
+        classes={"busy": ClassInfo(sm_util=0.9), "light": ClassInfo(sm_util=0.15)},
+    )
     view = ClusterView([gpu(0, [occ("1", "busy")])])
     d = place(job("j", "light"), view, t, CFG)
     assert d.shared and d.thread_pct is not None and d.thread_pct <= 30
@@ -197,8 +216,9 @@ def test_index_stays_right_through_add_and_remove() -> None:
         assert place(j, view, SCORES, cfg) == place(j, fresh, SCORES, cfg)
 
 
-def _reference(j: JobRequest, view: ClusterView, t: ScoreTable,
-               cfg: PlacementConfig) -> tuple[str, list[int]]:
+def _reference(
+    j: JobRequest, view: ClusterView, t: ScoreTable, cfg: PlacementConfig
+) -> tuple[str, list[int]]:
     """The rules written out plainly, GPU by GPU, with ScoreTable.set_throughputs:
     returns the action and the positions place() may pick (ties within 1e-9)."""
     mps = cfg.cross_user == "never"
@@ -225,7 +245,8 @@ def _reference(j: JobRequest, view: ClusterView, t: ScoreTable,
             continue
         unproven = not all(t.pair(j.cls, o.cls).observed for o in g.occupants)
         if delta - cfg.risk_aversion * sd < min_delta and not (
-                explore and unproven and delta >= min_delta):
+            explore and unproven and delta >= min_delta
+        ):
             continue
         before = sum(t.set_throughputs(members[:-1])[0]) if k > 2 else 1.0
         gain = sum(n) - before
@@ -251,9 +272,9 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
                 never = rng.random() < 0.05
                 na = 0.0 if never else rng.uniform(0.5, 1.0)
                 nb = na if a == b else (0.0 if never else rng.uniform(0.5, 1.0))
-                t.pairs[(a, b)] = PairScore(na, nb,
-                                            rng.uniform(0.0, 0.15), observed=rng.random() < 0.6,
-                                            never=never)
+                t.pairs[(a, b)] = PairScore(
+                    na, nb, rng.uniform(0.0, 0.15), observed=rng.random() < 0.6, never=never
+                )
     cfg = PlacementConfig(cross_user=cross_user, explore_rate=0.3)
     for trial in range(40):
         gpus = []
@@ -262,14 +283,20 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
             owner = rng.randrange(3)
             for k in range(rng.randrange(0, g.slots + 1)):
                 uid = owner if cross_user == "never" else rng.randrange(3)
-                g.occupants.append(occ(f"t{trial}g{i}o{k}", rng.choice(classes), uid=uid,
-                                       mem=rng.uniform(1, 8)))
+                g.occupants.append(
+                    occ(f"t{trial}g{i}o{k}", rng.choice(classes), uid=uid, mem=rng.uniform(1, 8))
+                )
             g.available = rng.random() > 0.05
             gpus.append(g)
         view = ClusterView(gpus)
         for q in range(15):
-            j = job(f"t{trial}q{q}", rng.choice(classes + ["unseen"]), uid=rng.randrange(3),
-                    mode=rng.choice(["auto", "auto", "aggressive"]), mem=rng.uniform(1, 10))
+            j = job(
+                f"t{trial}q{q}",
+                rng.choice(classes + ["unseen"]),
+                uid=rng.randrange(3),
+                mode=rng.choice(["auto", "auto", "aggressive"]),
+                mem=rng.uniform(1, 10),
+            )
             d = place(j, view, t, cfg)
             action, allowed = _reference(j, view, t, cfg)
             assert d.action == action, (trial, q, d.reason)

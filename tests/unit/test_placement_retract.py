@@ -6,14 +6,24 @@ import pytest
 
 from slurm_colo.config import PlacementConfig
 from slurm_colo.placement import ClusterView, GpuView, JobRequest, Occupant, place
-from slurm_colo.placement.retract import Member, judge, members_from_report, observed_pairs, with_pairs
+from slurm_colo.placement.retract import (
+    Member,
+    judge,
+    members_from_report,
+    observed_pairs,
+    with_pairs,
+)
 from slurm_colo.scores import ClassInfo, PairScore, table_from_pairs
 
 CFG = PlacementConfig(explore_rate=0.0, cross_user="shard")
 SCORES = table_from_pairs(
     [("a", "b", 0.9, 0.8), ("a", "c", 0.7, 0.9), ("b", "c", 0.95, 0.95)],
-    classes={"a": ClassInfo(progress_rate=10.0), "b": ClassInfo(progress_rate=4.0),
-             "c": ClassInfo()})
+    classes={
+        "a": ClassInfo(progress_rate=10.0),
+        "b": ClassInfo(progress_rate=4.0),
+        "c": ClassInfo(),
+    },
+)
 
 
 def test_a_set_is_undone_when_combined_throughput_is_below_one() -> None:
@@ -37,7 +47,10 @@ def test_a_good_set_is_kept_and_what_it_showed_is_still_learnt() -> None:
 
 
 def test_nothing_is_undone_without_a_measurement() -> None:
-    members = [Member("1", "a", "auto", 0.1, measured=False), Member("2", "b", "auto", 0.1, measured=False)]
+    members = [
+        Member("1", "a", "auto", 0.1, measured=False),
+        Member("2", "b", "auto", 0.1, measured=False),
+    ]
     v = judge("2", members, SCORES, CFG)
     assert not v.undo and "no member reports progress" in v.reason and v.observed == {}
     assert not judge("9", members, SCORES, CFG).undo  # the newcomer is not in the set
@@ -60,14 +73,17 @@ def test_an_unmeasured_side_keeps_the_prediction() -> None:
 
 
 def test_members_from_a_node_report() -> None:
-    report = {"job": 7, "members": [
-        # there before: 6/s now, 8/s before, when it shared the GPU with c (n(a|c) = 0.7)
-        {"job": 5, "cls": "a", "rate": 6.0, "rate_before": 8.0, "before": ["c"]},
-        # the newcomer: 2/s against its class's solo progress rate of 4/s
-        {"job": 7, "cls": "b", "rate": 2.0},
-        # reports no progress: predicted next to a and b (0.9 * 0.95)
-        {"job": 6, "cls": "c", "rate": None, "rate_before": None, "before": ["a"]},
-    ]}
+    report = {
+        "job": 7,
+        "members": [
+            # there before: 6/s now, 8/s before, when it shared the GPU with c (n(a|c) = 0.7)
+            {"job": 5, "cls": "a", "rate": 6.0, "rate_before": 8.0, "before": ["c"]},
+            # the newcomer: 2/s against its class's solo progress rate of 4/s
+            {"job": 7, "cls": "b", "rate": 2.0},
+            # reports no progress: predicted next to a and b (0.9 * 0.95)
+            {"job": 6, "cls": "c", "rate": None, "rate_before": None, "before": ["a"]},
+        ],
+    }
     m = {x.key: x for x in members_from_report(report, SCORES, {"7": "aggressive"})}
     assert m["5"].n == pytest.approx(6 / 8 * 0.7) and m["5"].measured
     assert m["7"].n == pytest.approx(0.5) and m["7"].measured and m["7"].mode == "aggressive"
@@ -75,8 +91,13 @@ def test_members_from_a_node_report() -> None:
 
 
 def test_a_newcomer_of_a_class_without_solo_progress_rate_is_predicted() -> None:
-    report = {"job": 2, "members": [{"job": 1, "cls": "a", "rate": 5.0, "rate_before": "x"},
-                                    {"job": 2, "cls": "c", "rate": 3.0}]}
+    report = {
+        "job": 2,
+        "members": [
+            {"job": 1, "cls": "a", "rate": 5.0, "rate_before": "x"},
+            {"job": 2, "cls": "c", "rate": 3.0},
+        ],
+    }
     m = {x.key: x for x in members_from_report(report, SCORES)}
     assert not m["2"].measured and m["2"].n == pytest.approx(0.9)
     assert not m["1"].measured  # a rate_before that is not a number is ignored
@@ -84,7 +105,11 @@ def test_a_newcomer_of_a_class_without_solo_progress_rate_is_predicted() -> None
 
 def test_with_pairs_replaces_either_orientation() -> None:
     t = with_pairs(SCORES, {("b", "a"): PairScore(0.3, 0.4, 0.02, observed=True)})
-    assert ("a", "b") not in t.pairs and t.pair("a", "b").n_a == 0.4 and SCORES.pair("a", "b").n_a == 0.9
+    assert (
+        ("a", "b") not in t.pairs
+        and t.pair("a", "b").n_a == 0.4
+        and SCORES.pair("a", "b").n_a == 0.9
+    )
     assert with_pairs(SCORES, {}) is SCORES
 
 
@@ -92,8 +117,16 @@ def _view() -> ClusterView:
     gpus = []
     for node in ("n1", "n2"):
         for i in range(2):
-            gpus.append(GpuView(node=node, index=i, gres_type=f"v100_s{i}", memory_gib=32.0,
-                                slots=4, model="v100"))
+            gpus.append(
+                GpuView(
+                    node=node,
+                    index=i,
+                    gres_type=f"v100_s{i}",
+                    memory_gib=32.0,
+                    slots=4,
+                    model="v100",
+                )
+            )
     return ClusterView(gpus)
 
 

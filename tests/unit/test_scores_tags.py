@@ -9,14 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from slurm_colo.errors import ScoresError
-from slurm_colo.gavel import bundled_path, load_gavel
-from slurm_colo.placement.view import Decision
-from slurm_colo.scores import ScoreTable, load_scores, publish_scores, scores_from_dict, table_from_pairs
-from slurm_colo.seed import table_from_measurements
 from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.contracts.placement import Placement
-from slurm_colo.errors import ProtocolError
+from slurm_colo.errors import ProtocolError, ScoresError
+from slurm_colo.gavel import bundled_path, load_gavel
+from slurm_colo.placement.view import Decision
+from slurm_colo.scores import (
+    ScoreTable,
+    load_scores,
+    publish_scores,
+    scores_from_dict,
+    table_from_pairs,
+)
+from slurm_colo.seed import table_from_measurements
 
 
 def test_pair_lookup_is_symmetric_and_unknown_uses_the_prior() -> None:
@@ -44,19 +49,33 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
     publish_scores(t, dest)
     back = load_scores(dest)
     assert back.id == t.id and len(back.pairs) == len(t.pairs)
-    assert back.pair("resnet18-bs32", "resnet18-bs64").delta == pytest.approx(t.pair("resnet18-bs32", "resnet18-bs64").delta, abs=1e-5)
+    assert back.pair("resnet18-bs32", "resnet18-bs64").delta == pytest.approx(
+        t.pair("resnet18-bs32", "resnet18-bs64").delta, abs=1e-5
+    )
     assert [p for p in os.listdir(dest.parent) if p.startswith(".")] == []  # no temp file left
     assert back.pair("resnet50-bs128", "resnet50-bs32").never
 
 
-@pytest.mark.parametrize("doc,msg", [
-    ([], "not a score set"),
-    ({"format": "other"}, "unknown format"),
-    ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x"}]}, "malformed"),
-    ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": float("nan"), "n_b": 1}]}, "finite"),
-    ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": -1, "n_b": 1}]}, "outside"),
-    ({"format": "slurm-colo-scores/1", "classes": {"x": {"sm_util": 3}}}, "outside"),
-])
+@pytest.mark.parametrize(
+    "doc,msg",
+    [
+        ([], "not a score set"),
+        ({"format": "other"}, "unknown format"),
+        ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x"}]}, "malformed"),
+        (
+            {
+                "format": "slurm-colo-scores/1",
+                "pairs": [{"a": "x", "b": "y", "n_a": float("nan"), "n_b": 1}],
+            },
+            "finite",
+        ),
+        (
+            {"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": -1, "n_b": 1}]},
+            "outside",
+        ),
+        ({"format": "slurm-colo-scores/1", "classes": {"x": {"sm_util": 3}}}, "outside"),
+    ],
+)
 def test_corrupt_score_sets_are_refused_with_the_reason(doc: object, msg: str) -> None:
     with pytest.raises(ScoresError, match=msg):
         scores_from_dict(doc)
@@ -71,18 +90,41 @@ def test_unreadable_files(tmp_path: Path) -> None:
 
 
 def test_tag_round_trip() -> None:
-    d = Decision("share", "x", node="gpu07", index=3, mechanism="mps", thread_pct=40,
-                 mem_limit_gib=7.5, predicted_delta=1.42, memory_gib=6.0)
+    d = Decision(
+        "share",
+        "x",
+        node="gpu07",
+        index=3,
+        mechanism="mps",
+        thread_pct=40,
+        mem_limit_gib=7.5,
+        predicted_delta=1.42,
+        memory_gib=6.0,
+    )
     tag = d.placement("ab12cd34", "bert-bs32", "aggressive").to_tag()
     got = Placement.from_tag(f"user text | {tag} trailing")
-    assert got == Placement("ab12cd34", "bert-bs32", Mode.AGGRESSIVE, Mechanism.MPS, "gpu07", 3,
-                            thread_pct=40, mem_limit_gib=7.5, memory_gib=6.0, predicted_delta=1.42)
+    assert got == Placement(
+        "ab12cd34",
+        "bert-bs32",
+        Mode.AGGRESSIVE,
+        Mechanism.MPS,
+        "gpu07",
+        3,
+        thread_pct=40,
+        mem_limit_gib=7.5,
+        memory_gib=6.0,
+        predicted_delta=1.42,
+    )
     assert got.shared and Decision.from_placement(got, "x") == d
-    held = Placement.from_tag(Decision("exclusive", "harmful").placement(
-        "t", "c", "auto", undone=True, held="v100_s1").to_tag())
+    held = Placement.from_tag(
+        Decision("exclusive", "harmful")
+        .placement("t", "c", "auto", undone=True, held="v100_s1")
+        .to_tag()
+    )
     assert held is not None and held.held == "v100_s1" and held.undone and not held.shared
-    waiting = Placement.from_tag(Decision("exclusive", "no partner").placement(
-        "t", "c", "auto", held="v100_s0").to_tag())
+    waiting = Placement.from_tag(
+        Decision("exclusive", "no partner").placement("t", "c", "auto", held="v100_s0").to_tag()
+    )
     assert waiting is not None and waiting.held == "v100_s0" and not waiting.undone
     again = Placement.from_tag(d.placement("t", "c", "auto", undone=True).to_tag())
     assert again is not None and again.undone and again.held is None and again.gpu == 3
@@ -94,19 +136,37 @@ def test_tag_round_trip() -> None:
 
 
 def test_placement_wire_round_trip_and_earlier_versions() -> None:
-    p = Placement("tok1", "bert", Mode.AUTO, Mechanism.MPS, "n1", 2, 40, 7.5, 6.0, 1.3,
-                  partners=(11, 12))
+    p = Placement(
+        "tok1", "bert", Mode.AUTO, Mechanism.MPS, "n1", 2, 40, 7.5, 6.0, 1.3, partners=(11, 12)
+    )
     w = json.loads(json.dumps(p.to_wire()))
     assert Placement.from_wire(w) == p and w["shared"] is True and w["mechanism"] == "mps"
     # what an agent of an earlier version sent (a dict with "delta", "shared")
-    old = {"shared": True, "mechanism": "shard", "thread_pct": None, "mem_limit_gib": None,
-           "cls": "c", "mode": "auto", "node": "n1", "gpu": 0, "partners": [5], "token": "t",
-           "delta": 1.2, "memory_gib": 4.0, "some_newer_key": 1}
+    old = {
+        "shared": True,
+        "mechanism": "shard",
+        "thread_pct": None,
+        "mem_limit_gib": None,
+        "cls": "c",
+        "mode": "auto",
+        "node": "n1",
+        "gpu": 0,
+        "partners": [5],
+        "token": "t",
+        "delta": 1.2,
+        "memory_gib": 4.0,
+        "some_newer_key": 1,
+    }
     q = Placement.from_wire(old)
     assert q.mechanism == Mechanism.SHARD and q.predicted_delta == 1.2 and q.partners == (5,)
     assert not Placement.from_wire({"token": "t", "shared": False, "mechanism": "mps"}).shared
-    for broken in ([], {"token": 3}, {"token": "t", "gpu": "x"}, {"token": "t", "mode": "fast"},
-                   {"token": "t", "mem_limit_gib": [1]}):
+    for broken in (
+        [],
+        {"token": 3},
+        {"token": "t", "gpu": "x"},
+        {"token": "t", "mode": "fast"},
+        {"token": "t", "mem_limit_gib": [1]},
+    ):
         with pytest.raises(ProtocolError):
             Placement.from_wire(broken)
 
@@ -121,8 +181,14 @@ def test_measured_table_covers_all_v100_pairs() -> None:
 
 def test_a_bad_value_or_encoding_names_the_score_file(tmp_path: Path) -> None:
     f = tmp_path / "live.json"
-    f.write_text(json.dumps({"format": "slurm-colo-scores/1",
-                             "pairs": [{"a": "x", "b": "y", "n_a": 99, "n_b": 0.5}]}))
+    f.write_text(
+        json.dumps(
+            {
+                "format": "slurm-colo-scores/1",
+                "pairs": [{"a": "x", "b": "y", "n_a": 99, "n_b": 0.5}],
+            }
+        )
+    )
     with pytest.raises(ScoresError, match=r"live\.json: pairs\[0\]\.n_a: 99 outside"):
         load_scores(f)
     f.write_bytes(b"\xff\xfe{")

@@ -14,8 +14,12 @@ from slurm_colo.sim.truth import Truth
 
 def data() -> GavelData:
     d = GavelData(gpu="test", solo={"a": 1.0, "b": 1.0, "m": 1.0})
-    d.pairs = {("a", "b"): (0.8, 0.5), ("b", "a"): (0.5, 0.8),
-               ("a", "a"): (0.6, 0.6), ("b", "b"): (0.9, 0.9)}
+    d.pairs = {
+        ("a", "b"): (0.8, 0.5),
+        ("b", "a"): (0.5, 0.8),
+        ("a", "a"): (0.6, 0.6),
+        ("b", "b"): (0.9, 0.9),
+    }
     d.never = {("a", "m"), ("m", "a")}
     return d
 
@@ -74,4 +78,9 @@ def test_truth_composes_sets_multiplicatively() -> None:
 
 def test_a_job_larger_than_the_cluster_is_an_error() -> None:
     with pytest.raises(SimError, match="asks for 4 GPUs"):
-        Sim([SimJob(0, 0, 1, "a", "u", 1, gpus=4)], Truth(data()), SimConfig(gpus=2), ExclusiveFifo())
+        Sim(
+            [SimJob(0, 0, 1, "a", "u", 1, gpus=4)],
+            Truth(data()),
+            SimConfig(gpus=2),
+            ExclusiveFifo(),
+        )

@@ -43,14 +43,31 @@ def gavel(tmp_path: Path) -> Path:
     return f
 
 
-def score_doc(never: set[str] = frozenset(), classes: list[str] = CLASSES, n: float = 0.8,
-              **extra: Any) -> dict[str, Any]:
+def score_doc(
+    never: set[str] = frozenset(), classes: list[str] = CLASSES, n: float = 0.8, **extra: Any
+) -> dict[str, Any]:
     """Every pair of ``classes`` at ``n``; pairs with a class of ``never`` must not share."""
-    pairs = [{"a": a, "b": b, "n_a": n, "n_b": n, "sd": 0.0, "observed": True,
-              "never": a in never or b in never}
-             for i, a in enumerate(classes) for b in classes[i:]]
-    return {"format": "slurm-colo-scores/1", "id": "site-set", "gpu_model": "a100",
-            "classes": {c: {} for c in classes}, "pairs": pairs, **extra}
+    pairs = [
+        {
+            "a": a,
+            "b": b,
+            "n_a": n,
+            "n_b": n,
+            "sd": 0.0,
+            "observed": True,
+            "never": a in never or b in never,
+        }
+        for i, a in enumerate(classes)
+        for b in classes[i:]
+    ]
+    return {
+        "format": "slurm-colo-scores/1",
+        "id": "site-set",
+        "gpu_model": "a100",
+        "classes": {c: {} for c in classes},
+        "pairs": pairs,
+        **extra,
+    }
 
 
 def write(path: Path, doc: Any) -> Path:
@@ -84,10 +101,19 @@ def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 # ---- another file, any GPU key ---------------------------------------------------------
 
+
 def test_any_gpu_key_of_a_gavel_file_is_simulated_end_to_end(gavel: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    r = simulate("--gavel", str(gavel), "--gpu", "a100", "--policies",
-                 "exclusive-fifo,slurm-shard,ours,oracle", "--out", str(out))
+    r = simulate(
+        "--gavel",
+        str(gavel),
+        "--gpu",
+        "a100",
+        "--policies",
+        "exclusive-fifo,slurm-shard,ours,oracle",
+        "--out",
+        str(out),
+    )
     assert "a100 data of" in r.output and "3 classes, 6 measured pairs" in r.output
     res = results(out)
     assert set(res) == {"exclusive-fifo", "slurm-shard", "ours", "oracle"}
@@ -112,6 +138,7 @@ def test_parse_gavel_takes_any_key_and_lists_the_keys_a_file_has() -> None:
 
 # ---- a score set instead of the fitted model -------------------------------------------
 
+
 def test_a_score_set_replaces_the_fitted_model(gavel: Path, tmp_path: Path) -> None:
     base = ["--gavel", str(gavel), "--gpu", "a100", "--policies", "exclusive-fifo,ours"]
     simulate(*base, "--out", str(tmp_path / "fitted"))
@@ -129,8 +156,18 @@ def test_a_score_set_replaces_the_fitted_model(gavel: Path, tmp_path: Path) -> N
 def test_a_pair_the_score_set_marks_harmful_is_never_shared(gavel: Path, tmp_path: Path) -> None:
     scores = write(tmp_path / "s.json", score_doc(never={"gamma"}))
     out = tmp_path / "out"
-    simulate("--gavel", str(gavel), "--gpu", "a100", "--policies", "ours,ours-submit",
-             "--scores", str(scores), "--out", str(out))
+    simulate(
+        "--gavel",
+        str(gavel),
+        "--gpu",
+        "a100",
+        "--policies",
+        "ours,ours-submit",
+        "--scores",
+        str(scores),
+        "--out",
+        str(out),
+    )
     with open(out / "jobs.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     for policy in ("ours", "ours-submit"):
@@ -140,10 +177,10 @@ def test_a_pair_the_score_set_marks_harmful_is_never_shared(gavel: Path, tmp_pat
         assert any(float(r["stretch"]) > 1.0 for r in mine if r["cls"] != "gamma")
 
 
-def test_gpu_memory_is_honoured_with_the_score_sets_class_memory(gavel: Path,
-                                                                tmp_path: Path) -> None:
-    base = ["--gavel", str(gavel), "--gpu", "a100", "--policies", "ours",
-            "--gpu-memory-gib", "12"]
+def test_gpu_memory_is_honoured_with_the_score_sets_class_memory(
+    gavel: Path, tmp_path: Path
+) -> None:
+    base = ["--gavel", str(gavel), "--gpu", "a100", "--policies", "ours", "--gpu-memory-gib", "12"]
     # 8 GiB a job by default (placement.default_memory_gib): two do not fit in 12 GiB
     simulate(*base, "--out", str(tmp_path / "a"))
     assert results(tmp_path / "a")["ours"]["colocated_share"] == 0
@@ -156,40 +193,56 @@ def test_gpu_memory_is_honoured_with_the_score_sets_class_memory(gavel: Path,
     assert "--gpu-memory-gib 12" in (tmp_path / "b" / "results.md").read_text()
 
 
-def test_classes_the_score_set_lacks_are_named_and_get_no_data(gavel: Path,
-                                                               tmp_path: Path) -> None:
+def test_classes_the_score_set_lacks_are_named_and_get_no_data(gavel: Path, tmp_path: Path) -> None:
     scores = write(tmp_path / "part.json", score_doc(classes=["alpha-bs32", "beta-bs64"]))
     table = load_scores(scores)
     assert missing_classes(table, CLASSES) == ["gamma"]
     assert unscored_pairs(table, CLASSES) == 3  # gamma with alpha, beta and itself
-    r = simulate("--gavel", str(gavel), "--gpu", "a100", "--policies", "ours",
-                 "--scores", str(scores))
+    r = simulate(
+        "--gavel", str(gavel), "--gpu", "a100", "--policies", "ours", "--scores", str(scores)
+    )
     assert "lacks 1 of the 3 classes of the a100 data: gamma" in r.output
 
 
-def test_a_score_set_for_another_gpu_type_is_used_with_a_warning(gavel: Path,
-                                                                 tmp_path: Path) -> None:
+def test_a_score_set_for_another_gpu_type_is_used_with_a_warning(
+    gavel: Path, tmp_path: Path
+) -> None:
     scores = write(tmp_path / "v.json", {**score_doc(), "gpu_model": "v100"})
-    r = simulate("--jobs", "40", "--gavel", str(gavel), "--gpu", "a100", "--policies", "ours",
-                 "--scores", str(scores))
+    r = simulate(
+        "--jobs",
+        "40",
+        "--gavel",
+        str(gavel),
+        "--gpu",
+        "a100",
+        "--policies",
+        "ours",
+        "--scores",
+        str(scores),
+    )
     assert "is for GPU type 'v100', the measured data for 'a100'" in r.output
 
 
 # ---- bad input: exit code 2 and a message naming the file, never a traceback ------------
 
-@pytest.mark.parametrize(("content", "says"), [
-    ("{not json", "is not JSON"),
-    (b"\xff\xfe\x00", "is not JSON (not UTF-8 text)"),
-    ("[1, 2]", "top level is not an object"),
-    ('{"a100": 5}', "GPU type 'a100' is not an object"),
-    ('{"a100": {"bad key": {"null": 1}}}', "bad job key"),
-    ('{"a100": {"(\'A\', 1)": 3}}', "expected an object of rates"),
-    ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": "x"}}}', "expected [rate, other rate]"),
-    ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": [1, "x"]}}}', "expected a number"),
-    ('{"a100": {}}', "no single-GPU job type"),
-])
-def test_a_corrupt_gavel_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         content: str | bytes, says: str) -> None:
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("{not json", "is not JSON"),
+        (b"\xff\xfe\x00", "is not JSON (not UTF-8 text)"),
+        ("[1, 2]", "top level is not an object"),
+        ('{"a100": 5}', "GPU type 'a100' is not an object"),
+        ('{"a100": {"bad key": {"null": 1}}}', "bad job key"),
+        ('{"a100": {"(\'A\', 1)": 3}}', "expected an object of rates"),
+        ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": "x"}}}', "expected [rate, other rate]"),
+        ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": [1, "x"]}}}', "expected a number"),
+        ('{"a100": {}}', "no single-GPU job type"),
+    ],
+)
+def test_a_corrupt_gavel_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, says: str
+) -> None:
     f = tmp_path / "bad.json"
     if isinstance(content, bytes):
         f.write_bytes(content)
@@ -200,8 +253,9 @@ def test_a_corrupt_gavel_file_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     assert "Traceback" not in err
 
 
-def test_a_missing_gavel_file_or_gpu_key_is_refused(gavel: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_gavel_file_or_gpu_key_is_refused(
+    gavel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, err = cli(["simulate", "--gavel", str(tmp_path / "nope.json"), "--gpu", "a100"], capsys)
     assert code == 2 and f"gavel data file {tmp_path / 'nope.json'} not found" in err
     code, err = cli(["simulate", "--gavel", str(gavel), "--gpu", "v100"], capsys)
@@ -210,27 +264,38 @@ def test_a_missing_gavel_file_or_gpu_key_is_refused(gavel: Path, tmp_path: Path,
     assert code == 2 and "the file has: k80, k80_unconsolidated, v100, v100_unconsolidated" in err
 
 
-@pytest.mark.parametrize(("doc", "says"), [
-    (None, "not found"),
-    ("{oops", "is corrupt (not JSON"),
-    (b"\x89PNG\xff", "is corrupt (not UTF-8 text)"),
-    ('{"format": "other/1"}', "unknown format"),
-    (json.dumps(score_doc(n=-1.0)), "outside"),
-    (json.dumps({**score_doc(), "pairs": [{"a": "gamma"}]}), "malformed score set"),
-    (json.dumps(score_doc(classes=["resnet50-bs64", "lm-bs20"])),
-     "has none of the 3 classes of the a100 data (alpha-bs32, beta-bs64, gamma); "
-     "it has: lm-bs20, resnet50-bs64"),
-])
-def test_a_bad_score_file_is_refused(gavel: Path, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str],
-                                     doc: str | bytes | None, says: str) -> None:
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        (None, "not found"),
+        ("{oops", "is corrupt (not JSON"),
+        (b"\x89PNG\xff", "is corrupt (not UTF-8 text)"),
+        ('{"format": "other/1"}', "unknown format"),
+        (json.dumps(score_doc(n=-1.0)), "outside"),
+        (json.dumps({**score_doc(), "pairs": [{"a": "gamma"}]}), "malformed score set"),
+        (
+            json.dumps(score_doc(classes=["resnet50-bs64", "lm-bs20"])),
+            "has none of the 3 classes of the a100 data (alpha-bs32, beta-bs64, gamma); "
+            "it has: lm-bs20, resnet50-bs64",
+        ),
+    ],
+)
+def test_a_bad_score_file_is_refused(
+    gavel: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    doc: str | bytes | None,
+    says: str,
+) -> None:
     f = tmp_path / "scores.json"
     if isinstance(doc, bytes):
         f.write_bytes(doc)
     elif doc is not None:
         f.write_text(doc)
-    code, err = cli(["simulate", "--jobs", "10", "--gavel", str(gavel), "--gpu", "a100",
-                     "--scores", str(f)], capsys)
+    code, err = cli(
+        ["simulate", "--jobs", "10", "--gavel", str(gavel), "--gpu", "a100", "--scores", str(f)],
+        capsys,
+    )
     assert code == 2 and f"score file {f}" in err and says in err, err
     assert "Traceback" not in err
 

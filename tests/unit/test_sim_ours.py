@@ -21,8 +21,14 @@ from slurm_colo.sim.truth import Truth, oracle_scores
 
 def data() -> GavelData:
     d = GavelData(gpu="test", solo={"a": 1.0, "b": 1.0, "x": 1.0})
-    pairs = {("a", "b"): (0.9, 0.9), ("a", "a"): (0.9, 0.9), ("b", "b"): (0.9, 0.9),
-             ("a", "x"): (0.3, 0.3), ("b", "x"): (0.3, 0.3), ("x", "x"): (0.3, 0.3)}
+    pairs = {
+        ("a", "b"): (0.9, 0.9),
+        ("a", "a"): (0.9, 0.9),
+        ("b", "b"): (0.9, 0.9),
+        ("a", "x"): (0.3, 0.3),
+        ("b", "x"): (0.3, 0.3),
+        ("x", "x"): (0.3, 0.3),
+    }
     for (p, q), (np_, nq) in pairs.items():
         d.pairs[(p, q)] = (np_, nq)
         d.pairs[(q, p)] = (nq, np_)
@@ -53,8 +59,9 @@ def test_submit_time_decisions_are_final() -> None:
     # x arrives while a runs: no partner, no idle GPU -> it keeps a whole GPU of its own and
     # waits; b, arriving later, is placed next to a at once
     tr = [job(0, 0, 100, "a"), job(1, 1, 50, "x"), job(2, 2, 50, "b")]
-    sched = PolicyScheduler("ours-submit", oracle_scores(data()), CFG, learn=False,
-                            submit_time=True)
+    sched = PolicyScheduler(
+        "ours-submit", oracle_scores(data()), CFG, learn=False, submit_time=True
+    )
     sim = run(tr, sched)
     assert sim.runs[2].first_start == pytest.approx(2)
     assert sim.runs[1].first_start == pytest.approx(sim.runs[0].end)
@@ -81,8 +88,9 @@ def test_without_undo_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_retrain
     # (relearn_s) teaches the scores
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
-    sched = PolicyScheduler("ours-submit", wrong, replace(CFG, probe_s=60), learn=True,
-                            submit_time=True, undo="none")
+    sched = PolicyScheduler(
+        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="none"
+    )
     tr = [job(0, 0, 600, "a"), job(1, 1, 600, "x"), job(2, 5000, 100, "x")]
     sim = run(tr, sched, relearn_s=3600)
     assert sched.retractions == 0 and sim.runs[1].evictions == 0
@@ -99,8 +107,9 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
     # any node: v100_s1), where it waits, held, until one takes it
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
-    sched = PolicyScheduler("ours-submit", wrong, replace(CFG, probe_s=60), learn=True,
-                            submit_time=True, undo="requeue")
+    sched = PolicyScheduler(
+        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="requeue"
+    )
     # two GPUs on one node: 0 (v100_s0) and 1 (v100_s1). x joins a on GPU 1 (b holds 0).
     tr = [job(0, 0, 5000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x")]
     sim = run(tr, sched, gpus=2, gpus_per_node=2)
@@ -129,10 +138,16 @@ def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
         d.pairs[(other, "c")] = (n, n)
     wrong = oracle_scores(d)
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
-    sched = PolicyScheduler("ours-submit", wrong, replace(CFG, probe_s=60), learn=True,
-                            submit_time=True, undo="requeue", hold=True)
-    tr = [job(0, 0, 20000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x"),
-          job(3, 5100, 100, "c")]
+    sched = PolicyScheduler(
+        "ours-submit",
+        wrong,
+        replace(CFG, probe_s=60),
+        learn=True,
+        submit_time=True,
+        undo="requeue",
+        hold=True,
+    )
+    tr = [job(0, 0, 20000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x"), job(3, 5100, 100, "c")]
     sim = Sim(tr, Truth(d), SimConfig(gpus=2, gpus_per_node=2), sched).run()
     x, c = sim.runs[2], sim.runs[3]
     assert x.evictions == 1 and x.first_start == 2
@@ -148,8 +163,15 @@ def test_a_held_job_goes_to_the_first_gpu_that_takes_it() -> None:
     tr = [job(0, 0, 1000, "x"), job(1, 1, 100, "x"), job(2, 2, 300, "a"), job(3, 3, 500, "b")]
     starts = {}
     for hold in (True, False):
-        sched = PolicyScheduler("ours-submit", oracle_scores(data()), CFG, learn=False,
-                                submit_time=True, undo="none", hold=hold)
+        sched = PolicyScheduler(
+            "ours-submit",
+            oracle_scores(data()),
+            CFG,
+            learn=False,
+            submit_time=True,
+            undo="none",
+            hold=hold,
+        )
         sim = run(tr, sched, gpus=2, gpus_per_node=2)
         assert sim.runs[1].first_start == 1 and sched.held_q == {}
         starts[hold] = [r.first_start for r in sim.runs]
@@ -176,7 +198,9 @@ def test_oldest_waiting_job_gets_a_drained_gpu() -> None:
     assert sched.reservations >= 1
     assert sim.runs[x].first_start < last
     # the guard switched off (reserve_after_h = 0): x waits for the whole stream
-    off = PolicyScheduler("oracle", oracle_scores(data()), replace(cfg, reserve_after_h=0.0), learn=False)
+    off = PolicyScheduler(
+        "oracle", oracle_scores(data()), replace(cfg, reserve_after_h=0.0), learn=False
+    )
     sim = run(tr, off)
     assert off.reservations == 0
     assert sim.runs[x].first_start > last
@@ -189,9 +213,15 @@ def test_a_job_held_at_arrival_gets_a_drained_gpu() -> None:
     cfg = PlacementConfig(cross_user="shard", explore_rate=0.0, reserve_after_h=1.0)
     starts = {}
     for after_h in (1.0, 0.0):
-        sched = PolicyScheduler("ours-submit", oracle_scores(data()),
-                                replace(cfg, reserve_after_h=after_h), learn=False,
-                                submit_time=True, undo="none", hold=True)
+        sched = PolicyScheduler(
+            "ours-submit",
+            oracle_scores(data()),
+            replace(cfg, reserve_after_h=after_h),
+            learn=False,
+            submit_time=True,
+            undo="none",
+            hold=True,
+        )
         sim = run(tr, sched)
         assert sched.held_q == {}
         starts[after_h] = (sim.runs[x].first_start, sched.reservations)
@@ -201,8 +231,12 @@ def test_a_job_held_at_arrival_gets_a_drained_gpu() -> None:
 
 def test_mps_never_puts_two_users_on_one_gpu() -> None:
     tr = [job(i, i, 1000, "a" if i % 2 else "b", uid=i % 3) for i in range(30)]
-    sched = PolicyScheduler("oracle", oracle_scores(data()),
-                            PlacementConfig(cross_user="never", explore_rate=0.0), learn=False)
+    sched = PolicyScheduler(
+        "oracle",
+        oracle_scores(data()),
+        PlacementConfig(cross_user="never", explore_rate=0.0),
+        learn=False,
+    )
     sim = Sim(tr, Truth(data()), SimConfig(gpus=4), sched)
     start = sim.start_shared
 
@@ -221,10 +255,13 @@ def test_cli_replays_a_sacct_export(tmp_path: Path) -> None:
     rows = ["JobID|User|JobName|Submit|Start|End|AllocTRES"]
     for i in range(40):
         m = 10 + i
-        rows.append(f"{100 + i}|u{i % 3}|lm-bs20|2026-01-01T10:{m:02d}:00|"
-                    f"2026-01-01T10:{m:02d}:30|2026-01-01T11:{m:02d}:30|gres/gpu=1")
+        rows.append(
+            f"{100 + i}|u{i % 3}|lm-bs20|2026-01-01T10:{m:02d}:00|"
+            f"2026-01-01T10:{m:02d}:30|2026-01-01T11:{m:02d}:30|gres/gpu=1"
+        )
     f.write_text("\n".join(rows) + "\n")
-    r = CliRunner().invoke(app, ["simulate", "--sacct", str(f), "--gpus", "4", "--policies",
-                                 "exclusive-fifo,oracle"])
+    r = CliRunner().invoke(
+        app, ["simulate", "--sacct", str(f), "--gpus", "4", "--policies", "exclusive-fifo,oracle"]
+    )
     assert r.exit_code == 0, r.output
     assert "oracle" in r.output

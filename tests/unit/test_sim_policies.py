@@ -28,8 +28,9 @@ def data() -> GavelData:
 @pytest.fixture(scope="module")
 def trace(data: GavelData) -> list:
     rows = read_philly(bundled_path("philly_job_distribution.csv"))
-    return philly_trace(rows, data.classes, jobs=600, gpus=16, load=1.5, seed=2, users=4,
-                        max_duration_s=48 * 3600)
+    return philly_trace(
+        rows, data.classes, jobs=600, gpus=16, load=1.5, seed=2, users=4, max_duration_s=48 * 3600
+    )
 
 
 def standin_scores(data: GavelData, train: list[tuple[str, str]]) -> ScoreTable:
@@ -47,8 +48,11 @@ def standin_scores(data: GavelData, train: list[tuple[str, str]]) -> ScoreTable:
         if (a, b) in keep:
             t.pairs[(a, b)] = PairScore(*data.pairs[(a, b)], 0.02, observed=True)
         else:
-            t.pairs[(a, b)] = PairScore(statistics.mean(seen.get(a, [overall])),
-                                        statistics.mean(seen.get(b, [overall])), 0.12)
+            t.pairs[(a, b)] = PairScore(
+                statistics.mean(seen.get(a, [overall])),
+                statistics.mean(seen.get(b, [overall])),
+                0.12,
+            )
     for a, b in data.never:
         t.pairs[(a, b)] = PairScore(0.0, 0.0, 0.0, observed=True, never=True)
     return t
@@ -62,10 +66,18 @@ def results(data: GavelData, trace: list) -> dict:
     return {r.policy: r for r in res}
 
 
-def test_every_policy_finishes_every_job_deterministically(data: GavelData, trace: list,
-                                                           results: dict) -> None:
-    assert set(results) == {"exclusive-fifo", "exclusive-backfill", "slurm-shard",
-                            "gandiva-random", "ours", "ours-submit", "oracle"}
+def test_every_policy_finishes_every_job_deterministically(
+    data: GavelData, trace: list, results: dict
+) -> None:
+    assert set(results) == {
+        "exclusive-fifo",
+        "exclusive-backfill",
+        "slurm-shard",
+        "gandiva-random",
+        "ours",
+        "ours-submit",
+        "oracle",
+    }
     assert all(r.jobs == 600 for r in results.values())
     setup = Setup(SimConfig(gpus=16, seed=2), PlacementConfig(cross_user="shard"))
     again = simulate(trace, data, setup, ["gandiva-random", "oracle"])
@@ -91,6 +103,7 @@ def test_our_policy_keeps_the_slowdown_limit_and_beats_exclusive_under_load(resu
 
 def test_untargeted_sharing_fills_the_lowest_gpu_first(data: GavelData) -> None:
     from slurm_colo.sim.trace import SimJob
+
     tr = [SimJob(i, 0.0, 1000.0, "resnet18-bs64", "u", 1) for i in range(3)]
     sim = Sim(tr, Truth(data), SimConfig(gpus=4, slots=4), SlurmShard())
     sim.sched.attach(sim)
@@ -102,6 +115,7 @@ def test_untargeted_sharing_fills_the_lowest_gpu_first(data: GavelData) -> None:
 
 def test_gandiva_retracts_pairs_below_combined_throughput_one(data: GavelData) -> None:
     from slurm_colo.sim.trace import SimJob
+
     bad = next((a, b) for (a, b), (na, nb) in sorted(data.pairs.items()) if na + nb < 0.9)
     tr = [SimJob(0, 0.0, 5000.0, bad[0], "u", 1), SimJob(1, 1.0, 5000.0, bad[1], "u", 1)]
     sim = Sim(tr, Truth(data), SimConfig(gpus=1, slots=2, probe_s=60), GandivaRandom(0)).run()
@@ -117,12 +131,30 @@ def test_gandiva_retracts_pairs_below_combined_throughput_one(data: GavelData) -
 
 
 def test_cli_simulate_writes_table_and_plots(tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["simulate", "--jobs", "150", "--gpus", "8", "--policies",
-                                 "exclusive-fifo,slurm-shard,oracle", "--out", str(tmp_path)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--jobs",
+            "150",
+            "--gpus",
+            "8",
+            "--policies",
+            "exclusive-fifo,slurm-shard,oracle",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "oracle" in r.output and "makespan" in r.output
-    for f in ("results.md", "results.json", "jobs.csv", "summary.png", "slowdown_cdf.png",
-              "class_slowdown.png"):
+    for f in (
+        "results.md",
+        "results.json",
+        "jobs.csv",
+        "summary.png",
+        "slowdown_cdf.png",
+        "class_slowdown.png",
+    ):
         assert (tmp_path / f).stat().st_size > 0
     assert "slurm-colo simulate" in (tmp_path / "results.md").read_text()
 
@@ -134,14 +166,16 @@ def test_cli_rejects_an_unknown_policy() -> None:
 
 def test_ours_uses_the_retraining_model_trained_on_part_of_the_pairs(data: GavelData) -> None:
     from slurm_colo.sim.run import predicted_scores
+
     train, hidden = split_pairs(data, 0.3, 5)
     assert len(hidden) == round(0.3 * len(data.unordered_pairs()))
     t = predicted_scores(data, train, 5)
     assert all(t.pair(a, b).observed for a, b in train[:20])
     assert not any(t.pair(a, b).observed for a, b in hidden[:20])
     rows = read_philly(bundled_path("philly_job_distribution.csv"))
-    small = philly_trace(rows, data.classes, jobs=200, gpus=8, load=1.5, seed=5,
-                         max_duration_s=24 * 3600)
+    small = philly_trace(
+        rows, data.classes, jobs=200, gpus=8, load=1.5, seed=5, max_duration_s=24 * 3600
+    )
     res = simulate(small, data, Setup(SimConfig(gpus=8, seed=5), PlacementConfig()), ["ours"])
     assert res[0].jobs == 200 and res[0].policy == "ours"
 

@@ -21,44 +21,70 @@ from slurm_colo.sim.spread import (
 )
 
 
-def result(policy: str, makespan: float, jct: float, over: int = 0,
-           decile: float = 2.0) -> Result:
-    return Result(policy=policy, jobs=10, makespan_h=makespan, avg_jct_h=jct, p99_jct_h=jct,
-                  avg_slowdown=1.0, worst_decile_slowdown=decile, gpu_hours=1.0,
-                  colocated_share=0.0, harmful_share=0.0, max_stretch=1.0,
-                  over_limit_jobs=over, worst_class_slowdown=decile, worst_user_slowdown=1.0)
+def result(policy: str, makespan: float, jct: float, over: int = 0, decile: float = 2.0) -> Result:
+    return Result(
+        policy=policy,
+        jobs=10,
+        makespan_h=makespan,
+        avg_jct_h=jct,
+        p99_jct_h=jct,
+        avg_slowdown=1.0,
+        worst_decile_slowdown=decile,
+        gpu_hours=1.0,
+        colocated_share=0.0,
+        harmful_share=0.0,
+        max_stretch=1.0,
+        over_limit_jobs=over,
+        worst_class_slowdown=decile,
+        worst_user_slowdown=1.0,
+    )
 
 
-@pytest.mark.parametrize("text,seeds", [
-    ("7", [7]),
-    ("1-4", [1, 2, 3, 4]),
-    ("1,4,7", [1, 4, 7]),
-    ("1-3, 9", [1, 2, 3, 9]),
-    ("2,1-3", [2, 1, 3]),  # repeats dropped, order kept
-])
+@pytest.mark.parametrize(
+    "text,seeds",
+    [
+        ("7", [7]),
+        ("1-4", [1, 2, 3, 4]),
+        ("1,4,7", [1, 4, 7]),
+        ("1-3, 9", [1, 2, 3, 9]),
+        ("2,1-3", [2, 1, 3]),  # repeats dropped, order kept
+    ],
+)
 def test_seed_lists_and_ranges(text: str, seeds: list[int]) -> None:
     assert parse_seeds(text) == seeds
 
 
-@pytest.mark.parametrize("text,why", [
-    ("one", "'one' is not a seed"),
-    ("1-", "'1-' is not a seed"),
-    ("5-2", "from low to high"),
-    ("-3", "is not a seed"),
-    ("1,,2", "'' is not a seed"),
-    (f"1-{MAX_SEEDS + 1}", f"more than {MAX_SEEDS} seeds"),
-])
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("one", "'one' is not a seed"),
+        ("1-", "'1-' is not a seed"),
+        ("5-2", "from low to high"),
+        ("-3", "is not a seed"),
+        ("1,,2", "'' is not a seed"),
+        (f"1-{MAX_SEEDS + 1}", f"more than {MAX_SEEDS} seeds"),
+    ],
+)
 def test_bad_seed_lists_say_what_is_wrong(text: str, why: str) -> None:
     with pytest.raises(SeedsError, match=why):
         parse_seeds(text)
 
 
 def test_rows_compare_each_seed_with_its_own_baseline_and_oracle() -> None:
-    rows = seed_rows({
-        1: [result("exclusive-fifo", 400, 60), result("ours", 300, 12), result("oracle", 290, 10)],
-        2: [result("exclusive-fifo", 500, 50), result("ours", 350, 10, over=2),
-            result("oracle", 350, 9)],
-    })
+    rows = seed_rows(
+        {
+            1: [
+                result("exclusive-fifo", 400, 60),
+                result("ours", 300, 12),
+                result("oracle", 290, 10),
+            ],
+            2: [
+                result("exclusive-fifo", 500, 50),
+                result("ours", 350, 10, over=2),
+                result("oracle", 350, 9),
+            ],
+        }
+    )
     ours = {r.seed: r for r in rows if r.policy == "ours"}
     assert ours[1].makespan_vs_base == pytest.approx(-25.0)
     assert ours[1].avg_jct_vs_base == pytest.approx(-80.0)
@@ -75,10 +101,12 @@ def test_rows_without_baseline_or_oracle_leave_the_comparison_empty() -> None:
 
 
 def test_spread_table_gives_mean_best_and_worst_seed() -> None:
-    rows = seed_rows({
-        1: [result("exclusive-fifo", 400, 60), result("ours", 300, 12, decile=2.0)],
-        2: [result("exclusive-fifo", 400, 60), result("ours", 320, 15, over=1, decile=4.0)],
-    })
+    rows = seed_rows(
+        {
+            1: [result("exclusive-fifo", 400, 60), result("ours", 300, 12, decile=2.0)],
+            2: [result("exclusive-fifo", 400, 60), result("ours", 320, 15, over=1, decile=4.0)],
+        }
+    )
     line = next(ln for ln in spread_table(rows).splitlines() if ln.startswith("| ours"))
     assert "-22.5% (-25.0% .. -20.0%)" in line  # makespan: mean, best, worst
     assert "-77.5% (-80.0% .. -75.0%)" in line  # average JCT
@@ -91,13 +119,28 @@ def test_spread_table_gives_mean_best_and_worst_seed() -> None:
 
 
 def test_cli_runs_every_seed_and_writes_the_spread(tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["simulate", "--jobs", "120", "--gpus", "8", "--seeds", "1-2",
-                                 "--policies", "exclusive-fifo,oracle", "--out", str(tmp_path)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--jobs",
+            "120",
+            "--gpus",
+            "8",
+            "--seeds",
+            "1-2",
+            "--policies",
+            "exclusive-fifo,oracle",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "seed 1" in r.output and "seed 2" in r.output
     rows = json.loads((tmp_path / "seeds.json").read_text())
     assert {(x["seed"], x["policy"]) for x in rows} == {
-        (s, p) for s in (1, 2) for p in ("exclusive-fifo", "oracle")}
+        (s, p) for s in (1, 2) for p in ("exclusive-fifo", "oracle")
+    }
     md = (tmp_path / "seeds.md").read_text()
     assert "--seeds 1-2" in md and "| oracle | 2 |" in md
 
@@ -115,15 +158,26 @@ def test_head_to_head_counts_the_seeds_won_on_every_figure() -> None:
     from slurm_colo.sim.spread import head_to_head
 
     def worse(r: Result) -> Result:  # every figure higher, so ours wins unless told otherwise
-        return replace(r, p99_jct_h=r.p99_jct_h + 1, avg_slowdown=2.0, worst_decile_slowdown=9.0,
-                       gpu_hours=2.0, harmful_share=0.1, worst_class_slowdown=9.0)
+        return replace(
+            r,
+            p99_jct_h=r.p99_jct_h + 1,
+            avg_slowdown=2.0,
+            worst_decile_slowdown=9.0,
+            gpu_hours=2.0,
+            harmful_share=0.1,
+            worst_class_slowdown=9.0,
+        )
 
-    rows = seed_rows({
-        1: [result("ours", 300, 10), worse(result("gandiva", 330, 12))],
-        2: [result("ours", 300, 10, decile=9.5), worse(result("gandiva", 330, 12))],
-        3: [result("ours", 300, 10), worse(result("gandiva", 300, 12))],  # a tie is no win
-    })
+    rows = seed_rows(
+        {
+            1: [result("ours", 300, 10), worse(result("gandiva", 330, 12))],
+            2: [result("ours", 300, 10, decile=9.5), worse(result("gandiva", 330, 12))],
+            3: [result("ours", 300, 10), worse(result("gandiva", 300, 12))],  # a tie is no win
+        }
+    )
     line = head_to_head(rows, "ours", "gandiva")
-    assert line == ("ours vs gandiva: better on every figure on 1 of 3 seeds (not better on: "
-                    "worst 10% slowdown 1x, worst class slowdown 1x, makespan 1x)")
+    assert line == (
+        "ours vs gandiva: better on every figure on 1 of 3 seeds (not better on: "
+        "worst 10% slowdown 1x, worst class slowdown 1x, makespan 1x)"
+    )
     assert head_to_head(rows, "ours", "nobody") is None

@@ -55,7 +55,9 @@ SACCT = """JobID|User|JobName|Submit|Start|End|AllocTRES|ReqTRES
 def test_sacct_import_keeps_finished_gpu_jobs() -> None:
     t = sacct_trace(SACCT.splitlines(), CLASSES)
     assert [(j.arrival, j.work_s, j.gpus, j.user) for j in t] == [
-        (0.0, 3600.0, 1, "alice"), (1800.0, 600.0, 2, "bob")]
+        (0.0, 3600.0, 1, "alice"),
+        (1800.0, 600.0, 2, "bob"),
+    ]
     assert t[0].cls == "resnet18-bs64" and t[1].cls in CLASSES
     assert t[0].uid != t[1].uid
 
@@ -69,4 +71,6 @@ def test_sacct_import_names_missing_columns() -> None:
 
 def test_class_for_name_is_stable() -> None:
     assert class_for_name("lm-bs20", CLASSES) == "lm-bs20"
-    assert class_for_name("my_experiment.sh", CLASSES) == class_for_name("my_experiment.sh", CLASSES)
+    assert class_for_name("my_experiment.sh", CLASSES) == class_for_name(
+        "my_experiment.sh", CLASSES
+    )

@@ -21,7 +21,12 @@ def test_commands() -> None:
     assert requeue_hold_argv(12) == ["scontrol", "requeuehold", "12"]
     assert release_argv(12) == ["scontrol", "release", "12"]
     assert update_argv(12, ReqNodeList="gpu07", Comment="colo: a b") == [
-        "scontrol", "update", "JobId=12", "ReqNodeList=gpu07", "Comment=colo: a b"]
+        "scontrol",
+        "update",
+        "JobId=12",
+        "ReqNodeList=gpu07",
+        "Comment=colo: a b",
+    ]
 
 
 def test_undo_and_aim_are_the_documented_sequences() -> None:
@@ -30,8 +35,13 @@ def test_undo_and_aim_are_the_documented_sequences() -> None:
     c.aim_and_release(12, "gpu07", "slurm-colo[v=1 tok=t undone=1]", "colo: now GPU 1")
     assert [a[1] for a in c.argvs] == ["update", "requeuehold", "update", "release"]
     assert "AdminComment=slurm-colo[v=1 tok=t held=v100_s1]" in c.argvs[0]
-    assert c.argvs[2][2:] == ["JobId=12", "ReqNodeList=gpu07", "AdminComment=slurm-colo[v=1 tok=t undone=1]",
-                              "Comment=colo: now GPU 1", "StartTime=now"]
+    assert c.argvs[2][2:] == [
+        "JobId=12",
+        "ReqNodeList=gpu07",
+        "AdminComment=slurm-colo[v=1 tok=t undone=1]",
+        "Comment=colo: now GPU 1",
+        "StartTime=now",
+    ]
 
 
 def test_a_failed_requeue_restores_the_comments() -> None:
@@ -43,9 +53,16 @@ def test_a_failed_requeue_restores_the_comments() -> None:
 
     c = Refusing()
     with pytest.raises(SlurmError, match="permission denied"):
-        c.requeue_hold(12, "slurm-colo[v=1 tok=t held=v100_s1]", "colo: requeued",
-                       restore=("slurm-colo[v=1 tok=t mech=mps gpu=n1:1]", "colo: GPU 1 of n1"))
-    assert c.argvs[-1][3:] == ["AdminComment=slurm-colo[v=1 tok=t mech=mps gpu=n1:1]", "Comment=colo: GPU 1 of n1"]
+        c.requeue_hold(
+            12,
+            "slurm-colo[v=1 tok=t held=v100_s1]",
+            "colo: requeued",
+            restore=("slurm-colo[v=1 tok=t mech=mps gpu=n1:1]", "colo: GPU 1 of n1"),
+        )
+    assert c.argvs[-1][3:] == [
+        "AdminComment=slurm-colo[v=1 tok=t mech=mps gpu=n1:1]",
+        "Comment=colo: GPU 1 of n1",
+    ]
 
 
 def test_failures_name_the_command_and_slurms_message() -> None:

@@ -19,9 +19,15 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
 
 def test_gres_detail_shapes() -> None:
-    g = parse_gres_detail(["gpu:v100_s0:1(IDX:0),gpu:v100_s1:0(IDX:),gpu:v100:2(IDX:2-3)", "shard:1(IDX:1)"])
+    g = parse_gres_detail(
+        ["gpu:v100_s0:1(IDX:0),gpu:v100_s1:0(IDX:),gpu:v100:2(IDX:2-3)", "shard:1(IDX:1)"]
+    )
     assert [(x.name, x.type, x.count, x.indices) for x in g] == [
-        ("gpu", "v100_s0", 1, (0,)), ("gpu", "v100_s1", 0, ()), ("gpu", "v100", 2, (2, 3)), ("shard", "", 1, (1,))]
+        ("gpu", "v100_s0", 1, (0,)),
+        ("gpu", "v100_s1", 0, ()),
+        ("gpu", "v100", 2, (2, 3)),
+        ("shard", "", 1, (1,)),
+    ]
     assert parse_gres_detail(["gpu:2(IDX:0-1)"])[0].indices == (0, 1)
     assert parse_gres_detail([]) == parse_gres_detail(None) == parse_gres_detail([""]) == []
 
@@ -39,7 +45,9 @@ def test_recorded_squeue() -> None:
 
 def test_recorded_sinfo() -> None:
     (n,) = parse_sinfo(json.loads((FIX / "sinfo-22.05.json").read_text()))
-    assert n.name == "vm" and n.usable and "shard:v100_s1:4" in n.gres and n.partitions == ("debug",)
+    assert (
+        n.name == "vm" and n.usable and "shard:v100_s1:4" in n.gres and n.partitions == ("debug",)
+    )
 
 
 @pytest.mark.parametrize("doc", [[], {"jobs": "x"}, {"meta": {}}])
@@ -56,7 +64,9 @@ def test_runner_errors_are_clear(tmp_path: Path) -> None:
     fake.chmod(0o755)
     with pytest.raises(SlurmError, match="not JSON"):
         JsonBackend(squeue=str(fake)).jobs()
-    fake.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\n"
+    )
     with pytest.raises(SlurmError, match="Unable to contact"):
         JsonBackend(squeue=str(fake)).jobs()
     assert JsonBackend(squeue=str(fake)).job(5) is None
@@ -65,12 +75,30 @@ def test_runner_errors_are_clear(tmp_path: Path) -> None:
 def _fake_pyslurm(version: str) -> types.ModuleType:
     m = types.ModuleType("pyslurm")
     m.__version__ = version  # type: ignore[attr-defined]
-    job = types.SimpleNamespace(id=7, name="train", user_name="alice", user_id=1000, state="RUNNING",
-                                nodes="gpu01", num_nodes=1, gres_per_node={"shard:a100_s1": 1},
-                                comment="c", admin_comment="slurm-colo[v=1 tok=x]", start_time=10, submit_time=5,
-                                end_time=3610, state_reason="None", partition="gpu")
-    node = types.SimpleNamespace(name="gpu01", state="MIXED", configured_gres={"gpu:a100_s1": 1},
-                                 allocated_gres={}, active_features=["colo"])
+    job = types.SimpleNamespace(
+        id=7,
+        name="train",
+        user_name="alice",
+        user_id=1000,
+        state="RUNNING",
+        nodes="gpu01",
+        num_nodes=1,
+        gres_per_node={"shard:a100_s1": 1},
+        comment="c",
+        admin_comment="slurm-colo[v=1 tok=x]",
+        start_time=10,
+        submit_time=5,
+        end_time=3610,
+        state_reason="None",
+        partition="gpu",
+    )
+    node = types.SimpleNamespace(
+        name="gpu01",
+        state="MIXED",
+        configured_gres={"gpu:a100_s1": 1},
+        allocated_gres={},
+        active_features=["colo"],
+    )
     m.Jobs = types.SimpleNamespace(load=lambda: {7: job})  # type: ignore[attr-defined]
     m.Job = types.SimpleNamespace(load=lambda i: job)  # type: ignore[attr-defined]
     m.Nodes = types.SimpleNamespace(load=lambda: {"gpu01": node})  # type: ignore[attr-defined]

@@ -32,8 +32,16 @@ def test_round_trip_keeps_running_and_pending_jobs_only() -> None:
     assert any(j.gres for j in got_jobs)  # GPU indices survive
 
 
-@pytest.mark.parametrize("text", ["", "[]", '{"format": "other"}', '{"format": "slurm-colo-snapshot/1"}',
-                                  '{"format": "slurm-colo-snapshot/1", "jobs": [{"x": 1}], "nodes": []}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[]",
+        '{"format": "other"}',
+        '{"format": "slurm-colo-snapshot/1"}',
+        '{"format": "slurm-colo-snapshot/1", "jobs": [{"x": 1}], "nodes": []}',
+    ],
+)
 def test_malformed_snapshot_is_a_slurm_error(text: str) -> None:
     with pytest.raises(SlurmError, match="malformed"):
         decode(text)
@@ -48,7 +56,9 @@ def _fake_slurm(tmp_path: Path, squeue_body: str) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def test_child_reads_slurm_like_the_agent_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_child_reads_slurm_like_the_agent_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k, v in _fake_slurm(tmp_path, f"cat {FIX / 'squeue-22.05.json'}").items():
         monkeypatch.setenv(k, v)
     jobs, nodes = ChildSnapshots("json", python=sys.executable).take()
@@ -57,7 +67,9 @@ def test_child_reads_slurm_like_the_agent_would(tmp_path: Path, monkeypatch: pyt
 
 
 def test_child_failures_are_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in _fake_slurm(tmp_path, "echo 'Unable to contact slurm controller' >&2; exit 1").items():
+    for k, v in _fake_slurm(
+        tmp_path, "echo 'Unable to contact slurm controller' >&2; exit 1"
+    ).items():
         monkeypatch.setenv(k, v)
     with pytest.raises(SlurmError, match="snapshot failed.*Unable to contact"):
         ChildSnapshots("json").take()

@@ -12,7 +12,13 @@ import pytest
 from slurm_colo.errors import SlurmError
 from slurm_colo.gres_layout import NodeGpus, tres_gres
 from slurm_colo.slurm.control import ScontrolControl
-from slurm_colo.slurm.json_backend import JsonBackend, nodes_argv, parse_nodes, parse_squeue, squeue_argv
+from slurm_colo.slurm.json_backend import (
+    JsonBackend,
+    nodes_argv,
+    parse_nodes,
+    parse_squeue,
+    squeue_argv,
+)
 from slurm_colo.slurm.model import GresAlloc, parse_gres_detail
 from slurm_colo.slurm.version import has_scontrol_json, parse_version, version_from_meta
 
@@ -30,15 +36,31 @@ def test_squeue_of_newer_slurm(v: str) -> None:
     shard, gpu, held = jobs[3], jobs[4], jobs[5]
     assert shard.state == "RUNNING" and shard.active
     assert shard.gres == (GresAlloc("shard", "", 1, (1,)),)  # shard:1(0/4,1/4,0/0,0/0): GPU 1
-    assert shard.tres_per_node == "gres/shard:v100_s1:1" and shard.nodes == f"colo-{'trixie' if v == '24.11' else 'sid'}"
+    assert (
+        shard.tres_per_node == "gres/shard:v100_s1:1"
+        and shard.nodes == f"colo-{'trixie' if v == '24.11' else 'sid'}"
+    )
     assert (shard.comment, shard.admin_comment) == ("colo: shard job", "colo=shard gpu=1")
-    assert shard.start_time == 1795549807.0 and shard.end_time == 1827085807.0 and shard.node_count == 1
-    assert [(g.type, g.count, g.indices) for g in gpu.gpus()] == [("v100_s0", 1, (0,)), ("v100_s1", 0, ()),
-                                                                  ("v100", 0, ())]
+    assert (
+        shard.start_time == 1795549807.0
+        and shard.end_time == 1827085807.0
+        and shard.node_count == 1
+    )
+    assert [(g.type, g.count, g.indices) for g in gpu.gpus()] == [
+        ("v100_s0", 1, (0,)),
+        ("v100_s1", 0, ()),
+        ("v100", 0, ()),
+    ]
     assert gpu.tres_per_node == "gres/gpu:1" and gpu.requeue
     assert held.state == "PENDING" and not held.active and held.gres == ()
-    assert (held.state_reason, held.tres_per_node, held.start_time) == ("JobHeldUser", "gres/gpu:v100:1", 0.0)
-    assert held.submit_time > 0 and held.partition == "debug" and held.uid == 0 and held.user == "root"
+    assert (held.state_reason, held.tres_per_node, held.start_time) == (
+        "JobHeldUser",
+        "gres/gpu:v100:1",
+        0.0,
+    )
+    assert (
+        held.submit_time > 0 and held.partition == "debug" and held.uid == 0 and held.user == "root"
+    )
 
 
 def test_the_same_jobs_read_the_same_on_both_newer_versions() -> None:
@@ -47,12 +69,22 @@ def test_the_same_jobs_read_the_same_on_both_newer_versions() -> None:
     assert strip(a) == strip(b)
 
 
-@pytest.mark.parametrize("name", ["scontrol-nodes-24.11.json", "scontrol-nodes-26.05.json",
-                                  "sinfo-24.11.json", "sinfo-26.05.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "scontrol-nodes-24.11.json",
+        "scontrol-nodes-26.05.json",
+        "sinfo-24.11.json",
+        "sinfo-26.05.json",
+    ],
+)
 def test_nodes_of_newer_slurm(name: str) -> None:
     (n,) = parse_nodes(_load(name))
     assert n.name.startswith("colo-") and n.state == "MIXED" and n.usable
-    assert n.gres == "gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2,shard:v100_s0:4,shard:v100_s1:4,shard:v100:0"
+    assert (
+        n.gres
+        == "gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2,shard:v100_s0:4,shard:v100_s1:4,shard:v100:0"
+    )
     assert "shard:v100_s1:1(1/4)" in n.gres_used and n.features == ("colo", "fakegpu")
     assert n.partitions == ("debug",)
 
@@ -68,27 +100,50 @@ def test_grouped_sinfo_gives_every_host_of_a_group() -> None:
     doc["sinfo"] = [group, other]
     nodes = {n.name: n for n in parse_nodes(doc)}
     assert sorted(nodes) == ["gpu01", "gpu02", "gpu07"]
-    assert nodes["gpu01"].partitions == ("debug",) and nodes["gpu07"].partitions == ("debug", "long")
+    assert nodes["gpu01"].partitions == ("debug",) and nodes["gpu07"].partitions == (
+        "debug",
+        "long",
+    )
     assert nodes["gpu02"].gres == nodes["gpu07"].gres and nodes["gpu02"].state == "MIXED"
 
 
-@pytest.mark.parametrize("items,want", [
-    (["shard:1(0/4,1/4,0/0,0/0)"], [("shard", "", 1, (1,))]),
-    (["shard:2(2/4,0/4)"], [("shard", "", 2, (0,))]),
-    (["shard:v100_s1:1(0/4,1/4)"], [("shard", "v100_s1", 1, (1,))]),
-    (["shard:1(-/4,1/4)"], [("shard", "", 1, (1,))]),
-    (["mps:50(0/100,50/100),gpu:v100:0(IDX:)"], [("mps", "", 50, (1,)), ("gpu", "v100", 0, ())]),
-    (["shard:1(IDX:1)"], [("shard", "", 1, (1,))]),
-    (["gpu:v100:2(IDX:N/A)"], [("gpu", "v100", 2, ())]),
-    (["nic(CNT:2)"], [("nic", "", 2, ())]),
-    (["gpu:a100:1(IDX:0)", "gpu:a100:1(IDX:3)"], [("gpu", "a100", 1, (0,)), ("gpu", "a100", 1, (3,))]),
-])
-def test_gres_detail_shapes_of_each_version(items: list[str], want: list[tuple[object, ...]]) -> None:
+@pytest.mark.parametrize(
+    "items,want",
+    [
+        (["shard:1(0/4,1/4,0/0,0/0)"], [("shard", "", 1, (1,))]),
+        (["shard:2(2/4,0/4)"], [("shard", "", 2, (0,))]),
+        (["shard:v100_s1:1(0/4,1/4)"], [("shard", "v100_s1", 1, (1,))]),
+        (["shard:1(-/4,1/4)"], [("shard", "", 1, (1,))]),
+        (
+            ["mps:50(0/100,50/100),gpu:v100:0(IDX:)"],
+            [("mps", "", 50, (1,)), ("gpu", "v100", 0, ())],
+        ),
+        (["shard:1(IDX:1)"], [("shard", "", 1, (1,))]),
+        (["gpu:v100:2(IDX:N/A)"], [("gpu", "v100", 2, ())]),
+        (["nic(CNT:2)"], [("nic", "", 2, ())]),
+        (
+            ["gpu:a100:1(IDX:0)", "gpu:a100:1(IDX:3)"],
+            [("gpu", "a100", 1, (0,)), ("gpu", "a100", 1, (3,))],
+        ),
+    ],
+)
+def test_gres_detail_shapes_of_each_version(
+    items: list[str], want: list[tuple[object, ...]]
+) -> None:
     assert [(g.name, g.type, g.count, g.indices) for g in parse_gres_detail(items)] == want
 
 
-@pytest.mark.parametrize("item", ["nonsense", "shard:1(1 of 4)", "gpu:1(IDX:a-b)", "shard:1(0/4;1/4)",
-                                  "gpu:v100:1", "shard:x(IDX:1)"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "nonsense",
+        "shard:1(1 of 4)",
+        "gpu:1(IDX:a-b)",
+        "shard:1(0/4;1/4)",
+        "gpu:v100:1",
+        "shard:x(IDX:1)",
+    ],
+)
 def test_an_unknown_gres_detail_is_an_error_not_no_gpu(item: str) -> None:
     with pytest.raises(SlurmError, match="format slurm-colo does not know"):
         parse_gres_detail([item])
@@ -99,8 +154,15 @@ def test_an_unknown_gres_detail_is_an_error_not_no_gpu(item: str) -> None:
         parse_squeue(doc)
 
 
-@pytest.mark.parametrize("field,value", [("job_state", {"current": "RUNNING"}), ("start_time", {"set": True}),
-                                         ("node_count", [1]), ("comment", {"x": 1})])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("job_state", {"current": "RUNNING"}),
+        ("start_time", {"set": True}),
+        ("node_count", [1]),
+        ("comment", {"x": 1}),
+    ],
+)
 def test_an_unknown_field_shape_is_an_error(field: str, value: object) -> None:
     doc = _load("squeue-26.05.json")
     assert isinstance(doc, dict)
@@ -127,7 +189,10 @@ def test_unset_and_infinite_numbers_read_as_unknown() -> None:
 
 
 def test_versions_from_commands_and_meta() -> None:
-    assert parse_version("slurm-wlm 24.11.5") == (24, 11) and parse_version("slurm 22.05.8") == (22, 5)
+    assert parse_version("slurm-wlm 24.11.5") == (24, 11) and parse_version("slurm 22.05.8") == (
+        22,
+        5,
+    )
     assert parse_version("slurm-wlm 26.05.5") == (26, 5) and parse_version("") is None
     assert version_from_meta(_load("squeue-22.05.json")) == (22, 5)
     assert version_from_meta(_load("squeue-24.11.json")) == (24, 11)
@@ -146,9 +211,13 @@ def test_each_version_gets_its_node_command() -> None:
 
 def test_the_backend_runs_the_command_of_its_version(tmp_path: Path) -> None:
     fake = tmp_path / "scontrol"
-    fake.write_text(f"#!/bin/sh\n[ \"$*\" = 'show nodes --json' ] || exit 3\ncat {FIX / 'scontrol-nodes-26.05.json'}\n")
+    fake.write_text(
+        f"#!/bin/sh\n[ \"$*\" = 'show nodes --json' ] || exit 3\ncat {FIX / 'scontrol-nodes-26.05.json'}\n"
+    )
     fake.chmod(0o755)
-    (n,) = JsonBackend(scontrol=str(fake), sinfo="/nonexistent/sinfo", slurm_version="26.05.5").nodes()
+    (n,) = JsonBackend(
+        scontrol=str(fake), sinfo="/nonexistent/sinfo", slurm_version="26.05.5"
+    ).nodes()
     assert n.name == "colo-sid"
     with pytest.raises(SlurmError, match="/nonexistent/sinfo not found"):
         JsonBackend(scontrol=str(fake), sinfo="/nonexistent/sinfo", slurm_version="22.05.8").nodes()
@@ -174,8 +243,15 @@ class Recording(ScontrolControl):
         self.argvs.append(argv)
 
 
-@pytest.mark.parametrize("version,want", [("22.05.8", "gres:shard:v100_s1:1"), ("24.11.5", "gres/shard:v100_s1:1"),
-                                          ("26.05.5", "gres/shard:v100_s1:1"), ("", "gres:shard:v100_s1:1")])
+@pytest.mark.parametrize(
+    "version,want",
+    [
+        ("22.05.8", "gres:shard:v100_s1:1"),
+        ("24.11.5", "gres/shard:v100_s1:1"),
+        ("26.05.5", "gres/shard:v100_s1:1"),
+        ("", "gres:shard:v100_s1:1"),
+    ],
+)
 def test_scontrol_update_writes_the_gres_of_the_installed_slurm(version: str, want: str) -> None:
     for given in ("gres:shard:v100_s1:1", "gres/shard:v100_s1:1"):
         c = Recording(version)

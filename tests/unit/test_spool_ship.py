@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import private_munged
 import pytest
 from sqlalchemy import text
 
@@ -20,8 +21,6 @@ from slurm_colo.slurm.model import SlurmJob, SlurmNode
 from slurm_colo.spool.directory import SpoolDirs, pending, write_record
 from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade
-
-import private_munged
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 
@@ -59,9 +58,18 @@ class Head:
         self.url = f"sqlite:///{tmp}/history.db"
         upgrade(make_engine(self.url))
         sock = str(tmp / "agent.sock")
-        self.cfg = Config(gpus=LAYOUT, store=StoreConfig(url=self.url), agent=AgentConfig(
-            socket=sock, listen=(f"unix:{sock}", f"tcp:127.0.0.1:{port}"),
-            address=f"unix:{sock}", cluster="lab", munge_socket=munged.socket, user="root"))
+        self.cfg = Config(
+            gpus=LAYOUT,
+            store=StoreConfig(url=self.url),
+            agent=AgentConfig(
+                socket=sock,
+                listen=(f"unix:{sock}", f"tcp:127.0.0.1:{port}"),
+                address=f"unix:{sock}",
+                cluster="lab",
+                munge_socket=munged.socket,
+                user="root",
+            ),
+        )
         self.agent = Agent(self.cfg, backend=_Backend(), learned_file=tmp / "learned.json")
         self.agent._start_tcp()
 
@@ -70,22 +78,37 @@ class Head:
 
     def jobs(self) -> list[tuple[int, str]]:
         with make_engine(self.url).connect() as c:
-            return [tuple(r) for r in c.execute(text("SELECT job_id, node FROM jobs ORDER BY job_id"))]
+            return [
+                tuple(r) for r in c.execute(text("SELECT job_id, node FROM jobs ORDER BY job_id"))
+            ]
 
 
 def _node_cfg(tmp: Path, munged: private_munged.Munged, port: int) -> Config:
     """A GPU node: its own run and spool directories, the default SQLite store.url (a
     file on this node: so its records go to the agent)."""
-    return Config(gpus=LAYOUT,
-                  node=NodeConfig(run_dir=str(tmp / "node-run"), spool_dir=str(tmp / "node-spool")),
-                  agent=AgentConfig(address=f"tcp:127.0.0.1:{port}", cluster="lab",
-                                    munge_socket=munged.socket, user="root"))
+    return Config(
+        gpus=LAYOUT,
+        node=NodeConfig(run_dir=str(tmp / "node-run"), spool_dir=str(tmp / "node-spool")),
+        agent=AgentConfig(
+            address=f"tcp:127.0.0.1:{port}", cluster="lab", munge_socket=munged.socket, user="root"
+        ),
+    )
 
 
 def _rec(job: int) -> JobRecord:
-    return JobRecord(job_id=job, node="gpu2", user="alice", uid=1000, cls="resnet18",
-                     start=1000.0 + job, end=2000.0 + job, gpus=[0], shared=True,
-                     mechanism="mps", cluster="lab")
+    return JobRecord(
+        job_id=job,
+        node="gpu2",
+        user="alice",
+        uid=1000,
+        cls="resnet18",
+        start=1000.0 + job,
+        end=2000.0 + job,
+        gpus=[0],
+        shared=True,
+        mechanism="mps",
+        cluster="lab",
+    )
 
 
 def test_records_go_through_the_agent_once(tmp_path: Path, munged: private_munged.Munged) -> None:
@@ -108,7 +131,8 @@ def test_records_go_through_the_agent_once(tmp_path: Path, munged: private_munge
 
 
 def test_records_wait_while_the_head_node_is_down_then_arrive_once(
-        tmp_path: Path, munged: private_munged.Munged) -> None:
+    tmp_path: Path, munged: private_munged.Munged
+) -> None:
     port = _port()
     node = _node_cfg(tmp_path, munged, port)
     dirs = SpoolDirs.of_config(node)
@@ -122,6 +146,7 @@ def test_records_wait_while_the_head_node_is_down_then_arrive_once(
     def wait(seconds: float) -> None:  # the head node comes back while the node waits
         if not heads:
             heads.append(Head(tmp_path, munged, port))
+
     try:
         rep = ingest_pending(node, retry_s=30, sleep=wait)
         assert (rep.ingested, rep.errors) == (2, []) and pending(dirs) == []
@@ -132,7 +157,8 @@ def test_records_wait_while_the_head_node_is_down_then_arrive_once(
 
 
 def test_a_record_the_agent_cannot_store_is_named_and_the_rest_stored(
-        tmp_path: Path, munged: private_munged.Munged) -> None:
+    tmp_path: Path, munged: private_munged.Munged
+) -> None:
     port = _port()
     head = Head(tmp_path, munged, port)
     try:
@@ -141,7 +167,8 @@ def test_a_record_the_agent_cannot_store_is_named_and_the_rest_stored(
         assert reply["stored"] == 1 and len(reply["bad"]) == 2
         assert head.agent.handle(b'RECORDS\t{"records": 3}\n', 0).startswith(b"ERR\tRECORDS failed")
         assert head.agent.handle(b'RECORDS\t{"records": []}\n', 4242).startswith(
-            b"ERR\tRECORDS is reserved")
+            b"ERR\tRECORDS is reserved"
+        )
     finally:
         head.stop()
 
@@ -152,4 +179,7 @@ def test_where_records_go() -> None:
     assert records_to(Config()) == RecordsTo.STORE  # on the head node itself
     pg = StoreConfig(url="postgresql+psycopg://h/db")
     assert records_to(Config(agent=tcp, store=pg)) == RecordsTo.STORE  # straight to PostgreSQL
-    assert records_to(Config(agent=tcp, node=NodeConfig(records_to=RecordsTo.STORE))) == RecordsTo.STORE
+    assert (
+        records_to(Config(agent=tcp, node=NodeConfig(records_to=RecordsTo.STORE)))
+        == RecordsTo.STORE
+    )

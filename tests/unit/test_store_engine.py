@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from slurm_colo.errors import StoreError
 from slurm_colo.contracts.records import JobRecord
+from slurm_colo.errors import StoreError
 from slurm_colo.store import (
     current_revision,
     head_revision,
@@ -22,8 +22,15 @@ from slurm_colo.store.engine import safe_url
 
 
 def rec(i: int) -> JobRecord:
-    return JobRecord(job_id=i, node="n1", user="alice", uid=1000, cls="resnet18-bs64",
-                     start=1000.0 + i, end=2000.0 + i)
+    return JobRecord(
+        job_id=i,
+        node="n1",
+        user="alice",
+        uid=1000,
+        cls="resnet18-bs64",
+        start=1000.0 + i,
+        end=2000.0 + i,
+    )
 
 
 def test_empty_database_is_refused_with_the_upgrade_command(tmp_path: Path) -> None:
@@ -39,8 +46,12 @@ def test_older_schema_is_refused_then_migrated_keeping_data(tmp_path: Path) -> N
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     assert upgrade(e, "0001") == (None, "0001")
     with e.begin() as c:  # a job stored by the older version
-        c.execute(text("INSERT INTO jobs VALUES ('c:1:n:1','c',1,'n','u',1,'x',1,2,'auto',0,NULL,"
-                       "NULL,NULL,'0','',0,'COMPLETED',0,NULL,NULL,NULL,1,0)"))
+        c.execute(
+            text(
+                "INSERT INTO jobs VALUES ('c:1:n:1','c',1,'n','u',1,'x',1,2,'auto',0,NULL,"
+                "NULL,NULL,'0','',0,'COMPLETED',0,NULL,NULL,NULL,1,0)"
+            )
+        )
     with pytest.raises(StoreError) as ei:
         require_schema(e)
     msg = str(ei.value)

@@ -17,8 +17,16 @@ from slurm_colo.store.episodes import (
 )
 
 
-def view(jid: int, cls: str, start: float, end: float, co: list[tuple[int, str, float, float]],
-         rate: float | None = None, solo: float | None = None, gpu: str = "0") -> JobView:
+def view(
+    jid: int,
+    cls: str,
+    start: float,
+    end: float,
+    co: list[tuple[int, str, float, float]],
+    rate: float | None = None,
+    solo: float | None = None,
+    gpu: str = "0",
+) -> JobView:
     return JobView(jid, "n1", gpu, cls, start, end, co, rate=rate, solo_rate=solo)
 
 
@@ -52,7 +60,13 @@ def test_a_third_job_splits_the_run_into_constant_sets() -> None:
 
 
 def test_intervals_far_outside_the_run_are_clock_skew_and_ignored() -> None:
-    a = view(1, "x", 10_000, 11_000, [(2, "y", 0, 50), (3, "z", 10_500, 10_400), (4, "w", 10_990, 12_000)])
+    a = view(
+        1,
+        "x",
+        10_000,
+        11_000,
+        [(2, "y", 0, 50), (3, "z", 10_500, 10_400), (4, "w", 10_990, 12_000)],
+    )
     eps, rep = build_episodes([a])
     assert rep.skewed_intervals == 1  # (2, y) ended hours before x started
     assert [(e.start, e.end) for e in eps] == [(10_990, 11_000)]  # w clipped; z empty
@@ -72,11 +86,31 @@ def test_rebuild_from_the_database(tmp_path: Path) -> None:
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     upgrade(e)
     recs = [
-        JobRecord(job_id=1, node="n1", user="a", uid=1, cls="x", start=0, end=1000, gpus=[0],
-                  co_runners=[CoRunner(2, "y", "b", 200, 800)], progress={"rate": 5.0, "solo_rate": 10.0}),
-        JobRecord(job_id=2, node="n1", user="b", uid=2, cls="y", start=200, end=800, gpus=[0],
-                  co_runners=[CoRunner(1, "x", "a", 200, 800)], progress={"rate": 3.0, "solo_rate": 6.0},
-                  mps_fault=True),
+        JobRecord(
+            job_id=1,
+            node="n1",
+            user="a",
+            uid=1,
+            cls="x",
+            start=0,
+            end=1000,
+            gpus=[0],
+            co_runners=[CoRunner(2, "y", "b", 200, 800)],
+            progress={"rate": 5.0, "solo_rate": 10.0},
+        ),
+        JobRecord(
+            job_id=2,
+            node="n1",
+            user="b",
+            uid=2,
+            cls="y",
+            start=200,
+            end=800,
+            gpus=[0],
+            co_runners=[CoRunner(1, "x", "a", 200, 800)],
+            progress={"rate": 3.0, "solo_rate": 6.0},
+            mps_fault=True,
+        ),
         JobRecord(job_id=3, node="n2", user="a", uid=1, cls="x", start=0, end=100, gpus=[1]),
     ]
     ingest_records(e, recs)
@@ -92,14 +126,22 @@ def test_rebuild_from_the_database(tmp_path: Path) -> None:
 
 def test_corrupt_episode_rows_are_skipped(tmp_path: Path) -> None:
     from sqlalchemy import text
+
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     upgrade(e)
     with e.begin() as c:
         for eid in (1, 2):
-            c.execute(text("INSERT INTO episodes (id, node, gpu, start_time, end_time, n_members, "
-                           "mps_fault, oom) VALUES (:i, 'n', '0', 0, 10, 2, 0, 0)"), {"i": eid})
-        ins = text("INSERT INTO episode_members (episode_id, end_time, job_id, cls, rate, solo_rate, total_s, "
-                   "shared_s) VALUES (:e, 10, :j, :c, :r, :s, :t, :sh)")
+            c.execute(
+                text(
+                    "INSERT INTO episodes (id, node, gpu, start_time, end_time, n_members, "
+                    "mps_fault, oom) VALUES (:i, 'n', '0', 0, 10, 2, 0, 0)"
+                ),
+                {"i": eid},
+            )
+        ins = text(
+            "INSERT INTO episode_members (episode_id, end_time, job_id, cls, rate, solo_rate, total_s, "
+            "shared_s) VALUES (:e, 10, :j, :c, :r, :s, :t, :sh)"
+        )
         c.execute(ins, {"e": 1, "j": 1, "c": "x", "r": 5.0, "s": 10.0, "t": 10.0, "sh": 10.0})
         c.execute(ins, {"e": 1, "j": 2, "c": "y", "r": None, "s": None, "t": None, "sh": None})
         c.execute(ins, {"e": 2, "j": 3, "c": "x", "r": 5.0, "s": 10.0, "t": 10.0, "sh": 10.0})

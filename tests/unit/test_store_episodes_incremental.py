@@ -33,8 +33,14 @@ CLASSES = ["a-bs8", "a-bs16", "b", "c-bs32", "d"]
 
 
 def _run(rng: random.Random, jid: int, node: str, gpu: int, start: float) -> dict[str, Any]:
-    return {"job_id": jid, "node": node, "gpu": gpu, "cls": rng.choice(CLASSES),
-            "start": start, "end": start + rng.uniform(50, 3000)}
+    return {
+        "job_id": jid,
+        "node": node,
+        "gpu": gpu,
+        "cls": rng.choice(CLASSES),
+        "start": start,
+        "end": start + rng.uniform(50, 3000),
+    }
 
 
 def random_history(seed: int, n_runs: int = 160) -> list[JobRecord]:
@@ -72,12 +78,24 @@ def random_history(seed: int, n_runs: int = 160) -> list[JobRecord]:
             progress = {"rate": rng.uniform(1, 10)}
             if rng.random() < 0.5:
                 progress["solo_rate"] = 10.0
-        recs.append(JobRecord(
-            job_id=r["job_id"], node=r["node"], user="u", uid=1, cls=r["cls"], start=r["start"],
-            end=r["end"], gpus=[r["gpu"]], shared=bool(co), co_runners=co, progress=progress,
-            state="OUT_OF_MEMORY" if rng.random() < 0.03 else "COMPLETED",
-            mps_fault=rng.random() < 0.03, profile={"mem_peak_gib": rng.uniform(1, 20),
-                                                    "sm_util_mean": rng.uniform(0.1, 0.9)}))
+        recs.append(
+            JobRecord(
+                job_id=r["job_id"],
+                node=r["node"],
+                user="u",
+                uid=1,
+                cls=r["cls"],
+                start=r["start"],
+                end=r["end"],
+                gpus=[r["gpu"]],
+                shared=bool(co),
+                co_runners=co,
+                progress=progress,
+                state="OUT_OF_MEMORY" if rng.random() < 0.03 else "COMPLETED",
+                mps_fault=rng.random() < 0.03,
+                profile={"mem_peak_gib": rng.uniform(1, 20), "sm_util_mean": rng.uniform(0.1, 0.9)},
+            )
+        )
     return recs
 
 
@@ -85,15 +103,35 @@ def dump(e: Engine) -> tuple[list[Any], list[Any]]:
     """Episodes with their members, and the built records, without the row ids."""
     with e.connect() as c:
         members: dict[int, list[Any]] = {}
-        for row in c.execute(text("SELECT episode_id, job_id, cls, rate, solo_rate, total_s, "
-                                  "shared_s, end_time FROM episode_members")):
+        for row in c.execute(
+            text(
+                "SELECT episode_id, job_id, cls, rate, solo_rate, total_s, "
+                "shared_s, end_time FROM episode_members"
+            )
+        ):
             members.setdefault(row[0], []).append(tuple(row[1:]))
-        eps = sorted((r.node, r.gpu, r.start_time, r.end_time, r.n_members, bool(r.mps_fault),
-                      bool(r.oom), tuple(sorted(members.get(r.id, []))))
-                     for r in c.execute(text("SELECT * FROM episodes")))
-        sources = sorted(tuple(r) for r in c.execute(text(
-            "SELECT record_id, node, cls, start_time, end_time, rate, mem_peak_gib, solo, skewed "
-            "FROM episode_sources")))
+        eps = sorted(
+            (
+                r.node,
+                r.gpu,
+                r.start_time,
+                r.end_time,
+                r.n_members,
+                bool(r.mps_fault),
+                bool(r.oom),
+                tuple(sorted(members.get(r.id, []))),
+            )
+            for r in c.execute(text("SELECT * FROM episodes"))
+        )
+        sources = sorted(
+            tuple(r)
+            for r in c.execute(
+                text(
+                    "SELECT record_id, node, cls, start_time, end_time, rate, mem_peak_gib, solo, skewed "
+                    "FROM episode_sources"
+                )
+            )
+        )
     return eps, sources
 
 
@@ -104,8 +142,9 @@ def engine_at(path: Path) -> Engine:
 
 
 @pytest.mark.parametrize(("seed", "batch"), [(1, 100_000), (2, 100_000), (3, 7)])
-def test_incremental_build_equals_a_full_rebuild(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 seed: int, batch: int) -> None:
+def test_incremental_build_equals_a_full_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, batch: int
+) -> None:
     monkeypatch.setattr(episode_sync, "UPDATE_BATCH", batch)  # 7: a few nodes per transaction
     recs = random_history(seed)
     random.Random(seed).shuffle(recs)  # later batches hold records of built nodes, old times
@@ -145,7 +184,9 @@ _PG_URL = os.environ.get("SLURM_COLO_TEST_PG_URL")
 def pg_engines() -> Iterator[tuple[Engine, Engine]]:
     """Two fresh databases on the test server (tests/support/postgres.sh), dropped after."""
     if not _PG_URL:
-        pytest.fail("SLURM_COLO_TEST_PG_URL is not set under CI: tests/support/postgres.sh must run first")
+        pytest.fail(
+            "SLURM_COLO_TEST_PG_URL is not set under CI: tests/support/postgres.sh must run first"
+        )
     admin = make_engine(_PG_URL)
     names = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(2)]
     with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
@@ -166,9 +207,13 @@ def pg_engines() -> Iterator[tuple[Engine, Engine]]:
 
 
 @pytest.mark.postgres
-@pytest.mark.skipif(not _PG_URL and os.environ.get("CI") != "true",
-                    reason="no PostgreSQL: run tests/support/postgres.sh and export SLURM_COLO_TEST_PG_URL")
-def test_incremental_build_equals_a_full_rebuild_on_postgres(pg_engines: tuple[Engine, Engine]) -> None:
+@pytest.mark.skipif(
+    not _PG_URL and os.environ.get("CI") != "true",
+    reason="no PostgreSQL: run tests/support/postgres.sh and export SLURM_COLO_TEST_PG_URL",
+)
+def test_incremental_build_equals_a_full_rebuild_on_postgres(
+    pg_engines: tuple[Engine, Engine],
+) -> None:
     inc, full = pg_engines
     recs = random_history(4)
     half = len(recs) // 2
@@ -184,18 +229,48 @@ def test_incremental_build_equals_a_full_rebuild_on_postgres(pg_engines: tuple[E
 
 def test_a_late_record_rebuilds_only_the_episodes_of_its_job(tmp_path: Path) -> None:
     e = engine_at(tmp_path / "h.db")
-    a = JobRecord(job_id=1, node="n1", user="u", uid=1, cls="x", start=0, end=1000, gpus=[0],
-                  co_runners=[CoRunner(2, "y", "u", 200, 800)], progress={"rate": 5.0, "solo_rate": 10.0})
-    c = JobRecord(job_id=3, node="n1", user="u", uid=1, cls="x", start=5000, end=6000, gpus=[0],
-                  co_runners=[CoRunner(4, "z", "u", 5000, 6000)], progress={"rate": 5.0, "solo_rate": 10.0})
+    a = JobRecord(
+        job_id=1,
+        node="n1",
+        user="u",
+        uid=1,
+        cls="x",
+        start=0,
+        end=1000,
+        gpus=[0],
+        co_runners=[CoRunner(2, "y", "u", 200, 800)],
+        progress={"rate": 5.0, "solo_rate": 10.0},
+    )
+    c = JobRecord(
+        job_id=3,
+        node="n1",
+        user="u",
+        uid=1,
+        cls="x",
+        start=5000,
+        end=6000,
+        gpus=[0],
+        co_runners=[CoRunner(4, "z", "u", 5000, 6000)],
+        progress={"rate": 5.0, "solo_rate": 10.0},
+    )
     ingest_records(e, [a, c])
     update_episodes(e)
     before = {ep.start: ep for ep in load_episodes(e)}
     assert before[200].members[1] == (2, "y", None, "null")  # job 2's record is missing
     with e.connect() as conn:
         other = conn.execute(text("SELECT id FROM episodes WHERE start_time = 5000")).scalar()
-    b = JobRecord(job_id=2, node="n1", user="u", uid=1, cls="y", start=199, end=801, gpus=[0],
-                  co_runners=[CoRunner(1, "x", "u", 199, 801)], progress={"rate": 3.0, "solo_rate": 6.0})
+    b = JobRecord(
+        job_id=2,
+        node="n1",
+        user="u",
+        uid=1,
+        cls="y",
+        start=199,
+        end=801,
+        gpus=[0],
+        co_runners=[CoRunner(1, "x", "u", 199, 801)],
+        progress={"rate": 3.0, "solo_rate": 6.0},
+    )
     rep = update_episodes(e)
     assert rep.jobs == 0
     ingest_records(e, [b])
@@ -204,7 +279,9 @@ def test_a_late_record_rebuilds_only_the_episodes_of_its_job(tmp_path: Path) -> 
     after = {ep.start: ep for ep in load_episodes(e)}
     assert (after[199].end, after[199].members[1][1:]) == (801, ("y", 0.5, "progress"))
     with e.connect() as conn:  # the episode of jobs 3 and 4 was not touched
-        assert conn.execute(text("SELECT id FROM episodes WHERE start_time = 5000")).scalar() == other
+        assert (
+            conn.execute(text("SELECT id FROM episodes WHERE start_time = 5000")).scalar() == other
+        )
 
 
 def test_deleted_records_rebuild_their_node(tmp_path: Path) -> None:
@@ -225,9 +302,22 @@ def test_deleted_records_rebuild_their_node(tmp_path: Path) -> None:
 
 def test_skew_is_counted_in_the_window(tmp_path: Path) -> None:
     e = engine_at(tmp_path / "h.db")
-    ingest_records(e, [JobRecord(job_id=1, node="n", user="u", uid=1, cls="x", start=10_000,
-                                 end=11_000, gpus=[0],
-                                 co_runners=[CoRunner(2, "y", "u", 0, 50), CoRunner(3, "z", "u", 10_500, 10_900)])])
+    ingest_records(
+        e,
+        [
+            JobRecord(
+                job_id=1,
+                node="n",
+                user="u",
+                uid=1,
+                cls="x",
+                start=10_000,
+                end=11_000,
+                gpus=[0],
+                co_runners=[CoRunner(2, "y", "u", 0, 50), CoRunner(3, "z", "u", 10_500, 10_900)],
+            )
+        ],
+    )
     assert update_episodes(e).skewed_intervals == 1
     assert read_window(e, 0).skewed_intervals == 1
     assert read_window(e, 11_001).skewed_intervals == 0 and SKEW_TOLERANCE_S < 9000
@@ -240,14 +330,32 @@ def test_vectorised_n_equals_the_per_member_rule() -> None:
     members = []
     for i in range(2000):
         total = rng.choice([None, 0.0, rng.uniform(1, 4000)])
-        members.append(Member(i, rng.choice(classes), rng.choice([None, 0.0, rng.uniform(0.1, 9)]),
-                              rng.choice([None, rng.uniform(1, 10)]), total,
-                              None if total is None else rng.choice([0.0, rng.uniform(0, total or 1)])))
+        members.append(
+            Member(
+                i,
+                rng.choice(classes),
+                rng.choice([None, 0.0, rng.uniform(0.1, 9)]),
+                rng.choice([None, rng.uniform(1, 10)]),
+                total,
+                None if total is None else rng.choice([0.0, rng.uniform(0, total or 1)]),
+            )
+        )
     cls = np.array([classes.index(m.cls) for m in members])
-    figures = [np.array([np.nan if x is None else x for x in col], float) for col in
-               zip(*[(m.rate, m.solo_rate, m.total_s, m.shared_s) for m in members], strict=True)]
-    n, src = member_n(cls, figures[0], figures[1], figures[2], figures[3], np.array([ref.rate.get(c, np.nan) for c in classes]),
-                      np.array([ref.duration.get(c, np.nan) for c in classes]))
+    figures = [
+        np.array([np.nan if x is None else x for x in col], float)
+        for col in zip(
+            *[(m.rate, m.solo_rate, m.total_s, m.shared_s) for m in members], strict=True
+        )
+    ]
+    n, src = member_n(
+        cls,
+        figures[0],
+        figures[1],
+        figures[2],
+        figures[3],
+        np.array([ref.rate.get(c, np.nan) for c in classes]),
+        np.array([ref.duration.get(c, np.nan) for c in classes]),
+    )
     for m, x, s in zip(members, n.tolist(), src.tolist(), strict=True):
         want_n, want_src = job_n(m, ref)
         assert SOURCES[s] == want_src

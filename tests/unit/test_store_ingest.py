@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from slurm_colo.errors import StoreError
 from slurm_colo.contracts.records import CoRunner, JobRecord
+from slurm_colo.errors import StoreError
 from slurm_colo.spool.ingest import ingest_spool
 from slurm_colo.store import ingest_records, make_engine, upgrade
 
@@ -26,11 +26,21 @@ def engine(tmp_path: Path) -> Engine:
 
 
 def rec(i: int, **kw: object) -> JobRecord:
-    base: dict = dict(job_id=i, node="n1", user="alice", uid=1000, cls="resnet18-bs64",
-                      start=1000.0 + i, end=2000.0 + i, gpus=[0], shared=True, mechanism="mps",
-                      co_runners=[CoRunner(i + 10_000, "lm-bs20", "bob", 1000.0 + i, 1500.0 + i)],
-                      profile={"sm_util_mean": 0.5, "mem_peak_gib": 3.0, "pcie_mb_s": 10},
-                      progress={"iterations": 100, "rate": 7.5, "solo_rate": 10.0})
+    base: dict = dict(
+        job_id=i,
+        node="n1",
+        user="alice",
+        uid=1000,
+        cls="resnet18-bs64",
+        start=1000.0 + i,
+        end=2000.0 + i,
+        gpus=[0],
+        shared=True,
+        mechanism="mps",
+        co_runners=[CoRunner(i + 10_000, "lm-bs20", "bob", 1000.0 + i, 1500.0 + i)],
+        profile={"sm_util_mean": 0.5, "mem_peak_gib": 3.0, "pcie_mb_s": 10},
+        progress={"iterations": 100, "rate": 7.5, "solo_rate": 10.0},
+    )
     base.update(kw)
     return JobRecord(**base)  # type: ignore[arg-type]
 
@@ -67,8 +77,11 @@ def test_fields_are_stored(engine: Engine) -> None:
 
 
 def test_nan_and_negative_values_are_dropped_not_stored(engine: Engine) -> None:
-    r = rec(1, profile={"sm_util_mean": math.nan, "mem_peak_gib": -4.0, "sm_util_p95": 85.0},
-            progress={"rate": math.nan, "solo_rate": -1.0})
+    r = rec(
+        1,
+        profile={"sm_util_mean": math.nan, "mem_peak_gib": -4.0, "sm_util_p95": 85.0},
+        progress={"rate": math.nan, "solo_rate": -1.0},
+    )
     assert ingest_records(engine, [r]) == 1
     with engine.connect() as c:
         prof = c.execute(text("SELECT sm_util_mean, mem_peak_gib, sm_util_p95 FROM profiles")).one()
@@ -78,13 +91,18 @@ def test_nan_and_negative_values_are_dropped_not_stored(engine: Engine) -> None:
     assert tuple(job) == (None, None)
 
 
-@pytest.mark.parametrize("kw, why", [
-    ({"end": 500.0}, "before it starts"),
-    ({"start": math.inf}, "epoch time"),
-    ({"job_id": -3}, "job_id"),
-    ({"cls": ""}, "cls"),
-])
-def test_invalid_records_are_refused_before_anything_is_written(engine: Engine, kw: dict, why: str) -> None:
+@pytest.mark.parametrize(
+    "kw, why",
+    [
+        ({"end": 500.0}, "before it starts"),
+        ({"start": math.inf}, "epoch time"),
+        ({"job_id": -3}, "job_id"),
+        ({"cls": ""}, "cls"),
+    ],
+)
+def test_invalid_records_are_refused_before_anything_is_written(
+    engine: Engine, kw: dict, why: str
+) -> None:
     with pytest.raises(StoreError, match=why):
         ingest_records(engine, [rec(1), rec(2, **kw)])
     assert count(engine, "jobs") == 0
@@ -151,16 +169,23 @@ def test_missing_spool_directory(engine: Engine, tmp_path: Path) -> None:
         ingest_spool(engine, tmp_path / "nope")
 
 
-@pytest.mark.parametrize("patch, why", [
-    ({"uid": "root"}, "uid"),
-    ({"gpus": ["zero"]}, "gpus"),
-    ({"progress": [1]}, "progress"),
-    ({"co_runners": [{"job_id": "x", "cls": "a", "user": "u", "start": 1, "end": 2}]}, "co-runner"),
-    ({"co_runners": [{"job_id": 1}]}, "fields"),
-    ({"co_runners": None}, "fields|co_runners"),
-])
-def test_partial_or_mistyped_record_files_are_quarantined(engine: Engine, tmp_path: Path,
-                                                          patch: dict, why: str) -> None:
+@pytest.mark.parametrize(
+    "patch, why",
+    [
+        ({"uid": "root"}, "uid"),
+        ({"gpus": ["zero"]}, "gpus"),
+        ({"progress": [1]}, "progress"),
+        (
+            {"co_runners": [{"job_id": "x", "cls": "a", "user": "u", "start": 1, "end": 2}]},
+            "co-runner",
+        ),
+        ({"co_runners": [{"job_id": 1}]}, "fields"),
+        ({"co_runners": None}, "fields|co_runners"),
+    ],
+)
+def test_partial_or_mistyped_record_files_are_quarantined(
+    engine: Engine, tmp_path: Path, patch: dict, why: str
+) -> None:
     spool = tmp_path / "spool"
     spool.mkdir()
     d = rec(1).to_dict()

@@ -17,9 +17,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from slurm_colo.config import Config, ScoresConfig
+from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.errors import ModelError, StoreError
 from slurm_colo.gavel import bundled_path, load_gavel
-from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.scores import load_scores
 from slurm_colo.spool.ingest import ingest_spool
 from slurm_colo.store import (
@@ -30,15 +30,19 @@ from slurm_colo.store import (
     upgrade,
 )
 from slurm_colo.store.episodes import load_episodes, rebuild_episodes
-from slurm_colo.train.retrain import retrain
-from slurm_colo.train.lock import PG_LOCK_KEY
 from slurm_colo.store.scoresets import import_gavel, live_score_set
+from slurm_colo.train.lock import PG_LOCK_KEY
+from slurm_colo.train.retrain import retrain
 
 _PG_URL = os.environ.get("SLURM_COLO_TEST_PG_URL")
 # Outside CI, without a server URL these tests are left out; under CI they always run.
-pytestmark = [pytest.mark.postgres,
-              pytest.mark.skipif(not _PG_URL and os.environ.get("CI") != "true",
-                                 reason="no PostgreSQL: run tests/support/postgres.sh and export SLURM_COLO_TEST_PG_URL")]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not _PG_URL and os.environ.get("CI") != "true",
+        reason="no PostgreSQL: run tests/support/postgres.sh and export SLURM_COLO_TEST_PG_URL",
+    ),
+]
 
 
 @pytest.fixture
@@ -46,7 +50,9 @@ def pg_url() -> Iterator[str]:
     """A fresh database on the test server for each test (dropped afterwards)."""
     base = os.environ.get("SLURM_COLO_TEST_PG_URL")
     if not base:
-        pytest.fail("SLURM_COLO_TEST_PG_URL is not set under CI: tests/support/postgres.sh must run first")
+        pytest.fail(
+            "SLURM_COLO_TEST_PG_URL is not set under CI: tests/support/postgres.sh must run first"
+        )
     admin = make_engine(base)
     name = f"t_{uuid.uuid4().hex[:12]}"
     with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
@@ -69,9 +75,20 @@ def engine(pg_url: str) -> Iterator[Engine]:
 
 def rec(i: int, partner: int, cls: str, pcls: str, rate: float) -> JobRecord:
     t = 1.8e9 + (i // 2) * 4000
-    return JobRecord(job_id=i, node="n1", user="u", uid=1, cls=cls, start=t, end=t + 3600, gpus=[0],
-                     shared=True, co_runners=[CoRunner(partner, pcls, "u", t, t + 3600)],
-                     progress={"rate": rate, "solo_rate": 10.0}, profile={"mem_peak_gib": 5.0})
+    return JobRecord(
+        job_id=i,
+        node="n1",
+        user="u",
+        uid=1,
+        cls=cls,
+        start=t,
+        end=t + 3600,
+        gpus=[0],
+        shared=True,
+        co_runners=[CoRunner(partner, pcls, "u", t, t + 3600)],
+        progress={"rate": rate, "solo_rate": 10.0},
+        profile={"mem_peak_gib": 5.0},
+    )
 
 
 def test_migrations_run_and_old_schema_is_refused(engine: Engine) -> None:

@@ -14,26 +14,33 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from slurm_colo.config import Config, ScoresConfig
-from slurm_colo.errors import ModelError, StoreError
 from slurm_colo.contracts.records import CoRunner, JobRecord
+from slurm_colo.errors import ModelError, StoreError
 from slurm_colo.scores import PairScore, load_scores
 from slurm_colo.store import ingest_records, make_engine, upgrade
+from slurm_colo.store.scoresets import list_score_sets, live_score_set
 from slurm_colo.train import retrain as retrain_mod
 from slurm_colo.train.retrain import retrain
-from slurm_colo.store.scoresets import list_score_sets, live_score_set
 
 NOW = 1_800_000_000.0
 CLASSES = ["alpha-bs32", "alpha-bs64", "beta-bs16", "beta-bs32", "gamma", "delta"]
-LOAD = {"alpha-bs32": 0.3, "alpha-bs64": 0.5, "beta-bs16": 0.6, "beta-bs32": 0.8, "gamma": 0.2,
-        "delta": 0.9}
+LOAD = {
+    "alpha-bs32": 0.3,
+    "alpha-bs64": 0.5,
+    "beta-bs16": 0.6,
+    "beta-bs32": 0.8,
+    "gamma": 0.2,
+    "delta": 0.9,
+}
 
 
 def truth(a: str, b: str) -> float:
     return 1.0 / (1.0 + LOAD[a] * LOAD[b] * 1.5)
 
 
-def history(noise: float = 0.0, seed: int = 0, skip: set[tuple[str, str]] = frozenset(),
-            start_id: int = 1) -> list[JobRecord]:
+def history(
+    noise: float = 0.0, seed: int = 0, skip: set[tuple[str, str]] = frozenset(), start_id: int = 1
+) -> list[JobRecord]:
     """Pairs of jobs sharing a GPU for an hour, with job-reported progress; solo runs too."""
     rng = np.random.default_rng(seed)
     recs: list[JobRecord] = []
@@ -49,18 +56,45 @@ def history(noise: float = 0.0, seed: int = 0, skip: set[tuple[str, str]] = froz
                 t += 4000
                 ja, jb = jid, jid + 1
                 jid += 2
-                common = dict(node="n1", user="u", uid=1, start=t, end=t + 3600, gpus=[0], shared=True)
-                recs.append(JobRecord(job_id=ja, cls=a, co_runners=[CoRunner(jb, b, "u", t, t + 3600)],
-                                      progress={"rate": 10 * na, "solo_rate": 10.0},
-                                      profile={"mem_peak_gib": 4.0 + LOAD[a]}, **common))
-                recs.append(JobRecord(job_id=jb, cls=b, co_runners=[CoRunner(ja, a, "u", t, t + 3600)],
-                                      progress={"rate": 10 * nb, "solo_rate": 10.0},
-                                      profile={"mem_peak_gib": 4.0 + LOAD[b]}, **common))
+                common = dict(
+                    node="n1", user="u", uid=1, start=t, end=t + 3600, gpus=[0], shared=True
+                )
+                recs.append(
+                    JobRecord(
+                        job_id=ja,
+                        cls=a,
+                        co_runners=[CoRunner(jb, b, "u", t, t + 3600)],
+                        progress={"rate": 10 * na, "solo_rate": 10.0},
+                        profile={"mem_peak_gib": 4.0 + LOAD[a]},
+                        **common,
+                    )
+                )
+                recs.append(
+                    JobRecord(
+                        job_id=jb,
+                        cls=b,
+                        co_runners=[CoRunner(ja, a, "u", t, t + 3600)],
+                        progress={"rate": 10 * nb, "solo_rate": 10.0},
+                        profile={"mem_peak_gib": 4.0 + LOAD[b]},
+                        **common,
+                    )
+                )
     for c in CLASSES:  # solo runs: utilisation profiles
         t += 4000
-        recs.append(JobRecord(job_id=jid, node="n2", user="u", uid=1, cls=c, start=t, end=t + 600,
-                              gpus=[0], profile={"sm_util_mean": LOAD[c], "mem_peak_gib": 4.0 + LOAD[c]},
-                              progress={"rate": 10.0}))
+        recs.append(
+            JobRecord(
+                job_id=jid,
+                node="n2",
+                user="u",
+                uid=1,
+                cls=c,
+                start=t,
+                end=t + 600,
+                gpus=[0],
+                profile={"sm_util_mean": LOAD[c], "mem_peak_gib": 4.0 + LOAD[c]},
+                progress={"rate": 10.0},
+            )
+        )
         jid += 1
     return recs
 
@@ -104,13 +138,19 @@ def test_retrain_publishes_and_records_the_live_set(engine: Engine, tmp_path: Pa
 
 def _pretend_live_is_perfect(engine: Engine) -> None:
     with engine.begin() as c:
-        sid, raw = c.execute(text("SELECT id, table_json FROM score_sets WHERE status='live'")).one()
+        sid, raw = c.execute(
+            text("SELECT id, table_json FROM score_sets WHERE status='live'")
+        ).one()
         d = json.loads(raw)
         d["metrics"]["holdout_mae"] = 0.0
-        c.execute(text("UPDATE score_sets SET table_json=:j WHERE id=:i"), {"j": json.dumps(d), "i": sid})
+        c.execute(
+            text("UPDATE score_sets SET table_json=:j WHERE id=:i"), {"j": json.dumps(d), "i": sid}
+        )
 
 
-def test_a_regressing_set_is_not_published_and_the_old_one_stays_live(engine: Engine, tmp_path: Path) -> None:
+def test_a_regressing_set_is_not_published_and_the_old_one_stays_live(
+    engine: Engine, tmp_path: Path
+) -> None:
     ingest_records(engine, history(noise=0.15, seed=1))
     c = cfg(tmp_path)
     first = retrain(engine, c, now=NOW)
@@ -125,7 +165,9 @@ def test_a_regressing_set_is_not_published_and_the_old_one_stays_live(engine: En
     assert retrain(engine, c, now=NOW + 2 * 86400, force=True).published
 
 
-def test_a_broken_set_is_never_published(engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_set_is_never_published(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ingest_records(engine, history(noise=0.01))
     real = retrain_mod.fit_table
 
@@ -161,16 +203,36 @@ def test_old_schema_is_refused(tmp_path: Path) -> None:
         retrain(e, cfg(tmp_path), now=NOW)
 
 
-def test_bad_rows_unknown_classes_and_skew_do_not_break_the_night(engine: Engine, tmp_path: Path) -> None:
+def test_bad_rows_unknown_classes_and_skew_do_not_break_the_night(
+    engine: Engine, tmp_path: Path
+) -> None:
     recs = history(noise=0.01)
     t = NOW - 86400
     recs += [  # NaN and negative progress, a class nobody profiled, a co-runner from hours away
-        JobRecord(job_id=900, node="n3", user="u", uid=1, cls="newcomer", start=t, end=t + 3600,
-                  gpus=[0], co_runners=[CoRunner(901, "gamma", "u", t, t + 3600)],
-                  progress={"rate": math.nan, "solo_rate": -5.0}),
-        JobRecord(job_id=901, node="n3", user="u", uid=1, cls="gamma", start=t, end=t + 3600,
-                  gpus=[0], co_runners=[CoRunner(900, "newcomer", "u", t - 90_000, t - 86_000)],
-                  progress={"rate": -1.0}),
+        JobRecord(
+            job_id=900,
+            node="n3",
+            user="u",
+            uid=1,
+            cls="newcomer",
+            start=t,
+            end=t + 3600,
+            gpus=[0],
+            co_runners=[CoRunner(901, "gamma", "u", t, t + 3600)],
+            progress={"rate": math.nan, "solo_rate": -5.0},
+        ),
+        JobRecord(
+            job_id=901,
+            node="n3",
+            user="u",
+            uid=1,
+            cls="gamma",
+            start=t,
+            end=t + 3600,
+            gpus=[0],
+            co_runners=[CoRunner(900, "newcomer", "u", t - 90_000, t - 86_000)],
+            progress={"rate": -1.0},
+        ),
     ]
     ingest_records(engine, recs)
     res = retrain(engine, cfg(tmp_path), now=NOW)
@@ -193,12 +255,14 @@ def test_an_unwritable_destination_is_a_clear_error(engine: Engine, tmp_path: Pa
 
 def _hold_lock_in_child(engine: Engine) -> subprocess.Popen[bytes]:
     """A separate process that takes the store's retrain lock and keeps it until killed."""
-    code = ("import sys, time\n"
-            "from slurm_colo.store import make_engine\n"
-            "from slurm_colo.train.lock import retrain_lock\n"
-            "with retrain_lock(make_engine(sys.argv[1])):\n"
-            "    print('held', flush=True)\n"
-            "    time.sleep(600)\n")
+    code = (
+        "import sys, time\n"
+        "from slurm_colo.store import make_engine\n"
+        "from slurm_colo.train.lock import retrain_lock\n"
+        "with retrain_lock(make_engine(sys.argv[1])):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(600)\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", code, str(engine.url)], stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline().strip() == b"held"
     return child

@@ -17,9 +17,9 @@ import time
 import types
 from pathlib import Path
 
+import private_munged
 import pytest
 
-import private_munged
 from slurm_colo.config import parse_config
 from slurm_colo.contracts import munge, transport
 from slurm_colo.contracts.protocol import format_reply, format_request, parse_reply, parse_request
@@ -71,40 +71,48 @@ def dec(m, backend="auto"):
     return functools.partial(munge.decode, socket_path=m.socket, backend=backend)
 
 
-JOBSTART = format_request("JOBSTART", {"job": 42, "node": "gpu01", "gpus": [0], "user": "a",
-                                       "uid": 1000})
+JOBSTART = format_request(
+    "JOBSTART", {"job": 42, "node": "gpu01", "gpus": [0], "user": "a", "uid": 1000}
+)
 
 
 # ---- addresses and config ---------------------------------------------------------------
 
-@pytest.mark.parametrize("text, want", [
-    ("/run/slurm-colo/agent.sock", Address("unix", path="/run/slurm-colo/agent.sock")),
-    ("unix:/run/x.sock", Address("unix", path="/run/x.sock")),
-    ("relative.sock", Address("unix", path="relative.sock")),
-    ("tcp:head:6830", Address("tcp", host="head", port=6830)),
-    ("tcp:0.0.0.0:6830", Address("tcp", host="0.0.0.0", port=6830)),
-    ("tcp:head.example.org:1", Address("tcp", host="head.example.org", port=1)),
-    ("tcp:[::1]:65535", Address("tcp", host="::1", port=65535)),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("/run/slurm-colo/agent.sock", Address("unix", path="/run/slurm-colo/agent.sock")),
+        ("unix:/run/x.sock", Address("unix", path="/run/x.sock")),
+        ("relative.sock", Address("unix", path="relative.sock")),
+        ("tcp:head:6830", Address("tcp", host="head", port=6830)),
+        ("tcp:0.0.0.0:6830", Address("tcp", host="0.0.0.0", port=6830)),
+        ("tcp:head.example.org:1", Address("tcp", host="head.example.org", port=1)),
+        ("tcp:[::1]:65535", Address("tcp", host="::1", port=65535)),
+    ],
+)
 def test_parse_address(text, want):
     assert parse_address(text) == want
     assert parse_address(str(want)) == want
 
 
-@pytest.mark.parametrize("text, why", [
-    ("tcp:head:0", "port must be a number from 1 to 65535"),
-    ("tcp:head:65536", "port must be a number from 1 to 65535"),
-    ("tcp:head:http", "port must be"),
-    ("tcp:head", "write tcp:HOST:PORT"),
-    ("tcp::6830", "write tcp:HOST:PORT"),
-    ("tcp:fe80::1:6830", "IPv6 address in brackets"),
-    ("tcp:bad host:1", "bad host name"),
-    ("head:6830", "unknown scheme 'head'"),
-    ("udp:head:6830", "unknown scheme 'udp'"),
-    ("unix:", "no socket path"),
-    ("", "empty address"),
-    (" tcp:head:1", "blanks"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("tcp:head:0", "port must be a number from 1 to 65535"),
+        ("tcp:head:65536", "port must be a number from 1 to 65535"),
+        ("tcp:head:http", "port must be"),
+        ("tcp:head", "write tcp:HOST:PORT"),
+        ("tcp::6830", "write tcp:HOST:PORT"),
+        ("tcp:fe80::1:6830", "IPv6 address in brackets"),
+        ("tcp:bad host:1", "bad host name"),
+        ("head:6830", "unknown scheme 'head'"),
+        ("udp:head:6830", "unknown scheme 'udp'"),
+        ("unix:", "no socket path"),
+        ("", "empty address"),
+        (" tcp:head:1", "blanks"),
+    ],
+)
 def test_bad_address_is_a_config_error(text, why):
     with pytest.raises(ConfigError, match=why):
         parse_address(text)
@@ -116,21 +124,28 @@ def test_config_defaults_and_following_the_socket():
     assert a.address == "unix:/run/slurm-colo/agent.sock" and a.munge_socket == ""
     a = parse_config('[agent]\nsocket = "/tmp/a.sock"\n').agent
     assert a.listen == ("unix:/tmp/a.sock",) and a.address == "unix:/tmp/a.sock"
-    a = parse_config('[agent]\nlisten = ["unix:/run/slurm-colo/agent.sock", "tcp:0.0.0.0:6830"]\n'
-                     'address = "tcp:head:6830"\nmunge_socket = "/run/munge/m.sock"\n').agent
+    a = parse_config(
+        '[agent]\nlisten = ["unix:/run/slurm-colo/agent.sock", "tcp:0.0.0.0:6830"]\n'
+        'address = "tcp:head:6830"\nmunge_socket = "/run/munge/m.sock"\n'
+    ).agent
     assert a.listen == ("unix:/run/slurm-colo/agent.sock", "tcp:0.0.0.0:6830")
     assert a.address == "tcp:head:6830" and a.munge_socket == "/run/munge/m.sock"
 
 
-@pytest.mark.parametrize("body, why", [
-    ('listen = ["unix:/run/slurm-colo/agent.sock", "tcp:0.0.0.0:70000"]',
-     r"agent.listen\[1\]: .*port must be"),
-    ('listen = ["tcp:0.0.0.0:6830"]', 'must include "unix:/run/slurm-colo/agent.sock"'),
-    ("listen = []", "agent.listen is empty"),
-    ('listen = "tcp:0.0.0.0:6830"', "must be an array of strings"),
-    ('address = "head:6830"', r"agent.address: .*did you mean tcp:head:6830"),
-    ('address = "ftp:head:6830"', "unknown scheme 'ftp'"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (
+            'listen = ["unix:/run/slurm-colo/agent.sock", "tcp:0.0.0.0:70000"]',
+            r"agent.listen\[1\]: .*port must be",
+        ),
+        ('listen = ["tcp:0.0.0.0:6830"]', 'must include "unix:/run/slurm-colo/agent.sock"'),
+        ("listen = []", "agent.listen is empty"),
+        ('listen = "tcp:0.0.0.0:6830"', "must be an array of strings"),
+        ('address = "head:6830"', r"agent.address: .*did you mean tcp:head:6830"),
+        ('address = "ftp:head:6830"', "unknown scheme 'ftp'"),
+    ],
+)
 def test_bad_agent_addresses_fail_at_config_load(body, why):
     with pytest.raises(ConfigError, match=why) as e:
         parse_config(f"[agent]\n{body}\n", "/etc/slurm-colo/config.toml")
@@ -138,6 +153,7 @@ def test_bad_agent_addresses_fail_at_config_load(body, why):
 
 
 # ---- envelopes ------------------------------------------------------------------------------
+
 
 def test_request_envelope_round_trip_across_hosts(head, node):
     env = transport.seal_request(JOBSTART, CLUSTER, enc(node))
@@ -180,8 +196,9 @@ def test_envelope_for_another_cluster_name_is_refused(head, node):
         transport.open_envelope(env, CLUSTER, dec(head))
 
 
-@pytest.mark.parametrize("payload", [b"JOBSTART\t{}\n", b"slurm-colo/1 reply\nalpha\nx\n",
-                                     b"slurm-colo/1 request"])
+@pytest.mark.parametrize(
+    "payload", [b"JOBSTART\t{}\n", b"slurm-colo/1 reply\nalpha\nx\n", b"slurm-colo/1 request"]
+)
 def test_credential_that_is_no_slurm_colo_request_is_invalid(head, node, payload):
     # any user can wrap any bytes in a credential: only our request format is accepted
     env = b"MUNGE\t" + munge.encode(payload, node.socket).encode() + b"\n"
@@ -241,8 +258,9 @@ def test_unsigned_reply_is_refused_and_a_refusal_is_raised_as_its_kind(node):
 def test_request_of_a_user_carries_that_users_uid(head, node):
     """Munge vouches for the uid, so the agent's trusted-uid rule applies over TCP too."""
     if os.getuid() != 0:
-        pytest.fail("this test runs as root (as the suite does) to encode as another user",
-                    pytrace=False)
+        pytest.fail(
+            "this test runs as root (as the suite does) to encode as another user", pytrace=False
+        )
     nobody = 65534
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -268,6 +286,7 @@ def test_request_of_a_user_carries_that_users_uid(head, node):
 
 # ---- real round trips -----------------------------------------------------------------------
 
+
 def answer(request_line: bytes, uid: int) -> bytes:
     """The agent's answer, reduced to: who asked what."""
     verb, payload = parse_request(request_line)
@@ -280,9 +299,16 @@ class TcpAgent:
     def __init__(self, munged, cluster=CLUSTER, respond=None):
         self.refused: list[AuthError] = []
         outer = self
-        respond = respond or (lambda line: transport.serve_line(
-            line, cluster, answer, decode=dec(munged), encode=enc(munged, transport.REPLY_TTL_S),
-            on_refusal=outer.refused.append))
+        respond = respond or (
+            lambda line: transport.serve_line(
+                line,
+                cluster,
+                answer,
+                decode=dec(munged),
+                encode=enc(munged, transport.REPLY_TTL_S),
+                on_refusal=outer.refused.append,
+            )
+        )
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
@@ -314,16 +340,24 @@ def tcp_agent(head):
 
 @pytest.mark.parametrize("backend", ["lib", "cli"])
 def test_tcp_round_trip(tcp_agent, node, backend):
-    reply = transport.round_trip(tcp_agent.address, JOBSTART, 5.0, CLUSTER, node.socket,
-                                 signers={0, os.getuid()}, backend=backend)
+    reply = transport.round_trip(
+        tcp_agent.address,
+        JOBSTART,
+        5.0,
+        CLUSTER,
+        node.socket,
+        signers={0, os.getuid()},
+        backend=backend,
+    )
     assert parse_reply("JOBSTART", reply) == {"verb": "JOBSTART", "uid": os.getuid(), "job": 42}
     assert tcp_agent.refused == []
 
 
 def test_tcp_round_trip_with_a_parsed_address_and_no_newline(tcp_agent, node):
     addr = parse_address(tcp_agent.address)
-    reply = transport.round_trip(addr, b"PING\t{}", 5.0, CLUSTER, node.socket,
-                                 signers={os.getuid()})
+    reply = transport.round_trip(
+        addr, b"PING\t{}", 5.0, CLUSTER, node.socket, signers={os.getuid()}
+    )
     assert parse_reply("PING", reply)["verb"] == "PING"
 
 
@@ -343,10 +377,15 @@ def test_refusals_are_logged_with_peer_and_reason(caplog):
         report(CredentialReplayed("munge credential replayed"))
         report(MungeUnavailable("cannot reach munged"))
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("WARNING", "refused a TCP message from 10.0.0.7:51234: munge credential replayed "
-                    "[replayed]"),
-        ("ERROR", "refused a TCP message from 10.0.0.7:51234: cannot reach munged "
-                  "[munge-unavailable]")]
+        (
+            "WARNING",
+            "refused a TCP message from 10.0.0.7:51234: munge credential replayed [replayed]",
+        ),
+        (
+            "ERROR",
+            "refused a TCP message from 10.0.0.7:51234: cannot reach munged [munge-unavailable]",
+        ),
+    ]
 
 
 def test_replayed_request_on_tcp_is_refused(tcp_agent, node):
@@ -363,15 +402,17 @@ def test_replayed_request_on_tcp_is_refused(tcp_agent, node):
 
 def test_tcp_request_for_another_cluster_is_refused(tcp_agent, node):
     with pytest.raises(WrongCluster, match="the agent refused"):
-        transport.round_trip(tcp_agent.address, JOBSTART, 5.0, "beta", node.socket,
-                             signers={os.getuid()})
+        transport.round_trip(
+            tcp_agent.address, JOBSTART, 5.0, "beta", node.socket, signers={os.getuid()}
+        )
     assert isinstance(tcp_agent.refused[0], WrongCluster)
 
 
 def test_tcp_request_from_a_foreign_cluster_is_refused(tcp_agent, foreign):
     with pytest.raises(CredentialForeign, match="the agent refused"):
-        transport.round_trip(tcp_agent.address, JOBSTART, 5.0, CLUSTER, foreign.socket,
-                             signers={os.getuid()})
+        transport.round_trip(
+            tcp_agent.address, JOBSTART, 5.0, CLUSTER, foreign.socket, signers={os.getuid()}
+        )
 
 
 BIG_SHARE = format_reply("JOBSTART", {"placement": {"mps_pct": 100}})
@@ -388,16 +429,16 @@ def test_tcp_reply_from_an_impostor_is_refused(foreign, node, how):
     impostor = TcpAgent(foreign, respond=respond)
     try:
         with pytest.raises(err):
-            transport.round_trip(impostor.address, JOBSTART, 5.0, CLUSTER, node.socket,
-                                 signers={0, os.getuid()})
+            transport.round_trip(
+                impostor.address, JOBSTART, 5.0, CLUSTER, node.socket, signers={0, os.getuid()}
+            )
     finally:
         impostor.close()
 
 
 def test_tcp_reply_signed_by_an_untrusted_user_is_refused(tcp_agent, node):
     with pytest.raises(UntrustedSigner):
-        transport.round_trip(tcp_agent.address, JOBSTART, 5.0, CLUSTER, node.socket,
-                             signers={4242})
+        transport.round_trip(tcp_agent.address, JOBSTART, 5.0, CLUSTER, node.socket, signers={4242})
 
 
 def test_tcp_agent_not_listening(node):
@@ -416,8 +457,9 @@ def test_tcp_agent_that_does_not_answer_times_out(node):
     try:
         t0 = time.monotonic()
         with pytest.raises(AgentError, match="did not answer within 0.3s"):
-            transport.round_trip(f"tcp:127.0.0.1:{s.getsockname()[1]}", JOBSTART, 0.3, CLUSTER,
-                                 node.socket)
+            transport.round_trip(
+                f"tcp:127.0.0.1:{s.getsockname()[1]}", JOBSTART, 0.3, CLUSTER, node.socket
+            )
         assert time.monotonic() - t0 < 2.0
     finally:
         s.close()
@@ -425,8 +467,9 @@ def test_tcp_agent_that_does_not_answer_times_out(node):
 
 def test_munged_down_on_the_node_is_reported(tcp_agent, tmp_path):
     with pytest.raises(MungeUnavailable):
-        transport.round_trip(tcp_agent.address, JOBSTART, 2.0, CLUSTER,
-                             str(tmp_path / "gone.socket"))
+        transport.round_trip(
+            tcp_agent.address, JOBSTART, 2.0, CLUSTER, str(tmp_path / "gone.socket")
+        )
 
 
 def test_unix_round_trip_sends_the_plain_line(tmp_path):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import time
 
+import private_munged
 import pytest
 
-import private_munged
 from slurm_colo.contracts import munge
 from slurm_colo.errors import (
     AgentError,
@@ -50,7 +50,7 @@ def test_both_backends_are_usable_here():
 @pytest.mark.parametrize("enc", BACKENDS)
 @pytest.mark.parametrize("dec", BACKENDS)
 def test_round_trip_carries_payload_and_identity(home, enc, dec):
-    payload = b"cluster\nJOBSTART\t{\"job\":1}\n\x00\xff binary too"
+    payload = b'cluster\nJOBSTART\t{"job":1}\n\x00\xff binary too'
     before = int(time.time())
     cred = munge.encode(payload, home.socket, ttl_s=3, backend=enc)
     assert cred.startswith("MUNGE:") and "\n" not in cred
@@ -112,9 +112,9 @@ def test_malformed_credential_is_invalid(home, backend, bad):
 
 def test_altered_credential_is_refused(home):
     cred = munge.encode(b"original payload " * 4, home.socket)
-    body = cred[len("MUNGE:"):-1]
+    body = cred[len("MUNGE:") : -1]
     mid = len(body) // 2
-    altered = "MUNGE:" + body[:mid] + ("A" if body[mid] != "A" else "B") + body[mid + 1:] + ":"
+    altered = "MUNGE:" + body[:mid] + ("A" if body[mid] != "A" else "B") + body[mid + 1 :] + ":"
     with pytest.raises((CredentialForeign, CredentialInvalid)):
         munge.decode(altered, home.socket)
 
@@ -146,8 +146,13 @@ def test_payload_over_munged_limit_is_an_auth_error(home):
 
 def test_auth_errors_are_agent_errors():
     # the clients catch AgentError and carry on without the agent; so they do for these
-    for cls in (MungeUnavailable, CredentialExpired, CredentialReplayed, CredentialForeign,
-                CredentialInvalid):
+    for cls in (
+        MungeUnavailable,
+        CredentialExpired,
+        CredentialReplayed,
+        CredentialForeign,
+        CredentialInvalid,
+    ):
         assert issubclass(cls, AuthError) and issubclass(cls, AgentError)
 
 

@@ -36,7 +36,12 @@ def emulator_argv() -> list[str]:
     """The emulator run as a plain file with -I -S: standard library only, fast start (it
     stands in for NVIDIA's small C program; its command path imports only ``os`` and
     ``_socket``)."""
-    return [sys.executable, "-I", "-S", str(Path(__file__).parents[2] / "emulators" / "mps_control.py")]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(Path(__file__).parents[2] / "emulators" / "mps_control.py"),
+    ]
 
 
 def control_argv(backend: str, mps_control: str) -> list[str]:
@@ -49,6 +54,7 @@ def control_argv(backend: str, mps_control: str) -> list[str]:
 
 
 # -- parsing (pure) -------------------------------------------------------------------------
+
 
 def parse_pid_list(text: str) -> list[int]:
     """``get_server_list`` / ``get_client_list``: one PID per line."""
@@ -105,6 +111,7 @@ def format_mem_limit(gib: float) -> str:
 
 # -- the gate -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class MpsControl:
     """One GPU's MPS control daemon, addressed by its pipe and log directories."""
@@ -119,25 +126,37 @@ class MpsControl:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
-        env.update(CUDA_MPS_PIPE_DIRECTORY=str(self.pipe_dir),
-                   CUDA_MPS_LOG_DIRECTORY=str(self.log_dir),
-                   CUDA_VISIBLE_DEVICES=self.device)
+        env.update(
+            CUDA_MPS_PIPE_DIRECTORY=str(self.pipe_dir),
+            CUDA_MPS_LOG_DIRECTORY=str(self.log_dir),
+            CUDA_VISIBLE_DEVICES=self.device,
+        )
         env.update(dict(self.extra_env))
         return env
 
     def _run(self, args: list[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
         argv = [*self.argv, *args]
         try:
-            return subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                                  timeout=self.timeout_s, env=self.env(), close_fds=True,
-                                  check=False)
+            return subprocess.run(
+                argv,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                env=self.env(),
+                close_fds=True,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            raise MpsHung(f"MPS control '{' '.join(args) or (stdin or '').strip()}' on "
-                          f"{self.pipe_dir} timed out after {self.timeout_s:.1f}s") from None
+            raise MpsHung(
+                f"MPS control '{' '.join(args) or (stdin or '').strip()}' on "
+                f"{self.pipe_dir} timed out after {self.timeout_s:.1f}s"
+            ) from None
         except OSError as e:
-            raise MPSError(f"cannot run MPS control program {argv[0]}: {e.strerror}",
-                           hint="set node.mps_control to the nvidia-cuda-mps-control path"
-                           ) from None
+            raise MPSError(
+                f"cannot run MPS control program {argv[0]}: {e.strerror}",
+                hint="set node.mps_control to the nvidia-cuda-mps-control path",
+            ) from None
 
     def start(self) -> None:
         """Start the control daemon (``-d``); it forks and the call returns at once."""
@@ -145,8 +164,10 @@ class MpsControl:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cp = self._run(["-d"], None)
         if cp.returncode != 0:
-            raise MPSError(f"MPS control daemon for {self.device} did not start (exit "
-                           f"{cp.returncode}): {(cp.stderr or cp.stdout).strip()[:200]}")
+            raise MPSError(
+                f"MPS control daemon for {self.device} did not start (exit "
+                f"{cp.returncode}): {(cp.stderr or cp.stdout).strip()[:200]}"
+            )
 
     def _session(self, lines: list[str]) -> str:
         """One control session (one program start, one timeout): the commands on stdin, one
@@ -157,8 +178,10 @@ class MpsControl:
         if any(m in (out + cp.stderr).lower() for m in _NOT_RUNNING_MARKERS):
             raise MpsNotRunning(f"no MPS control daemon answers on {self.pipe_dir}")
         if cp.returncode != 0:
-            raise MPSError(f"MPS control '{'; '.join(x.strip() for x in lines)}' failed (exit "
-                           f"{cp.returncode}): {(out or cp.stderr).strip()[:200]}")
+            raise MPSError(
+                f"MPS control '{'; '.join(x.strip() for x in lines)}' failed (exit "
+                f"{cp.returncode}): {(out or cp.stderr).strip()[:200]}"
+            )
         return out
 
     def command(self, line: str) -> str:
@@ -175,8 +198,9 @@ class MpsControl:
         out = self._session(lines)
         replies = out.splitlines() if out else []
         if len(replies) != len(lines):
-            raise MpsReplyMismatch(f"{len(lines)} MPS control commands got {len(replies)} "
-                                   f"reply lines: {out[:200]!r}")
+            raise MpsReplyMismatch(
+                f"{len(lines)} MPS control commands got {len(replies)} reply lines: {out[:200]!r}"
+            )
         return [r.strip() for r in replies]
 
     def server_list(self) -> list[int]:

@@ -24,10 +24,15 @@ from typing import TYPE_CHECKING, Any
 from slurm_colo.errors import MPSError
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 from slurm_colo.node import journal, procs
-from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.gpu.mps import (
-    MpsControl, MpsHung, control_argv, log_line_time, parse_fault_lines)
+    MpsControl,
+    MpsHung,
+    control_argv,
+    log_line_time,
+    parse_fault_lines,
+)
 from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, Gpu, NullGpu
+from slurm_colo.node.layout import NodeLayout
 
 if TYPE_CHECKING:
     from slurm_colo.config import Config
@@ -74,19 +79,30 @@ class GpuMps:
         atomic_write_json(self.layout.mps_state(self.index), st, fsync=False)
 
     def control(self, st: dict) -> MpsControl:
-        return MpsControl(tuple(self.argv), Path(st["pipe_dir"]), Path(st["log_dir"]),
-                          st.get("device", str(self.index)), self.timeout_s, self.extra_env)
+        return MpsControl(
+            tuple(self.argv),
+            Path(st["pipe_dir"]),
+            Path(st["log_dir"]),
+            st.get("device", str(self.index)),
+            self.timeout_s,
+            self.extra_env,
+        )
 
     def _crashes(self, now: float) -> list[float]:
-        return [t for t in (read_json(self.layout.crashes(self.index)) or [])
-                if now - float(t) < CRASH_WINDOW_S]
+        return [
+            t
+            for t in (read_json(self.layout.crashes(self.index)) or [])
+            if now - float(t) < CRASH_WINDOW_S
+        ]
 
     def _note_crash(self, kind: str, detail: str) -> None:
         now = time.time()
         crashes = self._crashes(now) + [now]
         atomic_write_json(self.layout.crashes(self.index), crashes, fsync=False)
-        journal.append(self.layout.journal(self.index),
-                       {"ev": "fault", "kind": kind, "detail": detail, "t": now})
+        journal.append(
+            self.layout.journal(self.index),
+            {"ev": "fault", "kind": kind, "detail": detail, "t": now},
+        )
 
     # -- health --------------------------------------------------------------------------
     def probe(self, st: dict) -> str:
@@ -109,29 +125,43 @@ class GpuMps:
         others = [s for s in journal.active(events) if s.job != job_id]
         if st.get("pid"):
             if st.get("uid") != uid and others:
-                return MpsOutcome("refused", f"GPU {self.index} runs MPS for uid {st.get('uid')}; "
-                                  f"MPS serves one user at a time, so job {job_id} runs "
-                                  "without MPS")
+                return MpsOutcome(
+                    "refused",
+                    f"GPU {self.index} runs MPS for uid {st.get('uid')}; "
+                    f"MPS serves one user at a time, so job {job_id} runs "
+                    "without MPS",
+                )
             health = self.probe(st) if st.get("uid") == uid else "other-user"
             if health == "ok":
                 ctl = self.control(st)
-                return MpsOutcome("ok", "", st["pipe_dir"], st["log_dir"], ctl.log_size(),
-                                  ctl.log_size("server.log"))
+                return MpsOutcome(
+                    "ok",
+                    "",
+                    st["pipe_dir"],
+                    st["log_dir"],
+                    ctl.log_size(),
+                    ctl.log_size("server.log"),
+                )
             if health in ("dead", "hung"):
-                self._note_crash(f"daemon_{health}",
-                                 f"MPS daemon {st.get('pid')} on GPU {self.index} {health}")
-            log.warning("GPU %d: MPS daemon %s is %s; cleaning up", self.index, st.get("pid"),
-                        health)
+                self._note_crash(
+                    f"daemon_{health}", f"MPS daemon {st.get('pid')} on GPU {self.index} {health}"
+                )
+            log.warning(
+                "GPU %d: MPS daemon %s is %s; cleaning up", self.index, st.get("pid"), health
+            )
             self.stop(st, reason=health)
         else:
             self.clean_stale()
         now = time.time()
         if len(self._crashes(now)) >= MAX_CRASHES:
             usable = self._set_mode(COMPUTE_DEFAULT) or not self._exclusive()
-            return MpsOutcome("broken", f"MPS on GPU {self.index} crashed {MAX_CRASHES} times "
-                              f"in {CRASH_WINDOW_S / 60:.0f} min (restart loop); job {job_id} "
-                              "runs time-sliced without MPS; run 'slurm-colo node cleanup'",
-                              gpu_usable=usable)
+            return MpsOutcome(
+                "broken",
+                f"MPS on GPU {self.index} crashed {MAX_CRASHES} times "
+                f"in {CRASH_WINDOW_S / 60:.0f} min (restart loop); job {job_id} "
+                "runs time-sliced without MPS; run 'slurm-colo node cleanup'",
+                gpu_usable=usable,
+            )
         return self._start(uid)
 
     def _start(self, uid: int) -> MpsOutcome:
@@ -153,9 +183,16 @@ class GpuMps:
         chown_if_root(server_log, uid)
         root.chmod(0o711)
         device = uuid if uuid.startswith(("GPU-", "MIG-")) else str(self.index)
-        st = {"uuid": uuid, "device": device,
-              "pipe_dir": str(pipe), "log_dir": str(logd), "uid": uid, "pid": None,
-              "started": time.time(), "boot_id": procs.boot_id()}
+        st = {
+            "uuid": uuid,
+            "device": device,
+            "pipe_dir": str(pipe),
+            "log_dir": str(logd),
+            "uid": uid,
+            "pid": None,
+            "started": time.time(),
+            "boot_id": procs.boot_id(),
+        }
         mode_set = self._set_mode(COMPUTE_EXCLUSIVE_PROCESS, gpu)
         st["compute_mode_set"] = mode_set
         self._save(st)  # saved before start: a crash mid-start still gets cleaned up
@@ -169,12 +206,16 @@ class GpuMps:
         except MPSError as e:
             self._note_crash("daemon_start_failed", str(e))
             self.stop(st, reason="start failed")
-            return MpsOutcome("broken", f"MPS daemon for GPU {self.index} did not start: {e}; "
-                              "the job runs time-sliced without MPS",
-                              gpu_usable=not self._exclusive())
+            return MpsOutcome(
+                "broken",
+                f"MPS daemon for GPU {self.index} did not start: {e}; "
+                "the job runs time-sliced without MPS",
+                gpu_usable=not self._exclusive(),
+            )
         log.info("GPU %d: started MPS daemon %s for uid %d (%s)", self.index, st["pid"], uid, pipe)
-        return MpsOutcome("ok", "", str(pipe), str(logd), ctl.log_size(),
-                          ctl.log_size("server.log"))
+        return MpsOutcome(
+            "ok", "", str(pipe), str(logd), ctl.log_size(), ctl.log_size("server.log")
+        )
 
     def stop(self, st: dict | None = None, reason: str = "last job left") -> list[str]:
         """Quit the daemon, make sure no MPS process of this GPU is left, reset the GPU.
@@ -192,8 +233,10 @@ class GpuMps:
                 except MPSError as e:
                     problems.append(f"quit failed: {e}")
                     if isinstance(e, MpsHung):
-                        self._note_crash("daemon_hung", f"MPS daemon {st.get('pid')} on GPU "
-                                         f"{self.index} hung at quit")
+                        self._note_crash(
+                            "daemon_hung",
+                            f"MPS daemon {st.get('pid')} on GPU {self.index} hung at quit",
+                        )
             deadline = time.monotonic() + 1.0
             left = procs.mps_processes(st["pipe_dir"])
             while left and time.monotonic() < deadline:
@@ -245,13 +288,18 @@ class GpuMps:
         g = gpu or self.open_gpu(self.index)
         ok = g.set_compute_mode(mode)
         if not ok:
-            log.warning("GPU %d: could not set compute mode %d (%s)", self.index, mode,
-                        "; ".join(g.errors[-1:]) or "no NVML")
+            log.warning(
+                "GPU %d: could not set compute mode %d (%s)",
+                self.index,
+                mode,
+                "; ".join(g.errors[-1:]) or "no NVML",
+            )
         return ok
 
     # -- faults --------------------------------------------------------------------------
-    def scan_faults(self, log_offset: int, server_log_offset: int = 0,
-                    query_servers: bool = False) -> list[dict]:
+    def scan_faults(
+        self, log_offset: int, server_log_offset: int = 0, query_servers: bool = False
+    ) -> list[dict]:
         """Fault events since the offsets in control.log and server.log, a dead daemon,
         and (``query_servers``, used when the job failed) servers in FAULT state.
 
@@ -262,8 +310,9 @@ class GpuMps:
         found: list[dict] = []
         if st.get("pipe_dir"):
             ctl = self.control(st)
-            lines = (parse_fault_lines(ctl.log_text(log_offset))
-                     + parse_fault_lines(ctl.log_text(server_log_offset, "server.log")))
+            lines = parse_fault_lines(ctl.log_text(log_offset)) + parse_fault_lines(
+                ctl.log_text(server_log_offset, "server.log")
+            )
             for line in lines:
                 ev: dict[str, Any] = {"ev": "fault", "kind": "client_fatal", "detail": line}
                 t = log_line_time(line)  # when it happened, not when we noticed
@@ -273,19 +322,32 @@ class GpuMps:
             # liveness only (no control call): a hang is caught by the next Prolog's probe
             # or by the timed-out quit when the daemon is stopped
             if not procs.alive(st.get("pid") or ctl.daemon_pid()):
-                found.append({"ev": "fault", "kind": "daemon_dead",
-                              "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} dead"})
+                found.append(
+                    {
+                        "ev": "fault",
+                        "kind": "daemon_dead",
+                        "detail": f"MPS daemon {st.get('pid')} on GPU {self.index} dead",
+                    }
+                )
             elif query_servers:
                 try:  # two control calls: the list, then every server's status at once
                     for spid, status in ctl.server_statuses(ctl.server_list()).items():
                         if status == "FAULT":
-                            found.append({"ev": "fault", "kind": "client_fatal",
-                                          "detail": f"MPS server {spid} on GPU {self.index} "
-                                                    "in FAULT state"})
+                            found.append(
+                                {
+                                    "ev": "fault",
+                                    "kind": "client_fatal",
+                                    "detail": f"MPS server {spid} on GPU {self.index} "
+                                    "in FAULT state",
+                                }
+                            )
                 except MPSError:
                     pass  # a hung daemon is dealt with by the next Prolog's probe
-        known = {e.get("detail") for e in journal.read(self.layout.journal(self.index))
-                 if e["ev"] == "fault"}
+        known = {
+            e.get("detail")
+            for e in journal.read(self.layout.journal(self.index))
+            if e["ev"] == "fault"
+        }
         for ev in found:
             if ev["detail"] not in known:
                 journal.append(self.layout.journal(self.index), dict(ev))
@@ -311,8 +373,9 @@ class LazyNvml:
             from slurm_colo.node.gpu.nvml import open_nvml
 
             try:
-                self.gate = open_nvml(self.cfg.node.nvml_backend, self.cfg.node.nvml_scenario,
-                                      self.cfg.node.run_dir)
+                self.gate = open_nvml(
+                    self.cfg.node.nvml_backend, self.cfg.node.nvml_scenario, self.cfg.node.run_dir
+                )
             except Exception as e:
                 log.warning("NVML unavailable: %s", e)
                 return NullGpu(index, str(e))
@@ -326,11 +389,16 @@ def gpu_mps(cfg: Config, index: int, open_gpu: Callable[[int], Gpu] | None = Non
     """The daemon of GPU ``index`` as the node's configuration says to run it."""
     if cfg.node.mps_backend == "emulator" and "emu" not in _warned:
         _warned.add("emu")
-        log.warning("MPS emulator backend in use (%s): no real MPS on this node",
-                    cfg.node.mps_control)
-    return GpuMps(NodeLayout.of_config(cfg), index,
-                  tuple(control_argv(cfg.node.mps_backend, cfg.node.mps_control)),
-                  cfg.node.mps_timeout_s, open_gpu or LazyNvml(cfg))
+        log.warning(
+            "MPS emulator backend in use (%s): no real MPS on this node", cfg.node.mps_control
+        )
+    return GpuMps(
+        NodeLayout.of_config(cfg),
+        index,
+        tuple(control_argv(cfg.node.mps_backend, cfg.node.mps_control)),
+        cfg.node.mps_timeout_s,
+        open_gpu or LazyNvml(cfg),
+    )
 
 
 def stop_if_idle(cfg: Config, g: int) -> list[str]:

@@ -221,8 +221,10 @@ def open_nvml(backend: str, scenario: str = "", state_dir: str = "") -> NvmlGate
     if backend == "scenario":
         from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 
-        log.warning("NVML scenario backend in use (%s): readings are emulated, not real",
-                    scenario or "<no file>")
+        log.warning(
+            "NVML scenario backend in use (%s): readings are emulated, not real",
+            scenario or "<no file>",
+        )
         return NvmlGate(ScenarioNvml.from_file(scenario, state_dir), f"scenario:{scenario}")
     try:
         import pynvml

@@ -45,8 +45,12 @@ def upgrade() -> None:
         op.create_index(f"ix_jobs_{col}", "jobs", [col])
     op.create_table(
         "profiles",
-        sa.Column("record_id", sa.String(200),
-                  sa.ForeignKey("jobs.record_id", ondelete="CASCADE"), primary_key=True),
+        sa.Column(
+            "record_id",
+            sa.String(200),
+            sa.ForeignKey("jobs.record_id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
         sa.Column("sm_util_mean", sa.Float, nullable=True),
         sa.Column("sm_util_p95", sa.Float, nullable=True),
         sa.Column("mem_used_mean_gib", sa.Float, nullable=True),
@@ -60,8 +64,12 @@ def upgrade() -> None:
     op.create_table(
         "co_runners",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("record_id", sa.String(200),
-                  sa.ForeignKey("jobs.record_id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "record_id",
+            sa.String(200),
+            sa.ForeignKey("jobs.record_id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("co_job_id", sa.BigInteger, nullable=False),
         sa.Column("co_cls", sa.String(64), nullable=False),
         sa.Column("co_user", sa.String(64), nullable=False),

@@ -51,8 +51,12 @@ def upgrade() -> None:
     op.create_index("ix_episodes_end_time", "episodes", ["end_time"])
     op.create_table(
         "episode_members",
-        sa.Column("episode_id", sa.Integer, sa.ForeignKey("episodes.id", ondelete="CASCADE"),
-                  primary_key=True),
+        sa.Column(
+            "episode_id",
+            sa.Integer,
+            sa.ForeignKey("episodes.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
         sa.Column("job_id", sa.BigInteger, primary_key=True),
         sa.Column("end_time", sa.Float, nullable=False),
         sa.Column("cls", sa.String(64), nullable=False),
