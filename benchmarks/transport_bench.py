@@ -22,7 +22,6 @@ import functools
 import os
 import shutil
 import socketserver
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Callable
 
 from slurm_colo.logsetup import setup_logging

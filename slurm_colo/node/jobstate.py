@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from slurm_colo.contracts.jobstate import JobState
-from slurm_colo.errors import ProtocolError
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 
 from .layout import NodeLayout

@@ -21,7 +21,7 @@ from slurm_colo.contracts.jobstate import JobState
 from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 
 from ..config import Config, load_config
-from ..fsutil import atomic_write_json, read_json
+from ..fsutil import atomic_write_json
 from . import jobstate, journal, procs
 from .layout import NodeLayout
 from .probe import Prober

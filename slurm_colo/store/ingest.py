@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import String, select

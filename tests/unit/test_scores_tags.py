@@ -15,7 +15,6 @@ from slurm_colo.errors import ProtocolError, ScoresError
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.placement.view import Decision
 from slurm_colo.scores import (
-    ScoreTable,
     load_scores,
     publish_scores,
     scores_from_dict,
