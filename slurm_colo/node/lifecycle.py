@@ -269,8 +269,9 @@ def _close_stays(
             )
         try:
             events = journal.read(lay.journal(g))
-            if any(e["ev"] == "end" and int(e["job"]) == job_id for e in events):
-                continue  # an Epilog re-run: already closed
+            stay = journal.stays(events).get(job_id)
+            if stay is not None and stay.end is not None:
+                continue  # an Epilog re-run: this run's stay is closed already
             started = st.mps.get(g)
             if (
                 st.mechanism == Mechanism.MPS

@@ -13,7 +13,7 @@ from slurm_colo.config import Config, load_config
 from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.contracts.placement import Placement
 from slurm_colo.contracts.records import JobRecord
-from slurm_colo.node import procs
+from slurm_colo.node import journal, procs
 from slurm_colo.node.gpu.mps_daemon import gpu_mps
 from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, open_nvml
 from slurm_colo.node.layout import NodeLayout
@@ -162,6 +162,19 @@ def test_shard_job_gets_only_the_progress_file(cfg: Config) -> None:
     assert gpu_mps(cfg, 0).state() == {} and leftover_mps(cfg) == []
     rec = job_end(cfg, 5, 0)
     assert rec is not None and rec.mechanism == "shard"
+
+
+def test_a_requeued_jobs_second_run_leaves_the_gpu_too(cfg: Config) -> None:
+    """A job requeued by an undo runs again under its job id: the Epilog of its second run
+    closes that run's stay (the end of the first run does not count for it)."""
+    lay = NodeLayout.of_config(cfg)
+    job_start(cfg, mps_job(9, mech="shard"), launch_sampler=False)  # its partner stays
+    for _ in range(2):
+        job_start(cfg, mps_job(8, mech="shard"), launch_sampler=False)
+        assert sorted(s.job for s in journal.active(journal.read(lay.journal(0)))) == [8, 9]
+        assert job_end(cfg, 8, 0) is not None
+        assert [s.job for s in journal.active(journal.read(lay.journal(0)))] == [9]
+    assert job_end(cfg, 8, 0) is None  # an Epilog re-run: nothing left to do
 
 
 def test_jobs_without_placement_are_untouched(tmp_path: Path) -> None:
