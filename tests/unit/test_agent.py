@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fake_slurm import QuietSlurm
 
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
@@ -152,21 +153,8 @@ def test_protocol_round_trip_and_errors() -> None:
         parse_reply("STATUS", "ERR\tboom")
 
 
-class _Backend:
-    name = "fake"
-
-    def jobs(self) -> list[SlurmJob]:
-        return []
-
-    def job(self, job_id: int) -> SlurmJob | None:
-        return None
-
-    def nodes(self) -> list[SlurmNode]:
-        return [SlurmNode("n1", "IDLE")]
-
-
 def test_server_checks_who_may_place() -> None:
-    agent = Agent(Config(gpus=LAYOUT), backend=_Backend())
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
     line = format_request("PLACE", _req("good"))
     assert agent.handle(line, peer_uid=0).startswith(b"OK\taction=")
     assert agent.handle(line, peer_uid=424242).startswith(b"ERR\tPLACE is reserved")
@@ -226,7 +214,7 @@ def test_prepared_answer_is_dropped_when_the_view_changes() -> None:
 
 
 def test_server_answers_place_before_recording_it() -> None:
-    agent = Agent(Config(gpus=LAYOUT), backend=_Backend())
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
     agent.state.scores = SCORES
     agent.refresh()
     line = format_request(

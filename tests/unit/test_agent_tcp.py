@@ -9,28 +9,15 @@ from pathlib import Path
 
 import private_munged
 import pytest
+from fake_slurm import QuietSlurm
 
 from slurm_colo.agent.server import Agent
 from slurm_colo.config import AgentConfig, Config
 from slurm_colo.contracts import client
 from slurm_colo.errors import AgentError, CredentialForeign, WrongCluster
 from slurm_colo.gres_layout import NodeGpus
-from slurm_colo.slurm.model import SlurmJob, SlurmNode
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
-
-
-class _Backend:
-    name = "fake"
-
-    def jobs(self) -> list[SlurmJob]:
-        return []
-
-    def job(self, job_id: int) -> SlurmJob | None:
-        return None
-
-    def nodes(self) -> list[SlurmNode]:
-        return [SlurmNode("n1", "IDLE")]
 
 
 def _free_port() -> int:
@@ -69,7 +56,7 @@ def agent(head: private_munged.Munged, tmp_path: Path) -> Iterator[tuple[Agent, 
             user="root",
         ),
     )
-    a = Agent(cfg, backend=_Backend(), learned_file=tmp_path / "learned.json")
+    a = Agent(cfg, backend=QuietSlurm("n1"), learned_file=tmp_path / "learned.json")
     a._start_tcp()
     yield a, port
     a.shutdown()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import private_munged
 import pytest
+from fake_slurm import QuietSlurm
 from sqlalchemy import text
 
 from slurm_colo.agent.server import Agent
@@ -17,25 +18,11 @@ from slurm_colo.config import AgentConfig, Config, NodeConfig, StoreConfig, reco
 from slurm_colo.contracts.enums import RecordsTo
 from slurm_colo.contracts.records import JobRecord
 from slurm_colo.gres_layout import NodeGpus
-from slurm_colo.slurm.model import SlurmJob, SlurmNode
 from slurm_colo.spool.directory import SpoolDirs, pending, write_record
 from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
-
-
-class _Backend:
-    name = "fake"
-
-    def jobs(self) -> list[SlurmJob]:
-        return []
-
-    def job(self, job_id: int) -> SlurmJob | None:
-        return None
-
-    def nodes(self) -> list[SlurmNode]:
-        return [SlurmNode("n1", "IDLE")]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +57,7 @@ class Head:
                 user="root",
             ),
         )
-        self.agent = Agent(self.cfg, backend=_Backend(), learned_file=tmp / "learned.json")
+        self.agent = Agent(self.cfg, backend=QuietSlurm("n1"), learned_file=tmp / "learned.json")
         self.agent._start_tcp()
 
     def stop(self) -> None:
