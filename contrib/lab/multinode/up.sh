@@ -225,11 +225,18 @@ for n in $(mn_names); do
   mn_pidfile_alive "$MN_DIR/nodes/$n/run/slurmd.pid" || mn_in "$n" slurmd
 done
 gpus=$(mn_names | grep -v colo-head | paste -sd,)
-for _ in $(seq 1 150); do
-  bad=$(mn_in colo-head timeout 5 sinfo -h -N -n "$gpus" -o '%N %T' 2>/dev/null | awk '$2!~/^(idle|mixed|allocated)$/' | wc -l)
-  [ "$bad" -eq 0 ] && break
-  sleep 0.2
+not_up() { mn_in colo-head timeout 5 sinfo -h -N -p gpu -o '%N %T' 2>/dev/null | awk '$2!~/^(idle|mixed|allocated)$/{print $1}' | paste -sd,; }
+for try in 1 2; do
+  for _ in $(seq 1 $((try == 1 ? 25 : 100))); do
+    bad=$(not_up)
+    [ -z "$bad" ] && break
+    sleep 0.2
+  done
+  [ -z "$bad" ] && break
+  # a node drained or down from an earlier run (e.g. an old GRES config) stays so across restarts
+  # (ReturnToService=2 only revives nodes that were DOWN for not responding): resume it once
+  [ $try -eq 1 ] && { log "resuming $bad"; mn_in colo-head scontrol update nodename="$bad" state=resume || true; }
 done
-mn_in colo-head sinfo -N -o '%N %T %c %G %f'
-[ "$bad" -eq 0 ] || { echo "multinode lab: nodes not up; see $MN_DIR/nodes/*/log" >&2; exit 1; }
+mn_in colo-head sinfo -N -p gpu -o '%N %T %c %G %f'
+[ -z "$bad" ] || { echo "multinode lab: nodes not up; see $MN_DIR/nodes/*/log" >&2; exit 1; }
 log "lab ready: $(for n in $(mn_names); do [ "$(mn_role "$n")" = gpu ] && printf '%s=%s ' "$n" "$(cat "$MN_DIR/nodes/$n/run/slurmd.pid")"; done)"
