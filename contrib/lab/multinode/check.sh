@@ -117,6 +117,15 @@ if [ "${1:-}" = "--node-failure" ]; then
   for _ in $(seq 1 10); do s=$(st); echo "  [+$(el "$t1")s after restart] colo-gpu2=$s"; case "$s" in idle*|mixed*|allocated*) break;; esac; sleep 1; done
   sleep 2
   for j in $a $b; do echo "  job $j: $(H scontrol show job "$j" | grep -oE '(JobState|Reason|Restarts|ExitCode)=[^ ]*' | paste -sd' ')"; done
+  # a requeued job is held back for 120 s (EligibleTime) and then starts again
+  echo "  waiting for the requeued job $a to become eligible again (up to 150 s)"
+  prev=""
+  for _ in $(seq 1 150); do
+    s=$(H squeue -h -j "$a" -o '%T:%N:%r' 2>/dev/null); [ "$s" != "$prev" ] && echo "  [+$(el "$t0")s] job $a: ${s:-gone}"; prev=$s
+    case "$s" in RUNNING*|"") break;; esac
+    sleep 1
+  done
+  echo "  job $a: $(H scontrol show job "$a" | grep -oE '(JobState|Reason|Restarts|ExitCode|NodeList)=[^ ]*' | paste -sd' ')"
   grep -E "colo-gpu2|JobId=($a|$b)[^0-9]" "$MN_DIR/nodes/colo-head/log/slurmctld.log" | awk -v t="$(date -d @"${t0%.*}" +%FT%T)" 'substr($1,2,19)>=t' | sed 's/^/  ctld: /'
   H scancel "$a" "$b" 2>/dev/null
 fi
