@@ -20,6 +20,29 @@ stop() {  # stop PIDFILE: TERM, wait up to 10 s, then KILL; only the pid named i
   rm -f "$p"
 }
 
+# pids of live processes in the lab's node mount namespaces (jobs, slurmstepd, exec.sh --bg)
+lab_pids() {
+  local n ids=() p id
+  for n in $(mn_names); do
+    mountpoint -q "$MN_NS/$n.mnt" 2>/dev/null && ids+=("mnt:[$(stat -L -c %i "$MN_NS/$n.mnt")]")
+  done
+  [ ${#ids[@]} -gt 0 ] || return 0
+  for p in /proc/[0-9]*; do
+    id=$(readlink "$p/ns/mnt" 2>/dev/null) || continue
+    for n in "${ids[@]}"; do [ "$id" = "$n" ] && mn_running "${p#/proc/}" && echo "${p#/proc/}"; done
+  done
+}
+
+if [ "${1:-}" != "--slurm-only" ] && mn_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"; then
+  # end the lab's jobs through Slurm first: a stopped slurmd leaves its slurmstepd running
+  jobs=$(mn_in colo-head timeout 10 squeue -h -o %i 2>/dev/null | paste -sd' ')
+  if [ -n "$jobs" ]; then
+    mn_in colo-head timeout 10 scancel $jobs 2>/dev/null
+    for _ in $(seq 1 50); do [ -z "$(mn_in colo-head timeout 10 squeue -h -t R,CG -o %i 2>/dev/null)" ] && break; sleep 0.2; done
+    echo "cancelled jobs $jobs"
+  fi
+fi
+
 # slurmd first: without slurmctld it hangs retrying registration
 for n in $(mn_names); do stop "$MN_DIR/nodes/$n/run/slurmd.pid"; done
 stop "$MN_DIR/nodes/colo-head/run/slurmctld.pid"
@@ -32,6 +55,16 @@ for n in $(mn_names); do
   while read -r pid; do mn_running "$pid" && kill "$pid" 2>/dev/null && echo "stopped $pid ($n)"; done < "$f"
   rm -f "$f"
 done
+
+# whatever still runs in a node (orphaned slurmstepd and job processes): TERM, then KILL
+left=$(lab_pids | paste -sd' ')
+if [ -n "$left" ]; then
+  kill $left 2>/dev/null
+  for _ in $(seq 1 25); do [ -z "$(lab_pids)" ] && break; sleep 0.2; done
+  still=$(lab_pids | paste -sd' ')
+  [ -n "$still" ] && kill -9 $still 2>/dev/null
+  echo "stopped processes left in the nodes: $left${still:+ (killed: $still)}"
+fi
 
 # pinned namespaces: a namespace goes away with its last mount and its last process
 for n in $(mn_names); do
