@@ -72,7 +72,7 @@ srun --gres=shard:1 sh -c "echo untyped shard step: CVD=\$CUDA_VISIBLE_DEVICES" 
 srun --gres=none sh -c "echo gres=none step: CVD=\${CUDA_VISIBLE_DEVICES:-unset}" 2>&1')
 wait_done "$j"; sed 's/^/  /' "$O/$j.out"
 grep -q "untyped shard step: CVD=0" "$O/$j.out" && ok "untyped shard step works" || bad "untyped shard step"
-grep -q "Invalid generic resource" "$O/$j.out" && echo "  note: a step that inherits the typed shard is refused (known 22.05.8 behaviour)"
+grep -q "Invalid generic resource" "$O/$j.out" && echo "  note: a step that inherits the typed shard is refused (seen with 22.05.8, see docs/lab-multinode.md)"
 
 sec "TCP from GPU nodes to colo-head:$PORT, isolation from the host"
 if ss -ltn | grep -q ":$PORT "; then bad "port $PORT is in use on the host; set MN_CHECK_PORT"; else
