@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 
 from ..config import PlacementConfig, load_config
+from ..contracts.enums import CrossUser, Undo, Unplaced
 from ..errors import ColoError, ScoresError
 from ..gavel import GavelData, bundled_path, load_gavel
 from ..scores import ScoreTable
@@ -58,6 +61,20 @@ _SCORES = typer.Option(
     "shared only when explored or aggressive. A set with none of the "
     "data's classes is refused (it is for other jobs).",
 )
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _word(kind: type[E], option: str, value: str) -> E:
+    """One of the words of ``kind`` (a placement setting's enum), or a clear error."""
+    try:
+        return kind(value)
+    except ValueError:
+        accepted = ", ".join(m.value for m in kind)
+        from ..sim.engine import SimError
+
+        raise SimError(f"{option} {value!r}: accepted values are {accepted}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -140,17 +157,11 @@ def register(app: typer.Typer) -> None:
             raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(POLICIES)}")
         pcfg = load_config(config, missing_ok=False).placement if config else PlacementConfig()
         if cross_user:
-            if cross_user not in ("never", "shard"):
-                raise SimError(f"--cross-user {cross_user!r}: accepted values are never, shard")
-            pcfg = replace(pcfg, cross_user=cross_user)
+            pcfg = replace(pcfg, cross_user=_word(CrossUser, "--cross-user", cross_user))
         if undo:
-            if undo not in ("requeue", "off"):
-                raise SimError(f"--undo {undo!r}: accepted values are requeue, off")
-            pcfg = replace(pcfg, undo=undo)
+            pcfg = replace(pcfg, undo=_word(Undo, "--undo", undo))
         if unplaced:
-            if unplaced not in ("auto", "own-gpu", "hold"):
-                raise SimError(f"--unplaced {unplaced!r}: accepted values are auto, own-gpu, hold")
-            pcfg = replace(pcfg, unplaced=unplaced)
+            pcfg = replace(pcfg, unplaced=_word(Unplaced, "--unplaced", unplaced))
         if not gpu_memory_gib > 0 or gpu_memory_gib == float("inf"):
             raise SimError(f"--gpu-memory-gib {gpu_memory_gib:g}: give a positive size in GiB")
         data = load_gavel(gavel or bundled_path(), gpu)

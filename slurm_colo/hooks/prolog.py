@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from slurm_colo.contracts.placement import Placement
+
+if TYPE_CHECKING:
+    from slurm_colo.config import Config
 
 from . import REFUSE
 from .common import env_int, guarded, job_gpus, log
 
 
 def placement_for(
-    cfg: object, job_id: int, node: str, gpus: list[int], user: str, uid: int
+    cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int
 ) -> Placement | None:
     """The agent's placement for the job, else the tag in its comment, else None.
 
@@ -27,7 +31,7 @@ def placement_for(
         return None
     from slurm_colo.contracts.client import job_started
 
-    p = job_started(cfg, job_id, node, gpus, user, uid)  # type: ignore[arg-type]
+    p = job_started(cfg, job_id, node, gpus, user, uid)
     if p is None and tag is not None:
         log.info("job %d: agent unreachable, using the placement tag from the comment", job_id)
         p = tag
@@ -48,12 +52,12 @@ def job_class() -> str:
         return derive_class(name)
 
 
-def announce_if_on_shared_gpu(cfg: object, job_id: int) -> None:
+def announce_if_on_shared_gpu(cfg: Config, job_id: int) -> None:
     """A job we did not place that holds a GPU of the shared pool (an untyped exclusive
     request can take an idle one): tell the agent at once, so it aims no new job there
     before its next look at Slurm. Best effort, short time limit."""
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    layout = cfg.layout_for(node)  # type: ignore[attr-defined]
+    layout = cfg.layout_for(node)
     gpus = job_gpus()
     if layout is None or not any(layout.is_shared(g) for g in gpus):
         return
@@ -65,7 +69,7 @@ def announce_if_on_shared_gpu(cfg: object, job_id: int) -> None:
         job_id,
         node,
         gpus,
-        os.environ.get("SLURM_JOB_USER", ""),  # type: ignore[arg-type]
+        os.environ.get("SLURM_JOB_USER", ""),
         -1 if uid is None else uid,
         timeout_s=0.2,
     )

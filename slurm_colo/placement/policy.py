@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from slurm_colo.contracts.enums import CrossUser, Mode
+from slurm_colo.contracts.enums import CrossUser, Mechanism, Mode
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
@@ -230,7 +230,7 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             "is never co-located; left as submitted",
         )
     mps = cfg.cross_user == "never"
-    mechanism = "mps" if mps else "shard"
+    mechanism = Mechanism.MPS if mps else Mechanism.SHARD
     j = job_signature(job, scores, cfg)
     est = j.est
     if not view.gpus:
