@@ -240,7 +240,7 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
 def _finish_agent(a: AgentConfig, raw: dict[str, Any], src: str) -> AgentConfig:
     """agent.listen and agent.address follow agent.socket unless set; every address parses;
     the agent listens on its unix socket (the Lua hook knows no other way in)."""
-    from .contracts.transport import UNIX, parse_address
+    from .contracts.address import UNIX, parse_address
 
     if "socket" in raw:
         follow: dict[str, Any] = {}

@@ -91,6 +91,7 @@ def tcp_servers(
     munge envelope, answered by ``handle`` with the uid munged vouches for, and the reply
     is signed (:func:`slurm_colo.contracts.transport.serve_line`)."""
     from slurm_colo.contracts import munge, transport
+    from slurm_colo.contracts.address import TCP, parse_address
 
     sock = cfg.munge_socket or None
 
@@ -123,8 +124,8 @@ def tcp_servers(
 
     out: list[socketserver.TCPServer] = []
     for text in cfg.listen:
-        addr = transport.parse_address(text)
-        if addr.scheme != transport.TCP:
+        addr = parse_address(text)
+        if addr.scheme != TCP:
             continue
         family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
         server_cls = type("TcpServer", (_TcpServer,), {"address_family": family})
