@@ -1,8 +1,9 @@
 #!/bin/bash
 # Run the whole slurm-colo test suite on a Debian 12 machine, as root:
 # installs what it needs (Debian packages, a Python venv), brings up the lab Slurm cluster
-# (contrib/lab/up.sh) and a throwaway PostgreSQL on loopback, then runs unit and real-Slurm
-# tests in one pytest run. Extra arguments go to pytest.
+# (contrib/lab/up.sh), the multi-node lab beside it (contrib/lab/multinode/up.sh: a controller
+# and three GPU nodes in their own namespaces) and a throwaway PostgreSQL on loopback, then
+# runs unit, real-Slurm and multi-node tests in one pytest run. Extra arguments go to pytest.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -24,6 +25,9 @@ fi
 echo "[tests] python env ready ($(( $(date +%s) - t0 ))s)"
 
 bash contrib/lab/up.sh
+t_mn=$(date +%s)
+bash contrib/lab/multinode/up.sh
+echo "[tests] multi-node lab up ($(( $(date +%s) - t_mn ))s)"
 # a throwaway PostgreSQL on loopback for the store tests; stopped again on exit
 pg_err=$(mktemp)
 pg_line=$(bash tests/support/postgres.sh 2>"$pg_err" | tail -n 1) || { cat "$pg_err" >&2; exit 1; }

@@ -267,6 +267,9 @@ local function place(job_desc, submit_uid)
     "class=" .. clean(opts.COLOCATE_CLASS),
     "gpu_type=" .. clean(req.type),
     "partition=" .. clean(job_desc.partition),
+    -- the user's node lists (-w / -x): the agent picks a GPU only on nodes they allow
+    "req_nodes=" .. clean(job_desc.req_nodes),
+    "exc_nodes=" .. clean(job_desc.exc_nodes),
   }, "\t")
   local reply, err = ask_agent(line)
   if not reply then return fallback(job_desc, req, err) end

@@ -89,6 +89,17 @@ def test_share_answer_is_applied(tmp_path: Path, cfg: Config, agent: FakeAgent) 
     assert req.startswith("PLACE\tv=1\t") and "\tuser=alice\t" in req and "\tmode=auto\t" in req
 
 
+def test_node_lists_go_to_the_agent(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
+    """-w / -x reach the agent, which places only on nodes they allow (a multi-node cluster)."""
+    job = dict(BATCH, req_nodes="gpu[07-08]", exc_nodes="gpu08")
+    out, _, _ = _run(tmp_path, job, COLO, cfg)
+    req = agent.requests[0].rstrip("\n").split("\t")
+    assert "req_nodes=gpu[07-08]" in req and "exc_nodes=gpu08" in req
+    assert out["req_nodes"] == "gpu07" and out["rc"] == "0"
+    out, _, _ = _run(tmp_path, BATCH, COLO, cfg)
+    assert "req_nodes=" in agent.requests[1].rstrip("\n").split("\t")
+
+
 HOLD = b"OK\taction=hold\tgres=gres:shard:v100_s0:1\tcomment=colo: held until a v100_s0 GPU fits\ttag=slurm-colo[v=1 tok=cd held=v100_s0]\n"
 
 

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Stop the multi-node lab and remove what up.sh made: daemons (by pid file, never by name),
+# Stop the multi-node lab and remove what up.sh made: daemons (by pid file, never by name; the
+# slurm-colo agent too),
 # pinned mount/UTS namespaces, network namespaces (with their veths and the bridge), the
 # lab's munged. Idempotent. Keeps $MN_DIR (config, state, logs) unless --purge is given.
 #   --slurm-only   stop slurmd and slurmctld only (up.sh uses it after a config change)
@@ -47,6 +48,9 @@ fi
 for n in $(mn_names); do stop "$MN_DIR/nodes/$n/run/slurmd.pid"; done
 stop "$MN_DIR/nodes/colo-head/run/slurmctld.pid"
 [ "${1:-}" = "--slurm-only" ] && exit 0
+
+# the slurm-colo agent on colo-head (colo.sh), by its pid file
+stop "$MN_DIR/nodes/colo-head/run/slurm-colo-agent.pid"
 
 # anything else the lab started inside a node (exec.sh ... &) writes its pid to <node>/run/extra.pids
 for n in $(mn_names); do

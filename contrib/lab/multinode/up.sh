@@ -2,16 +2,19 @@
 # Bring up the multi-node slurm-colo lab: one controller and three GPU nodes on one machine,
 # each node in its own network, UTS and mount namespace, joined by a bridge on a private subnet.
 #
-#   colo-head  10.77.0.1   slurmctld (later the slurm-colo agent and the history DB)
+#   colo-head  10.77.0.1   slurmctld, the slurm-colo agent (unix socket + tcp:10.77.0.1:6830), history DB
 #   colo-gpu1  10.77.0.11  slurmd, 2 emulated V100 (v100_s0 shared with 4 shards, 1 whole v100)
 #   colo-gpu2  10.77.0.12  slurmd, 2 emulated V100 (same layout as colo-gpu1)
 #   colo-gpu3  10.77.0.13  slurmd, 2 emulated K80  (k80_s0 shared with 4 shards, 1 whole k80)
 #
+# slurm-colo is installed as on a real site (colo.sh): SPANK plugin, job_submit.lua, node hooks,
+# one config per node; MN_COLO=0 brings up the bare Slurm cluster instead.
 # Root, no systemd. Idempotent: what is already up is kept. Stop everything with down.sh.
 # Nothing on the host is reconfigured: the lab has its own munged (own key and socket dir),
 # its own Slurm config dir, state under MN_DIR, and no address on the host's network stack.
 #
 #   MN_DIR   state, config, logs, pinned namespaces   (default /var/lib/slurm-colo-multinode)
+#   MN_COLO  1: with slurm-colo (default), 0: Slurm only
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -31,6 +34,8 @@ if [ "${1:-}" = "--ns-setup" ]; then
   # the lab's Slurm config and name resolution
   mount --bind "$MN_DIR/etc/slurm" /etc/slurm
   mount --bind "$MN_DIR/etc/hosts" /etc/hosts
+  # this node's own slurm-colo config and hooks.env (colo.sh writes them)
+  mount --bind "$MN_DIR/nodes/$n/slurm-colo" /etc/slurm-colo
   # own /tmp, /var/spool and /var/log (the host's are hidden); spool and logs come from MN_DIR
   mount -t tmpfs -o mode=1777,size=256m tmpfs /tmp
   mount -t tmpfs -o mode=0755,size=4m tmpfs /var/spool
@@ -71,13 +76,21 @@ if [ ${#need[@]} -gt 0 ]; then
   timeout 600 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 log "packages: $(slurmctld -V)"
+MN_COLO=${MN_COLO:-1}
 
 # 2. directories and config files
 install -d -m 0755 "$MN_DIR" "$MN_DIR/etc/slurm" "$MN_NS" "$MN_DIR/munge"
 install -d -m 1777 "$MN_DIR/out"
 for n in $(mn_names); do
-  install -d -m 0755 "$MN_DIR/nodes/$n/run" "$MN_DIR/nodes/$n/run/munge" "$MN_DIR/nodes/$n/spool" "$MN_DIR/nodes/$n/log"
+  install -d -m 0755 "$MN_DIR/nodes/$n/run" "$MN_DIR/nodes/$n/run/munge" "$MN_DIR/nodes/$n/spool" "$MN_DIR/nodes/$n/log" \
+    "$MN_DIR/nodes/$n/slurm-colo"
 done
+install -d -m 0755 /etc/slurm-colo  # mount point of each node's own slurm-colo config
+colo_lua_old=$(cat "$MN_DIR/etc/slurm/job_submit.lua" 2>/dev/null || true)
+if [ "$MN_COLO" = 1 ]; then
+  "$HERE/colo.sh" files   # venv, per-node configs, gres.conf.new, job_submit.lua, SPANK plugin
+  log "slurm-colo: $(/opt/slurm-colo-multinode/venv/bin/python -c 'import slurm_colo; print(slurm_colo.__version__)'), configs in $MN_DIR/nodes/*/slurm-colo"
+fi
 {
   echo "# name resolution inside the multi-node lab (bind-mounted over /etc/hosts in every node)"
   echo "127.0.0.1 localhost"
@@ -88,6 +101,15 @@ cmp -s "$MN_DIR/etc/hosts.new" "$MN_DIR/etc/hosts" || cat "$MN_DIR/etc/hosts.new
 rm -f "$MN_DIR/etc/hosts.new"
 
 head_addr=$(mn_addr colo-head)
+colo_conf=""
+[ "$MN_COLO" = 1 ] && colo_conf="# slurm-colo (contrib/lab/multinode/colo.sh): Lua hook, SPANK plugin (plugstack.conf), node hooks
+JobSubmitPlugins=lua
+PrologFlags=Alloc
+Prolog=/opt/slurm-colo-multinode/libexec/slurm-colo-prolog
+Epilog=/opt/slurm-colo-multinode/libexec/slurm-colo-epilog
+TaskProlog=/opt/slurm-colo-multinode/libexec/slurm-colo-taskprolog
+TaskEpilog=/opt/slurm-colo-multinode/libexec/slurm-colo-taskepilog
+PrologEpilogTimeout=60"
 cat > "$MN_DIR/etc/slurm/slurm.conf.new" <<EOT
 # slurm-colo multi-node lab (contrib/lab/multinode/up.sh); seen as /etc/slurm inside the lab only
 ClusterName=$MN_CLUSTER
@@ -96,6 +118,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+${colo_conf}
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=/run/slurmctld.pid
@@ -128,8 +151,9 @@ PartitionName=gpu Nodes=colo-gpu[1-3] Default=YES MaxTime=INFINITE State=UP
 PartitionName=v100 Nodes=colo-gpu[1-2] MaxTime=INFINITE State=UP
 PartitionName=k80 Nodes=colo-gpu3 MaxTime=INFINITE State=UP
 EOT
-# the GRES lines have the shape `slurm-colo install` generates (slurm_colo/gres_layout.py)
-cat > "$MN_DIR/etc/slurm/gres.conf.new" <<'EOT'
+# the GRES lines have the shape `slurm-colo install` generates (slurm_colo/gres_layout.py);
+# with slurm-colo, colo.sh wrote gres.conf.new from the agent's [[gpus]] tables
+[ "$MN_COLO" = 1 ] || cat > "$MN_DIR/etc/slurm/gres.conf.new" <<'EOT'
 # gres.conf of the multi-node lab: per-node emulated GPUs (/dev/nvidia0-1 in each node's own /dev)
 AutoDetect=off
 # slurm-colo: colo-gpu[1-2]: 2 x v100, shared pool 0, 4 shards per shared GPU
@@ -146,6 +170,7 @@ for f in slurm.conf gres.conf; do
   if cmp -s "$MN_DIR/etc/slurm/$f.new" "$MN_DIR/etc/slurm/$f"; then rm -f "$MN_DIR/etc/slurm/$f.new"
   else mv -f "$MN_DIR/etc/slurm/$f.new" "$MN_DIR/etc/slurm/$f"; changed=1; fi
 done
+[ "$colo_lua_old" = "$(cat "$MN_DIR/etc/slurm/job_submit.lua" 2>/dev/null || true)" ] || changed=1
 log "config in $MN_DIR/etc (cluster $MN_CLUSTER)"
 
 # 3. the lab's own munged: own key, own socket dir (bind-mounted as /run/munge in every node)
@@ -192,7 +217,11 @@ log "network: bridge $MN_BRIDGE in netns $MN_SWITCH, $MN_NET.0/24"
 mountpoint -q "$MN_NS" || mount --bind "$MN_NS" "$MN_NS"
 mount --make-private "$MN_NS"
 for n in $(mn_names); do
-  mn_ns_ready "$n" && continue
+  if mn_ns_ready "$n"; then
+    # a node set up before slurm-colo was in the lab: give it its config dir now
+    mn_in "$n" mountpoint -q /etc/slurm-colo || mn_in "$n" mount --bind "$MN_DIR/nodes/$n/slurm-colo" /etc/slurm-colo
+    continue
+  fi
   for k in mnt uts; do
     mountpoint -q "$MN_NS/$n.$k" && umount "$MN_NS/$n.$k"
     : > "$MN_NS/$n.$k"
@@ -240,3 +269,7 @@ done
 mn_in colo-head sinfo -N -p gpu -o '%N %T %c %G %f'
 [ -z "$bad" ] || { echo "multinode lab: nodes not up; see $MN_DIR/nodes/*/log" >&2; exit 1; }
 log "lab ready: $(for n in $(mn_names); do [ "$(mn_role "$n")" = gpu ] && printf '%s=%s ' "$n" "$(cat "$MN_DIR/nodes/$n/run/slurmd.pid")"; done)"
+if [ "$MN_COLO" = 1 ]; then
+  "$HERE/colo.sh" agent
+  log "slurm-colo agent pid $(cat "$MN_DIR/nodes/colo-head/run/slurm-colo-agent.pid") on colo-head: unix:/run/slurm-colo/agent.sock, tcp:$head_addr:6830"
+fi

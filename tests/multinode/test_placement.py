@@ -1,0 +1,85 @@
+"""Placement on the right node and GPU of a multi-node cluster, MPS limits applied by the
+remote node's hooks, and job records shipped to the head node's history exactly once."""
+
+from __future__ import annotations
+
+import time
+
+from .mntools import (
+    agent_status,
+    gres_detail,
+    job_env,
+    node_status,
+    records_of,
+    sbatch,
+    spool_pending,
+    wait_done,
+    wait_for,
+    wait_running,
+)
+
+ENV_DUMP = "env | grep -E '^(CUDA_|SLURM_GRES|SLURMD_NODENAME)' | sort; sleep 6"
+
+
+def test_pinned_pair_shares_gpu0_of_that_node_with_mps_limits(mclean: None) -> None:
+    a = sbatch("-w", "colo-gpu2", "--colocate", "--colocate-class=resnet18-bs32",
+               "--gres=gpu:1", body=ENV_DUMP)
+    b = sbatch("-w", "colo-gpu2", "--colocate", "--colocate-class=resnet18-bs64",
+               "--gres=gpu:1", body=ENV_DUMP)
+    q = wait_running(a.job_id, b.job_id)
+    for j in (a.job_id, b.job_id):
+        # Slurm's own view: that node, its shared GPU 0 (shard GRES of the v100_s0 type)
+        assert q[j]["nodes"] == "colo-gpu2", q[j]["nodes"]
+        assert gres_detail(q[j]) == ["shard:1(IDX:0)"], q[j].get("gres_detail")
+        assert "shard:v100_s0:1" in str(q[j].get("tres_per_node")), q[j].get("tres_per_node")
+        assert "GPU 0 of colo-gpu2" in str(q[j].get("comment"))
+
+    # the node's view, inside colo-gpu2's namespaces: one MPS daemon for GPU 0, both jobs
+    st = wait_for(
+        lambda: (s := node_status("colo-gpu2"))["gpus"].get("0", {}).get("mps_alive") and s,
+        30, 0.5, "MPS daemon on colo-gpu2",
+    )
+    assert set(st["gpus"]["0"]["jobs"]) == {a.job_id, b.job_id}
+    assert [i for i, g in st["gpus"].items() if g["mps_alive"]] == ["0"]
+    for other in ("colo-gpu1", "colo-gpu3"):
+        assert not {a.job_id, b.job_id} & set(node_status(other)["jobs"]), other
+
+    # the agent counts them on (colo-gpu2, 0), nowhere else
+    rows = {(g["node"], g["index"]): str(g["occupants"]) for g in agent_status()["gpus"]}
+    assert str(a.job_id) in rows[("colo-gpu2", 0)] and str(b.job_id) in rows[("colo-gpu2", 0)]
+    assert not any(str(a.job_id) in v for k, v in rows.items() if k != ("colo-gpu2", 0))
+
+    wait_done(a.job_id, b.job_id)
+    ea, eb = job_env(a.job_id), job_env(b.job_id)
+    for e in (ea, eb):  # the remote TaskProlog set the MPS limits
+        assert e["SLURMD_NODENAME"] == "colo-gpu2"
+        assert e["CUDA_VISIBLE_DEVICES"] == "0" and e["SLURM_GRES"] == "shard:1"
+        assert 1 <= int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100
+        assert e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
+        assert e["CUDA_MPS_PIPE_DIRECTORY"] == ea["CUDA_MPS_PIPE_DIRECTORY"]
+    assert ea["CUDA_MPS_PIPE_DIRECTORY"].startswith("/run/slurm-colo/mps/GPU-2ab")  # colo-gpu2's GPU
+
+
+def test_records_reach_the_head_history_exactly_once(mclean: None) -> None:
+    t0 = time.time()
+    jobs = [
+        sbatch("-w", node, "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1",
+               body="sleep 2")
+        for node in ("colo-gpu1", "colo-gpu3")
+    ]
+    ids = [j.job_id for j in jobs]
+    q = wait_done(*ids)
+    assert all(q[i]["job_state"] == "COMPLETED" for i in ids), {i: q[i]["job_state"] for i in ids}
+    # the Epilog's detached ingest sends them to the agent (RECORDS over TCP)
+    recs = wait_for(
+        lambda: all(records_of(i) for i in ids) and {i: records_of(i) for i in ids},
+        30, 1, "records in the head node's history",
+    )
+    for i, node in zip(ids, ("colo-gpu1", "colo-gpu3")):
+        assert len(recs[i]) == 1, recs[i]
+        r = recs[i][0]
+        assert r["node"] == node and r["cluster"] == "colomn" and r["user"] == "alice"
+        assert r["state"] == "COMPLETED" and r["end_time"] >= t0 - 5
+        assert not [f for f in spool_pending(node) if f"_{i}_" in f]  # shipped, nothing left
+    time.sleep(2)  # nothing sends them a second time
+    assert all(len(records_of(i)) == 1 for i in ids)
