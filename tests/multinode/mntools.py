@@ -41,7 +41,9 @@ def run(
         argv, capture_output=True, text=True, timeout=timeout, cwd=str(OUT), env=_env()
     )
     if check and p.returncode != 0:
-        raise AssertionError(f"{argv} failed ({p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}")
+        raise AssertionError(
+            f"{argv} failed ({p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"
+        )
     return p
 
 

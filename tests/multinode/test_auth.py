@@ -53,7 +53,9 @@ def test_plain_line_on_the_tcp_port_is_refused_and_logged(mclean: None) -> None:
         with AGENT_LOG.open("rb") as f:
             f.seek(mark)
             text = f.read().decode("utf-8", "replace")
-        return "\n".join(x for x in text.splitlines() if "refused a TCP message from 10.77.0.13" in x)
+        return "\n".join(
+            x for x in text.splitlines() if "refused a TCP message from 10.77.0.13" in x
+        )
 
     line = wait_for(logged, 10, 0.2, "the refusal in the agent log")
     assert "[unauthenticated]" in line, line

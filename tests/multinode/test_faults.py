@@ -31,8 +31,14 @@ def _pending(node: str, job_id: int) -> list[str]:
 
 
 def test_agent_down_for_a_minute_records_arrive_later_exactly_once(mclean: None) -> None:
-    j = sbatch("-w", "colo-gpu1", "--colocate", "--colocate-class=resnet18-bs32",
-               "--gres=gpu:1", body="sleep 4")
+    j = sbatch(
+        "-w",
+        "colo-gpu1",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        body="sleep 4",
+    )
     wait_running(j.job_id)
     wait_for(lambda: j.job_id in node_status("colo-gpu1")["jobs"], 20, 0.5, "Prolog done")
     stop_agent()
@@ -56,8 +62,15 @@ def test_agent_down_for_a_minute_records_arrive_later_exactly_once(mclean: None)
 
 
 def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
-    a = sbatch("-w", "colo-gpu3", "--no-requeue", "--colocate", "--colocate-class=resnet18-bs32",
-               "--gres=gpu:1", body="sleep 300")
+    a = sbatch(
+        "-w",
+        "colo-gpu3",
+        "--no-requeue",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        body="sleep 300",
+    )
     q = wait_running(a.job_id)
     assert q[a.job_id]["gres_detail"] == ["shard:1(IDX:0)"]
     wait_for(lambda: a.job_id in node_status("colo-gpu3")["jobs"], 20, 0.5, "Prolog done")
@@ -91,8 +104,14 @@ def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
 
     wait_for(gpu0_free, 20, 0.5, "colo-gpu3 GPU 0 free again in the agent's view")
     # the next job on the node: its Prolog recovers the dead job's record, its Epilog ships it
-    b = sbatch("-w", "colo-gpu3", "--colocate", "--colocate-class=resnet18-bs32",
-               "--gres=gpu:1", body="sleep 1")
+    b = sbatch(
+        "-w",
+        "colo-gpu3",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        body="sleep 1",
+    )
     wait_done(b.job_id, timeout=90)
     wait_for(lambda: records_of(a.job_id) and records_of(b.job_id), 40, 1, "both records")
     ra = records_of(a.job_id)

@@ -22,10 +22,22 @@ ENV_DUMP = "env | grep -E '^(CUDA_|SLURM_GRES|SLURMD_NODENAME)' | sort; sleep 6"
 
 
 def test_pinned_pair_shares_gpu0_of_that_node_with_mps_limits(mclean: None) -> None:
-    a = sbatch("-w", "colo-gpu2", "--colocate", "--colocate-class=resnet18-bs32",
-               "--gres=gpu:1", body=ENV_DUMP)
-    b = sbatch("-w", "colo-gpu2", "--colocate", "--colocate-class=resnet18-bs64",
-               "--gres=gpu:1", body=ENV_DUMP)
+    a = sbatch(
+        "-w",
+        "colo-gpu2",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        body=ENV_DUMP,
+    )
+    b = sbatch(
+        "-w",
+        "colo-gpu2",
+        "--colocate",
+        "--colocate-class=resnet18-bs64",
+        "--gres=gpu:1",
+        body=ENV_DUMP,
+    )
     q = wait_running(a.job_id, b.job_id)
     for j in (a.job_id, b.job_id):
         # Slurm's own view: that node, its shared GPU 0 (shard GRES of the v100_s0 type)
@@ -37,7 +49,9 @@ def test_pinned_pair_shares_gpu0_of_that_node_with_mps_limits(mclean: None) -> N
     # the node's view, inside colo-gpu2's namespaces: one MPS daemon for GPU 0, both jobs
     st = wait_for(
         lambda: (s := node_status("colo-gpu2"))["gpus"].get("0", {}).get("mps_alive") and s,
-        30, 0.5, "MPS daemon on colo-gpu2",
+        30,
+        0.5,
+        "MPS daemon on colo-gpu2",
     )
     assert set(st["gpus"]["0"]["jobs"]) == {a.job_id, b.job_id}
     assert [i for i, g in st["gpus"].items() if g["mps_alive"]] == ["0"]
@@ -57,14 +71,22 @@ def test_pinned_pair_shares_gpu0_of_that_node_with_mps_limits(mclean: None) -> N
         assert 1 <= int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100
         assert e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
         assert e["CUDA_MPS_PIPE_DIRECTORY"] == ea["CUDA_MPS_PIPE_DIRECTORY"]
-    assert ea["CUDA_MPS_PIPE_DIRECTORY"].startswith("/run/slurm-colo/mps/GPU-2ab")  # colo-gpu2's GPU
+    assert ea["CUDA_MPS_PIPE_DIRECTORY"].startswith(
+        "/run/slurm-colo/mps/GPU-2ab"
+    )  # colo-gpu2's GPU
 
 
 def test_records_reach_the_head_history_exactly_once(mclean: None) -> None:
     t0 = time.time()
     jobs = [
-        sbatch("-w", node, "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1",
-               body="sleep 2")
+        sbatch(
+            "-w",
+            node,
+            "--colocate",
+            "--colocate-class=resnet18-bs32",
+            "--gres=gpu:1",
+            body="sleep 2",
+        )
         for node in ("colo-gpu1", "colo-gpu3")
     ]
     ids = [j.job_id for j in jobs]
@@ -73,7 +95,9 @@ def test_records_reach_the_head_history_exactly_once(mclean: None) -> None:
     # the Epilog's detached ingest sends them to the agent (RECORDS over TCP)
     recs = wait_for(
         lambda: all(records_of(i) for i in ids) and {i: records_of(i) for i in ids},
-        30, 1, "records in the head node's history",
+        30,
+        1,
+        "records in the head node's history",
     )
     for i, node in zip(ids, ("colo-gpu1", "colo-gpu3")):
         assert len(recs[i]) == 1, recs[i]
