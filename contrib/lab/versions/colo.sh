@@ -24,8 +24,11 @@ in_chroot() {
       PIP_CACHE_DIR=/var/cache/slurm-colo-pip SLURM_COLO_CONFIG='"$CCONF"' "$@"' sh "$DIR" "$@"
 }
 
-# the checkout's files that end up in the lab, and a digest of their contents
-colo_sources() { git -C "$REPO" ls-files -z --cached --others --exclude-standard; }
+# the checkout's files that pip installs (the package, with the SPANK source and the shims in
+# slurm_colo/data), and a digest of their contents: any other change needs no reinstall
+colo_sources() {
+  git -C "$REPO" ls-files -z --cached --others --exclude-standard -- slurm_colo pyproject.toml README.md
+}
 colo_digest() {
   (cd "$REPO" && colo_sources | tar -c --null -T - --sort=name --mtime=@0 --owner=0 --group=0 \
     --numeric-owner -f -) | sha256sum | cut -d' ' -f1
