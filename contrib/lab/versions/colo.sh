@@ -14,14 +14,17 @@ CCONF=/etc/slurm-colo/config.toml
 
 # in_chroot CMD...: run CMD in the chroot, with the host's network (pip) but in a private mount
 # namespace holding its /proc and /dev (nothing is mounted in the host's mount namespace).
-# The host's CA bundle is copied in for pip (TLS may be intercepted on the way to PyPI).
+# The host's CA bundle, when it has one, is copied in for pip (TLS may be intercepted on the
+# way to PyPI); without it pip uses its own.
 in_chroot() {
+  local cert=SLURM_COLO_LAB=1   # (a placeholder when there is no CA bundle)
+  [ -s "$DIR/etc/slurm-colo-ca.crt" ] && cert=PIP_CERT=/etc/slurm-colo-ca.crt
   unshare --mount --propagation private -- /bin/sh -c '
     d=$1; shift
     mount -t proc proc "$d/proc" && mount --rbind /dev "$d/dev" || exit 1
     exec chroot "$d" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-      HOME=/root LANG=C.UTF-8 PIP_CERT=/etc/slurm-colo-ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 \
-      PIP_CACHE_DIR=/var/cache/slurm-colo-pip SLURM_COLO_CONFIG='"$CCONF"' "$@"' sh "$DIR" "$@"
+      HOME=/root LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 SLURM_COLO_CONFIG='"$CCONF"' "$@"' \
+    sh "$DIR" "$cert" "$@"
 }
 
 # the checkout's files that pip installs (the package, with the SPANK source and the shims in
@@ -40,7 +43,8 @@ colo_digest() {
 colo_install() {
   local digest c=$DIR$CLAB py
   COLO_REINSTALLED=0
-  install -m 0644 "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$DIR/etc/slurm-colo-ca.crt"
+  local ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+  if [ -s "$ca" ]; then install -m 0644 "$ca" "$DIR/etc/slurm-colo-ca.crt"; else rm -f "$DIR/etc/slurm-colo-ca.crt"; fi
   install -d -m 0755 "$DIR/etc/slurm-colo" "$c" "$c/state" "$c/spool" "$c/libexec" "$c/install"
   install -d -m 1777 "$c/out"
   colo_config "$CLAB" "$NODE" 4 0-1 > "$DIR$CCONF"
