@@ -7,6 +7,7 @@
 #   LAB_GPUS  emulated GPUs on the node    (default 4; GPUs 0-1 shared, the rest exclusive)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
+. "$REPO/contrib/lab/colo-lib.sh"
 LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
 LAB_GPUS=${LAB_GPUS:-4}
 LAB_SHARED=${LAB_SHARED:-0-1}
@@ -73,60 +74,13 @@ install -d -m 0755 /etc/slurm-colo "$LAB_DIR" "$LAB_DIR/state" "$LAB_DIR/spool" 
 for h in prolog epilog taskprolog taskepilog; do install -m 0755 "$REPO/prolog/slurm-colo-$h" "$LAB_DIR/libexec/"; done
 install -m 0644 "$REPO/contrib/lab/nvml-scenario.json" "$LAB_DIR/libexec/"
 emu=$("$PY" -c 'import slurm_colo.emulators.mps_control as m; print(m.__file__)')
-printf '#!/bin/sh\n# lab stand-in for nvidia-cuda-mps-control (the slurm-colo MPS emulator)\nexec %s -I -S %s "$@"\n' \
-  "$PY" "$emu" > "$LAB_DIR/libexec/nvidia-cuda-mps-control"
+colo_mps_wrapper "$PY" "$emu" > "$LAB_DIR/libexec/nvidia-cuda-mps-control"
 chmod 0755 "$LAB_DIR/libexec/nvidia-cuda-mps-control"
 install -d -m 1777 "$LAB_DIR/out"
-cat > /etc/slurm-colo/config.toml <<EOT
-# slurm-colo lab configuration (written by contrib/lab/up.sh)
-[agent]
-socket = "/run/slurm-colo/agent.sock"
-request_timeout_ms = 150
-retry_after_s = 2
-refresh_interval_s = 2.0
-metrics_listen = "127.0.0.1:9464"
-slurm_backend = "json"
-
-[placement]
-fallback = "exclusive"
-cross_user = "never"
-default_memory_gib = 4.0
-# lab time is compressed: a new shared set is judged after 15 s (default 600 s)
-probe_s = 15.0
-
-[store]
-url = "sqlite:///$LAB_DIR/state/history.db"
-
-[scores]
-path = "$LAB_DIR/state/scores.json"
-
-[node]
-mps_backend = "emulator"
-mps_control = "$LAB_DIR/libexec/nvidia-cuda-mps-control"
-nvml_backend = "scenario"
-nvml_scenario = "$LAB_DIR/libexec/nvml-scenario.json"
-run_dir = "/run/slurm-colo"
-spool_dir = "$LAB_DIR/spool"
-
-[[gpus]]
-nodes = "$NODE"
-count = $LAB_GPUS
-model = "v100"
-memory_gib = 32.0
-shared = "$LAB_SHARED"
-shards_per_gpu = 4
-EOT
+colo_config "$LAB_DIR" "$NODE" "$LAB_GPUS" "$LAB_SHARED" > /etc/slurm-colo/config.toml
 printf 'SLURM_COLO_PYTHON=%s\nSLURM_COLO_CONFIG=/etc/slurm-colo/config.toml\n' "$PY" > /etc/slurm-colo/hooks.env
 export SLURM_COLO_CONFIG=/etc/slurm-colo/config.toml
-"$VENV/bin/slurm-colo" db upgrade >/dev/null
-if [ ! -s "$LAB_DIR/state/scores.json" ]; then
-  # bootstrap the scores the way a site does: import a profiling campaign, retrain
-  if ! { "$VENV/bin/slurm-colo" history import --gpu v100 >/dev/null &&
-         "$VENV/bin/slurm-colo" retrain >"$LAB_DIR/retrain.log" 2>&1; }; then
-    echo "lab: WARNING: retrain failed (see $LAB_DIR/retrain.log); loading the measured V100 table instead" >&2
-    "$VENV/bin/slurm-colo" scores load --measured v100 >/dev/null
-  fi
-fi
+colo_seed_scores "$LAB_DIR" "$VENV/bin/slurm-colo"
 log "config /etc/slurm-colo/config.toml, history $LAB_DIR/state/history.db, scores $LAB_DIR/state/scores.json"
 
 # 7. SPANK plugin and Lua hook

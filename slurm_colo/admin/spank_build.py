@@ -14,9 +14,9 @@ from pathlib import Path
 from ..errors import ColoError
 from .run import NOT_FOUND, Result, Runner
 
-#: supported Slurm releases: 22.05 up to the 24.x series
+#: supported Slurm releases: 22.05 up to the 26.x series (built and run on 22.05, 24.11, 26.05)
 MIN_VERSION = (22, 5)
-MAX_MAJOR = 24
+MAX_MAJOR = 26
 
 _HEADER_RE = re.compile(
     r"^\s*#\s*define\s+SLURM_VERSION_NUMBER\s+(0x[0-9a-fA-F]+|\d+)", re.MULTILINE

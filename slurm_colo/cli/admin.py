@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build the SPANK plugin (colocate.so) against the Slurm headers and install it.
 
-        Needs make, a C compiler and the Slurm headers (Debian: libslurm-dev); Slurm 22.05 to 24.x."""
+        Needs make, a C compiler and the Slurm headers (Debian: libslurm-dev); Slurm 22.05 to 26.x."""
         with tempfile.TemporaryDirectory(prefix="slurm-colo-spank.") as tmp:
             where = build_dir or Path(tmp)
             so = build_spank(spank_source_dir(), where, slurm_include, run_command, prefix)

@@ -187,8 +187,12 @@ parse_sinfo = parse_nodes  # the name before scontrol's output was read too
 
 
 def squeue_argv(squeue: str = "squeue", job_id: int | None = None) -> list[str]:
-    """The same on every version (22.05 ignores ``--jobs`` with ``--json``: callers filter)."""
-    return [squeue, "--json", "--all", *(["--jobs", str(job_id)] if job_id is not None else [])]
+    """The same on every version (22.05 ignores ``--jobs`` with ``--json``: callers filter).
+    One job is looked up in every state: 24.11 and 26.05 leave a finished job out of
+    ``squeue --json --jobs ID`` a few seconds after it ends unless ``--states=all`` is given
+    (22.05 lists it as COMPLETED either way)."""
+    one = ["--jobs", str(job_id), "--states=all"] if job_id is not None else []
+    return [squeue, "--json", "--all", *one]
 
 
 def nodes_argv(

@@ -55,7 +55,8 @@ def test_parse_versions():
         ((22, 5, 0), True),
         ((23, 2, 7), True),
         ((24, 11, 3), True),
-        ((25, 5, 0), False),
+        ((26, 5, 5), True),
+        ((27, 5, 0), False),
     ],
 )
 def test_supported_range(version, ok):
@@ -73,7 +74,7 @@ def test_unsupported_version_is_refused(tmp_path):
     inc = include_dir(tmp_path, header="#define SLURM_VERSION_NUMBER 0x150808\n")
     with pytest.raises(sb.InstallError) as e:
         sb.check_build_prerequisites(inc, Recorder())
-    assert "Slurm 21.08.8" in str(e.value) and "22.05 to 24.x" in str(e.value)
+    assert "Slurm 21.08.8" in str(e.value) and "22.05 to 26.x" in str(e.value)
 
 
 def test_version_from_commands_when_header_lacks_it(tmp_path):

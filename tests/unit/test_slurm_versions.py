@@ -206,7 +206,8 @@ def test_each_version_gets_its_node_command() -> None:
     assert nodes_argv((24, 11)) == nodes_argv((26, 5)) == ["scontrol", "show", "nodes", "--json"]
     assert not has_scontrol_json((22, 5)) and has_scontrol_json((23, 2))
     assert squeue_argv() == ["squeue", "--json", "--all"]
-    assert squeue_argv(job_id=7) == ["squeue", "--json", "--all", "--jobs", "7"]
+    # a finished job too: 24.11+ drop it from --jobs ID without --states=all
+    assert squeue_argv(job_id=7) == ["squeue", "--json", "--all", "--jobs", "7", "--states=all"]
 
 
 def test_the_backend_runs_the_command_of_its_version(tmp_path: Path) -> None:

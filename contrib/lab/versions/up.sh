@@ -11,6 +11,10 @@
 #   JOB_SUBMIT_LUA=FILE   install FILE as /etc/slurm/job_submit.lua and set JobSubmitPlugins=lua
 #   EXTRA_SLURM_CONF=...  lines appended to slurm.conf (before the node lines)
 #   NODE_GRES=...         the node's Gres= (default below), GRES_CONF=FILE a gres.conf to use
+#
+#   up.sh SUITE --colo    also install slurm-colo from this checkout into the chroot and start
+#                         its agent in the lab (colo.sh): SPANK plugin, job_submit.lua,
+#                         gres.conf and node hooks as `slurm-colo install` renders them
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 
@@ -47,11 +51,14 @@ if [ "${1:-}" = --ns-init ]; then
 fi
 
 . "$HERE/common.sh"
+COLO=0; [ "${2:-}" = --colo ] && COLO=1
 [ "$(id -u)" -eq 0 ] || { echo "up: run as root" >&2; exit 1; }
 [ -f "$DIR/.slurm-colo-chroot" ] || { echo "up: no chroot at $DIR: run build-chroot.sh $SUITE first" >&2; exit 1; }
 t0=$(date +%s.%N)
 log() { awk -v a="$t0" -v b="$(date +%s.%N)" -v m="$*" 'BEGIN{printf "[%s %5.1fs] %s\n", "'"$SUITE"'", b-a, m}'; }
 LAB=/opt/lab   # inside the chroot
+COLO_HOOKS=
+if [ $COLO = 1 ]; then . "$HERE/colo.sh"; colo_install; fi
 # The GRES layout the project generates (slurm_colo.gres_layout, as in contrib/lab/up.sh): GPUs 0-1
 # shared (types v100_s0, v100_s1, 4 shards each), GPUs 2-3 exclusive (type v100). The shard lines
 # carry no Type: each shard takes the type of the GPU with the same File, so shard:v100_s1:1
@@ -70,6 +77,8 @@ f=$LAB/dumps/$k.\${SLURM_JOB_ID:-nojob}.\${SLURM_STEP_ID:-\${SLURM_STEPID:-x}}.\
 exit 0
 EOT
 done
+# the node hooks: slurm-colo's shims in a lab with slurm-colo, else the environment dumps
+hook() { if [ -n "$COLO_HOOKS" ]; then echo "$COLO_HOOKS/slurm-colo-$1"; else echo "$LAB/hooks/$1.sh"; fi; }
 cat > "$new/slurm.conf" <<EOT
 # slurm-colo version lab ($SUITE), contrib/lab/versions/up.sh
 ClusterName=lab
@@ -101,10 +110,10 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 GresTypes=gpu,shard
 PrologFlags=Alloc
-Prolog=$LAB/hooks/prolog.sh
-Epilog=$LAB/hooks/epilog.sh
-TaskProlog=$LAB/hooks/taskprolog.sh
-TaskEpilog=$LAB/hooks/taskepilog.sh
+Prolog=$(hook prolog)
+Epilog=$(hook epilog)
+TaskProlog=$(hook taskprolog)
+TaskEpilog=$(hook taskepilog)
 PrologSlurmctld=$LAB/hooks/prologctld.sh
 EpilogSlurmctld=$LAB/hooks/epilogctld.sh
 PrologEpilogTimeout=60
@@ -178,6 +187,10 @@ elif [ -e "$DIR/etc/slurm/job_submit.lua" ]; then rm -f "$DIR/etc/slurm/job_subm
 inst "$new/init.sh" $LAB/init.sh 0755
 for f in "$new"/hooks/*.sh; do inst "$f" "$LAB/hooks/$(basename "$f")" 0755; done
 install -d -m 1777 "$DIR$LAB/dumps"
+# the SPANK plugin only in a lab with slurm-colo (colo.sh writes it)
+if [ $COLO = 0 ] && [ -e "$DIR/etc/slurm/plugstack.conf.d/slurm-colo.conf" ]; then
+  rm -f "$DIR/etc/slurm/plugstack.conf.d/slurm-colo.conf"; changed=1
+fi
 printf '127.0.0.1\tlocalhost %s\n' "$NODE" > "$DIR/etc/hosts"
 echo "$NODE" > "$DIR/etc/hostname"
 
@@ -191,6 +204,7 @@ if ! pid=$(holder_pid); then
   # every start is a fresh cluster: no saved jobs or node states (a drain from an earlier
   # config would survive ReturnToService=2); the previous logs are kept as *.log.old
   rm -rf "$DIR/var/spool/slurmctld" "$DIR/var/spool/slurmd" "$DIR$LAB"/dumps/*
+  rm -f "$DIR/opt/slurm-colo-lab/agent.pid"   # an agent never outlives its lab
   for f in slurmctld slurmd lab-init; do
     [ -f "$DIR/var/log/slurm/$f.log" ] && mv "$DIR/var/log/slurm/$f.log" "$DIR/var/log/slurm/$f.log.old"
   done
@@ -218,3 +232,5 @@ case "$st" in
   *) echo "up: node $NODE is '$st'" >&2; X tail -20 /var/log/slurm/slurmctld.log >&2; X tail -20 /var/log/slurm/slurmd.log >&2; exit 1;;
 esac
 log "$(X slurmctld -V): node $(X sinfo -h -n "$NODE" -o '%N %T %G')"
+[ $COLO = 1 ] && colo_start_agent
+log "lab ready"

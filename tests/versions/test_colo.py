@@ -1,0 +1,134 @@
+"""slurm-colo on Slurm 24.11 and 26.05 (contrib/lab/versions/, `up.sh SUITE --colo`): the
+SPANK plugin built against each version's headers, job_submit.lua and the node hooks as
+`slurm-colo install` renders them, the agent placing, recording and re-aiming jobs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .vlab import CLAB, CONFIG, SHARED_GPUS, VersionLab, wait_for
+
+ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE|SLURM_JOB_GPUS|SLURM_GRES)'"
+#: gres_detail of a shard job on 24.11+: allocated/total shards per GPU index
+PER_GPU = re.compile(r"^shard:1\((\d+/\d+)(,\d+/\d+)*\)$")
+
+
+def _expected_version(vlab: VersionLab) -> list[int]:
+    return [int(x) for x in vlab.version.split(".")]
+
+
+def test_two_compatible_jobs_share_one_gpu(vclean: VersionLab) -> None:
+    lab = vclean
+    args = ("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1")
+    a = lab.sbatch(*args, script=f"{ENV}; sleep 12")
+    b = lab.sbatch(*args, script=f"{ENV}; sleep 12")
+    assert a.rc == 0 and b.rc == 0, (a.stderr, b.stderr)
+    assert "slurm-colo: GPU" in a.stderr and "slurm-colo: GPU" in b.stderr
+    lab.wait_running(a.job_id, b.job_id)
+    seen = lab.backend()
+    assert seen["version"] == _expected_version(lab)
+    ja, jb = seen["jobs"][a.job_id], seen["jobs"][b.job_id]
+    # the hook rewrote the request in this version's TRES form, to one typed shard
+    assert ja["tres_per_node"] == jb["tres_per_node"]
+    assert re.fullmatch(r"gres/shard:v100_s[01]:1", ja["tres_per_node"]), ja
+    # slurm-colo reads the per-GPU gres_detail form: one shard on the same shared GPU
+    for j in (ja, jb):
+        assert [g[:3] for g in j["gres"]] == [["shard", "", 1]], j
+        assert j["nodes"] == lab.node
+    (idx,) = ja["gres"][0][3]
+    assert jb["gres"][0][3] == [idx] and idx in SHARED_GPUS
+    assert ja["tres_per_node"].endswith(f"_s{idx}:1")
+    assert f"GPU {idx} of {lab.node}" in ja["comment"] + jb["comment"]
+    raw = lab.squeue()
+    for jid in (a.job_id, b.job_id):
+        (detail,) = raw[jid]["gres_detail"]
+        assert PER_GPU.match(detail), detail
+        assert detail.split("(")[1].rstrip(")").split(",")[idx] == "1/4", detail
+    lab.wait_done(a.job_id, b.job_id)
+    for jid in (a.job_id, b.job_id):
+        env = lab.job_env(jid)
+        assert env["CUDA_VISIBLE_DEVICES"] == str(idx), env
+        assert env["SLURM_SHARDS_ON_NODE"] == "1", env
+        # the TaskProlog (slurm-colo's hook) gave the job its MPS share on that GPU
+        assert 1 <= int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100, env
+    pipes = {lab.job_env(j)["CUDA_MPS_PIPE_DIRECTORY"] for j in (a.job_id, b.job_id)}
+    assert len(pipes) == 1  # one MPS daemon: the GPU's
+
+
+def test_bad_colocate_value_is_refused_at_submit(vclean: VersionLab) -> None:
+    lab = vclean
+    before = set(lab.squeue())
+    r = lab.sbatch("--colocate=bogus", "--gres=gpu:1", script="true")
+    assert r.rc != 0 and r.job_id is None
+    assert "invalid --colocate mode 'bogus': accepted values are auto, aggressive, off" in r.stderr
+    assert set(lab.squeue()) == before
+
+
+def test_job_record_reaches_the_history(vclean: VersionLab) -> None:
+    lab = vclean
+    a = lab.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", script="sleep 2")
+    assert a.rc == 0, a.stderr
+    done = lab.wait_done(a.job_id)
+    assert done[a.job_id]["state"] == "COMPLETED"
+
+    def record() -> dict | None:
+        lab.cli("spool", "ingest")
+        out = lab.cli("history", "--json", "--limit", "50").stdout
+        recs = {r["job_id"]: r for r in map(json.loads, out.splitlines())}
+        return recs.get(a.job_id)
+
+    rec = wait_for(record, 30, 1, "the job's record in the history")
+    assert rec["cls"] == "resnet18-bs32" and rec["state"] == "COMPLETED", rec
+    assert rec["node"] == lab.node and rec["shared"], rec
+
+
+def test_doctor_is_green_but_for_the_mps_emulator(vclean: VersionLab) -> None:
+    p = vclean.cli("doctor", "--json")
+    checks = json.loads(p.stdout)
+    bad = [c for c in checks if c["status"] != "OK"]
+    assert [c["name"] for c in bad] == ["MPS"], bad
+    assert bad[0]["status"] == "WARN" and "emulator" in bad[0]["message"]
+    assert p.returncode == 0
+
+
+def test_agent_releases_a_held_job_onto_a_shared_gpu(vclean: VersionLab) -> None:
+    """placement.unplaced = "hold": a job that fits no shared GPU waits held without a GPU
+    request; when a GPU frees up the agent gives it a shard there (`scontrol update
+    TresPerNode=gres/shard:...`, which 22.05 does not apply reliably) and releases it."""
+    lab = vclean
+    conf = lab.host_path(CONFIG).read_text()
+    hold = f"{CLAB}/hold.toml"
+    held_conf = conf.replace("[placement]\n", '[placement]\nunplaced = "hold"\n', 1)
+    lab.host_path(hold).write_text(held_conf)
+    lab.restart_agent(hold)
+    try:
+        # the two shared GPUs take one incompatible job each; the third fits neither
+        a = lab.sbatch(
+            "--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", script="sleep 40"
+        )
+        b = lab.sbatch(
+            "--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", script="sleep 10"
+        )
+        q = lab.wait_running(a.job_id, b.job_id)
+        (ga,), (gb,) = q[a.job_id]["gres"][0][3], q[b.job_id]["gres"][0][3]
+        assert {ga, gb} == SHARED_GPUS
+        c = lab.sbatch(
+            "--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1",
+            script=f"{ENV}; sleep 2",
+        )
+        assert c.rc == 0 and "held until a shared GPU fits" in c.stderr, c.stderr
+        held = lab.jobs()[c.job_id]
+        assert held["state"] == "PENDING" and held["tres_per_node"] == "", held
+        done = wait_for(
+            lambda: (j := lab.jobs(c.job_id).get(c.job_id)) and j["state"] == "COMPLETED" and j,
+            60, 1.0, "the held job released and finished",
+        )
+        assert f"released onto GPU {gb} of {lab.node}" in done["comment"], done
+        assert done["tres_per_node"] == f"gres/shard:v100_s{gb}:1", done
+        env = lab.job_env(c.job_id)
+        assert env["CUDA_VISIBLE_DEVICES"] == str(gb) and env["SLURM_SHARDS_ON_NODE"] == "1", env
+        assert lab.jobs()[a.job_id]["state"] == "RUNNING"
+    finally:
+        lab.cancel_all()
+        lab.restart_agent()
