@@ -114,7 +114,9 @@ def test_agent_releases_a_held_job_onto_a_shared_gpu(vclean: VersionLab) -> None
         (ga,), (gb,) = q[a.job_id]["gres"][0][3], q[b.job_id]["gres"][0][3]
         assert {ga, gb} == SHARED_GPUS
         c = lab.sbatch(
-            "--colocate", "--colocate-class=recommendation-bs8192", "--gres=gpu:1",
+            "--colocate",
+            "--colocate-class=recommendation-bs8192",
+            "--gres=gpu:1",
             script=f"{ENV}; sleep 2",
         )
         assert c.rc == 0 and "held until a shared GPU fits" in c.stderr, c.stderr
@@ -122,7 +124,9 @@ def test_agent_releases_a_held_job_onto_a_shared_gpu(vclean: VersionLab) -> None
         assert held["state"] == "PENDING" and held["tres_per_node"] == "", held
         done = wait_for(
             lambda: (j := lab.jobs(c.job_id).get(c.job_id)) and j["state"] == "COMPLETED" and j,
-            60, 1.0, "the held job released and finished",
+            60,
+            1.0,
+            "the held job released and finished",
         )
         assert f"released onto GPU {gb} of {lab.node}" in done["comment"], done
         assert done["tres_per_node"] == f"gres/shard:v100_s{gb}:1", done
