@@ -9,10 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 MN = REPO / "contrib" / "lab" / "multinode"
@@ -84,18 +85,6 @@ def squeue() -> dict[int, dict[str, Any]]:
 
 def gres_detail(job: dict[str, Any]) -> list[str]:
     return [str(x) for x in job.get("gres_detail") or []]
-
-
-def wait_for(
-    pred: Callable[[], Any], timeout: float = 40, step: float = 0.5, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_running(*ids: int, timeout: float = 40) -> dict[int, dict[str, Any]]:

@@ -9,7 +9,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_DIR = Path(os.environ.get("LAB_DIR", "/var/lib/slurm-colo-lab"))
@@ -77,18 +79,6 @@ def gpu_of(job: dict[str, Any]) -> set[int]:
 def kind_of(job: dict[str, Any]) -> str:
     tpn = str(job.get("tres_per_node") or "") + str(job.get("tres_per_job") or "")
     return "shard" if "shard" in tpn else "gpu" if "gpu" in tpn else "none"
-
-
-def wait_for(
-    pred: Callable[[], Any], timeout: float = 40, step: float = 0.5, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_running(*ids: int, timeout: float = 40) -> dict[int, dict[str, Any]]:

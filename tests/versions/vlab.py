@@ -9,10 +9,11 @@ import json
 import os
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 VERSIONS = REPO / "contrib" / "lab" / "versions"
@@ -33,18 +34,6 @@ def selected_versions() -> list[str]:
     22.05 is the host lab (tests/slurm) and has no entry here."""
     raw = os.environ.get("SLURM_VERSIONS", "").replace(",", " ").split()
     return [v for v in (raw or list(SUITES)) if v in SUITES]
-
-
-def wait_for(
-    pred: Callable[[], Any], timeout: float = 40, step: float = 0.5, what: str = ""
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or 'condition'}")
 
 
 @dataclass
