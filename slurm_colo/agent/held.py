@@ -171,7 +171,15 @@ class HeldJobs:
             if sj is None or sj.state != "PENDING":
                 continue  # still being requeued (Slurm changes a pending job only), or gone
             part = h.request.partition if "," not in h.request.partition else ""
-            view = occ.candidate_view({"partition": part, "gpu_type": h.model})
+            # the user's -w / -x hold for the new GPU too (Slurm keeps them on the job)
+            view = occ.candidate_view(
+                {
+                    "partition": part,
+                    "gpu_type": h.model,
+                    "req_nodes": sj.required_nodes,
+                    "exc_nodes": sj.excluded_nodes,
+                }
+            )
             d = place_held(h, view, scores, self.cfg.placement, occ.reservation)
             if not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
