@@ -588,3 +588,33 @@ def test_a_requeued_job_pinned_with_w_is_aimed_only_at_its_own_nodes(pinned: boo
     s.apply_snapshot([held], nodes, 700.0)
     [aim] = s.reaim(700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
+
+
+def test_where_slurm_changes_a_pending_jobs_gres_an_undone_job_takes_any_gpu_of_its_model() -> None:
+    """Slurm 23.11+: the newcomer undone on GPU 0 (v100_s0) need not wait for that GPU: it is
+    aimed at once at the idle GPU 1 (v100_s1) with its shard request set anew; an agent
+    restarted meanwhile finds it so in its tag."""
+    s, jobs = _pair()
+    s.holds.retype_after_undo = True
+    _, [a] = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
+    tag = Placement.from_tag(a.admin_comment)
+    assert tag is not None and tag.held == "*" and tag.model == "v100" and tag.undone
+    assert s.status(601.0)["held"][0]["gres_type"] == "*"
+    held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
+    s.apply_snapshot([jobs[0], held], [], 620.0)
+    [aim] = s.reaim(620.0)  # GPU 0 still runs its harmful partner: GPU 1, at once
+    assert aim.kind == "aim" and aim.job_id == 11 and aim.node == "n1"
+    assert aim.gres == "gres:shard:v100_s1:1" and aim.model == "v100"
+    t2 = Placement.from_tag(aim.admin_comment)
+    assert t2 is not None and t2.undone and t2.held is None and t2.gpu == 1
+    restarted = _state()
+    restarted.apply_snapshot([jobs[0], held], [], 620.0)
+    h = restarted.holds.jobs[11]
+    assert h.any_gpu and h.model == "v100" and h.undone
+
+
+def test_which_slurm_versions_change_a_pending_jobs_gres() -> None:
+    from slurm_colo.slurm.version import can_change_pending_gres
+
+    assert not can_change_pending_gres((22, 5)) and not can_change_pending_gres(None)
+    assert can_change_pending_gres((24, 11)) and can_change_pending_gres((26, 5))
