@@ -1,5 +1,5 @@
-"""History and model commands: db upgrade/status, history (query, import, ingest), retrain,
-scores export/show/heatmap, model evaluate."""
+"""History and model commands: db upgrade/status, history (query, import, ingest), retrain
+(:mod:`.retrain`), scores export/show/heatmap, model evaluate."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typer
 
 from ..config import Config, load_config
 from ..errors import ColoError, ModelError
+from .retrain import register_retrain
 
 ConfigOpt = typer.Option(
     None,
@@ -50,7 +51,7 @@ def _load_table(cfg: Config, file: Path | None) -> Any:
 def register(app: typer.Typer) -> None:
     _register_db(app)
     _register_history(app)
-    _register_retrain(app)
+    register_retrain(app)
     _register_scores(app)
     _register_model(app)
 
@@ -196,59 +197,6 @@ def _register_history(app: typer.Typer) -> None:
         typer.echo(res.summary())
         for name, why in res.bad:
             typer.echo(f"  bad: {name}: {why}", err=True)
-
-
-def _register_retrain(app: typer.Typer) -> None:
-    @app.command("retrain")
-    def retrain_cmd(
-        gpu: str | None = typer.Option(
-            None, "--gpu", help="GPU model of the imported campaign to use."
-        ),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Train and validate, publish nothing."
-        ),
-        force: bool = typer.Option(
-            False, "--force", help="Publish even if the held-out check regresses."
-        ),
-        out: Path | None = typer.Option(
-            None, "--out", help="Publish here instead of [scores] path."
-        ),
-        rebuild: bool = typer.Option(
-            False,
-            "--rebuild",
-            help="Rebuild every co-location episode "
-            "from the job records (default: only those of new records).",
-        ),
-        url: str | None = UrlOpt,
-        config: Path | None = ConfigOpt,
-    ) -> None:
-        """Retrain compatibility scores from the history (nightly); publish only if they validate."""
-        from slurm_colo.train.retrain import retrain
-
-        cfg = load_config(config)
-        res = retrain(
-            _engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out, rebuild=rebuild
-        )
-        t, info = res.table, res.info
-        typer.echo(
-            f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
-            f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
-            f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs"
-        )
-        m = t.metrics
-        typer.echo(
-            f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on {m.get('holdout_pairs', 0)} "
-            f"pairs; live set: {m.get('live_id') or '(none)'} {_f(m.get('live_holdout_mae'), '.4f')}"
-        )
-        if info.get("skewed_intervals"):
-            typer.echo(
-                f"warning: {info['skewed_intervals']} co-runner interval(s) ignored (clock skew)",
-                err=True,
-            )
-        if res.published:
-            typer.echo(f"published -> {res.path} (live)")
-        else:
-            typer.echo(f"dry run: {info.get('verdict')}")
 
 
 def _register_scores(app: typer.Typer) -> None:
