@@ -40,6 +40,7 @@ from slurm_colo.store.episodes import (
 )
 from slurm_colo.store.schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
 from slurm_colo.store.scoresets import (
+    free_score_set_id,
     imported_gpu_models,
     live_score_set,
     record_score_set,
@@ -256,7 +257,7 @@ def train_and_publish(
     mae, n_hidden, hyper = holdout_mae(obs, share=sc.holdout_share, seed=0)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info, hyper=hyper)
-    table.id = f"{gpu_model or 'site'}-{stamp}"
+    table.id = free_score_set_id(engine, f"{gpu_model or 'site'}-{stamp}")
     live = live_score_set(engine, gpu_model)
     live_mae = live.metrics.get("holdout_mae") if live is not None else None
     table.metrics = {
