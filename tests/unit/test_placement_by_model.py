@@ -1,0 +1,170 @@
+"""Placement with one score set per GPU model (placement/by_model.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_colo.config import PlacementConfig
+from slurm_colo.placement import ClusterView, GpuView, JobRequest, Occupant, place
+from slurm_colo.placement import by_model
+from slurm_colo.placement.by_model import ModelViews, ScoreBook, place_by_model
+from slurm_colo.scores import table_from_pairs
+
+CFG = PlacementConfig(explore_rate=0.0)
+
+
+def gpu(node: str, model: str, index: int = 0, *classes: str) -> GpuView:
+    return GpuView(
+        node=node,
+        index=index,
+        gres_type=f"{model}_s{index}",
+        memory_gib=32.0,
+        slots=4,
+        model=model,
+        occupants=[
+            Occupant(key=f"{node}{index}{k}", user="u", uid=1, cls=c, memory_gib=4.0)
+            for k, c in enumerate(classes)
+        ],
+    )
+
+
+def job(cls: str = "x", **kw: object) -> JobRequest:
+    return JobRequest(key="j", user="u", uid=1, cls=cls, memory_gib=4.0, **kw)  # type: ignore[arg-type]
+
+
+GOOD = table_from_pairs([("x", "y", 0.95, 0.95), ("y", "y", 0.9, 0.9)], id="good")
+BAD = table_from_pairs([("x", "y", 0.3, 0.3), ("y", "y", 0.9, 0.9)], id="bad")
+MEH = table_from_pairs([("x", "y", 0.8, 0.8), ("y", "y", 0.9, 0.9)], id="meh")
+
+
+def mixed() -> ClusterView:
+    return ClusterView([gpu("k1", "k80", 0, "y"), gpu("v1", "v100", 0, "y")])
+
+
+def test_each_gpu_is_judged_with_its_own_models_set() -> None:
+    book = ScoreBook(BAD, {"v100": GOOD, "k80": BAD})
+    r = place_by_model(job(), mixed(), book, CFG)
+    assert r.decision.shared and r.decision.node == "v1" and r.model == "v100"
+    assert r.scores is GOOD
+    # the same pair predicted the other way round on each model: the job goes to the K80
+    r = place_by_model(job(), mixed(), ScoreBook(BAD, {"v100": BAD, "k80": GOOD}), CFG)
+    assert r.decision.node == "k1" and r.model == "k80" and r.scores is GOOD
+    # a model without a set of its own is judged with the site default
+    r = place_by_model(job(), mixed(), ScoreBook(GOOD, {"v100": BAD}), CFG)
+    assert r.decision.node == "k1" and r.model == "" and r.scores is GOOD
+
+
+def test_the_best_set_wins_by_the_policys_ranking() -> None:
+    # both models accept the job next to a partner: the higher predicted gain wins
+    r = place_by_model(job(), mixed(), ScoreBook(BAD, {"v100": MEH, "k80": GOOD}), CFG)
+    assert r.decision.node == "k1" and r.decision.partners == ("k100",)
+    r = place_by_model(job(), mixed(), ScoreBook(BAD, {"v100": GOOD, "k80": MEH}), CFG)
+    assert r.decision.node == "v1"
+
+
+def test_an_idle_gpu_beats_a_partner_that_adds_less_than_running_alone() -> None:
+    view = ClusterView([gpu("k1", "k80", 0, "y"), gpu("v1", "v100", 0)])  # the V100 is idle
+    # next to y on the K80 the pair adds 0.95 + 0.95 - 1 = 0.9 < 1: the idle V100 is better
+    r = place_by_model(job(), view, ScoreBook(BAD, {"v100": BAD, "k80": GOOD}), CFG)
+    assert r.decision.node == "v1" and not r.decision.partners and r.model == "v100"
+    # 1.0 + 1.0 - 1 = 1: sharing adds as much as running alone, the partner is taken
+    even = table_from_pairs([("x", "y", 1.0, 1.0)], id="even")
+    r = place_by_model(job(), view, ScoreBook(BAD, {"v100": BAD, "k80": even}), CFG)
+    assert r.decision.node == "k1" and r.decision.partners and r.scores is even
+    # the policy itself, every GPU judged with the K80's set, answers the same both times
+    assert place(job(), view, GOOD, CFG).node == "v1"
+    assert place(job(), view, even, CFG).node == "k1"
+
+
+def test_a_single_set_places_once_on_the_whole_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, str]] = []
+    real = by_model.place
+
+    def counting(j, v, s, c):  # type: ignore[no-untyped-def]
+        calls.append((id(v), s.id))
+        return real(j, v, s, c)
+
+    monkeypatch.setattr(by_model, "place", counting)
+    view = mixed()
+    r = place_by_model(job(), view, ScoreBook(GOOD), CFG)
+    assert calls == [(id(view), "good")] and r.model == ""
+    assert r.decision == place(job(), mixed(), GOOD, CFG)
+    # a view of one model with its own set: once, on the whole view, with that set
+    calls.clear()
+    v100 = ClusterView([gpu("v1", "v100", 0, "y"), gpu("v2", "v100", 1)])
+    r = place_by_model(job(), v100, ScoreBook(BAD, {"v100": GOOD, "k80": BAD}), CFG)
+    assert calls == [(id(v100), "good")] and r.model == "v100"
+    # multi-GPU jobs are never split per model
+    calls.clear()
+    r = place_by_model(job(gpus_per_node=2), view, ScoreBook(BAD, {"v100": GOOD}), CFG)
+    assert len(calls) == 1 and not r.decision.shared
+
+
+def test_a_job_with_a_fixed_shard_type_looks_at_that_model_only() -> None:
+    book = ScoreBook(BAD, {"v100": GOOD, "k80": MEH})
+    r = place_by_model(job(gres_type="k80_s0"), mixed(), book, CFG)
+    assert r.decision.node == "k1" and r.model == "k80" and r.scores is MEH
+    r = place_by_model(job(gres_type="a100_s0"), mixed(), book, CFG)
+    assert not r.decision.shared and "a100_s0" in r.decision.reason
+
+
+def test_no_part_takes_the_job_names_each_parts_reason() -> None:
+    r = place_by_model(job(), mixed(), ScoreBook(GOOD, {"v100": BAD, "k80": BAD}), CFG)
+    d = r.decision
+    assert not d.shared and d.reason.startswith("own GPU: ")
+    assert "k80 GPUs: k1:0: y+x" in d.reason and "v100 GPUs: v1:0: y+x" in d.reason
+
+
+def test_the_parts_are_kept_while_the_view_is_unchanged() -> None:
+    cache = ModelViews()
+    book = ScoreBook(BAD, {"v100": GOOD, "k80": BAD})
+    view = mixed()
+    first = cache.parts(view, book)
+    assert sorted(first) == ["k80", "v100"]
+    assert cache.parts(view, book) is first  # same view, same version: same parts (indexes)
+    r = place_by_model(job(), view, book, CFG, cache)
+    view.add_occupant(view.gpus[1], Occupant(key="j", user="u", uid=1, cls="x", memory_gib=4.0))
+    second = cache.parts(view, book)
+    assert second is not first and second["v100"].gpus[0].occupants[-1].key == "j"
+    assert r.decision.node == "v1"
+
+
+def test_with_the_same_set_everywhere_the_split_agrees_with_the_policy() -> None:
+    """Random views of two models, every GPU judged with one table through the book (split
+    into parts) and by the policy on the whole view: the same kind of answer, the same
+    idle GPU, an equally good partner."""
+    import random
+
+    rng = random.Random(7)
+    classes = ["p", "q", "r", "s"]
+    for trial in range(120):
+        rows = []
+        for i, a in enumerate(classes):
+            for b in classes[i:]:
+                rows.append((a, b, rng.uniform(0.3, 1.05), rng.uniform(0.3, 1.05)))
+        t = table_from_pairs(rows, id=f"t{trial}")
+        gpus = []
+        for k in range(6):
+            model = "v100" if k % 2 else "k80"
+            occupants = rng.choices(
+                classes, k=rng.choice([0, 1, 1, 2] if trial % 3 == 0 else [1, 2])
+            )
+            gpus.append(gpu(f"n{k}", model, 0, *occupants))
+        view = ClusterView(gpus)
+        j = job(rng.choice(classes))
+        want = place(j, view, t, CFG)
+        got = place_by_model(j, ClusterView(list(gpus)), ScoreBook(t, {"v100": t, "k80": t}), CFG)
+        d = got.decision
+        assert (d.shared, bool(d.partners)) == (want.shared, bool(want.partners)), trial
+        if want.shared and not want.partners:
+            assert d.node == want.node
+        elif want.shared:
+
+            def score(x):  # type: ignore[no-untyped-def]
+                g = view.find(x.node, x.index)
+                cl = [o.cls for o in g.occupants]
+                before = sum(t.set_throughputs(cl)[0]) if len(cl) > 1 else 1.0
+                gain = sum(t.set_throughputs([*cl, j.cls])[0]) - before
+                return gain - CFG.risk_aversion * x.predicted_sd
+
+            assert score(d) == pytest.approx(score(want), abs=2e-3), trial
