@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.records import CoRunner, JobRecord
@@ -78,18 +78,24 @@ def _profile(p: Any) -> dict[str, Any]:
     return p
 
 
+class GpuIdentity(NamedTuple):
+    gpu_model: str
+    gres_type: str
+    gpu_name: str
+
+
 def gpu_identity(
     layouts: Sequence[NodeGpus], node: str, gpus: Sequence[int], profile: dict[str, Any]
-) -> dict[str, str]:
+) -> GpuIdentity:
     """The record's ``gpu_model`` and ``gres_type`` (from the node's ``[[gpus]]`` layout, for
     the job's first GPU) and ``gpu_name`` (the NVML product name the sampler read)."""
     ng = next((g for g in layouts if g.matches(node)), None)
     name = profile.get("gpu_name")
-    return {
-        "gpu_model": ng.model if ng is not None else "",
-        "gres_type": ng.gres_type(gpus[0]) if ng is not None and gpus else "",
-        "gpu_name": name[:64] if isinstance(name, str) else "",
-    }
+    return GpuIdentity(
+        ng.model if ng is not None else "",
+        ng.gres_type(gpus[0]) if ng is not None and gpus else "",
+        name[:96] if isinstance(name, str) else "",
+    )
 
 
 def build_record(
@@ -140,7 +146,7 @@ def build_record(
         exit_code=int(ended.get("exit_code", 0)),
         state=exit_state(int(ended.get("exit_code", 0)), int(ended.get("signal", 0))),
         mps_fault=fault,
-        **gpu_identity(layouts, st.node, st.gpus, profile),
+        **gpu_identity(layouts, st.node, st.gpus, profile)._asdict(),
     )
 
 
@@ -170,5 +176,5 @@ def build_minimal_record(
         profile={"record_error": error[:500]},
         exit_code=code,
         state=exit_state(code, int(ended.get("signal", 0))),
-        **gpu_identity(layouts, st.node, st.gpus, {}),
+        **gpu_identity(layouts, st.node, st.gpus, {})._asdict(),
     )
