@@ -115,18 +115,35 @@ def test_no_part_takes_the_job_names_each_parts_reason() -> None:
     assert "k80 GPUs: k1:0: y+x" in d.reason and "v100 GPUs: v1:0: y+x" in d.reason
 
 
-def test_the_parts_are_kept_while_the_view_is_unchanged() -> None:
+def test_the_parts_follow_the_view_and_keep_their_indexes() -> None:
     cache = ModelViews()
     book = ScoreBook(BAD, {"v100": GOOD, "k80": BAD})
     view = mixed()
     first = cache.parts(view, book)
     assert sorted(first) == ["k80", "v100"]
-    assert cache.parts(view, book) is first  # same view, same version: same parts (indexes)
+    assert cache.parts(view, book) is first  # same view, same version: same parts
     r = place_by_model(job(), view, book, CFG, cache)
+    assert r.decision.node == "v1" and r.decision.partners
+    index = first["v100"].policy_state
+    assert index is not None
+    # the job joins v1:0 through the whole view: its part sees it, with the same index
     view.add_occupant(view.gpus[1], Occupant(key="j", user="u", uid=1, cls="x", memory_gib=4.0))
-    second = cache.parts(view, book)
-    assert second is not first and second["v100"].gpus[0].occupants[-1].key == "j"
-    assert r.decision.node == "v1"
+    r2 = place_by_model(job(), view, book, CFG, cache)
+    assert cache.parts(view, book) is first and first["v100"].policy_state is index
+    fresh = place_by_model(job(), mixed_with_x(), book, CFG)
+    assert r2.decision == fresh.decision and not r2.decision.shared  # x+x never measured
+    view.remove_occupant(view.gpus[1], "j")
+    assert place_by_model(job(), view, book, CFG, cache).decision == r.decision
+    # a GPU replaced by hand: the parts are built afresh
+    view.gpus[0] = gpu("k1", "k80", 0)
+    view.invalidate()
+    assert cache.parts(view, book) is not first
+
+
+def mixed_with_x() -> ClusterView:
+    v = mixed()
+    v.gpus[1].occupants.append(Occupant(key="j", user="u", uid=1, cls="x", memory_gib=4.0))
+    return v
 
 
 def test_with_the_same_set_everywhere_the_split_agrees_with_the_policy() -> None:
@@ -168,3 +185,36 @@ def test_with_the_same_set_everywhere_the_split_agrees_with_the_policy() -> None
                 return gain - CFG.risk_aversion * x.predicted_sd
 
             assert score(d) == pytest.approx(score(want), abs=2e-3), trial
+
+
+def test_a_cached_split_answers_as_a_fresh_one_through_many_changes() -> None:
+    import random
+
+    rng = random.Random(3)
+    classes = ["p", "q", "r"]
+    rows = [
+        (a, b, rng.uniform(0.4, 1.05), rng.uniform(0.4, 1.05)) for a in classes for b in classes
+    ]
+    book = ScoreBook(
+        table_from_pairs(rows[:4], id="d"),
+        {"v100": table_from_pairs(rows, id="v"), "k80": table_from_pairs(rows[::-1], id="k")},
+    )
+    view = ClusterView([gpu(f"n{k}", "v100" if k % 2 else "k80", 0) for k in range(8)])
+    cache = ModelViews()
+    for step in range(150):
+        j = job(rng.choice(classes))
+        got = place_by_model(j, view, book, CFG, cache).decision
+        copy = ClusterView(
+            [gpu(g.node, g.model, 0, *[o.cls for o in g.occupants]) for g in view.gpus]
+        )
+        want = place_by_model(j, copy, book, CFG).decision
+        same = ("action", "node", "index", "predicted_delta", "predicted_rate", "mem_limit_gib")
+        assert [getattr(got, a) for a in same] == [getattr(want, a) for a in same], step
+        assert len(got.partners) == len(want.partners), step
+        g = rng.choice(view.gpus)
+        if g.occupants and rng.random() < 0.4:
+            view.remove_occupant(g, g.occupants[0].key)
+        elif len(g.occupants) < 3:
+            view.add_occupant(
+                g, Occupant(key=f"o{step}", user="u", uid=1, cls=j.cls, memory_gib=4.0)
+            )
