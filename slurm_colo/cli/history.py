@@ -105,6 +105,9 @@ def _register_history(app: typer.Typer) -> None:
         user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
         cls: str | None = typer.Option(None, "--class", help="Only jobs of this class."),
         node: str | None = typer.Option(None, "--node", "-n", help="Only jobs on this node."),
+        gpu: str | None = typer.Option(
+            None, "--gpu", help="Only jobs that ran on this GPU model (v100; '' for unknown)."
+        ),
         since: str | None = typer.Option(None, "--since", help="Ended after: 2026-11-01, 7d, 12h."),
         until: str | None = typer.Option(None, "--until", help="Started before (same forms)."),
         limit: int = typer.Option(50, "--limit", help="At most this many jobs, newest first."),
@@ -112,7 +115,7 @@ def _register_history(app: typer.Typer) -> None:
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
-        """Show recorded jobs (filters: --user, --class, --node, --since, --until)."""
+        """Show recorded jobs (filters: --user, --class, --node, --gpu, --since, --until)."""
         if ctx.invoked_subcommand:
             return
         from ..store.queries import parse_when, query_jobs
@@ -126,19 +129,21 @@ def _register_history(app: typer.Typer) -> None:
             parse_when(since) if since else None,
             parse_when(until) if until else None,
             limit,
+            gpu,
         )
         if as_json:
             for r in rows:
                 typer.echo(json.dumps(r))
             return
         typer.echo(
-            f"{'JOBID':>9} {'USER':10} {'CLASS':22} {'NODE':10} {'START (UTC)':16} "
+            f"{'JOBID':>9} {'USER':10} {'CLASS':22} {'NODE':10} {'GPU':6} {'START (UTC)':16} "
             f"{'MIN':>7} {'SHARED':6} {'CO':>3} {'SM':>5} {'MEMGiB':>6} STATE"
         )
         for r in rows:
             mins = (r["end_time"] - r["start_time"]) / 60.0
             typer.echo(
                 f"{r['job_id']:>9} {r['user'][:10]:10} {r['cls'][:22]:22} {r['node'][:10]:10} "
+                f"{(r['gpu_model'] or '-')[:6]:6} "
                 f"{_ts(r['start_time']):16} {mins:7.1f} {('yes' if r['shared'] else 'no'):6} "
                 f"{r['co_runners']:>3} {_f(r['sm_util_mean']):>5} {_f(r['mem_peak_gib'], '.1f'):>6} "
                 f"{r['state']}{' MPS-FAULT' if r['mps_fault'] else ''}"
