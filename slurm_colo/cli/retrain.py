@@ -34,11 +34,16 @@ def set_lines(res: Any) -> list[str]:
     t, info = res.table, res.info
     m = t.metrics
     lines = [
-        f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
-        f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
-        f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs",
-        f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on {m.get('holdout_pairs', 0)} "
-        f"pairs; live set: {m.get('live_id') or '(none)'} {_f(m.get('live_holdout_mae'), '.4f')}",
+        (
+            f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
+            f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
+            f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs"
+        ),
+        (
+            f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on "
+            f"{m.get('holdout_pairs', 0)} pairs; live set: {m.get('live_id') or '(none)'} "
+            f"{_f(m.get('live_holdout_mae'), '.4f')}"
+        ),
     ]
     if res.published:
         lines.append(f"published -> {res.path} (live)")

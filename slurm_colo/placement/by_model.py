@@ -76,9 +76,8 @@ class ModelViews:
 
     def parts(self, view: ClusterView, book: ScoreBook) -> dict[str, ClusterView]:
         key = (id(book), len(view.gpus))
-        if self._view is not view or self._key != key:
-            self._build(view, book)
-        elif self._version != view.version and not self._sync(view):
+        fresh = self._view is view and self._key == key
+        if not fresh or (self._version != view.version and not self._sync(view)):
             self._build(view, book)
         self._view, self._key, self._version = view, key, view.version
         return self._parts

@@ -113,7 +113,7 @@ def test_a_corrupt_model_file_keeps_the_last_good_set(
     assert agent.state.book.by_model["k80"].id == "k80-1"
     err = agent.state.live.model_errors["k80"]
     assert str(k80) in err and "corrupt" in err
-    assert f"keeping set k80-1 for GPU model k80" in caplog.text
+    assert "keeping set k80-1 for GPU model k80" in caplog.text
     assert agent.state.status(1.0)["scores"]["models"]["k80"]["error"] == err
     assert agent.state.live.error is None  # the site default is fine
     # a good file again: loaded, error cleared; the file removed: the site default

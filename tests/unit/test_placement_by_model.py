@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_colo.config import PlacementConfig
-from slurm_colo.placement import ClusterView, GpuView, JobRequest, Occupant, place
-from slurm_colo.placement import by_model
+from slurm_colo.placement import ClusterView, GpuView, JobRequest, Occupant, by_model, place
 from slurm_colo.placement.by_model import ModelViews, ScoreBook, place_by_model
 from slurm_colo.scores import table_from_pairs
 
@@ -146,6 +145,15 @@ def mixed_with_x() -> ClusterView:
     return v
 
 
+def _score(d, view, t, j):  # type: ignore[no-untyped-def]
+    """The policy's ranking of a GPU with partners: predicted gain less the uncertainty."""
+    g = view.find(d.node, d.index)
+    cl = [o.cls for o in g.occupants]
+    before = sum(t.set_throughputs(cl)[0]) if len(cl) > 1 else 1.0
+    gain = sum(t.set_throughputs([*cl, j.cls])[0]) - before
+    return gain - CFG.risk_aversion * d.predicted_sd
+
+
 def test_with_the_same_set_everywhere_the_split_agrees_with_the_policy() -> None:
     """Random views of two models, every GPU judged with one table through the book (split
     into parts) and by the policy on the whole view: the same kind of answer, the same
@@ -176,15 +184,7 @@ def test_with_the_same_set_everywhere_the_split_agrees_with_the_policy() -> None
         if want.shared and not want.partners:
             assert d.node == want.node
         elif want.shared:
-
-            def score(x):  # type: ignore[no-untyped-def]
-                g = view.find(x.node, x.index)
-                cl = [o.cls for o in g.occupants]
-                before = sum(t.set_throughputs(cl)[0]) if len(cl) > 1 else 1.0
-                gain = sum(t.set_throughputs([*cl, j.cls])[0]) - before
-                return gain - CFG.risk_aversion * x.predicted_sd
-
-            assert score(d) == pytest.approx(score(want), abs=2e-3), trial
+            assert _score(d, view, t, j) == pytest.approx(_score(want, view, t, j), abs=2e-3)
 
 
 def test_a_cached_split_answers_as_a_fresh_one_through_many_changes() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from test_node_lifecycle import node_config
 
 from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.contracts.placement import Placement
@@ -22,8 +23,6 @@ from slurm_colo.store.episode_read import read_window
 from slurm_colo.store.episodes import load_episodes, update_episodes
 from slurm_colo.store.gpu_models import fill_gpu_models, history_gpu_models
 from slurm_colo.store.ingest import BadRecord, record_from_dict, record_from_json
-
-from test_node_lifecycle import node_config
 
 
 def rec(job: int, **kw: object) -> JobRecord:
