@@ -18,7 +18,7 @@ from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
 from ..errors import OptionError
 from ..placement import ClusterView, JobRequest
-from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model
+from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
 from ..placement.guard import Reservation
 from ..placement.held import HeldJob
 from ..scores import ScoreTable
@@ -119,6 +119,8 @@ class AgentState:
             self.holds.waits() if plan_at is not None else (),
             plan_at,
         )
+        # a site with per-model score sets: each model's part of the view, indexed now
+        prepare(self.view, self.book, self.cfg.placement, self._model_views)
 
     # ---- requests ------------------------------------------------------------------------
     def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
