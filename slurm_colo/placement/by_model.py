@@ -73,14 +73,14 @@ class ModelViews:
 
     def __init__(self) -> None:
         self._view: ClusterView | None = None
-        self._key: tuple[int, int] = (0, -1)
+        self._key: tuple[Any, ...] = ()
         self._version = -1
         self._parts: dict[str, ClusterView] = {}
         self._prints: list[tuple[Any, ...]] = []
         self._part_of: list[str] = []
 
     def parts(self, view: ClusterView, book: ScoreBook) -> dict[str, ClusterView]:
-        key = (id(book), len(view.gpus))
+        key = (id(book), tuple(sorted(book.by_model)), len(view.gpus))
         fresh = self._view is view and self._key == key
         if not fresh or (self._version != view.version and not self._sync(view)):
             self._build(view, book)
