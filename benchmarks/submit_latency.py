@@ -1,6 +1,6 @@
 """sbatch submit latency with the suite vs without it, in the same run, on the lab cluster.
 
-    bash contrib/lab/up.sh && .venv/bin/python benchmarks/submit_latency.py [--n 300]
+    bash contrib/lab/up.sh --single && .venv/bin/python benchmarks/submit_latency.py [--n 300]
 
 Three kinds of submission, interleaved one by one in a shuffled order (seeded), so that
 machine noise and drift fall evenly on all of them:

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Run the whole slurm-colo test suite on a Debian 12 machine, as root:
-# installs what it needs (Debian packages, a Python venv), brings up the lab Slurm cluster
-# (contrib/lab/up.sh), the multi-node lab beside it (contrib/lab/multinode/up.sh: a controller
+# installs what it needs (Debian packages, a Python venv), brings up the single-node lab
+# (contrib/lab/up.sh --single), the multi-node lab beside it (contrib/lab/up.sh: a controller
 # and three GPU nodes in their own namespaces) and a throwaway PostgreSQL on loopback, builds
 # the chroots of the version labs (contrib/lab/versions/), then runs unit and real-Slurm tests
 # in one pytest run: the real-Slurm tests on every Slurm version, 22.05 (the host lab,
@@ -49,9 +49,9 @@ fi
 echo "[tests] python env ready ($(( $(date +%s) - t0 ))s)"
 
 if [ $host_lab -eq 1 ]; then
-  bash contrib/lab/up.sh
+  bash contrib/lab/up.sh --single
   t_mn=$(date +%s)
-  bash contrib/lab/multinode/up.sh
+  bash contrib/lab/up.sh
   echo "[tests] multi-node lab up ($(( $(date +%s) - t_mn ))s)"
 fi
 # the version labs' chroots (kept between runs); the tests bring each lab up and down

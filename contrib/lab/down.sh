@@ -1,23 +1,16 @@
 #!/bin/bash
-# Stop the slurm-colo lab by pid file (never by process name). --slurm-only keeps munge and the agent.
-LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
-# running PID: exists and is not a zombie
-running() { [ -r "/proc/$1/stat" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
-stop() {
-  local p=$1
-  [ -s "$p" ] || return 0
-  local pid; pid=$(cat "$p")
-  if running "$pid"; then
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 1 50); do running "$pid" || break; sleep 0.2; done
-    if running "$pid"; then kill -9 "$pid"; echo "killed $pid ($p)"; else echo "stopped $pid ($p)"; fi
-  fi
-  rm -f "$p"
-}
-# slurmd first: without slurmctld it hangs retrying registration
-stop /run/slurmd.pid
-stop /run/slurmctld.pid
-[ "${1:-}" = "--slurm-only" ] && exit 0
-stop "$LAB_DIR/agent.pid"
-stop /run/munge/munged.pid
-exit 0
+# Stop the slurm-colo lab cluster (daemons by pid file, namespaces, the lab's munged).
+#
+#   down.sh [--purge]  the multi-node lab (multinode/down.sh; --purge also deletes its state)
+#   down.sh --single   the single-node lab (single/down.sh; --single --slurm-only keeps munge
+#                      and the agent)
+#   down.sh --all      both
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+case "${1:-}" in
+  ""|--purge|--slurm-only) exec bash "$HERE/multinode/down.sh" "$@" ;;
+  --single) shift; exec bash "$HERE/single/down.sh" "$@" ;;
+  --all) bash "$HERE/multinode/down.sh"; exec bash "$HERE/single/down.sh" ;;
+  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+  *) echo "down.sh: unknown option '$1' (--single, --all, or nothing for the multi-node lab)" >&2; exit 2 ;;
+esac

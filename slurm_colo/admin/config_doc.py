@@ -79,7 +79,8 @@ HELP: dict[str, str] = {
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
     "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
     'class\'s solo speed. 0 disables the probe; so does node.profile = "none" (the probe runs '
-    "in the job's sampler).",
+    "in the job's sampler). The agent's value counts: it travels to the GPU node with each "
+    "placement (a node's own copy is used only for a job the agent did not answer for).",
     "placement.undo": "What happens to a set the probe finds harmful (combined throughput below "
     '1, or an auto-mode job below 1/max_slowdown of its solo speed): "requeue" requeues the '
     "newest job (it loses at most probe_s of work; --no-requeue jobs are left alone) and aims "

@@ -13,8 +13,10 @@ The node side measures a new shared set after ``placement.probe_s`` and sends th
    tag then carries ``held=<shard type>``, so an agent restart finds it again;
 3. re-aims held jobs (:meth:`HeldJobs.reaim`, at every look at Slurm that shows them
    pending) with :func:`slurm_colo.placement.held.place_held`: a requeued job only to a GPU
-   of its own shard type (Slurm 22.05 cannot change a pending job's GRES); the job is
-   released there (``aim``). Until a GPU fits it stays held.
+   of its own shard type on Slurm 22.05 (it cannot change a pending job's GRES); from
+   Slurm 23.11 (:attr:`HeldJobs.retype_after_undo`) to any shared GPU of the same GPU model,
+   its shard request set anew (``held=*`` and ``model=`` in its tag). The job is released
+   there (``aim``). Until a GPU fits it stays held.
 
 Jobs held at submission (``placement.unplaced = "hold"``: no shared GPU took them then;
 see :meth:`.state.AgentState.decide`) are held *without* a GPU request (the Lua hook drops
@@ -89,9 +91,12 @@ class Action:
 class HeldJobs:
     """The jobs held in Slurm until a GPU takes them, by job id."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, retype_after_undo: bool = False) -> None:
         self.cfg = cfg
         self.jobs: dict[int, HeldJob] = {}
+        #: Slurm can change a pending job's GRES (23.11+): an undone job may go to any shared
+        #: GPU of its GPU model, not only to one of its old shard type
+        self.retype_after_undo = retype_after_undo
 
     def waits(self) -> list[HeldWait]:
         """The held jobs as the starvation guard sees them."""
@@ -141,22 +146,24 @@ class HeldJobs:
             return j.reply(), []
         assert p is not None and token is not None
         gres_type = occ.shard_type(p.decision)
+        ng = occ.layouts.get(p.decision.node or "")
+        model = ng.model if ng is not None and self.retype_after_undo else ""
+        if model:  # its shard request is set anew when it is released
+            gres_type = ""
         ledger.drop(token)
         req = requeued(replace(p.request, key=str(job_id)), gres_type, self.cfg.placement)
-        self.jobs[job_id] = HeldJob(job_id, token, req, now, j.reason)
+        h = HeldJob(job_id, token, req, now, j.reason, model=model)
+        self.jobs[job_id] = h
         ledger.probes["undone"] += 1
         ledger.note(token, f"requeued after its probe: {j.reason}")
         rebuild()
         log.warning(
-            "job %s: probe %s; requeued, to be aimed again at a GPU of type %s",
-            job_id,
-            j.reason,
-            gres_type,
+            "job %s: probe %s; requeued, to be aimed again at %s", job_id, j.reason, h.waits_for()
         )
         act = Action(
             "requeue_hold",
             job_id,
-            undo_tag(token, req, j.reason, gres_type),
+            undo_tag(token, req, j.reason, h.gres_type, model),
             undo_comment(self.cfg.placement, j.reason),
             restore=(sj.admin_comment, sj.comment) if sj else ("", ""),
         )
@@ -173,7 +180,15 @@ class HeldJobs:
             if sj is None or sj.state != "PENDING":
                 continue  # still being requeued (Slurm changes a pending job only), or gone
             part = h.request.partition if "," not in h.request.partition else ""
-            view = occ.candidate_view({"partition": part, "gpu_type": h.model})
+            # the user's -w / -x hold for the new GPU too (Slurm keeps them on the job)
+            view = occ.candidate_view(
+                {
+                    "partition": part,
+                    "gpu_type": h.model,
+                    "req_nodes": sj.required_nodes,
+                    "exc_nodes": sj.excluded_nodes,
+                }
+            )
             scores = book.table(_model_of(h, view, book))
             d = place_held(h, view, scores, self.cfg.placement, occ.reservation)
             if not d.shared or d.node is None:

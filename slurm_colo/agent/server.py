@@ -36,6 +36,7 @@ from ..config import Config
 from ..errors import ColoError, ProtocolError, SlurmError
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
+from ..slurm.version import can_change_pending_gres
 from ..slurm.snapshot import ChildSnapshots
 from . import held, learned, listeners, score_files
 from .state import AgentState, nothing
@@ -73,6 +74,10 @@ class Agent:
         # handed in (tests, embedding) is read in-process
         self.snapshots = ChildSnapshots(self.backend.name) if backend is None else None
         self.state = AgentState(cfg)
+        # Slurm 23.11+ changes a pending job's GRES: an undone job may change shard type
+        self.state.holds.retype_after_undo = can_change_pending_gres(
+            getattr(self.control, "version", None)
+        )
         #: probe measurements survive a restart (agent/learned.py)
         self.learned_file = learned_file or learned.learned_path(cfg)
         self.state.restore_learned(learned.load(self.learned_file))

@@ -307,7 +307,9 @@ class AgentState:
             partners or "no partner",
         )
         return replace(
-            d.placement(token, p.request.cls, p.request.mode), partners=tuple(partners)
+            d.placement(token, p.request.cls, p.request.mode),
+            partners=tuple(partners),
+            probe_s=self.cfg.placement.probe_s,
         ).to_wire()
 
     def job_ended(self, job_id: int) -> None:

@@ -73,6 +73,9 @@ class Placement:
     model: str = ""
     #: job ids sharing the GPU when the job started (wire only: a tag is written earlier)
     partners: tuple[int, ...] = field(default=())
+    #: when the node's sampler probes the set, seconds after the job joined it: the agent's
+    #: ``placement.probe_s``, so a GPU node needs no copy of it (wire only; None: the node's)
+    probe_s: float | None = None
 
     @property
     def shared(self) -> bool:
@@ -169,6 +172,7 @@ class Placement:
                 held=d.get("held") or None,
                 model=str(d.get("model") or ""),
                 partners=tuple(int(p) for p in d.get("partners") or ()),
+                probe_s=_float_or_none(d.get("probe_s")),
             )
         except (TypeError, ValueError) as e:
             raise ProtocolError(f"placement: {e}") from None

@@ -123,10 +123,18 @@ class Prober:
     its (single) GPU, measure the set and ask the agent to judge it. ``result`` holds what
     happened, for the job's profile."""
 
-    def __init__(self, cfg: Config, layout: NodeLayout, job_id: int, gpus: list[int]) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        layout: NodeLayout,
+        job_id: int,
+        gpus: list[int],
+        probe_s: float | None = None,
+    ) -> None:
         self.cfg, self.layout, self.job_id = cfg, layout, job_id
         self.gpu = gpus[0] if len(gpus) == 1 else None
-        self.probe_s = cfg.placement.probe_s
+        #: the agent's setting (from the JOBSTART reply) where it sent one, else the node's
+        self.probe_s = cfg.placement.probe_s if probe_s is None else probe_s
         self.start: float | None = None
         self.result: dict[str, Any] | None = None
 

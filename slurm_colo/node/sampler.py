@@ -172,7 +172,11 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
     s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s)
     shared = st.placement is not None and st.placement.shared
-    s.prober = Prober(cfg, lay, job_id, gpus) if shared else None
+    s.prober = (
+        Prober(cfg, lay, job_id, gpus, st.placement.probe_s)
+        if shared and st.placement is not None
+        else None
+    )
     cap = max_ticks or 0
     ticks, last_flush = 0, time.monotonic()
     interval = max(0.01, cfg.node.sampler_interval_s)

@@ -136,11 +136,12 @@ def why_not_undone(cfg: PlacementConfig, n: Newcomer) -> str:
     return ""
 
 
-def undo_tag(token: str, req: JobRequest, reason: str, gres_type: str) -> str:
-    """The tag of a job requeued by an undo: held for a GPU of ``gres_type``."""
+def undo_tag(token: str, req: JobRequest, reason: str, gres_type: str, model: str = "") -> str:
+    """The tag of a job requeued by an undo: held for a GPU of ``gres_type`` (``*``: any
+    shared GPU of ``model``, where Slurm can change a pending job's GRES)."""
     return (
         Decision("exclusive", reason)
-        .placement(token, req.cls, req.mode, undone=True, held=gres_type)
+        .placement(token, req.cls, req.mode, undone=True, held=gres_type, model=model)
         .to_tag()
     )
 

@@ -83,6 +83,8 @@ def _job(j: Any) -> SlurmJob:
         state_reason=_str(j.get("state_reason")),
         partition=_str(j.get("partition")),
         requeue=bool(j.get("requeue", True)) and bool(j.get("batch_flag", True)),
+        required_nodes=_str(j.get("required_nodes")),
+        excluded_nodes=_str(j.get("excluded_nodes")),
     )
 
 

@@ -108,6 +108,9 @@ class SlurmJob:
     partition: str = ""
     #: Slurm may requeue the job (batch job, not --no-requeue)
     requeue: bool = True
+    #: the nodes the job must run on (``-w``) and may not run on (``-x``), host lists
+    required_nodes: str = ""
+    excluded_nodes: str = ""
 
     @property
     def active(self) -> bool:

@@ -75,6 +75,8 @@ def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob
         state_reason=_s(getattr(j, "state_reason", "")),
         partition=_s(getattr(j, "partition", "")),
         requeue=bool(getattr(j, "is_requeueable", True)),
+        required_nodes=_s(getattr(j, "required_nodes", "")),
+        excluded_nodes=_s(getattr(j, "excluded_nodes", "")),
     )
 
 

@@ -20,6 +20,10 @@ from typing import Any
 Version = tuple[int, int]
 
 SCONTROL_JSON_SINCE: Version = (23, 2)
+#: a pending job's GRES can be changed (SchedMD bug 17184, fixed in 23.02.6; the version
+#: here has no patch level, so 23.11 is the first release known to have it). 22.05 accepts
+#: ``scontrol update TresPerNode=`` on a pending job with a GPU request and ignores it.
+PENDING_GRES_SINCE: Version = (23, 11)
 
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?")
 
@@ -46,6 +50,12 @@ def version_from_meta(doc: Any) -> Version | None:
 
 def has_scontrol_json(version: Version | None) -> bool:
     return version is not None and version >= SCONTROL_JSON_SINCE
+
+
+def can_change_pending_gres(version: Version | None) -> bool:
+    """Whether the agent may give a pending job that has a shard request another one (an
+    undone job then goes to any shared GPU of its model, not only to its old shard type)."""
+    return version is not None and version >= PENDING_GRES_SINCE
 
 
 def version_argvs() -> list[list[str]]:

@@ -1,4 +1,4 @@
-"""Helpers for tests against the real lab cluster (contrib/lab/up.sh)."""
+"""Helpers for tests against the single-node lab cluster (contrib/lab/up.sh --single)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ SCORES = LAB_DIR / "state" / "scores.json"
 #: pairs the agent's probes measured, read back when it starts (agent/learned.py)
 LEARNED = LAB_DIR / "state" / "learned.json"
 LAB_CONFIG = Path("/etc/slurm-colo/config.toml")
-#: the lab's installed copy (contrib/lab/up.sh), as the hooks and the agent run it
+#: the lab's installed copy (contrib/lab/up.sh --single), as the hooks and the agent run it
 CLI = os.environ.get("LAB_CLI", "/opt/slurm-colo-lab/venv/bin/slurm-colo")
 SHARED_GPUS = {0, 1}
 RETRY_AFTER_S = 2.0  # agent.retry_after_s in the lab config
@@ -149,14 +149,14 @@ def stop_agent() -> None:
 
 def lab_up() -> None:
     p = subprocess.run(
-        ["bash", str(REPO / "contrib" / "lab" / "up.sh")],
+        ["bash", str(REPO / "contrib" / "lab" / "up.sh"), "--single"],
         capture_output=True,
         text=True,
         timeout=900,
     )
     if p.returncode != 0:
         raise RuntimeError(
-            f"contrib/lab/up.sh failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            f"contrib/lab/up.sh --single failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         )
 
 

@@ -1,4 +1,5 @@
-"""The README's first command: the lab demo runs and shows sharing read back from Slurm."""
+"""The demo on the single-node lab (``contrib/lab/demo.sh --single``): it runs and shows sharing
+read back from Slurm. The README's default, on the multi-node lab, is tests/multinode/test_demo.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def forgets(clean: None) -> Iterator[None]:
 
 def test_demo_runs_and_reports_sharing(forgets: None) -> None:
     p = subprocess.run(
-        ["bash", str(REPO / "contrib" / "lab" / "demo.sh")],
+        ["bash", str(REPO / "contrib" / "lab" / "demo.sh"), "--single"],
         capture_output=True,
         text=True,
         timeout=600,

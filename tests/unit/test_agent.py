@@ -128,6 +128,7 @@ def test_job_start_returns_limits_and_explain_reports() -> None:
     p = s.job_started(12, None, 3.0)
     assert p is not None and p["shared"] and p["mechanism"] == "mps" and p["gpu"] == 0
     assert p["partners"] == [11] and p["thread_pct"] and p["mem_limit_gib"]
+    assert p["probe_s"] == s.cfg.placement.probe_s  # the node probes on the agent's schedule
     ex = s.explain(12)
     assert (
         ex["known"]

@@ -551,3 +551,70 @@ def test_measurements_that_cannot_be_saved_stay_in_memory_with_a_warning(
     assert reply["verdict"] == "undo"  # answered all the same
     assert "cannot save probe measurements" in caplog.text
     assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_requeued_job_pinned_with_w_is_aimed_only_at_its_own_nodes(pinned: bool) -> None:
+    """Two nodes with the same shared GPU type: the newcomer undone on n1 would fit n2's idle
+    GPU at once, unless its user pinned it to n1 (``-w n1``: Slurm's required_nodes)."""
+    two = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4), NodeGpus("n2", 4, "v100", 32.0, (0, 1), 4))
+    s = AgentState(Config(gpus=two, placement=PlacementConfig(explore_rate=0.0)), SCORES)
+    nodes = [SlurmNode("n1", "IDLE"), SlurmNode("n2", "IDLE")]
+    s.apply_snapshot([], nodes, 0.0)
+    pin = {"req_nodes": "n1"} if pinned else {}
+    a = s.place_request({**_req("slow"), **pin}, 1.0)
+    b = s.place_request({**_req("fast"), **pin}, 2.0)
+    assert a["gres"] == b["gres"] == "gres:shard:v100_s0:1"
+    jobs = [_running(10, a["tag"]), _running(11, b["tag"])]
+    s.apply_snapshot(jobs, nodes, 3.0)
+    s.job_started(10, None, 3.0, "n1", [0])
+    s.job_started(11, None, 4.0, "n1", [0])
+    _, [undo] = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
+    held = replace(
+        jobs[1],
+        state="PENDING",
+        gres=(),
+        nodes="",
+        admin_comment=undo.admin_comment,
+        required_nodes="n1" if pinned else "",
+    )
+    s.apply_snapshot([jobs[0], held], nodes, 620.0)
+    aims = s.reaim(620.0)
+    if not pinned:  # n2's GPU 0 is of its type and idle: it goes there now
+        assert [(x.kind, x.node) for x in aims] == [("aim", "n2")]
+        return
+    assert aims == [] and 11 in s.held  # n1's GPU 0 still has its harmful partner
+    s.job_ended(10)
+    s.apply_snapshot([held], nodes, 700.0)
+    [aim] = s.reaim(700.0)
+    assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
+
+
+def test_where_slurm_changes_a_pending_jobs_gres_an_undone_job_takes_any_gpu_of_its_model() -> None:
+    """Slurm 23.11+: the newcomer undone on GPU 0 (v100_s0) need not wait for that GPU: it is
+    aimed at once at the idle GPU 1 (v100_s1) with its shard request set anew; an agent
+    restarted meanwhile finds it so in its tag."""
+    s, jobs = _pair()
+    s.holds.retype_after_undo = True
+    _, [a] = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
+    tag = Placement.from_tag(a.admin_comment)
+    assert tag is not None and tag.held == "*" and tag.model == "v100" and tag.undone
+    assert s.status(601.0)["held"][0]["gres_type"] == "*"
+    held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
+    s.apply_snapshot([jobs[0], held], [], 620.0)
+    [aim] = s.reaim(620.0)  # GPU 0 still runs its harmful partner: GPU 1, at once
+    assert aim.kind == "aim" and aim.job_id == 11 and aim.node == "n1"
+    assert aim.gres == "gres:shard:v100_s1:1" and aim.model == "v100"
+    t2 = Placement.from_tag(aim.admin_comment)
+    assert t2 is not None and t2.undone and t2.held is None and t2.gpu == 1
+    restarted = _state()
+    restarted.apply_snapshot([jobs[0], held], [], 620.0)
+    h = restarted.holds.jobs[11]
+    assert h.any_gpu and h.model == "v100" and h.undone
+
+
+def test_which_slurm_versions_change_a_pending_jobs_gres() -> None:
+    from slurm_colo.slurm.version import can_change_pending_gres
+
+    assert not can_change_pending_gres((22, 5)) and not can_change_pending_gres(None)
+    assert can_change_pending_gres((24, 11)) and can_change_pending_gres((26, 5))

@@ -128,3 +128,23 @@ def test_the_probe_without_an_agent_or_turned_off(tmp_path: Path) -> None:
     assert pr.result["members"][1]["rate"] == pytest.approx(3)
     assert not Prober(_cfg(tmp_path, probe_s=0), lay, 2, [0]).pending
     assert not Prober(cfg, lay, 2, [0, 1]).pending  # multi-GPU jobs never share
+
+
+def test_the_agents_probe_window_from_the_placement_wins_over_the_nodes(tmp_path: Path) -> None:
+    """A GPU node's config need not repeat placement.probe_s: the JOBSTART reply carries the
+    agent's, and the sampler's probe keeps to it."""
+    cfg = _cfg(tmp_path)  # the node's own window: 100 s; job 2 joined the set at 6000
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    _files(lay, 5000.0)
+    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"keep","reason":"fine"}\n')
+    try:
+        own = Prober(cfg, lay, 2, [0], probe_s=None)
+        agents = Prober(cfg, lay, 2, [0], probe_s=60.0)
+        own.maybe(6070.0)
+        assert own.probe_s == 100.0 and own.pending and agent.requests == []
+        agents.maybe(6070.0)
+        assert not agents.pending and agents.result is not None
+        assert agents.result["verdict"] == "keep" and len(agent.requests) == 1
+        assert not Prober(cfg, lay, 2, [0], probe_s=0.0).pending  # the agent turned it off
+    finally:
+        agent.close()

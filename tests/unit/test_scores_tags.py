@@ -136,10 +136,22 @@ def test_tag_round_trip() -> None:
 
 def test_placement_wire_round_trip_and_earlier_versions() -> None:
     p = Placement(
-        "tok1", "bert", Mode.AUTO, Mechanism.MPS, "n1", 2, 40, 7.5, 6.0, 1.3, partners=(11, 12)
+        "tok1",
+        "bert",
+        Mode.AUTO,
+        Mechanism.MPS,
+        "n1",
+        2,
+        40,
+        7.5,
+        6.0,
+        1.3,
+        partners=(11, 12),
+        probe_s=15.0,
     )
     w = json.loads(json.dumps(p.to_wire()))
     assert Placement.from_wire(w) == p and w["shared"] is True and w["mechanism"] == "mps"
+    assert w["probe_s"] == 15.0 and "probe_s" not in p.to_tag()  # wire only
     # what an agent of an earlier version sent (a dict with "delta", "shared")
     old = {
         "shared": True,
@@ -158,6 +170,7 @@ def test_placement_wire_round_trip_and_earlier_versions() -> None:
     }
     q = Placement.from_wire(old)
     assert q.mechanism == Mechanism.SHARD and q.predicted_delta == 1.2 and q.partners == (5,)
+    assert q.probe_s is None  # an earlier agent sends none: the node uses its own setting
     assert not Placement.from_wire({"token": "t", "shared": False, "mechanism": "mps"}).shared
     for broken in (
         [],
@@ -165,6 +178,7 @@ def test_placement_wire_round_trip_and_earlier_versions() -> None:
         {"token": "t", "gpu": "x"},
         {"token": "t", "mode": "fast"},
         {"token": "t", "mem_limit_gib": [1]},
+        {"token": "t", "probe_s": "soon"},
     ):
         with pytest.raises(ProtocolError):
             Placement.from_wire(broken)

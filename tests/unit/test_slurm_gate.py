@@ -41,6 +41,8 @@ def test_recorded_squeue() -> None:
     assert not jobs[1].active and jobs[5].active
     assert jobs[4].state_reason == "Resources" and jobs[4].partition == "debug"
     assert jobs[3].end_time == 1826862126.0  # start + time limit
+    assert jobs[4].required_nodes == "vm" and jobs[3].required_nodes == ""  # -w
+    assert all(j.excluded_nodes == "" for j in jobs.values())  # -x
 
 
 def test_recorded_sinfo() -> None:
