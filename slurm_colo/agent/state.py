@@ -221,13 +221,10 @@ class AgentState:
         """The placement, each GPU judged with its own model's score set
         (:func:`~slurm_colo.placement.by_model.place_by_model`: one ``place`` call on the
         whole view when the site has one set)."""
-        return place_by_model(
-            self._request(token, key),
-            self.occupancy.candidate_view(fields),
-            self.book,
-            self.cfg.placement,
-            self._model_views,
-        )
+        view = self.occupancy.candidate_view(fields)
+        # the kept parts belong to the whole view; a filtered one is split afresh
+        cache = self._model_views if view is self.view else None
+        return place_by_model(self._request(token, key), view, self.book, self.cfg.placement, cache)
 
     def _record(
         self,
