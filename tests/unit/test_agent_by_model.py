@@ -133,3 +133,40 @@ def test_a_corrupt_model_file_at_start_leaves_the_default(agent: Agent) -> None:
     assert agent.state.book.by_model == {} and agent.state.scores.id == "site-1"
     st = agent.state.status(1.0)["scores"]["models"]
     assert st["v100"]["id"] is None and "not JSON" in st["v100"]["error"]
+
+
+def test_a_held_job_is_judged_with_the_set_of_the_model_it_is_bound_to() -> None:
+    from slurm_colo.agent.held import _model_of
+    from slurm_colo.placement import ClusterView, GpuView, JobRequest
+    from slurm_colo.placement.by_model import ScoreBook
+    from slurm_colo.placement.held import HeldJob
+
+    view = ClusterView(
+        [
+            GpuView("k1", 0, "k80_s0", 12.0, 4, model="k80"),
+            GpuView("v1", 0, "v100_s0", 32.0, 4, model="v100"),
+        ]
+    )
+    book = ScoreBook(table(0.3, "site"), {"k80": table(1.0, "k80-1", "k80")})
+
+    def held(gres_type: str = "", model: str = "") -> HeldJob:
+        req = JobRequest(key="7", user="u", uid=1, cls="a", gres_type=gres_type)
+        return HeldJob(7, "t7", req, 0.0, "", model=model)
+
+    assert _model_of(held(gres_type="k80_s0"), view, book) == "k80"  # requeued: its type
+    assert _model_of(held(gres_type="v100_s0"), view, book) == ""  # no V100 set: default
+    assert _model_of(held(model="k80"), view, book) == "k80"  # held for a K80
+    assert _model_of(held(), view, book) == ""  # any shared GPU: the site default
+
+
+def test_a_filtered_request_leaves_the_kept_parts_alone(agent: Agent) -> None:
+    publish(agent, "", table(0.3, "site-1"))
+    publish(agent, "v100", table(1.0, "v100-1", "v100"))
+    publish(agent, "k80", table(0.3, "k80-1", "k80"))
+    agent.reload_scores(force=True)
+    place(agent, 1.0)
+    kept = agent.state._model_views.parts(agent.state.view, agent.state.book)
+    req = {"user": "alice", "uid": "1000", "name": "job", "mode": "auto", "class": "a"}
+    reply = agent.state.place_request(req | {"req_nodes": "v1"}, 2.0)
+    assert reply["gres"] == "gres:shard:v100_s0:1"
+    assert agent.state._model_views.parts(agent.state.view, agent.state.book) is kept
