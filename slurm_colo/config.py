@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .contracts.enums import CrossUser, Fallback, RecordsTo, Undo, Unplaced
+from .contracts.enums import CrossUser, Fallback, RecordsTo, Replan, Undo, Unplaced
 from .errors import ConfigError
 from .gres_layout import NodeGpus, parse_index_list
 
@@ -88,6 +88,10 @@ class PlacementConfig:
     #: released by the agent onto the first shared GPU that fits it (with its shard request);
     #: "auto": "hold" when every configured GPU is shared, else "own-gpu"
     unplaced: Unplaced = Unplaced.AUTO
+    #: a --colocate job waiting in Slurm's queue for a whole GPU (its own-GPU request):
+    #: "auto" moves it onto a shared GPU that takes it before a whole GPU frees, where Slurm
+    #: can change a pending job's GRES (23.11+); "off" leaves it waiting
+    replan: Replan = Replan.AUTO
 
 
 @dataclass(frozen=True)

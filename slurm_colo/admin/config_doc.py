@@ -93,6 +93,11 @@ HELP: dict[str, str] = {
     '"auto": "hold" when every GPU in [[gpus]] is shared (a job would otherwise wait '
     'for a whole shared GPU to drain), else "own-gpu" (it may take a free GPU that is not '
     "shared).",
+    "placement.replan": "A --colocate job waiting in Slurm's queue with its own-GPU request "
+    '(unplaced = "own-gpu"): "auto" moves it onto a shared GPU that takes it, if one does '
+    "before a whole GPU frees (the agent changes its GPU request to that GPU's shard, oldest "
+    "waiting job first), where Slurm can change a pending job's GRES (23.11 and later; on "
+    'older Slurm nothing happens); "off" leaves it waiting for its whole GPU.',
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
     "postgresql+psycopg://...).",

@@ -36,8 +36,8 @@ from ..config import Config
 from ..errors import ColoError, ProtocolError, SlurmError
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
-from ..slurm.version import can_change_pending_gres
 from ..slurm.snapshot import ChildSnapshots
+from ..slurm.version import can_change_pending_gres
 from . import held, learned, listeners, score_files
 from .state import AgentState, nothing
 
@@ -116,7 +116,9 @@ class Agent:
             return
         with self.lock:
             self.state.apply_snapshot(jobs, nodes, time.time())
-            actions = self.state.reaim(time.time()) if self.state.held else []
+            now = time.time()
+            actions = self.state.reaim(now) if self.state.held else []
+            actions += self.state.replan(now)
         self.run_actions(actions)
 
     def run_actions(self, actions: list[held.Action]) -> None:
@@ -130,6 +132,8 @@ class Agent:
                         self.control.requeue_hold(a.job_id, a.admin_comment, a.comment, a.restore)
                     elif a.kind == "admin_hold":
                         self.control.admin_hold(a.job_id)
+                    elif a.kind == "retarget":
+                        self.control.retarget(a.job_id, a.node, a.admin_comment, a.comment, a.gres)
                     else:
                         self.control.aim_and_release(
                             a.job_id, a.node, a.admin_comment, a.comment, a.gres

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import Config
+from ..contracts.enums import Replan
 from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
@@ -27,6 +28,7 @@ from .held import Action, HeldJobs, can_hold, hold_unplaced
 from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
 from .occupancy import Occupancy
+from .replan import move_waiting, waiting_jobs
 
 __all__ = ["AgentState", "PlacedJob", "nothing"]
 
@@ -329,8 +331,36 @@ class AgentState:
         """Aim the held jobs a GPU takes now (agent/held.py)."""
         return self.holds.reaim(now, self.ledger, self.occupancy, self.book)
 
+    def replan(self, now: float) -> list[Action]:
+        """Move ``--colocate`` jobs waiting for a whole GPU onto shared GPUs that take them
+        (agent/replan.py): with ``placement.replan = "auto"`` where Slurm can change a
+        pending job's GRES (:attr:`.held.HeldJobs.retype_after_undo`, 23.11+)."""
+        if self.cfg.placement.replan != Replan.AUTO or not self.holds.retype_after_undo:
+            return []
+        occ = self.occupancy
+        tags = {}
+        for j in occ.jobs.values():
+            if j.state == "PENDING":
+                tag = Placement.from_tag(j.admin_comment)
+                if tag is not None:
+                    tags[j.job_id] = tag
+        models = {ng.model for ng in occ.layouts.values()}
+        skip = set(self.holds.jobs)  # and jobs re-planned already, not yet seen so in Slurm
+        skip |= {
+            j for j, t in self.ledger.by_job.items() if self.ledger.placements[t].decision.shared
+        }
+        waiting = waiting_jobs(occ.jobs, tags, skip, models)
+        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.scores)
+
     def failed(self, action: Action, now: float) -> None:
-        """Slurm refused ``action`` (agent/held.py)."""
+        """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU
+        request, and its placement is forgotten)."""
+        if action.kind == "retarget":
+            token = self.ledger.by_job.get(action.job_id)
+            if token is not None:
+                self.ledger.drop(token)
+            self.rebuild()
+            return
         self.holds.failed(action, now, self.ledger, self.occupancy, self.rebuild)
 
     def restore_learned(self, learned: Learned) -> None:

@@ -67,3 +67,13 @@ class Unplaced(StrEnum):
     AUTO = "auto"
     OWN_GPU = "own-gpu"
     HOLD = "hold"
+
+
+class Replan(StrEnum):
+    """``placement.replan``: a ``--colocate`` job waiting in Slurm's queue for a whole GPU."""
+
+    #: moved onto a shared GPU that takes it, where Slurm can change a pending job's GRES
+    #: (23.11 and later); left as it is on older Slurm
+    AUTO = "auto"
+    #: left waiting for its whole GPU
+    OFF = "off"

@@ -58,6 +58,10 @@ class JobControl(Protocol):
 
     def admin_hold(self, job_id: int) -> None: ...
 
+    def retarget(
+        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str
+    ) -> None: ...
+
 
 class ScontrolControl:
     """:class:`JobControl` through ``scontrol`` (run as root or SlurmUser)."""
@@ -126,3 +130,17 @@ class ScontrolControl:
     def admin_hold(self, job_id: int) -> None:
         """Make the job's hold the administrator's: its user can no longer release it."""
         self.run(hold_argv(job_id))
+
+    def retarget(self, job_id: int, node: str, admin_comment: str, comment: str, gres: str) -> None:
+        """Give a pending job another GPU request (``gres``, e.g. a shard of one GPU) on
+        ``node``, with its comments, in one update (Slurm 23.11+; a job that started
+        meanwhile is refused by Slurm and keeps what it had)."""
+        self.run(
+            update_argv(
+                job_id,
+                ReqNodeList=node,
+                TresPerNode=tres_gres(gres, self.version),
+                AdminComment=admin_comment,
+                Comment=comment,
+            )
+        )

@@ -1,0 +1,212 @@
+"""Re-planning --colocate jobs that wait in Slurm's queue for a whole GPU (agent/replan.py):
+on Slurm 23.11+ the agent moves them onto a shared GPU that takes them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_colo.agent.server import Agent
+from slurm_colo.agent.state import AgentState
+from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.contracts.enums import Mode, Replan
+from slurm_colo.contracts.placement import Placement
+from slurm_colo.errors import SlurmError
+from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.scores import ClassInfo, table_from_pairs
+from slurm_colo.slurm.control import ScontrolControl
+from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
+
+LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
+SCORES = table_from_pairs(
+    [("a", "b", 1.0, 1.0), ("a", "a", 0.5, 0.5), ("b", "b", 0.5, 0.5)],
+    classes={"a": ClassInfo(memory_gib=4.0), "b": ClassInfo(memory_gib=4.0)},
+    created="",
+)
+
+
+def _state(replan: Replan = Replan.AUTO, newer_slurm: bool = True) -> AgentState:
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0, replan=replan))
+    s = AgentState(cfg, SCORES)
+    s.holds.retype_after_undo = newer_slurm
+    return s
+
+
+def _own_gpu_tag(cls: str, token: str, mode: Mode = Mode.AUTO) -> str:
+    return Placement(token, cls, mode).to_tag()
+
+
+def _running_a() -> SlurmJob:
+    """Job 10, class a, on GPU 0's shards."""
+    tag = Placement(token="ta", cls="a").to_tag()
+    return SlurmJob(
+        10,
+        "a",
+        "alice",
+        1000,
+        "RUNNING",
+        nodes="n1",
+        gres=(GresAlloc("shard", "v100_s0", 1, (0,)),),
+        admin_comment=tag,
+        submit_time=1.0,
+    )
+
+
+def _waiting(job_id: int, cls: str, **kw: object) -> SlurmJob:
+    base = SlurmJob(
+        job_id,
+        cls,
+        "alice",
+        1000,
+        "PENDING",
+        tres_per_node="gres/gpu:1",
+        admin_comment=_own_gpu_tag(cls, f"t{job_id}"),
+        state_reason="Resources",
+        submit_time=float(job_id),
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def _whole_gpus_busy() -> list[SlurmJob]:
+    """GPUs 2 and 3 (whole) run jobs 20 and 21: a --colocate job with its own-GPU request waits."""
+    return [
+        SlurmJob(
+            j,
+            "x",
+            "bob",
+            1001,
+            "RUNNING",
+            nodes="n1",
+            gres=(GresAlloc("gpu", "v100", 1, (i,)),),
+            submit_time=0.5,
+        )
+        for j, i in ((20, 2), (21, 3))
+    ]
+
+
+NODES = [SlurmNode("n1", "MIXED")]
+
+
+def test_a_job_waiting_for_a_whole_gpu_is_moved_onto_a_shared_gpu_that_takes_it() -> None:
+    s = _state()
+    b = _waiting(30, "b")
+    s.apply_snapshot([_running_a(), b, *_whole_gpus_busy()], NODES, 5.0)
+    [act] = s.replan(5.0)
+    assert act.kind == "retarget" and act.job_id == 30 and act.node == "n1"
+    assert act.gres == "gres:shard:v100_s0:1"  # next to a: the pair a+b is predicted to gain
+    tag = Placement.from_tag(act.admin_comment)
+    assert tag is not None and tag.shared and tag.gpu == 0 and tag.token == "t30"
+    assert act.comment.startswith("colo: re-planned onto GPU 0 of n1")
+    # counted on its GPU at once; not re-planned again before Slurm shows the change
+    assert [o.key for o in s.view.gpus[0].occupants] == ["10", "30"]
+    assert s.replan(5.5) == []
+    moved = replace(
+        b, admin_comment=act.admin_comment, tres_per_node="gres/shard:v100_s0:1", nodes=""
+    )
+    s.apply_snapshot([_running_a(), moved, *_whole_gpus_busy()], NODES, 7.0)
+    assert s.replan(7.0) == [] and "30" in [o.key for o in s.view.gpus[0].occupants]
+    ex = s.explain(30, act.admin_comment)
+    assert ex["action"] == "share" and ex["reason"].startswith("waited for a whole GPU; then")
+
+
+@pytest.mark.parametrize(
+    "why, job",
+    [
+        ("waits for a dependency", _waiting(30, "b", state_reason="Dependency")),
+        ("held", _waiting(30, "b", state_reason="JobHeldUser")),
+        ("two GPUs", _waiting(30, "b", tres_per_node="gres/gpu:2")),
+        ("--gpus (per job)", _waiting(30, "b", tres_per_job="gres/gpu:1")),
+        ("two nodes", _waiting(30, "b", node_count=2)),
+        ("a GPU model the cluster lacks", _waiting(30, "b", tres_per_node="gres/gpu:k80:1")),
+        ("--colocate=off", _waiting(30, "b", admin_comment=_own_gpu_tag("b", "t", Mode.OFF))),
+        ("no --colocate", _waiting(30, "b", admin_comment="")),
+    ],
+)
+def test_jobs_that_are_not_single_gpu_colocate_jobs_waiting_for_gpus_stay_as_they_are(
+    why: str, job: SlurmJob
+) -> None:
+    s = _state()
+    s.apply_snapshot([_running_a(), job, *_whole_gpus_busy()], NODES, 5.0)
+    assert s.replan(5.0) == [], why
+
+
+@pytest.mark.parametrize("replan, newer", [(Replan.OFF, True), (Replan.AUTO, False)])
+def test_off_or_on_slurm_22_05_nothing_is_re_planned(replan: Replan, newer: bool) -> None:
+    s = _state(replan, newer)
+    s.apply_snapshot([_running_a(), _waiting(30, "b"), *_whole_gpus_busy()], NODES, 5.0)
+    assert s.replan(5.0) == []
+
+
+def test_oldest_first_and_each_one_counted_before_the_next() -> None:
+    """Two jobs of class a wait: a+a is harmful (0.5 each), so the first goes to the idle
+    GPU 1 and the second, finding both GPUs with an a, stays waiting."""
+    s = _state()
+    waiting = [_waiting(31, "a"), _waiting(30, "a")]
+    s.apply_snapshot([_running_a(), *waiting, *_whole_gpus_busy()], NODES, 5.0)
+    [act] = s.replan(5.0)
+    assert act.job_id == 30 and act.gres == "gres:shard:v100_s1:1"
+
+
+def test_a_refused_retarget_forgets_the_new_placement() -> None:
+    s = _state()
+    s.apply_snapshot([_running_a(), _waiting(30, "b"), *_whole_gpus_busy()], NODES, 5.0)
+    [act] = s.replan(5.0)
+    s.failed(act, 5.2)  # the job started on a whole GPU meanwhile
+    assert 30 not in s.ledger.by_job
+    assert [o.key for o in s.view.gpus[0].occupants] == ["10"]
+
+
+class Recording(ScontrolControl):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(slurm_version="24.11.5")
+        self.argvs: list[list[str]] = []
+        self.fail = fail
+
+    def run(self, argv: list[str]) -> None:
+        self.argvs.append(argv)
+        if self.fail:
+            raise SlurmError("scontrol update failed: Job is no longer pending execution")
+
+
+class Snapshot:
+    name = "fake"
+
+    def __init__(self, jobs: list[SlurmJob]) -> None:
+        self._jobs = jobs
+
+    def jobs(self) -> list[SlurmJob]:
+        return self._jobs
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return None
+
+    def nodes(self) -> list[SlurmNode]:
+        return NODES
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_agent_retargets_the_job_with_scontrol_in_the_installed_form(
+    fail: bool, tmp_path: Path
+) -> None:
+    control = Recording(fail)
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    agent = Agent(
+        cfg,
+        Snapshot([_running_a(), _waiting(30, "b"), *_whole_gpus_busy()]),
+        control,
+        learned_file=tmp_path / "learned.json",
+    )
+    agent.state.scores = SCORES
+    assert agent.state.holds.retype_after_undo  # 24.11: pending jobs' GRES can change
+    agent.refresh()
+    deadline = time.monotonic() + 5
+    while not control.argvs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    [argv] = control.argvs
+    assert argv[:4] == ["scontrol", "update", "JobId=30", "ReqNodeList=n1"]
+    assert "TresPerNode=gres/shard:v100_s0:1" in argv
+    assert any(a.startswith("AdminComment=slurm-colo[v=1 tok=t30") for a in argv)
+    assert (30 in agent.state.ledger.by_job) is not fail
