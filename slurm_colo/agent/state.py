@@ -350,7 +350,7 @@ class AgentState:
             j for j, t in self.ledger.by_job.items() if self.ledger.placements[t].decision.shared
         }
         waiting = waiting_jobs(occ.jobs, tags, skip, models)
-        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.scores)
+        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book)
 
     def failed(self, action: Action, now: float) -> None:
         """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU
