@@ -106,7 +106,7 @@ class ScoresConfig:
     path: str = "/var/lib/slurm-colo/scores/live.json"
     #: a score set older than this is reported stale by `doctor`/`status`, hours
     max_age_h: float = 48.0
-    #: GPU model whose imported profiling campaign `retrain` uses ("" = the only one imported)
+    #: GPU model whose campaign `retrain` uses for one set ("" = the only one, or one per model)
     gpu_model: str = ""
     #: history older than this is not used for training, days
     window_days: float = 365.0

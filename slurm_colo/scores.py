@@ -231,6 +231,14 @@ def load_scores(path: str | Path) -> ScoreTable:
     return scores_from_dict(d, str(p))
 
 
+def model_scores_path(path: str | Path, gpu_model: str) -> Path:
+    """Where the score set of GPU model ``gpu_model`` lives on a site with several models:
+    next to the site default set ``path``, ``live.json`` -> ``live-v100.json`` ("" is the
+    site default itself)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}-{gpu_model}{p.suffix}") if gpu_model else p
+
+
 def publish_scores(table: ScoreTable, path: str | Path) -> Path:
     """Write ``table`` to ``path`` atomically: readers see the old or the new file, never a
     half-written one (temp file in the same directory, fsync, rename, fsync the directory)."""

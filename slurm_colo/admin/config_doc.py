@@ -109,7 +109,9 @@ HELP: dict[str, str] = {
     "scores.max_age_h": "A score set older than this many hours is reported stale by "
     "`slurm-colo doctor`.",
     "scores.gpu_model": "GPU model whose imported profiling campaign `slurm-colo retrain` "
-    "uses. Empty: the only campaign imported.",
+    "uses, for one score set from all the history. Empty: the only campaign imported, or, "
+    "where the records and campaigns name several GPU models, one set per model besides "
+    "the site default.",
     "scores.window_days": "History older than this many days is not used for training.",
     "scores.half_life_days": "Recency weighting: the weight of an observation halves every "
     "this many days.",

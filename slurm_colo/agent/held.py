@@ -43,7 +43,8 @@ from ..config import Config
 from ..contracts.enums import Unplaced
 from ..contracts.placement import ANY_SHARED, Placement, held_for_text
 from ..contracts.probe import ProbeReport
-from ..placement import JobRequest
+from ..placement import ClusterView, JobRequest
+from ..placement.by_model import ScoreBook
 from ..placement.guard import HeldWait
 from ..placement.held import (
     HeldJob,
@@ -58,7 +59,6 @@ from ..placement.held import (
     undo_tag,
 )
 from ..placement.retract import members_from_report, rate_floor
-from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
 from .learned import LiveScores
 from .ledger import Ledger
@@ -169,9 +169,11 @@ class HeldJobs:
         )
         return j.reply(), [act]
 
-    def reaim(self, now: float, ledger: Ledger, occ: Occupancy, scores: ScoreTable) -> list[Action]:
+    def reaim(self, now: float, ledger: Ledger, occ: Occupancy, book: ScoreBook) -> list[Action]:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
-        oldest first; lock the hold of a job held without a GPU request that stays held."""
+        oldest first; lock the hold of a job held without a GPU request that stays held.
+        A job bound to one GPU model (its shard type, or the model it asked for) is judged
+        with that model's score set, any other with the site default."""
         out = []
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
@@ -187,6 +189,7 @@ class HeldJobs:
                     "exc_nodes": sj.excluded_nodes,
                 }
             )
+            scores = book.table(_model_of(h, view, book))
             d = place_held(h, view, scores, self.cfg.placement, occ.reservation)
             if not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
@@ -359,3 +362,12 @@ def held_in_slurm(jobs: list[SlurmJob]) -> list[HeldInSlurm]:
         if tag and tag.held and j.state == "PENDING":
             out.append(HeldInSlurm(j, tag.held, tag.model))
     return sorted(out, key=lambda x: x.job.job_id)
+
+
+def _model_of(h: HeldJob, view: ClusterView, book: ScoreBook) -> str:
+    """Whose score set judges held job ``h``: its shard type's GPU model, or the model it
+    asked for ("" the site default)."""
+    if h.request.gres_type:
+        pos = view.positions_of_type(h.request.gres_type)
+        return book.model_for(view.gpus[pos[0]].model) if pos else ""
+    return book.model_for(h.model)

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..config import Config
 from ..errors import ColoError
 from ..fsutil import atomic_write_bytes
+from ..placement.by_model import ScoreBook
 from ..placement.retract import with_pairs
 from ..scores import PairScore, ScoreTable
 
@@ -119,7 +120,9 @@ def _timestamp(iso: str) -> float | None:
 
 
 class LiveScores:
-    """The live score set with what probes measured since it was made laid over it."""
+    """The live score set with what probes measured since it was made laid over it; on a
+    site with several GPU models, the sets of the models that have their own too (each
+    with the measurements made after it), as a :class:`ScoreBook`."""
 
     def __init__(self, table: ScoreTable | None = None) -> None:
         #: pair throughputs probes measured since the score set was made, laid over it
@@ -129,11 +132,30 @@ class LiveScores:
         self.changes = 0
         #: why the last score file could not be loaded (the set in use is kept)
         self.error: str | None = None
+        #: the sets of the GPU models that have their own, as loaded, and what probes
+        #: measured laid over them; why a model's file could not be loaded (set kept)
+        self._models: dict[str, ScoreTable] = {}
+        self._model_tables: dict[str, ScoreTable] = {}
+        self.model_errors: dict[str, str] = {}
+        self._book: ScoreBook | None = None
         self.load(table or ScoreTable())
 
     @property
     def table(self) -> ScoreTable:
         return self._table
+
+    @property
+    def book(self) -> ScoreBook:
+        """The site default set and the per-model sets (the same object until one of them
+        changes: the agent's prepared decision is kept while it is)."""
+        if self._book is None:
+            self._book = ScoreBook(self._table, dict(self._model_tables))
+        return self._book
+
+    @property
+    def models(self) -> dict[str, ScoreTable]:
+        """The per-model sets in use (with the probes' measurements laid over them)."""
+        return dict(self._model_tables)
 
     def load(self, table: ScoreTable) -> None:
         """Use a new score set; measurements older than it are dropped."""
@@ -141,6 +163,24 @@ class LiveScores:
         made = _timestamp(table.created)
         self.learned = {k: v for k, v in self.learned.items() if made is None or v[1] > made}
         self._table = with_pairs(table, {k: v[0] for k, v in self.learned.items()})
+        self._model_tables = {m: self._overlay(t) for m, t in self._models.items()}
+        self._book = None
+
+    def load_model(self, gpu_model: str, table: ScoreTable | None) -> None:
+        """Use ``table`` for the GPUs of ``gpu_model`` (None: they use the site default)."""
+        if table is None:
+            self._models.pop(gpu_model, None)
+            self._model_tables.pop(gpu_model, None)
+        else:
+            self._models[gpu_model] = table
+            self._model_tables[gpu_model] = self._overlay(table)
+        self._book = None
+
+    def _overlay(self, table: ScoreTable) -> ScoreTable:
+        """``table`` with the measurements made after it laid over it."""
+        made = _timestamp(table.created)
+        newer = {k: v[0] for k, v in self.learned.items() if made is None or v[1] > made}
+        return with_pairs(table, newer) if newer else table
 
     def learn(
         self, observed: dict[tuple[str, str], PairScore], now: float, at_once: bool = False

@@ -196,7 +196,10 @@ class Ledger:
         d: Decision,
         now: float,
         scores_id: str,
+        scores_model: str | None = None,
     ) -> None:
+        """Keep the explanation of a decision (``scores_model``: whose score set was used
+        on a site with per-model sets, "" the site default; None: the site has one set)."""
         self.explanations[token] = {
             "token": token,
             "job_id": None,
@@ -216,6 +219,7 @@ class Ledger:
             "mechanism": d.mechanism,
             "time": now,
             "scores": scores_id,
+            "scores_model": scores_model,
         }
         while len(self.explanations) > MAX_EXPLANATIONS:
             self.explanations.popitem(last=False)

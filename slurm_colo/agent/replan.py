@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from ..config import Config
 from ..contracts.enums import Mode
 from ..contracts.placement import Placement
-from ..placement import JobRequest, place
+from ..placement import JobRequest
+from ..placement.by_model import ScoreBook, place_by_model
 from ..placement.retract import rate_floor
-from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
 from .held import Action
 from .ledger import Ledger
@@ -94,10 +94,10 @@ def move_waiting(
     waiting: list[Waiting],
     ledger: Ledger,
     occ: Occupancy,
-    scores: ScoreTable,
+    book: ScoreBook,
 ) -> list[Action]:
     """Re-aim the waiting jobs a shared GPU takes now; each one placed is counted on its GPU
-    at once, so the next one sees it."""
+    at once, so the next one sees it. Each GPU is judged with its model's score set."""
     out = []
     for w in waiting[:MAX_PER_PASS]:
         j, tag = w.job, w.tag
@@ -119,12 +119,23 @@ def move_waiting(
             partition=part,
             rate_floor=rate_floor(cfg.placement, tag.undone),
         )
-        d = place(req, view, scores, cfg.placement)
+        bd = place_by_model(req, view, book, cfg.placement)
+        d = bd.decision
         if not d.shared or d.node is None or d.node not in occ.layouts:
             continue
         token = tag.token or f"job{j.job_id}"
         ledger.drop(token)
-        ledger.remember(token, j.name, j.user, tag.cls, str(tag.mode), d, now, scores.id)
+        ledger.remember(
+            token,
+            j.name,
+            j.user,
+            tag.cls,
+            str(tag.mode),
+            d,
+            now,
+            bd.scores.id,
+            scores_model=bd.model if book.by_model else None,
+        )
         ledger.add(token, req, d, now, occ.view, job_id=j.job_id)
         ledger.note(token, f"waited for a whole GPU; then {d.reason}")
         new_tag = d.placement(token, tag.cls, tag.mode, undone=tag.undone).to_tag()

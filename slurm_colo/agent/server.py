@@ -33,13 +33,12 @@ from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
 from ..config import Config
-from ..errors import ColoError, ProtocolError, ScoresError, SlurmError
-from ..scores import ScoreTable, load_scores
+from ..errors import ColoError, ProtocolError, SlurmError
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
-from . import held, learned, listeners
+from . import held, learned, listeners, score_files
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
@@ -89,7 +88,7 @@ class Agent:
         self.trusted = trusted_uids()
         self.req_count = 0
         self.req_seconds = 0.0
-        self._scores_mtime: float | None = None
+        self.score_files = score_files.ScoreFiles(cfg)
         self._server: socketserver.UnixStreamServer | None = None
         self._tcp: list[socketserver.TCPServer] = []
         #: the history database, opened at the first RECORDS message
@@ -99,36 +98,12 @@ class Agent:
 
     # ---- scores and Slurm --------------------------------------------------------------
     def reload_scores(self, force: bool = False) -> None:
-        path = Path(self.cfg.scores.path)
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            mtime = None
-        if not force and mtime == self._scores_mtime:
-            return
-        self._scores_mtime = mtime
-        try:
-            table: ScoreTable | None = load_scores(path)
-            err = None
-        except ScoresError as e:
-            table, err = None, str(e)
-        with self.lock:
-            if table is not None:
-                self.state.scores = table
-                self.state.live.error = None
-                log.info(
-                    "scores: loaded set %s (%d classes, %d pairs)",
-                    table.id,
-                    len(table.classes),
-                    len(table.pairs),
-                )
-            else:
-                self.state.live.error = err
-                log.error(
-                    "scores: %s; keeping set %s (unknown pairs use the conservative prior)",
-                    err,
-                    self.state.scores.id,
-                )
+        """Load the score files that changed (agent/score_files.py): the site default set
+        and the sets of the GPU models that have their own. Read outside the lock."""
+        files = self.score_files.read(force)
+        if files:
+            with self.lock:
+                score_files.apply(self.state.live, files)
 
     def refresh(self) -> None:
         try:

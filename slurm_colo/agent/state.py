@@ -18,7 +18,8 @@ from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
 from ..errors import OptionError
-from ..placement import ClusterView, Decision, JobRequest, place
+from ..placement import ClusterView, JobRequest
+from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
 from ..placement.guard import Reservation
 from ..placement.held import HeldJob
 from ..scores import ScoreTable
@@ -63,9 +64,11 @@ class AgentState:
         self.ledger = Ledger(cfg)
         self.occupancy = Occupancy(cfg)
         self.holds = HeldJobs(cfg)
-        #: (request key, view, view version, scores, token, decision) prepared after the
-        #: last placement for the next request of the same kind; see :meth:`decide`
+        #: (request key, view, view version, score book, token, decision) prepared after
+        #: the last placement for the next request of the same kind; see :meth:`decide`
         self._prepared: tuple[Any, ...] | None = None
+        #: the view's parts per GPU model's score set, kept between requests
+        self._model_views = ModelViews()
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -76,6 +79,11 @@ class AgentState:
     @scores.setter
     def scores(self, table: ScoreTable) -> None:
         self.live.load(table)
+
+    @property
+    def book(self) -> ScoreBook:
+        """The site default set and the sets of the GPU models that have their own."""
+        return self.live.book
 
     @property
     def view(self) -> ClusterView:
@@ -113,6 +121,8 @@ class AgentState:
             self.holds.waits() if plan_at is not None else (),
             plan_at,
         )
+        # a site with per-model score sets: each model's part of the view, indexed now
+        prepare(self.view, self.book, self.cfg.placement, self._model_views)
 
     # ---- requests ------------------------------------------------------------------------
     def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
@@ -158,12 +168,13 @@ class AgentState:
             and ready[0] == key
             and ready[1] is self.view
             and ready[2] == self.view.version
-            and ready[3] is self.scores
+            and ready[3] is self.book
         ):
-            token, d = ready[4], ready[5]
+            token, bd = ready[4], ready[5]
         else:
             token = _new_token()
-            d = self._place(token, key, fields)
+            bd = self._place(token, key, fields)
+        d = bd.decision
         tag = d.placement(token, cls, mode).to_tag()
         hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self.occupancy, fields)
         if hold:
@@ -198,7 +209,7 @@ class AgentState:
             }
 
         def record() -> None:
-            self._record(token, key, fields, d, now, held=hold)
+            self._record(token, key, fields, bd, now, held=hold)
             if hold:
                 self.ledger.note(token, reply["comment"][6:])
 
@@ -208,27 +219,37 @@ class AgentState:
         uid, user, cls, mode, partition = key[:5]
         return JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode, partition=partition)
 
-    def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> Decision:
-        return place(
-            self._request(token, key),
-            self.occupancy.candidate_view(fields),
-            self.scores,
-            self.cfg.placement,
-        )
+    def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> BookDecision:
+        """The placement, each GPU judged with its own model's score set
+        (:func:`~slurm_colo.placement.by_model.place_by_model`: one ``place`` call on the
+        whole view when the site has one set)."""
+        view = self.occupancy.candidate_view(fields)
+        # the kept parts belong to the whole view; a filtered one is split afresh
+        cache = self._model_views if view is self.view else None
+        return place_by_model(self._request(token, key), view, self.book, self.cfg.placement, cache)
 
     def _record(
         self,
         token: str,
         key: tuple[Any, ...],
         fields: dict[str, str],
-        d: Decision,
+        bd: BookDecision,
         now: float,
         held: bool = False,
     ) -> None:
         req = self._request(token, key)
         led = self.ledger
+        d = bd.decision
         led.remember(
-            token, fields.get("name", ""), req.user, req.cls, req.mode, d, now, self.scores.id
+            token,
+            fields.get("name", ""),
+            req.user,
+            req.cls,
+            req.mode,
+            d,
+            now,
+            bd.scores.id,
+            scores_model=bd.model if self.book.by_model else None,
         )
         log.info(
             "placement %s (%s, user %s, class %s): %s",
@@ -251,7 +272,7 @@ class AgentState:
             key,
             self.view,
             self.view.version,
-            self.scores,
+            self.book,
             nxt,
             self._place(nxt, key, fields),
         )
@@ -308,7 +329,7 @@ class AgentState:
 
     def reaim(self, now: float) -> list[Action]:
         """Aim the held jobs a GPU takes now (agent/held.py)."""
-        return self.holds.reaim(now, self.ledger, self.occupancy, self.scores)
+        return self.holds.reaim(now, self.ledger, self.occupancy, self.book)
 
     def replan(self, now: float) -> list[Action]:
         """Move ``--colocate`` jobs waiting for a whole GPU onto shared GPUs that take them
@@ -329,7 +350,7 @@ class AgentState:
             j for j, t in self.ledger.by_job.items() if self.ledger.placements[t].decision.shared
         }
         waiting = waiting_jobs(occ.jobs, tags, skip, models)
-        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.scores)
+        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book)
 
     def failed(self, action: Action, now: float) -> None:
         """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU
@@ -363,6 +384,16 @@ class AgentState:
                 "id": self.scores.id,
                 "created": self.scores.created,
                 "error": self.live.error,
+                # the GPU models with a set of their own, and files that failed to load
+                "models": {
+                    m: {"id": t.id, "created": t.created, "error": self.live.model_errors.get(m)}
+                    for m, t in sorted(self.live.models.items())
+                }
+                | {
+                    m: {"id": None, "created": None, "error": e}
+                    for m, e in self.live.model_errors.items()
+                    if m not in self.live.models
+                },
             },
             "decisions": dict(led.decisions),
             "probes": dict(led.probes),

@@ -1,5 +1,5 @@
-"""History and model commands: db upgrade/status, history (query, import, ingest), retrain,
-scores export/show/heatmap, model evaluate."""
+"""History and model commands: db upgrade/status, history (query, import, ingest), retrain
+(:mod:`.retrain`), scores export/show/heatmap, model evaluate."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typer
 
 from ..config import Config, load_config
 from ..errors import ColoError, ModelError
+from .retrain import register_retrain
 
 ConfigOpt = typer.Option(
     None,
@@ -50,7 +51,7 @@ def _load_table(cfg: Config, file: Path | None) -> Any:
 def register(app: typer.Typer) -> None:
     _register_db(app)
     _register_history(app)
-    _register_retrain(app)
+    register_retrain(app)
     _register_scores(app)
     _register_model(app)
 
@@ -104,6 +105,9 @@ def _register_history(app: typer.Typer) -> None:
         user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
         cls: str | None = typer.Option(None, "--class", help="Only jobs of this class."),
         node: str | None = typer.Option(None, "--node", "-n", help="Only jobs on this node."),
+        gpu: str | None = typer.Option(
+            None, "--gpu", help="Only jobs that ran on this GPU model (v100; '' for unknown)."
+        ),
         since: str | None = typer.Option(None, "--since", help="Ended after: 2026-11-01, 7d, 12h."),
         until: str | None = typer.Option(None, "--until", help="Started before (same forms)."),
         limit: int = typer.Option(50, "--limit", help="At most this many jobs, newest first."),
@@ -111,7 +115,7 @@ def _register_history(app: typer.Typer) -> None:
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
-        """Show recorded jobs (filters: --user, --class, --node, --since, --until)."""
+        """Show recorded jobs (filters: --user, --class, --node, --gpu, --since, --until)."""
         if ctx.invoked_subcommand:
             return
         from ..store.queries import parse_when, query_jobs
@@ -125,19 +129,21 @@ def _register_history(app: typer.Typer) -> None:
             parse_when(since) if since else None,
             parse_when(until) if until else None,
             limit,
+            gpu,
         )
         if as_json:
             for r in rows:
                 typer.echo(json.dumps(r))
             return
         typer.echo(
-            f"{'JOBID':>9} {'USER':10} {'CLASS':22} {'NODE':10} {'START (UTC)':16} "
+            f"{'JOBID':>9} {'USER':10} {'CLASS':22} {'NODE':10} {'GPU':6} {'START (UTC)':16} "
             f"{'MIN':>7} {'SHARED':6} {'CO':>3} {'SM':>5} {'MEMGiB':>6} STATE"
         )
         for r in rows:
             mins = (r["end_time"] - r["start_time"]) / 60.0
             typer.echo(
                 f"{r['job_id']:>9} {r['user'][:10]:10} {r['cls'][:22]:22} {r['node'][:10]:10} "
+                f"{(r['gpu_model'] or '-')[:6]:6} "
                 f"{_ts(r['start_time']):16} {mins:7.1f} {('yes' if r['shared'] else 'no'):6} "
                 f"{r['co_runners']:>3} {_f(r['sm_util_mean']):>5} {_f(r['mem_peak_gib'], '.1f'):>6} "
                 f"{r['state']}{' MPS-FAULT' if r['mps_fault'] else ''}"
@@ -196,59 +202,6 @@ def _register_history(app: typer.Typer) -> None:
         typer.echo(res.summary())
         for name, why in res.bad:
             typer.echo(f"  bad: {name}: {why}", err=True)
-
-
-def _register_retrain(app: typer.Typer) -> None:
-    @app.command("retrain")
-    def retrain_cmd(
-        gpu: str | None = typer.Option(
-            None, "--gpu", help="GPU model of the imported campaign to use."
-        ),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Train and validate, publish nothing."
-        ),
-        force: bool = typer.Option(
-            False, "--force", help="Publish even if the held-out check regresses."
-        ),
-        out: Path | None = typer.Option(
-            None, "--out", help="Publish here instead of [scores] path."
-        ),
-        rebuild: bool = typer.Option(
-            False,
-            "--rebuild",
-            help="Rebuild every co-location episode "
-            "from the job records (default: only those of new records).",
-        ),
-        url: str | None = UrlOpt,
-        config: Path | None = ConfigOpt,
-    ) -> None:
-        """Retrain compatibility scores from the history (nightly); publish only if they validate."""
-        from slurm_colo.train.retrain import retrain
-
-        cfg = load_config(config)
-        res = retrain(
-            _engine(cfg, url), cfg, gpu=gpu, dry_run=dry_run, force=force, path=out, rebuild=rebuild
-        )
-        t, info = res.table, res.info
-        typer.echo(
-            f"score set {t.id}: {len(t.classes)} classes, {len(t.pairs)} pairs, "
-            f"{info.get('episodes', 0)} episodes ({info.get('records_built', 0)} new "
-            f"record(s) built), {info.get('campaign_pairs', 0)} campaign pairs"
-        )
-        m = t.metrics
-        typer.echo(
-            f"held-out MAE of n: {_f(m.get('holdout_mae'), '.4f')} on {m.get('holdout_pairs', 0)} "
-            f"pairs; live set: {m.get('live_id') or '(none)'} {_f(m.get('live_holdout_mae'), '.4f')}"
-        )
-        if info.get("skewed_intervals"):
-            typer.echo(
-                f"warning: {info['skewed_intervals']} co-runner interval(s) ignored (clock skew)",
-                err=True,
-            )
-        if res.published:
-            typer.echo(f"published -> {res.path} (live)")
-        else:
-            typer.echo(f"dry run: {info.get('verdict')}")
 
 
 def _register_scores(app: typer.Typer) -> None:

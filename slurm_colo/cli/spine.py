@@ -59,7 +59,15 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
         reason = str(ex.get("reason") or "")
         lines.append("  " + (reason if reason.startswith("own GPU") else f"not shared: {reason}"))
     if ex.get("scores"):
-        lines.append(f"  score set: {ex['scores']}")
+        model = ex.get("scores_model")  # None: the site has one score set
+        whose = (
+            ""
+            if model is None
+            else f" (GPU model {model}'s own set)"
+            if model
+            else " (the site default: this GPU's model has no set of its own)"
+        )
+        lines.append(f"  score set: {ex['scores']}{whose}")
     return "\n".join(lines)
 
 
@@ -207,6 +215,12 @@ def register(app: typer.Typer) -> None:
             f"score set: {sc.get('id')} (created {sc.get('created') or '?'})"
             + (f"  ERROR: {sc['error']}" if sc.get("error") else "")
         )
+        for model, m in sorted((sc.get("models") or {}).items()):
+            typer.echo(
+                f"score set of GPU model {model}: {m.get('id') or '(none: the site default)'}"
+                + (f" (created {m.get('created') or '?'})" if m.get("id") else "")
+                + (f"  ERROR: {m['error']}" if m.get("error") else "")
+            )
         typer.echo(f"pending placements: {st.get('pending_placements', 0)}")
         pr = st.get("probes") or {}
         if pr:

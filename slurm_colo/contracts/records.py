@@ -3,6 +3,12 @@
 One JSON object per job, written to the node-local spool and ingested idempotently:
 ``record_id`` (cluster, job id, node, start time) is the key, so a record ingested twice is
 stored once. This module is the contract between the node side and the store.
+
+Version 2 added the GPU the job ran on: ``gpu_model`` (the model part of the GPU's GRES
+type, ``v100`` for ``v100_s1``: what score sets are kept per), ``gres_type`` and
+``gpu_name`` (the NVML product name, where NVML answered). A version-1 record has none of
+them and reads with empty strings: the store then takes the model of its node from the
+configuration (:mod:`slurm_colo.train.retrain`).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
 
 @dataclass
@@ -51,6 +57,12 @@ class JobRecord:
     state: str = "COMPLETED"
     mps_fault: bool = False
     version: int = RECORD_VERSION
+    #: the GPU model as the site's GRES types name it (``v100``); "" = unknown
+    gpu_model: str = ""
+    #: the GRES type of the GPU the job ran on (``v100_s1``; ``v100`` outside the pool)
+    gres_type: str = ""
+    #: the NVML product name (``Tesla V100-SXM2-16GB``); "" where NVML did not answer
+    gpu_name: str = ""
 
     @property
     def record_id(self) -> str:

@@ -295,10 +295,10 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None
     from .record_build import build_minimal_record, build_record
 
     try:
-        rec = build_record(lay, job_id)
+        rec = build_record(lay, job_id, cfg.gpus)
     except Exception as e:  # a bug or a damaged file must not wedge the record forever
         log.error("job %d: full record could not be built (%s); writing a minimal one", job_id, e)
-        rec = build_minimal_record(lay, job_id, f"{type(e).__name__}: {e}")
+        rec = build_minimal_record(lay, job_id, f"{type(e).__name__}: {e}", cfg.gpus)
     if rec is None:
         return None
     try:

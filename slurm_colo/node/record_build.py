@@ -4,11 +4,13 @@ reads files, writes nothing)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.records import CoRunner, JobRecord
+from slurm_colo.gres_layout import NodeGpus
 
 from . import journal
 from .jobstate import read_ended, read_profile, read_progress, read_state
@@ -76,8 +78,31 @@ def _profile(p: Any) -> dict[str, Any]:
     return p
 
 
-def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
-    """The record for a job whose Epilog has marked it ended; None if state is missing."""
+class GpuIdentity(NamedTuple):
+    gpu_model: str
+    gres_type: str
+    gpu_name: str
+
+
+def gpu_identity(
+    layouts: Sequence[NodeGpus], node: str, gpus: Sequence[int], profile: dict[str, Any]
+) -> GpuIdentity:
+    """The record's ``gpu_model`` and ``gres_type`` (from the node's ``[[gpus]]`` layout, for
+    the job's first GPU) and ``gpu_name`` (the NVML product name the sampler read)."""
+    ng = next((g for g in layouts if g.matches(node)), None)
+    name = profile.get("gpu_name")
+    return GpuIdentity(
+        ng.model if ng is not None else "",
+        ng.gres_type(gpus[0]) if ng is not None and gpus else "",
+        name[:96] if isinstance(name, str) else "",
+    )
+
+
+def build_record(
+    layout: NodeLayout, job_id: int, layouts: Sequence[NodeGpus] = ()
+) -> JobRecord | None:
+    """The record for a job whose Epilog has marked it ended; None if state is missing.
+    ``layouts``: the site's GPU layouts (``Config.gpus``), for the GPU model."""
     st = read_state(layout, job_id)
     ended = read_ended(layout, job_id)
     if not st or not ended:
@@ -98,6 +123,7 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
         if st.mechanism == Mechanism.MPS and journal.faults(events, start, end):
             fault = True
     p = st.placement
+    profile = _profile(read_profile(layout, job_id))
     return JobRecord(
         job_id=job_id,
         node=st.node,
@@ -115,15 +141,18 @@ def build_record(layout: NodeLayout, job_id: int) -> JobRecord | None:
         thread_pct=p.thread_pct if p else None,
         mem_limit_gib=p.mem_limit_gib if p else None,
         co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
-        profile=_profile(read_profile(layout, job_id)),
+        profile=profile,
         progress=progress_summary(read_progress(layout, job_id), shared_iv),
         exit_code=int(ended.get("exit_code", 0)),
         state=exit_state(int(ended.get("exit_code", 0)), int(ended.get("signal", 0))),
         mps_fault=fault,
+        **gpu_identity(layouts, st.node, st.gpus, profile)._asdict(),
     )
 
 
-def build_minimal_record(layout: NodeLayout, job_id: int, error: str) -> JobRecord | None:
+def build_minimal_record(
+    layout: NodeLayout, job_id: int, error: str, layouts: Sequence[NodeGpus] = ()
+) -> JobRecord | None:
     """The record without journal, profile and progress (used when building the full one
     failed): the job is still counted, and ``profile.record_error`` says why it is thin."""
     st = read_state(layout, job_id)
@@ -147,4 +176,5 @@ def build_minimal_record(layout: NodeLayout, job_id: int, error: str) -> JobReco
         profile={"record_error": error[:500]},
         exit_code=code,
         state=exit_state(code, int(ended.get("signal", 0))),
+        **gpu_identity(layouts, st.node, st.gpus, {})._asdict(),
     )

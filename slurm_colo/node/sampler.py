@@ -69,6 +69,8 @@ class Sampler:
     ) -> None:
         self.gate, self.job_id, self.layout = gate, job_id, layout
         self.gpus: list[Gpu] = [gate.gpu(i) for i in gpus]
+        #: the NVML product name of the job's first GPU ("" if NVML did not say)
+        self.gpu_name = next((n for n in (g.name() for g in self.gpus[:1]) if n), "")
         self.acc = ProfileAccumulator(interval_s=interval_s)
         self.journals = _Journals(layout, gpus, job_id)
         self.not_supported: set[str] = set()
@@ -146,6 +148,7 @@ class Sampler:
             gpu_lost=[g.index for g in self.gpus if g.lost],
             not_supported=sorted(self.not_supported),
             dcgm=self.dcgm,
+            gpu_name=self.gpu_name,
             errors=[e for g in self.gpus for e in g.errors][-5:],
         )
         if self.prober is not None and self.prober.result is not None:

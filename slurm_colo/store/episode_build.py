@@ -45,6 +45,8 @@ class JobView:
     record_id: str = ""
     #: peak GPU memory of the run (sampler profile), stored for the class profiles
     mem_peak: float | None = None
+    #: the model of the GPU the record ran on ("" = unknown)
+    gpu_model: str = ""
 
 
 class Member(NamedTuple):
@@ -69,6 +71,8 @@ class EpisodeRow:
     members: tuple[Member, ...]
     mps_fault: bool = False
     oom: bool = False
+    #: the GPU's model: that of the last of its records that names one ("" = unknown)
+    gpu_model: str = ""
 
 
 @dataclass
@@ -205,6 +209,7 @@ def build_groups(jobs: Sequence[JobView], only: Collection[int] | None = None) -
     by_id = {j.job_id: j for j in order}
     groups: dict[tuple[str, str, frozenset[int]], list[tuple[float, float]]] = {}
     names: dict[tuple[str, str, frozenset[int]], dict[int, str]] = {}
+    models: dict[tuple[str, str, frozenset[int]], str] = {}
     for j in order:
         if (
             only is not None
@@ -220,7 +225,10 @@ def build_groups(jobs: Sequence[JobView], only: Collection[int] | None = None) -
             if ivs is None:
                 groups[key] = ivs = []
                 names[key] = nm
+                models[key] = ""
             ivs.append((t0, t1))
+            if j.gpu_model:
+                models[key] = j.gpu_model
     figures: dict[int, Member] = {}
     out: list[EpisodeRow] = []
     for key, ivs in groups.items():
@@ -241,7 +249,8 @@ def build_groups(jobs: Sequence[JobView], only: Collection[int] | None = None) -
         row = tuple(mem)
         fault = any(by_id[i].mps_fault for i in ids if i in by_id)
         oom = any(by_id[i].oom for i in ids if i in by_id)
-        out.extend(EpisodeRow(node, gpu, s, e, row, fault, oom) for s, e in _merge(ivs))
+        model = models[key]
+        out.extend(EpisodeRow(node, gpu, s, e, row, fault, oom, model) for s, e in _merge(ivs))
     out.sort(key=lambda r: (r.start, r.node, r.gpu, r.end, [m.job_id for m in r.members]))
     return out
 

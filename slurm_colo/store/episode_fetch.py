@@ -30,6 +30,7 @@ _JOB_COLUMNS = (
     Job.progress_solo_rate,
     Job.mps_fault,
     Job.state,
+    Job.gpu_model,
     Profile.mem_peak_gib,
 )
 _CO_COLUMNS = (
@@ -134,6 +135,7 @@ def _fill(conn: Connection, jq: Select, cq: Select, views: dict[str, JobView], k
         solo,
         fault,
         state,
+        model,
         peak,
         built,
     ) in conn.execute(jq).all():
@@ -151,6 +153,7 @@ def _fill(conn: Connection, jq: Select, cq: Select, views: dict[str, JobView], k
                 oom=str(state).upper() in OOM_STATES,
                 record_id=rid,
                 mem_peak=peak,
+                gpu_model=model or "",
             )
     for rid, cid, ccls, st, en in conn.execute(cq).all():
         v = views.get(rid)

@@ -2,7 +2,8 @@
 
 Members are stored with their records' figures; their normalised throughput ``n`` is
 computed here, vectorised, against the solo reference of the window (which moves as solo
-runs arrive), with the same rules as :func:`.episode_build.job_n`.
+runs arrive), with the same rules as :func:`.episode_build.job_n`. The solo reference is
+that of the episode's GPU model: a job shared on a K80 is compared with solo runs on K80s.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class WindowEpisodes:
     source: np.ndarray
     ref: SoloRef = field(default_factory=SoloRef)
     skewed_intervals: int = 0
+    #: the GPU models of the episodes read ("" = unknown), by episode count
+    models: dict[str, int] = field(default_factory=dict)
     #: episode rows skipped for having fewer than two member rows
     corrupt: int = 0
 
@@ -53,15 +56,33 @@ class WindowEpisodes:
         return int(self.start.shape[0])
 
 
-def db_solo_reference(conn: Connection, since: float | None) -> SoloRef:
+def db_solo_reference(
+    conn: Connection, since: float | None, gpu_model: str | None = None
+) -> SoloRef:
     """Solo figures over all nodes: built records with no co-runner that did not run out
-    of memory (ending at or after ``since``)."""
+    of memory (ending at or after ``since``; of GPU model ``gpu_model``, or of any)."""
+    return db_solo_references(conn, since, gpu_model, pooled=True)[""]
+
+
+def db_solo_references(
+    conn: Connection, since: float | None, gpu_model: str | None = None, pooled: bool = False
+) -> dict[str, SoloRef]:
+    """:func:`db_solo_reference` per GPU model (``pooled``: all in one, under "")."""
     q = select(
-        EpisodeSource.cls, EpisodeSource.rate, EpisodeSource.start_time, EpisodeSource.end_time
+        EpisodeSource.gpu_model,
+        EpisodeSource.cls,
+        EpisodeSource.rate,
+        EpisodeSource.start_time,
+        EpisodeSource.end_time,
     ).where(EpisodeSource.solo)
     if since is not None:
         q = q.where(EpisodeSource.end_time >= since)
-    return solo_reference((c, r, en - st) for c, r, st, en in conn.execute(q))
+    if gpu_model is not None:
+        q = q.where(EpisodeSource.gpu_model == gpu_model)
+    runs: dict[str, list[tuple[str, float | None, float]]] = {"": []}
+    for m, c, r, st, en in conn.execute(q):
+        runs.setdefault("" if pooled else m, []).append((c, r, en - st))
+    return {m: solo_reference(v) for m, v in runs.items()}
 
 
 def member_n(
@@ -92,26 +113,30 @@ def member_n(
 #: one row per member with its episode's figures; members scanned (their ``end_time`` is
 #: the episode's), episodes looked up by key
 _WINDOW_SQL = (
-    "SELECT m.episode_id, m.job_id, m.cls, m.rate, m.solo_rate, m.total_s, "
+    "SELECT m.episode_id, m.job_id, m.cls, e.gpu_model, m.rate, m.solo_rate, m.total_s, "
     "m.shared_s, e.start_time, e.end_time, e.mps_fault, e.oom "
     "FROM episode_members m JOIN episodes e ON e.id = m.episode_id"
 )
 
 
-def _rows(conn: Connection, since: float | None) -> Iterator[np.ndarray]:
+def _rows(conn: Connection, since: float | None, gpu_model: str | None) -> Iterator[np.ndarray]:
     """The window's member rows, as object arrays of up to :data:`FETCH` rows: plain DB-API
     tuples (a third of the cost of result rows at a million members)."""
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql, args = (
-        (_WINDOW_SQL, ())
-        if since is None
-        else (f"{_WINDOW_SQL} WHERE m.end_time >= {mark}", (since,))
-    )
+    where: list[str] = []
+    args: list[object] = []
+    if since is not None:
+        where.append(f"m.end_time >= {mark}")
+        args.append(since)
+    if gpu_model is not None:
+        where.append(f"e.gpu_model = {mark}")
+        args.append(gpu_model)
+    sql = _WINDOW_SQL + (" WHERE " + " AND ".join(where) if where else "")
     cur = conn.connection.cursor()
     try:
-        cur.execute(sql, args)
+        cur.execute(sql, tuple(args))
         while part := cur.fetchmany(FETCH):
-            yield np.array(part, dtype=object).reshape(len(part), 11)
+            yield np.array(part, dtype=object).reshape(len(part), 12)
     finally:
         cur.close()
 
@@ -129,30 +154,46 @@ class _Index(dict[str, int]):
         return self[key]
 
 
-def _columns(conn: Connection, since: float | None, ix: _Index) -> list[np.ndarray]:
-    """episode id, job id, class index (into ``ix``, filled in), rate, solo rate, total
-    and shared seconds, episode start, end, fault and out-of-memory flags, per member."""
-    types = (np.int64, np.int64, np.int64) + (float,) * 6 + (bool, bool)
+def _columns(
+    conn: Connection, since: float | None, gpu_model: str | None, ix: _Index, models: _Index
+) -> list[np.ndarray]:
+    """episode id, job id, class index (into ``ix``, filled in), GPU model index (into
+    ``models``), rate, solo rate, total and shared seconds, episode start, end, fault and
+    out-of-memory flags, per member."""
+    types = (np.int64, np.int64, np.int64, np.int64) + (float,) * 6 + (bool, bool)
     cols: list[list[np.ndarray]] = [[] for _ in types]
-    for o in _rows(conn, since):
+    for o in _rows(conn, since, gpu_model):
         o[:, 2] = np.fromiter(map(ix.__getitem__, o[:, 2].tolist()), np.int64, len(o))
+        o[:, 3] = np.fromiter(map(models.__getitem__, o[:, 3].tolist()), np.int64, len(o))
         for k, t in enumerate(types):
             cols[k].append(_floats(o[:, k]) if t is float else o[:, k].astype(t))
     return [np.concatenate(c) if c else np.zeros(0, t) for c, t in zip(cols, types, strict=True)]
 
 
-def read_window(engine: Engine, since: float | None) -> WindowEpisodes:
-    """The stored episodes ending at or after ``since`` (all if None) and their members."""
+def read_window(
+    engine: Engine, since: float | None, gpu_model: str | None = None
+) -> WindowEpisodes:
+    """The stored episodes ending at or after ``since`` (all if None) and their members;
+    with ``gpu_model``, only those on GPUs of that model ("": of unknown model). Each
+    member's ``n`` is computed against the solo runs of its episode's GPU model; ``ref``
+    is the reference of ``gpu_model`` (of all solo runs when None)."""
     require_schema(engine)
     sq = select(func.coalesce(func.sum(EpisodeSource.skewed), 0))
     if since is not None:
         sq = sq.where(EpisodeSource.end_time >= since)
-    ix = _Index()
+    if gpu_model is not None:
+        sq = sq.where(EpisodeSource.gpu_model == gpu_model)
+    ix, mx = _Index(), _Index()
     with db_errors(engine), engine.connect() as conn:
-        ref = db_solo_reference(conn, since)
+        refs = db_solo_references(conn, since, gpu_model)
+        ref = (
+            refs.get(gpu_model, SoloRef())
+            if gpu_model is not None
+            else db_solo_reference(conn, since)
+        )
         skewed = int(conn.execute(sq).scalar() or 0)
-        m_eid, m_jid, m_cls, rate, solo, total, shared, start, end, fault, oom = _columns(
-            conn, since, ix
+        m_eid, m_jid, m_cls, m_model, rate, solo, total, shared, start, end, fault, oom = _columns(
+            conn, since, gpu_model, ix, mx
         )
     classes = list(ix)
     # members by episode (in id order), then job id; an episode needs two members
@@ -169,9 +210,22 @@ def read_window(engine: Engine, since: float | None) -> WindowEpisodes:
     keep_m = np.repeat(keep_e, k)
     mo, episode = mo[keep_m], episode[keep_m]
     e_at = mo[np.searchsorted(episode, np.arange(int(keep_e.sum())))]  # a member per episode
-    ref_rate = np.array([ref.rate.get(c, np.nan) for c in classes], float)
-    ref_dur = np.array([ref.duration.get(c, np.nan) for c in classes], float)
-    n, src = member_n(m_cls[mo], rate[mo], solo[mo], total[mo], shared[mo], ref_rate, ref_dur)
+    n = np.full(len(mo), np.nan)
+    src = np.zeros(len(mo), np.int8)
+    model_of = m_model[mo]
+    for code, model in enumerate(mx):  # each GPU model against its own solo runs
+        r = refs.get(model, SoloRef())
+        sel = np.flatnonzero(model_of == code)
+        at = mo[sel]
+        n[sel], src[sel] = member_n(
+            m_cls[at],
+            rate[at],
+            solo[at],
+            total[at],
+            shared[at],
+            np.array([r.rate.get(c, np.nan) for c in classes], float),
+            np.array([r.duration.get(c, np.nan) for c in classes], float),
+        )
     corrupt = int((~keep_e).sum())
     if corrupt:
         log.warning(
@@ -200,6 +254,7 @@ def read_window(engine: Engine, since: float | None) -> WindowEpisodes:
         src,
         ref,
         skewed,
+        dict(zip(mx, np.bincount(m_model[e_at], minlength=len(mx)).tolist(), strict=True)),
         corrupt,
     )
 

@@ -38,8 +38,19 @@ _SOURCE_COLUMNS = (
     "mem_peak_gib",
     "solo",
     "skewed",
+    "gpu_model",
 )
-_EPISODE_COLUMNS = ("id", "node", "gpu", "start_time", "end_time", "n_members", "mps_fault", "oom")
+_EPISODE_COLUMNS = (
+    "id",
+    "node",
+    "gpu",
+    "start_time",
+    "end_time",
+    "n_members",
+    "mps_fault",
+    "oom",
+    "gpu_model",
+)
 _MEMBER_COLUMNS = (
     "episode_id",
     "end_time",
@@ -63,6 +74,7 @@ def _source_row(v: JobView) -> tuple[Any, ...]:
         v.mem_peak,
         not v.co_runners and not v.oom,
         skewed_intervals(v),
+        v.gpu_model,
     )
 
 
@@ -81,7 +93,17 @@ def _insert(conn: Connection, rows: list[EpisodeRow], sources: list[tuple[Any, .
             "episodes",
             _EPISODE_COLUMNS,
             [
-                (eid, r.node, r.gpu, r.start, r.end, len(r.members), r.mps_fault, r.oom)
+                (
+                    eid,
+                    r.node,
+                    r.gpu,
+                    r.start,
+                    r.end,
+                    len(r.members),
+                    r.mps_fault,
+                    r.oom,
+                    r.gpu_model,
+                )
                 for eid, r in zip(ids, rows, strict=True)
             ],
         )
@@ -138,7 +160,8 @@ def _update_nodes(engine: Engine, pending: dict[str, dict[str, int]], rep: Build
 def _count(rep: BuildReport, rows: list[EpisodeRow], sources: list[tuple[Any, ...]]) -> None:
     rep.jobs += len(sources)
     rep.episodes += len(rows)
-    rep.skewed_intervals += sum(s[-1] for s in sources)
+    at = _SOURCE_COLUMNS.index("skewed")
+    rep.skewed_intervals += sum(s[at] for s in sources)
 
 
 def _survey(engine: Engine) -> tuple[dict[str, dict[str, int]], set[str], set[str]]:

@@ -88,6 +88,11 @@ def check_record(r: JobRecord) -> None:
         raise BadRecord(
             f"job ends ({r.end}) before it starts ({r.start}): clock skew or a corrupt record"
         )
+    for name in ("gpu_model", "gres_type", "gpu_name"):
+        v = getattr(r, name)
+        most = _column_length(name)
+        if not isinstance(v, str) or (len(v) > most and name != "gpu_name"):
+            raise BadRecord(f"{name} {v!r} is not a string of at most {most} characters")
     most = _column_length("record_id")
     if len(r.record_id) > most:
         raise BadRecord(f"record id {r.record_id!r} is longer than {most} characters")
@@ -164,6 +169,9 @@ def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], lis
         "progress_iterations": int(it) if it is not None else None,
         "version": int(r.version),
         "ingested_at": now,
+        "gpu_model": r.gpu_model,
+        "gres_type": r.gres_type,
+        "gpu_name": r.gpu_name[: _column_length("gpu_name")],
     }
     p = r.profile
     prof: dict[str, Any] = {k: _num(p.get(k)) for k in _PROFILE_KEYS}

@@ -48,6 +48,7 @@ def query_jobs(
     since: float | None = None,
     until: float | None = None,
     limit: int = 100,
+    gpu_model: str | None = None,
 ) -> list[dict[str, Any]]:
     """Jobs (newest first) with their co-runner count and profile summary."""
     require_schema(engine)
@@ -61,6 +62,7 @@ def query_jobs(
             Job.job_id,
             Job.cluster,
             Job.node,
+            Job.gpu_model,
             Job.user,
             Job.cls,
             Job.start_time,
@@ -83,6 +85,8 @@ def query_jobs(
         q = q.where(Job.cls == cls)
     if node:
         q = q.where(Job.node == node)
+    if gpu_model is not None:
+        q = q.where(Job.gpu_model == gpu_model)
     if since is not None:
         q = q.where(Job.end_time >= since)
     if until is not None:

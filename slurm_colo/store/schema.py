@@ -51,6 +51,11 @@ class Job(Base):
     progress_iterations: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     version: Mapped[int] = mapped_column(Integer)
     ingested_at: Mapped[float] = mapped_column(Float)
+    #: the GPU's model (``v100``; "" = unknown: retrain takes its node's from the config)
+    gpu_model: Mapped[str] = mapped_column(String(32), index=True, server_default="")
+    #: the GPU's GRES type (``v100_s1``) and NVML product name, as the record gives them
+    gres_type: Mapped[str] = mapped_column(String(64), server_default="")
+    gpu_name: Mapped[str] = mapped_column(String(96), server_default="")
 
 
 class Profile(Base):
@@ -102,6 +107,8 @@ class Episode(Base):
     n_members: Mapped[int] = mapped_column(Integer)
     mps_fault: Mapped[bool] = mapped_column(Boolean, default=False)
     oom: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: the GPU's model, from the records of its members ("" = unknown)
+    gpu_model: Mapped[str] = mapped_column(String(32), server_default="")
 
 
 class EpisodeMember(Base):
@@ -139,6 +146,8 @@ class EpisodeSource(Base):
     #: no co-runner listed at all and not out of memory: counts for the solo reference
     solo: Mapped[bool] = mapped_column(Boolean)
     skewed: Mapped[int] = mapped_column(Integer)
+    #: the record's GPU model (solo references and class profiles are kept per model)
+    gpu_model: Mapped[str] = mapped_column(String(32), server_default="")
 
 
 class PairObservation(Base):

@@ -42,6 +42,19 @@ def record_score_set(
         conn.execute(insert(ScoreSet), [row])
 
 
+def free_score_set_id(engine: Engine, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``... when a set of that id exists (two retrains
+    within one second)."""
+    require_schema(engine)
+    with db_errors(engine), engine.connect() as conn:
+        taken = set(conn.scalars(select(ScoreSet.id).where(ScoreSet.id.startswith(base))))
+    k, sid = 1, base
+    while sid in taken:
+        k += 1
+        sid = f"{base}-{k}"
+    return sid
+
+
 def set_live(engine: Engine, score_set_id: str, gpu_model: str) -> None:
     """Mark ``score_set_id`` live for ``gpu_model``; the previous live set is retired."""
     require_schema(engine)

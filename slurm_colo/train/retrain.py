@@ -1,11 +1,13 @@
-"""The nightly retrain: history -> observations -> fitted table -> validated publish.
+"""One score set: history -> observations -> fitted table -> validated publish.
 
 Brings the co-location episodes up to date with the records first (incrementally: only
 the episodes of jobs with new records are rebuilt; ``rebuild`` rebuilds all), then reads
 those of the training window in bulk, the imported profiling campaigns of the GPU model
-and the classes' solo profiles; fits the model; runs the held-out check; publishes atomically to ``[scores] path`` and marks the set
-live in the database only when the check passes. Otherwise the old set stays live, the
-new one is recorded as rejected, and :class:`ModelError` says why (non-zero exit).
+and the classes' solo profiles; fits the model; runs the held-out check; publishes
+atomically to ``[scores] path`` and marks the set live in the database only when the
+check passes. Otherwise the old set stays live, the new one is recorded as rejected, and
+:class:`ModelError` says why (non-zero exit). :mod:`.by_model` runs this once per GPU
+model on a site with several (what ``slurm-colo retrain`` calls).
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ from slurm_colo.model.validate import holdout_mae
 from slurm_colo.scores import ScoreTable, publish_scores, scores_from_dict
 from slurm_colo.store.engine import db_errors, require_schema
 from slurm_colo.store.episode_read import SOURCES
-from slurm_colo.store.episodes import read_window, rebuild_episodes, update_episodes
+from slurm_colo.store.episodes import (
+    BuildReport,
+    read_window,
+    rebuild_episodes,
+    update_episodes,
+)
 from slurm_colo.store.schema import ClassSolo, EpisodeSource, Job, PairObservation, Profile
 from slurm_colo.store.scoresets import (
+    free_score_set_id,
     imported_gpu_models,
     live_score_set,
     record_score_set,
@@ -63,11 +71,14 @@ def resolve_gpu_model(engine: Engine, gpu: str | None, cfg: Config) -> str:
     return models[0] if models else ""
 
 
-def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
+def _class_profiles(
+    engine: Engine, obs: Observations, since: float, history_model: str | None = None
+) -> None:
     """Per class: peak memory of any run, median SM utilisation and progress rate of its solo
     runs (a campaign's figures, added first, take precedence). Peak memory comes from the
     records the episodes were built from (all of them, after the update), aggregated by
-    the database; only solo runs come back as rows."""
+    the database; only solo runs come back as rows. ``history_model``: only the records
+    of GPUs of that model (None: all)."""
     peak_q = (
         select(EpisodeSource.cls, func.max(EpisodeSource.mem_peak_gib))
         .where(EpisodeSource.end_time >= since, EpisodeSource.mem_peak_gib > 0)
@@ -82,6 +93,9 @@ def _class_profiles(engine: Engine, obs: Observations, since: float) -> None:
             or_(Profile.sm_util_mean.is_not(None), Job.progress_rate > 0),
         )
     )
+    if history_model is not None:
+        peak_q = peak_q.where(EpisodeSource.gpu_model == history_model)
+        solo_q = solo_q.where(Job.gpu_model == history_model)
     util: dict[str, list[float]] = {}
     rate: dict[str, list[float]] = {}
     with db_errors(engine), engine.connect() as conn:
@@ -109,13 +123,13 @@ def _history(
     since: float,
     now: float,
     half_life_days: float,
-    rebuild: bool,
+    built: BuildReport,
+    history_model: str | None,
 ) -> dict[str, Any]:
-    """Update (or rebuild) the episodes, add the class profiles and the episodes of the
-    window to ``obs``."""
-    built = rebuild_episodes(engine) if rebuild else update_episodes(engine)
-    _class_profiles(engine, obs, since)
-    w = read_window(engine, since)
+    """Add the class profiles and the episodes of the window (of ``history_model``'s GPUs,
+    or all) to ``obs``."""
+    _class_profiles(engine, obs, since, history_model)
+    w = read_window(engine, since, history_model)
     quality = np.array([SOURCE_WEIGHT.get(s, 0.0) for s in SOURCES])[w.source]
     pe = member_pair_episodes(
         w.classes, w.start, w.end, w.fault, w.oom, w.episode, w.cls, w.n, quality
@@ -127,28 +141,38 @@ def _history(
         "records_built": built.jobs,
         "skewed_intervals": w.skewed_intervals,
         "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(w.ref.cv.items())},
+        "episode_gpu_models": {m or "(unknown)": k for m, k in sorted(w.models.items())},
     }
 
 
 def gather(
     engine: Engine,
-    gpu_model: str,
+    gpu_model: str | None,
     now: float,
     window_days: float,
     half_life_days: float,
     rebuild: bool = False,
+    history_model: str | None = None,
+    built: BuildReport | None = None,
 ) -> tuple[Observations, dict[str, Any]]:
-    """All training observations of ``gpu_model`` (campaigns) plus the site history."""
+    """All training observations: the imported campaigns of ``gpu_model`` (None: of every
+    model) plus the site history of GPUs of ``history_model`` (None: all of it). The
+    episodes are brought up to date first unless ``built`` says they were."""
     require_schema(engine)
+    if built is None:
+        built = rebuild_episodes(engine) if rebuild else update_episodes(engine)
     since = now - window_days * 86400.0
     obs = Observations()
+    solo_q = select(ClassSolo)
+    pair_q = select(PairObservation)
+    if gpu_model is not None:
+        solo_q = solo_q.where(ClassSolo.gpu_model == gpu_model)
+        pair_q = pair_q.where(PairObservation.gpu_model == gpu_model)
     with db_errors(engine), engine.connect() as conn:
-        for r in conn.execute(select(ClassSolo).where(ClassSolo.gpu_model == gpu_model)):
+        for r in conn.execute(solo_q):
             obs.add_class(r.cls, solo_rate=r.solo_rate, memory_gib=r.memory_gib, sm_util=r.sm_util)
         n_campaign = 0
-        for p in conn.execute(
-            select(PairObservation).where(PairObservation.gpu_model == gpu_model)
-        ):
+        for p in conn.execute(pair_q):
             n_campaign += 1
             if p.never:
                 obs.add_never(p.a, p.b)
@@ -157,7 +181,7 @@ def gather(
                 obs.add_fault(p.a, p.b, p.faults)
             if p.n_a is not None and p.n_b is not None:
                 obs.add_pair(p.a, p.b, p.n_a, p.n_b, weight=p.weight, censored=p.censored)
-    hist = _history(engine, obs, since, now, half_life_days, rebuild)
+    hist = _history(engine, obs, since, now, half_life_days, built, history_model)
     info = {
         "window_start": since,
         "window_end": now,
@@ -168,6 +192,7 @@ def gather(
         "rejected_entries": obs.rejected,
         "duration_proxy_cv": hist["duration_proxy_cv"],
         "records_built": hist["records_built"],
+        "episode_gpu_models": hist["episode_gpu_models"],
     }
     return obs, info
 
@@ -203,6 +228,25 @@ def _retrain(
     sc = cfg.scores
     gpu_model = resolve_gpu_model(engine, gpu, cfg)
     obs, info = gather(engine, gpu_model, now, sc.window_days, sc.half_life_days, rebuild)
+    return train_and_publish(
+        engine, cfg, gpu_model, obs, info, now, Path(path or sc.path), dry_run, force
+    )
+
+
+def train_and_publish(
+    engine: Engine,
+    cfg: Config,
+    gpu_model: str,
+    obs: Observations,
+    info: dict[str, Any],
+    now: float,
+    dest: Path,
+    dry_run: bool = False,
+    force: bool = False,
+) -> RetrainResult:
+    """Fit ``obs``, check the new set against the live one of ``gpu_model`` (the
+    ``live_score_set`` row; "" the site default) and publish it to ``dest``."""
+    sc = cfg.scores
     if len(obs) == 0 and not obs.never:
         raise ModelError(
             "no training data: the history has no co-location episodes in the window "
@@ -213,7 +257,7 @@ def _retrain(
     mae, n_hidden, hyper = holdout_mae(obs, share=sc.holdout_share, seed=0)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info, hyper=hyper)
-    table.id = f"{gpu_model or 'site'}-{stamp}"
+    table.id = free_score_set_id(engine, f"{gpu_model or 'site'}-{stamp}")
     live = live_score_set(engine, gpu_model)
     live_mae = live.metrics.get("holdout_mae") if live is not None else None
     table.metrics = {
@@ -249,7 +293,6 @@ def _retrain(
             f"{'the previous set stays live' if live else 'no set is live'}"
         )
     record_score_set(engine, table, "candidate", "", window, len(obs))
-    dest = Path(path or sc.path)
     try:
         out = publish_scores(table, dest)
     except OSError as e:

@@ -204,9 +204,9 @@ def test_prepared_answer_is_dropped_when_the_view_changes() -> None:
     s = _state()
     s.place_request(_req("good"), 1.0)
     before = s._prepared
-    assert before is not None and before[5].shared
+    assert before is not None and before[5].decision.shared
     # the hooks report a job we did not place on the prepared GPU: the view is rebuilt
-    gpu = before[5].index
+    gpu = before[5].decision.index
     s.job_started(77, None, 2.0, node="n1", gpus=[gpu])
     reply, record = s.decide(_req("good"), 3.0)
     record()

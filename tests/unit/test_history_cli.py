@@ -87,6 +87,7 @@ def test_ingest_and_query_with_filters(site: Path, capsys: pytest.CaptureFixture
             start=1.8e9 + i * 100,
             end=1.8e9 + i * 100 + 60,
             co_runners=[CoRunner(99, "z", "u", 1.8e9, 1.8e9 + 10)],
+            gpu_model="k80" if node == "n2" else "",
         )
         (spool / f"{i}.json").write_text(json.dumps(r.to_dict()))
     (spool / "bad.json").write_text("{")
@@ -104,6 +105,9 @@ def test_ingest_and_query_with_filters(site: Path, capsys: pytest.CaptureFixture
     assert [json.loads(x)["job_id"] for x in out.splitlines()] == [3]
     code, out, _ = run(["history", "--user", "alice"], capsys)
     assert code == 0 and "JOBID" in out and out.count("alice") == 2
+    assert [ln.split()[4] for ln in out.splitlines()[1:]] == ["k80", "-"]  # GPU model column
+    code, out, _ = run(["history", "--gpu", "k80", "--json"], capsys)
+    assert [json.loads(x)["gpu_model"] for x in out.splitlines()] == ["k80"]
     code, _, err = run(["history", "--since", "last tuesday"], capsys)
     assert code == 2 and "cannot read time" in err
 

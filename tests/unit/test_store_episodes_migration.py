@@ -53,8 +53,8 @@ def test_upgrade_from_0002_replaces_the_derived_episodes_and_downgrade_restores_
                 "mps_fault, oom) VALUES ('n1', '0', 0, 10, 2, '[]', 0, 0)"
             )
         )
-    assert head_revision() == "0003"
-    assert upgrade(e) == ("0002", "0003")
+    assert upgrade(e, "0003") == ("0002", "0003")
+    assert upgrade(e) == ("0003", head_revision())
     assert load_episodes(e) == []  # derived data: dropped, built again from the records
     ingest_records(e, pair(1))
     assert update_episodes(e).episodes == 1

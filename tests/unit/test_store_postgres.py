@@ -146,3 +146,21 @@ def test_a_second_retrain_on_postgres_stops_at_once(engine: Engine, tmp_path: Pa
         assert not (tmp_path / "live.json").exists()
         other.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
     assert retrain(engine, cfg, now=1.8e9).published
+
+
+def test_one_score_set_per_gpu_model_on_postgresql(pg_url: str, tmp_path: Path) -> None:
+    from test_retrain_by_model import CLASSES, NOW, cfg, history, k80, v100
+
+    from slurm_colo.train.by_model import retrain_site
+
+    engine = make_engine(pg_url)
+    upgrade(engine, "0003")
+    upgrade(engine)  # 0004 on PostgreSQL: the GPU model columns, the episodes emptied
+    old = history("k1", "", k80, 10_000, CLASSES)  # written before records named the GPU
+    ingest_records(engine, history("v1", "v100", v100, 1, CLASSES) + old)
+    run = retrain_site(engine, cfg(tmp_path), now=NOW)
+    assert run.filled == len(old) and run.mixed and not run.failed
+    for model in ("", "k80", "v100"):
+        live = live_score_set(engine, model)
+        assert live is not None and live.gpu_model == model
+    assert (tmp_path / "scores" / "live-k80.json").exists()
