@@ -68,7 +68,7 @@ log() { awk -v a="$t0" -v b="$(date +%s.%N)" -v m="$*" 'BEGIN{printf "[multinode
 # 1. packages (those of the single-node lab, and the network tools)
 need=()
 for p in slurmctld slurmd slurm-client munge libslurm-dev lua-socket gcc make libc6-dev python3-venv \
-         iproute2 util-linux python3 curl; do
+         iproute2 util-linux mount python3 curl; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
