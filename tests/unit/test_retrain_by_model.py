@@ -4,14 +4,13 @@ site default, a model with too little data left to the default, --gpu, [scores] 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli as cli
 from sqlalchemy.engine import Engine
 
-from slurm_colo.cli import main
 from slurm_colo.config import Config, ScoresConfig
 from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.gavel import GavelData
@@ -193,20 +192,6 @@ def test_old_records_are_trained_with_their_nodes_model(engine: Engine, tmp_path
         "k80",
         "v100",
     ]
-
-
-def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["slurm-colo", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_retrain_says_what_it_trained_per_model(

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import run_cli
 from typer.testing import CliRunner
 
-from slurm_colo.cli import app, main
+from slurm_colo.cli import app
 from slurm_colo.errors import ScoresError
 from slurm_colo.gavel import load_gavel, parse_gavel
 from slurm_colo.scores import load_scores
@@ -87,16 +87,8 @@ def results(out: Path) -> dict[str, dict[str, Any]]:
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """The real entry point: a ColoError is printed and exits 2."""
-    old = sys.argv
-    sys.argv = ["slurm-colo", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+    code, _, err = run_cli(argv, capsys)
+    return code, err
 
 
 # ---- another file, any GPU key ---------------------------------------------------------

@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from cli_run import run_cli as run
 from sqlalchemy import inspect, text
 
-from slurm_colo.cli import main
 from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.store import current_revision, head_revision, ingest_records, make_engine, upgrade
 from slurm_colo.store.engine import _alembic_config
@@ -77,20 +76,6 @@ def test_the_models_match_the_migrations(tmp_path: Path) -> None:
     with e.connect() as c:
         diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
     assert diff == []
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["slurm-colo", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_retrain_builds_new_records_only_and_rebuild_builds_all(
