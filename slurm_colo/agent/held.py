@@ -43,7 +43,7 @@ from ..config import Config
 from ..contracts.enums import Unplaced
 from ..contracts.placement import ANY_SHARED, Placement, held_for_text
 from ..contracts.probe import ProbeReport
-from ..placement import ClusterView, JobRequest
+from ..placement import ClusterView
 from ..placement.by_model import ScoreBook
 from ..placement.guard import HeldWait
 from ..placement.held import (
@@ -58,10 +58,10 @@ from ..placement.held import (
     undo_comment,
     undo_tag,
 )
-from ..placement.retract import members_from_report, rate_floor
+from ..placement.retract import members_from_report
 from ..slurm.model import SlurmJob
 from .learned import LiveScores
-from .ledger import Ledger
+from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
 
 log = logging.getLogger("slurm_colo.agent")
@@ -237,15 +237,12 @@ class HeldJobs:
                 and j.job_id not in ledger.by_job
             ):
                 any_gpu = tag.held == ANY_SHARED
-                req = JobRequest(
-                    key=str(j.job_id),
-                    user=j.user,
-                    uid=j.uid,
-                    cls=tag.cls,
-                    mode=tag.mode,
-                    gres_type="" if any_gpu else tag.held,
+                req = request_from_tag(
+                    j,
+                    tag,
+                    self.cfg.placement,
                     partition=j.partition,
-                    rate_floor=rate_floor(self.cfg.placement, tag.undone),
+                    gres_type="" if any_gpu else tag.held,
                 )
                 why = (
                     "requeued after a harmful probe"

@@ -9,7 +9,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config import Config
+from ..config import Config, PlacementConfig
 from ..contracts.options import derive_class
 from ..contracts.placement import Placement
 from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant
@@ -32,6 +32,23 @@ class PlacedJob:
     job_id: int | None = None
     running: bool = False
     started: float | None = None
+
+
+def request_from_tag(
+    j: SlurmJob, tag: Placement, cfg: PlacementConfig, partition: str = "", gres_type: str = ""
+) -> JobRequest:
+    """The request of a job the agent knows from Slurm and its tag only (a restart, a held
+    or waiting job): its user, class and mode, the rate floor of an undone job."""
+    return JobRequest(
+        key=str(j.job_id),
+        user=j.user,
+        uid=j.uid,
+        cls=tag.cls,
+        mode=tag.mode,
+        partition=partition,
+        gres_type=gres_type,
+        rate_floor=rate_floor(cfg, tag.undone),
+    )
 
 
 def on_gpu(view: ClusterView, d: Decision) -> GpuView | None:
@@ -99,14 +116,7 @@ class Ledger:
                 and tag.gpu is not None
                 and (j.active or j.state == "PENDING")
             ):
-                req = JobRequest(
-                    key=str(j.job_id),
-                    user=j.user,
-                    uid=j.uid,
-                    cls=tag.cls,
-                    mode=tag.mode,
-                    rate_floor=rate_floor(self.cfg.placement, tag.undone),
-                )
+                req = request_from_tag(j, tag, self.cfg.placement)
                 d = Decision.from_placement(
                     tag, "rebuilt from the job's tag after an agent restart"
                 )

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from ..config import Config
 from ..contracts.enums import Mode
 from ..contracts.placement import Placement
-from ..placement import JobRequest
 from ..placement.by_model import ScoreBook, place_by_model
-from ..placement.retract import rate_floor
 from ..slurm.model import SlurmJob
 from .held import Action
-from .ledger import Ledger
+from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
 
 log = logging.getLogger("slurm_colo.agent")
@@ -110,15 +108,7 @@ def move_waiting(
                 "exc_nodes": j.excluded_nodes,
             }
         )
-        req = JobRequest(
-            key=str(j.job_id),
-            user=j.user,
-            uid=j.uid,
-            cls=tag.cls,
-            mode=tag.mode,
-            partition=part,
-            rate_floor=rate_floor(cfg.placement, tag.undone),
-        )
+        req = request_from_tag(j, tag, cfg.placement, partition=part)
         bd = place_by_model(req, view, book, cfg.placement)
         d = bd.decision
         if not d.shared or d.node is None or d.node not in occ.layouts:
