@@ -110,6 +110,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNode:
 
 def test_sluid_form() -> None:
     assert procs.is_sluid(SLUID_A) and procs.is_sluid(SLUID_B)
+    assert procs.is_sluid("s5K5M87THE9G00")  # SLURM_JOB_SLUID of a job on the 26.05.5 lab
     for name in ("job_123", "system", "sEKNKTV3WPV50", "SEKNKTV3WPV500", "sEKNKTV3WPV5OO"):
         assert not procs.is_sluid(name), name  # too short, upper-case s, O is no digit
 
