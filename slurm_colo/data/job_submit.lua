@@ -236,10 +236,12 @@ local function place(job_desc, submit_uid)
   if mode == "" or mode == "(null)" then mode = "auto" end
   if mode == "off" then return end
   if job_desc.script == nil then
-    -- srun/salloc allocation: in Slurm 22.05 a job step cannot inherit a typed shard, and
-    -- srun has already fixed its step's GPU request, so interactive jobs keep their own GPU
+    -- srun/salloc allocation: srun has fixed its steps' GPU request (the job's own --gres)
+    -- before this hook runs, and a step cannot ask for a whole GPU in an allocation that holds
+    -- a shard of it (22.05 also cannot hand a typed shard down to a step), so on every
+    -- version interactive jobs keep their own GPU
     add_comment(job_desc, "colo: interactive job (srun/salloc) not shared; submit with sbatch")
-    slurm.log_user("slurm-colo: interactive jobs (srun/salloc) are not shared in Slurm 22.05; use sbatch --colocate")
+    slurm.log_user("slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate")
     log("job %s not shared: interactive", clean(job_desc.name))
     return
   end

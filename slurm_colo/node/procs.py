@@ -28,9 +28,9 @@ def alive(pid: int | None) -> bool:
         return False
 
 
-def _environ(pid: int) -> dict[str, str]:
+def _environ(pid: int, proc: str = "/proc") -> dict[str, str]:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        raw = Path(f"{proc}/{pid}/environ").read_bytes()
     except OSError:
         return {}
     out = {}
@@ -92,12 +92,67 @@ def boot_id() -> str:
         return ""
 
 
-#: where Slurm's cgroup plugins put job cgroups (v2, then v1 layouts): directories job_<id>
+#: where Slurm's cgroup plugins put job cgroups (v2, then v1 layouts). A job's directory is
+#: ``job_<id>``, or on Slurm 26.05 and later with cgroup/v2 its SLUID (``sEKNKTV3WPV500``),
+#: unless cgroup.conf has ``CgroupJobIdPaths=yes``.
 _CGROUP_ROOTS = (
     "/sys/fs/cgroup/system.slice/slurmstepd.scope",
     "/sys/fs/cgroup/memory/slurm/uid_*",
     "/sys/fs/cgroup/cpuset/slurm/uid_*",
 )
+#: the cgroup v2 file system (the paths in ``/proc/PID/cgroup`` are relative to it)
+CGROUP_FS = "/sys/fs/cgroup"
+#: digits of a SLUID: Crockford's base 32 (Slurm's src/common/sluid.c)
+_SLUID_DIGITS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+#: SLUID -> job id, once a job's slurmstepd has told (a SLUID is never reused)
+_SLUID_JOBS: dict[str, int] = {}
+
+
+def is_sluid(name: str) -> bool:
+    """True for a SLUID as Slurm prints it: "s" and 13 digits of Crockford's base 32."""
+    return len(name) == 14 and name[0] == "s" and all(c in _SLUID_DIGITS for c in name[1:])
+
+
+def _job_dir_name(name: str) -> bool:
+    return (name.startswith("job_") and name[4:].isdigit()) or is_sluid(name)
+
+
+def stepd_job_id(pid: int | str, proc: str = "/proc") -> int | None:
+    """The job id in a slurmstepd's process title (``slurmstepd: [3385.batch]``, also
+    ``[3385.0 stepmgr]``, ``[3385+1.0]``); None for any other process."""
+    try:
+        if Path(f"{proc}/{pid}/comm").read_text().strip() != "slurmstepd":
+            return None
+        title = Path(f"{proc}/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    _, bracket, rest = title.partition("[")
+    digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+    return int(digits) if bracket and digits else None
+
+
+def sluid_dir_job(job_dir: str, proc: str = "/proc") -> int | None:
+    """The job a SLUID-named cgroup directory belongs to, from the slurmstepd processes in
+    its ``step_*/slurm`` directories (a SLUID does not contain the job id); None when no
+    slurmstepd is there (the job is starting or ending)."""
+    name = os.path.basename(job_dir.rstrip("/"))
+    if name in _SLUID_JOBS:
+        return _SLUID_JOBS[name]
+    import glob
+
+    for procs_file in sorted(glob.glob(f"{job_dir}/step_*/slurm/cgroup.procs")):
+        try:
+            pids = Path(procs_file).read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            job = stepd_job_id(pid, proc)
+            if job is not None:
+                if len(_SLUID_JOBS) > 4096:
+                    _SLUID_JOBS.clear()
+                _SLUID_JOBS[name] = job
+                return job
+    return None
 
 
 def job_alive(
@@ -105,14 +160,17 @@ def job_alive(
     prolog_boot_id: str,
     since: float | None = None,
     roots: tuple[str, ...] = _CGROUP_ROOTS,
+    proc: str = "/proc",
 ) -> bool:
     """Best guess whether a job still runs on this node (to clean up after crashes).
 
     A job from before the last reboot is dead. Otherwise the job is dead only when Slurm's
-    cgroup tree is evidently in use here (it holds ``job_*`` directories of other jobs),
-    the job has none, and the job started more than a minute ago (its cgroup may not exist
-    yet right after the Prolog). In every other case we cannot tell, and say alive: a
-    wrong "dead" would end a running job's record early.
+    cgroup tree is evidently in use here (it holds job directories of other jobs), the job
+    has none, and the job started more than a minute ago (its cgroup may not exist yet
+    right after the Prolog). A job directory is ``job_<id>`` or a SLUID (26.05 cgroup/v2);
+    a SLUID directory is matched to its job through its slurmstepd, and one whose job
+    cannot be told keeps the answer "alive". In every other case we cannot tell, and say
+    alive: a wrong "dead" would end a running job's record early.
     """
     if prolog_boot_id and prolog_boot_id != boot_id():
         return False
@@ -120,20 +178,36 @@ def job_alive(
         return True
     import glob
 
-    jobs = [p for r in roots for p in glob.glob(f"{r}/job_*")]
-    if not jobs:
+    dirs = [p for r in roots for p in glob.glob(f"{r}/*") if _job_dir_name(os.path.basename(p))]
+    if not dirs:
         return True
-    return any(os.path.basename(p) == f"job_{job_id}" for p in jobs)
+    if any(os.path.basename(p) == f"job_{job_id}" for p in dirs):
+        return True
+    for p in dirs:
+        if is_sluid(os.path.basename(p)):
+            owner = sluid_dir_job(p, proc)
+            if owner is None or owner == job_id:
+                return True
+    return False
 
 
-def job_of_pid(pid: int) -> int | None:
-    """The Slurm job a process belongs to, from its cgroup path or environment."""
+def job_of_pid(pid: int, proc: str = "/proc", cgroup_fs: str = CGROUP_FS) -> int | None:
+    """The Slurm job a process belongs to, from its cgroup path (``job_<id>``, or a SLUID
+    directory below ``slurmstepd.scope`` resolved through its slurmstepd) or, failing
+    that, its environment."""
     try:
-        cg = Path(f"/proc/{pid}/cgroup").read_text()
+        cg = Path(f"{proc}/{pid}/cgroup").read_text()
     except OSError:
         cg = ""
-    for part in cg.replace("\n", "/").split("/"):
-        if part.startswith("job_") and part[4:].isdigit():
-            return int(part[4:])
-    env = _environ(pid).get("SLURM_JOB_ID", "")
+    for line in cg.splitlines():
+        path = line.split(":", 2)[-1]
+        parts = path.split("/")
+        for i, part in enumerate(parts):
+            if part.startswith("job_") and part[4:].isdigit():
+                return int(part[4:])
+            if is_sluid(part) and i > 0 and parts[i - 1].endswith("slurmstepd.scope"):
+                job = sluid_dir_job(cgroup_fs + "/".join(parts[: i + 1]), proc)
+                if job is not None:
+                    return job
+    env = _environ(pid, proc).get("SLURM_JOB_ID", "")
     return int(env) if env.isdigit() else None

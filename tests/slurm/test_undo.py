@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from progress_jobs import INCUMBENT, NEWCOMER
 
 from .labtools import (
     LAB_CONFIG,
@@ -30,40 +31,6 @@ from .labtools import (
 )
 
 PY = "/opt/slurm-colo-lab/venv/bin/python"
-
-# a training job that reports progress through slurm_colo.progress: 10 steps/s alone, 3 once
-# the marker file exists (the newcomer creates it: the pair turns out to interfere)
-INCUMBENT = """
-import os, sys, time
-from slurm_colo.progress import ProgressReporter
-marker, seconds = sys.argv[1], float(sys.argv[2])
-r = ProgressReporter(min_interval_s=0.5)
-it, t0, last = 0.0, time.time(), time.time()
-while time.time() - t0 < seconds:
-    time.sleep(0.1)
-    now = time.time()
-    it += (3.0 if os.path.exists(marker) else 10.0) * (now - last)
-    last = now
-    r.report(it)
-r.flush()
-"""
-
-NEWCOMER = """
-import os, sys, time
-from slurm_colo.progress import ProgressReporter
-marker, seconds = sys.argv[1], float(sys.argv[2])
-print("run", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
-open(marker, "w").close()
-r = ProgressReporter(min_interval_s=0.5)
-it, t0 = 0.0, time.time()
-while time.time() - t0 < seconds:
-    time.sleep(0.1)
-    it += 0.5
-    r.report(it)
-r.flush()
-os.unlink(marker)
-print("done", flush=True)
-"""
 
 
 def _script(name: str, body: str) -> str:

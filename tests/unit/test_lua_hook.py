@@ -446,3 +446,17 @@ def test_slash_form_jobs_that_are_never_shared(
 def test_render_refuses_an_unknown_tres_form(cfg: Config) -> None:
     with pytest.raises(ValueError, match="tres_sep"):
         render_job_submit_lua(cfg, "gres")
+
+
+def test_interactive_jobs_are_told_why_on_every_version(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
+    # srun/salloc cannot be shared on 22.05, 24.11 or 26.05 alike: the message names none
+    for tres in ("gres:gpu:1", "gres/gpu:1"):
+        job = {k: v for k, v in {**BATCH, "script": None, "tres_per_node": tres}.items() if v}
+        out, err, _ = _run(tmp_path, job, COLO, cfg)
+        assert out["tres_per_node"] == tres and agent.requests == []
+        user = [ln for ln in err.splitlines() if ln.startswith("USER ")]
+        assert user == [
+            "USER slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate"
+        ], err

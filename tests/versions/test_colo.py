@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
-from .vlab import CLAB, CONFIG, SHARED_GPUS, VersionLab, wait_for
+from .vlab import SHARED_GPUS, VersionLab, wait_for
 
 ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE|SLURM_JOB_GPUS|SLURM_GRES)'"
 #: gres_detail of a shard job on 24.11+: allocated/total shards per GPU index
@@ -67,18 +68,14 @@ def test_bad_colocate_value_is_refused_at_submit(vclean: VersionLab) -> None:
 
 def test_job_record_reaches_the_history(vclean: VersionLab) -> None:
     lab = vclean
+    since = time.time()
     a = lab.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", script="sleep 2")
     assert a.rc == 0, a.stderr
     done = lab.wait_done(a.job_id)
     assert done[a.job_id]["state"] == "COMPLETED"
-
-    def record() -> dict | None:
-        lab.cli("spool", "ingest")
-        out = lab.cli("history", "--json", "--limit", "50").stdout
-        recs = {r["job_id"]: r for r in map(json.loads, out.splitlines())}
-        return recs.get(a.job_id)
-
-    rec = wait_for(record, 30, 1, "the job's record in the history")
+    rec = wait_for(
+        lambda: lab.records(since).get(a.job_id), 30, 1, "the job's record in the history"
+    )
     assert rec["cls"] == "resnet18-bs32" and rec["state"] == "COMPLETED", rec
     assert rec["node"] == lab.node and rec["shared"], rec
 
@@ -90,49 +87,3 @@ def test_doctor_is_green_but_for_the_mps_emulator(vclean: VersionLab) -> None:
     assert [c["name"] for c in bad] == ["MPS"], bad
     assert bad[0]["status"] == "WARN" and "emulator" in bad[0]["message"]
     assert p.returncode == 0
-
-
-def test_agent_releases_a_held_job_onto_a_shared_gpu(vclean: VersionLab) -> None:
-    """placement.unplaced = "hold": a job that fits no shared GPU waits held without a GPU
-    request; when a GPU frees up the agent gives it a shard there (`scontrol update
-    TresPerNode=gres/shard:...`, which 22.05 does not apply reliably) and releases it."""
-    lab = vclean
-    conf = lab.host_path(CONFIG).read_text()
-    hold = f"{CLAB}/hold.toml"
-    held_conf = conf.replace("[placement]\n", '[placement]\nunplaced = "hold"\n', 1)
-    lab.host_path(hold).write_text(held_conf)
-    lab.restart_agent(hold)
-    try:
-        # the two shared GPUs take one incompatible job each; the third fits neither
-        a = lab.sbatch(
-            "--colocate", "--colocate-class=recommendation-bs512", "--gres=gpu:1", script="sleep 40"
-        )
-        b = lab.sbatch(
-            "--colocate", "--colocate-class=resnet50-bs16", "--gres=gpu:1", script="sleep 10"
-        )
-        q = lab.wait_running(a.job_id, b.job_id)
-        (ga,), (gb,) = q[a.job_id]["gres"][0][3], q[b.job_id]["gres"][0][3]
-        assert {ga, gb} == SHARED_GPUS
-        c = lab.sbatch(
-            "--colocate",
-            "--colocate-class=recommendation-bs8192",
-            "--gres=gpu:1",
-            script=f"{ENV}; sleep 2",
-        )
-        assert c.rc == 0 and "held until a shared GPU fits" in c.stderr, c.stderr
-        held = lab.jobs()[c.job_id]
-        assert held["state"] == "PENDING" and held["tres_per_node"] == "", held
-        done = wait_for(
-            lambda: (j := lab.jobs(c.job_id).get(c.job_id)) and j["state"] == "COMPLETED" and j,
-            60,
-            1.0,
-            "the held job released and finished",
-        )
-        assert f"released onto GPU {gb} of {lab.node}" in done["comment"], done
-        assert done["tres_per_node"] == f"gres/shard:v100_s{gb}:1", done
-        env = lab.job_env(c.job_id)
-        assert env["CUDA_VISIBLE_DEVICES"] == str(gb) and env["SLURM_SHARDS_ON_NODE"] == "1", env
-        assert lab.jobs()[a.job_id]["state"] == "RUNNING"
-    finally:
-        lab.cancel_all()
-        lab.restart_agent()

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,9 @@ CLAB = "/opt/slurm-colo-lab"
 CLI = f"{CLAB}/venv/bin/slurm-colo"
 PY = f"{CLAB}/venv/bin/python"
 CONFIG = "/etc/slurm-colo/config.toml"
+STATE = f"{CLAB}/state"
+#: the lab's users (colo.sh makes them, with the host lab's uids where the host has them)
+USERS = ("alice", "bob")
 SHARED_GPUS = {0, 1}
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
 
@@ -55,6 +61,7 @@ class VersionLab:
     def _script(self, name: str, *args: str, timeout: float = 900) -> str:
         p = subprocess.run(
             ["bash", str(VERSIONS / name), self.suite, *args],
+            check=False,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -85,6 +92,7 @@ class VersionLab:
     ) -> subprocess.CompletedProcess[str]:
         p = subprocess.run(
             ["bash", str(VERSIONS / "exec.sh"), self.suite, *argv],
+            check=False,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -94,8 +102,11 @@ class VersionLab:
             raise AssertionError(f"{argv} failed ({p.returncode}): {p.stdout}{p.stderr}")
         return p
 
-    def sbatch(self, *args: str, script: str = "sleep 8") -> Submitted:
-        p = self.x("sbatch", "--parsable", "-o", f"{CLAB}/out/%j.out", *args, "--wrap", script)
+    def sbatch(self, *args: str, script: str = "sleep 8", user: str | None = None) -> Submitted:
+        """Submit as root, or as ``user``; the job's output goes to ``CLAB/out/JOBID.out``."""
+        who = ("runuser", "-u", user, "--") if user else ()
+        argv = ("sbatch", "--parsable", "-o", f"{CLAB}/out/%j.out", *args, "--wrap", script)
+        p = self.x(*who, *argv)
         out = p.stdout.strip()
         jid = int(out.split(";")[0]) if p.returncode == 0 and out else None
         return Submitted(p.returncode, jid, p.stdout, p.stderr)
@@ -103,6 +114,12 @@ class VersionLab:
     def squeue(self) -> dict[int, dict[str, Any]]:
         """Slurm's own JSON, unparsed (job_state is a list on 24.11+)."""
         doc = json.loads(self.x("squeue", "--json", check=True).stdout)
+        return {int(j["job_id"]): j for j in doc["jobs"]}
+
+    def squeue_all(self) -> dict[int, dict[str, Any]]:
+        """As :meth:`squeue`, finished jobs included (``--states=all``: on 24.11+ a finished
+        job leaves the plain listing a few seconds after it ends)."""
+        doc = json.loads(self.x("squeue", "--json", "--states=all", check=True).stdout)
         return {int(j["job_id"]): j for j in doc["jobs"]}
 
     def backend(self, *ids: int) -> dict[str, Any]:
@@ -118,6 +135,7 @@ class VersionLab:
             "print(json.dumps({'version': list(b.version or ()), 'jobs': {j.job_id: {"
             "'state': j.state, 'tres_per_node': j.tres_per_node, 'comment': j.comment,"
             "'admin_comment': j.admin_comment, 'nodes': j.nodes, 'state_reason': j.state_reason,"
+            "'user': j.user, 'start_time': j.start_time,"
             "'gres': [[g.name, g.type, g.count, list(g.indices)] for g in j.gres]}"
             " for j in jobs.values()}}))"
         )
@@ -151,6 +169,13 @@ class VersionLab:
             what="empty queue",
         )
 
+    def job_output(self, job_id: int) -> str:
+        """What the job has written to its output file so far ("" before it has one)."""
+        try:
+            return self.host_path(f"{CLAB}/out/{job_id}.out").read_text()
+        except FileNotFoundError:
+            return ""
+
     def job_env(self, job_id: int) -> dict[str, str]:
         """KEY=VALUE lines the job printed with `env` (its output file)."""
         text = self.host_path(f"{CLAB}/out/{job_id}.out").read_text()
@@ -172,10 +197,7 @@ class VersionLab:
     def restart_agent(self, config: str = CONFIG) -> None:
         """Stop the lab's agent (the PID it was started with, inside the lab) and start it
         again with ``config`` (a path inside the chroot)."""
-        pid = self.agent_pid()
-        if pid:
-            self.x("kill", str(pid), check=True)
-            wait_for(lambda: self.agent_pid() is None, 15, 0.2, "the agent to stop")
+        self.stop_agent()
         self.x(
             "/bin/sh",
             "-c",
@@ -189,6 +211,84 @@ class VersionLab:
             f"sys.exit(0 if ping(load_config({config!r})) else 1)"
         )
         wait_for(lambda: self.x(PY, "-c", ping).returncode == 0, 20, 0.3, "the agent answering")
+
+    def records(self, since: float, limit: int = 50) -> dict[int, dict[str, Any]]:
+        """Job records in the history (after ``slurm-colo spool ingest``) of jobs that started
+        at ``since`` or later, by job id: job ids start at 1 again with every fresh lab, and
+        the history keeps the records of earlier runs."""
+        self.cli("spool", "ingest")
+        out = self.cli("history", "--json", "--limit", str(limit)).stdout
+        recs = [r for r in map(json.loads, out.splitlines()) if r["start_time"] >= since]
+        return {r["job_id"]: r for r in sorted(recs, key=lambda r: r["start_time"])}
+
+    def status(self) -> dict[str, Any]:
+        """The agent's ``slurm-colo status --json``."""
+        p = self.cli("status", "--json")
+        assert p.returncode == 0, p.stdout + p.stderr
+        return json.loads(p.stdout)
+
+    def write_file(self, inside: str, text: str) -> str:
+        """Write a file readable by the lab's users (a job script); returns ``inside``."""
+        path = self.host_path(inside)
+        path.write_text(text)
+        path.chmod(0o644)
+        return inside
+
+    @contextmanager
+    def agent_config(self, **placement: str | float) -> Iterator[None]:
+        """The agent restarted with these ``[placement]`` settings (a copy of the lab's
+        config), and with the lab's own config again afterwards."""
+        text = self.host_path(CONFIG).read_text()
+        for key, value in placement.items():
+            line = f"{key} = {json.dumps(value)}"
+            text, n = re.subn(rf"(?m)^{key} = .*$", line, text)
+            if n == 0:
+                text = text.replace("[placement]\n", f"[placement]\n{line}\n", 1)
+        path = self.write_file(f"{CLAB}/test-config.toml", text)
+        self.restart_agent(path)
+        try:
+            yield
+        finally:
+            self.cancel_all()
+            self.restart_agent()
+
+    def forget_probe_measurements(self) -> None:
+        """Restart the agent without what its probes measured (``learned.json``), so that a
+        test that taught it a harmful pair leaves the lab's scores as they were."""
+        self.stop_agent()
+        self.host_path(f"{STATE}/learned.json").unlink(missing_ok=True)
+        self.restart_agent()
+
+    @contextmanager
+    def history_kept(self) -> Iterator[None]:
+        """The lab's history, score set and probe measurements as they are now, put back
+        afterwards (for a test that records faults and retrains); the agent is stopped for
+        the copy and for the restore."""
+        state = self.host_path(STATE)
+        saved = state.with_name("state.saved")
+        self.stop_agent()
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(state, saved)
+        self.restart_agent()
+        try:
+            yield
+        finally:
+            self.cancel_all()
+            self.stop_agent()
+            shutil.rmtree(state)
+            saved.rename(state)
+            self.restart_agent()
+
+    def stop_agent(self) -> None:
+        pid = self.agent_pid()
+        if pid:
+            self.x("kill", str(pid), check=True)
+            wait_for(lambda: self.agent_pid() is None, 15, 0.2, "the agent to stop")
+
+
+def number(value: Any) -> Any:
+    """A number of Slurm's JSON: plain (22.05) or ``{"set", "infinite", "number"}`` (24.11+)."""
+    return value.get("number") if isinstance(value, dict) else value
 
 
 def _clean_env() -> dict[str, str]:

@@ -37,12 +37,30 @@ colo_digest() {
     --numeric-owner -f -) | sha256sum | cut -d' ' -f1
 }
 
+# colo_users: the lab's users alice and bob, as in the host lab (contrib/lab/up.sh), with the
+# host's uids when the host has them (1001 and 1002 otherwise): files they write under
+# /opt/slurm-colo-lab/out then show the same owners from both sides.
+colo_users() {
+  local u uid fallback=1001
+  for u in alice bob; do
+    uid=$(id -u "$u" 2>/dev/null || echo $fallback)
+    fallback=$((fallback + 1))
+    chroot "$DIR" id -u "$u" >/dev/null 2>&1 && continue
+    if chroot "$DIR" getent passwd "$uid" >/dev/null; then   # taken: any free uid
+      chroot "$DIR" useradd -m -U -s /bin/bash "$u"
+    else
+      chroot "$DIR" useradd -m -u "$uid" -U -s /bin/bash "$u"
+    fi
+  done
+}
+
 # colo_install: install slurm-colo into the chroot; sets JOB_SUBMIT_LUA, GRES_CONF, NODE_GRES
 # and COLO_HOOKS for the Slurm config written by up.sh. COLO_REINSTALLED=1 when the package
 # changed (a running agent is then restarted).
 colo_install() {
   local digest c=$DIR$CLAB py
   COLO_REINSTALLED=0
+  colo_users
   local ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
   if [ -s "$ca" ]; then install -m 0644 "$ca" "$DIR/etc/slurm-colo-ca.crt"; else rm -f "$DIR/etc/slurm-colo-ca.crt"; fi
   install -d -m 0755 "$DIR/etc/slurm-colo" "$c" "$c/state" "$c/spool" "$c/libexec" "$c/install"

@@ -205,6 +205,9 @@ if ! pid=$(holder_pid); then
   # config would survive ReturnToService=2); the previous logs are kept as *.log.old
   rm -rf "$DIR/var/spool/slurmctld" "$DIR/var/spool/slurmd" "$DIR$LAB"/dumps/*
   rm -f "$DIR/opt/slurm-colo-lab/agent.pid"   # an agent never outlives its lab
+  # job ids start at 1 again: an old job's output file (owned by its user) would keep a new
+  # job of another user from opening its own
+  rm -f "$DIR/opt/slurm-colo-lab/out"/*
   for f in slurmctld slurmd lab-init; do
     [ -f "$DIR/var/log/slurm/$f.log" ] && mv "$DIR/var/log/slurm/$f.log" "$DIR/var/log/slurm/$f.log.old"
   done
