@@ -1,7 +1,7 @@
 """Sustained sbatch submissions per second with the suite's job_submit.lua, with a minimal
 Lua hook, and with no job_submit plugin, on a lab cluster.
 
-    bash contrib/lab/up.sh && .venv/bin/python benchmarks/submit_rate.py [--seconds 20]
+    bash contrib/lab/up.sh --single && .venv/bin/python benchmarks/submit_rate.py [--seconds 20]
     .venv/bin/python benchmarks/submit_rate.py --suite trixie     # a version lab (24.11)
 
 ``--clients`` (8) threads each run ``sbatch --hold`` in a loop for ``--seconds`` per block;

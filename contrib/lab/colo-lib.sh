@@ -1,11 +1,11 @@
-# Pieces of the slurm-colo lab set-up shared by the host lab (contrib/lab/up.sh) and the
+# Pieces of the slurm-colo lab set-up shared by the host lab (contrib/lab/single/up.sh) and the
 # version labs (contrib/lab/versions/up.sh --colo). Sourced; defines functions only.
 
 # colo_config LAB_DIR NODE GPUS SHARED: the lab's /etc/slurm-colo/config.toml on stdout
 colo_config() {
   local lab_dir=$1 node=$2 gpus=$3 shared=$4
   cat <<EOT
-# slurm-colo lab configuration (written by contrib/lab/up.sh)
+# slurm-colo lab configuration (written by contrib/lab/single/up.sh)
 [agent]
 socket = "/run/slurm-colo/agent.sock"
 request_timeout_ms = 150

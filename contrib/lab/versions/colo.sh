@@ -1,5 +1,5 @@
 # slurm-colo inside a version lab (sourced by up.sh SUITE --colo, after common.sh).
-# Mirrors contrib/lab/up.sh for the host's 22.05 lab, with everything inside the chroot:
+# Mirrors contrib/lab/single/up.sh for the host's 22.05 lab, with everything inside the chroot:
 # a venv made by the chroot's own python3 holding slurm-colo installed from this checkout,
 # the SPANK plugin built against the chroot's Slurm headers (`slurm-colo install spank`),
 # job_submit.lua, gres.conf, hooks.env and the hook shims from `slurm-colo install --write`,
@@ -37,7 +37,7 @@ colo_digest() {
     --numeric-owner -f -) | sha256sum | cut -d' ' -f1
 }
 
-# colo_users: the lab's users alice and bob, as in the host lab (contrib/lab/up.sh), with the
+# colo_users: the lab's users alice and bob, as in the host lab (contrib/lab/single/up.sh), with the
 # host's uids when the host has them (1001 and 1002 otherwise): files they write under
 # /opt/slurm-colo-lab/out then show the same owners from both sides.
 colo_users() {
