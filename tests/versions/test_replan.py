@@ -38,17 +38,19 @@ def test_a_job_waiting_for_a_whole_gpu_is_moved_onto_a_shared_gpu_that_frees(
     q = lab.wait_running(*ids)  # type: ignore[arg-type]
     assert a.job_id is not None and b.job_id is not None
     (gpu_a,) = q[a.job_id]["gres"][0][3]
-    # no shared GPU takes c now: it keeps its own-GPU request and waits in the queue
+    # no shared GPU takes c now: it keeps its own-GPU request and waits in the queue (typed:
+    # an untyped gpu:1 could take a shared GPU whole the moment it is idle, before the agent)
     c = lab.sbatch(
         "--colocate",
         "--colocate-class=recommendation-bs8192",
-        "--gres=gpu:1",
+        "--gres=gpu:v100:1",
         user="alice",
         script=f"{ENV}; sleep 2",
     )
-    assert c.rc == 0 and c.job_id is not None and "own GPU" in c.stderr, c.stderr
+    assert c.rc == 0 and c.job_id is not None, c.stderr
     waiting = lab.jobs()[c.job_id]
     assert waiting["state"] == "PENDING" and "shard" not in waiting["tres_per_node"], waiting
+    assert waiting["comment"].startswith("colo: own GPU"), waiting
 
     # a ends: its GPU takes c, which the agent moves there while the whole GPUs stay busy
     def moved() -> dict | None:
