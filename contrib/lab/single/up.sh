@@ -157,7 +157,12 @@ if [ $changed -eq 1 ] && { alive /run/slurmd.pid || alive /run/slurmctld.pid; };
   log "slurm config changed: restarting daemons"
   "$REPO/contrib/lab/single/down.sh" --slurm-only >/dev/null
 fi
-alive /run/slurmctld.pid || slurmctld
+if ! alive /run/slurmctld.pid; then
+  # without saved state job ids start at 1 again: an old job's output file would be appended
+  # to (--open-mode=append) or, owned by another user, keep a new job from opening it
+  [ -e /var/spool/slurmctld/job_state ] || rm -f "$LAB_DIR/out"/*.out
+  slurmctld
+fi
 for _ in $(seq 1 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
 alive /run/slurmd.pid || slurmd
 for _ in $(seq 1 100); do
