@@ -87,6 +87,9 @@ class PlacementConfig:
     #: agent (unplaced = "hold", undo), the shared GPU(s) expected to drain first take no new
     #: partners until it has started, hours; 0 disables
     reserve_after_h: float = 6.0
+    #: while shared GPUs are drained for such a job, a job that came more than this many
+    #: hours after it is not placed until it has started (bounded queue jumping); 0: no limit
+    bypass_h: float = 1.5
     #: a new shared set is judged from its members' reported progress after this long, s
     probe_s: float = 600.0
     #: what the agent does with a set judged harmful: "requeue" the newest job and aim it

@@ -87,6 +87,11 @@ HELP: dict[str, str] = {
     "for whole GPUs (untyped gres:gpu), or held for the agent (placement.unplaced = "
     '"hold", or requeued by an undo), the shared GPU(s) expected to drain first take no '
     "new partners until it has started. 0 disables the guard.",
+    "placement.bypass_h": "Bounded queue jumping: once the job held longest (that some "
+    "shared GPU could take) has waited reserve_after_h, a job that came more than this many "
+    "hours after it is not placed, at submission or from the held jobs, until it has "
+    "started; newer jobs then wait their turn instead of taking every slot that frees up. "
+    "0 lets jobs pass it freely.",
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
     "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
     'class\'s solo speed. 0 disables the probe; so does node.profile = "none" (the probe runs '

@@ -50,10 +50,12 @@ from ..placement.held import (
     must_lock,
     oldest_first,
     place_held,
+    queue_head,
     release,
     requeued,
     undo_comment,
     undo_tag,
+    waits_behind,
 )
 from ..placement.retract import members_from_report, rate_floor
 from ..scores import ScoreTable
@@ -166,14 +168,16 @@ class HeldJobs:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
         oldest first; lock the hold of a job held without a GPU request that stays held."""
         out = []
+        oldest = queue_head(self.jobs.values(), occ.view)
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
                 continue  # still being requeued (Slurm changes a pending job only), or gone
             part = h.request.partition if "," not in h.request.partition else ""
             view = occ.candidate_view({"partition": part, "gpu_type": h.model})
-            d = place_held(h, view, scores, self.cfg.placement, occ.reservation)
-            if not d.shared or d.node is None:
+            behind = waits_behind(h.since, oldest, now, self.cfg.placement)
+            d = None if behind else place_held(h, view, scores, self.cfg.placement, occ.reservation)
+            if d is None or not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
                     h.locked = True
                     out.append(Action("admin_hold", h.job_id))

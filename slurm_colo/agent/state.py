@@ -19,7 +19,7 @@ from ..contracts.probe import ProbeReport
 from ..errors import OptionError
 from ..placement import ClusterView, Decision, JobRequest, place
 from ..placement.guard import Reservation
-from ..placement.held import HeldJob
+from ..placement.held import HeldJob, queue_head, waits_behind
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from .held import Action, HeldJobs, can_hold, hold_unplaced
@@ -162,6 +162,14 @@ class AgentState:
         else:
             token = _new_token()
             d = self._place(token, key, fields)
+        oldest = queue_head(self.holds.jobs.values(), self.view)
+        if d.shared and waits_behind(now, oldest, now, self.cfg.placement):
+            d = Decision(
+                "exclusive",
+                "own GPU: waits its turn behind a job held for "
+                f"{(now - (oldest or now)) / 3600:.1f} h (placement.bypass_h)",
+                memory_gib=d.memory_gib,
+            )
         tag = d.placement(token, cls, mode).to_tag()
         hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self.occupancy, fields)
         if hold:

@@ -126,7 +126,11 @@ def _evaluate(
             _REFUSE,
             "delta",
             f"{label}: predicted delta {delta:.2f}±{sd:.2f} below {min_delta:.2f}"
-            + (f", combined throughput {total:.2f}±{sd:.2f} below {bar:.2f}" if t_base else ""),
+            + (
+                f", combined throughput {total:.2f}±{sd:.2f} less its uncertainty below {bar:.2f}"
+                if t_base
+                else ""
+            ),
         )
     gain = total - before
     return (_OK, gain - cfg.risk_aversion * sd, delta, sd, n[-1], explored, free, gain)
