@@ -13,8 +13,10 @@ knows each job's true remaining work).
 
 from __future__ import annotations
 
+from ..config import PlacementConfig
 from ..placement import ClusterView, GpuView
 from ..placement.guard import HeldWait, drain_order, held_drain, usable
+from ..placement.held import waits_behind
 from .engine import Sim
 from .waiting import Waiting
 
@@ -30,6 +32,7 @@ class StarvationGuard:
     #: held jobs -> when they were requeued
     held_since: dict[int, float]
     reservations: int
+    cfg: PlacementConfig
 
     def _reserve(self, after_h: float) -> None:
         """Close the GPU(s) expected to drain first to new partners, for the oldest waiting
@@ -66,6 +69,14 @@ class StarvationGuard:
             return  # an idle GPU of its type: the held pass gives it one
         if d.busy:
             self._close([self._pos(d.busy[0][1])], jid)
+
+    def _behind(self, since: float) -> bool:
+        """A job waiting since ``since`` waits its turn behind the job waiting longest
+        (:func:`~slurm_colo.placement.held.waits_behind`; every simulated GPU may take every
+        job, so that one is always a job a GPU could take, as the agent requires)."""
+        heads = self.waiting.heads
+        oldest = min([*self.held_since.values(), *(h[0] for h in heads[:1])], default=None)
+        return waits_behind(since, oldest, self.sim.now, self.cfg)
 
     def _gres_type_of(self, jid: int) -> str:
         raise NotImplementedError

@@ -52,6 +52,9 @@ class HeldJobs:
     def _open(self, jid: int) -> None:
         raise NotImplementedError
 
+    def _behind(self, since: float) -> bool:
+        raise NotImplementedError
+
     def _wait_for_type(self, jid: int, gtype: str) -> None:
         """Hold requeued job ``jid`` for a GPU of shard type ``gtype``."""
         req = self._req(jid)
@@ -85,6 +88,8 @@ class HeldJobs:
             for h in oldest_first(list(waiting.values())):
                 jid = h.job_id
                 r = self._reservation(jid)
+                if r is None and self._behind(h.since):
+                    break  # the rest were requeued later still
                 sig = self._held_sig.get(jid)
                 if sig is None:
                     sig = self._held_sig[jid] = job_signature(h.request, self.scores, self.cfg)

@@ -138,7 +138,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs):
     # ---- engine events ---------------------------------------------------------------
     def arrive(self, sim: Sim, jid: int) -> None:
         if self.submit_time and not self.waiting.whole(self.waiting.sig_list[self._sid(jid)]):
-            if self._try(jid, hold_idle=False) == "started":
+            if not self._behind(sim.now) and self._try(jid, hold_idle=False) == "started":
                 return
             # held (the agent releases it onto any GPU that takes it), or a whole GPU
             self._enqueue(jid, whole=not self.hold)
@@ -316,6 +316,8 @@ class PolicyScheduler(StarvationGuard, HeldJobs):
         sig = self.waiting.sig_list[sid]
         while q:
             jid = q[0][1]
+            if self._behind(q[0][0]):
+                return  # its turn comes after the job waiting longest
             if self.waiting.whole(sig):
                 if not idle_phase:
                     return
