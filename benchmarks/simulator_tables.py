@@ -166,7 +166,7 @@ def summary_table(grid: dict[tuple[str, float], dict[int, dict[str, dict[str, An
             body.append(
                 [
                     name,
-                    f"{load:g}",
+                    f"{load:.1f}",
                     p,
                     f"{wins} of {n}",
                     f"{sum(vs_ex) / n:+.1f} % ({max(vs_ex):+.1f})",
@@ -176,6 +176,30 @@ def summary_table(grid: dict[tuple[str, float], dict[int, dict[str, dict[str, An
                 ]
             )
     return render(head, body)
+
+
+def missed(grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]]) -> str:
+    """In words: every seed where ``ours`` or ``ours-submit`` is worse than Gandiva on a
+    figure (by how much) or more than 3 % above the oracle's makespan."""
+    lines = []
+    for (name, load), rows in grid.items():
+        for p in OURS:
+            for seed in sorted(rows):
+                by = rows[seed]
+                r, g, o = by[p], by["gandiva-random"], by["oracle"]
+                what = [
+                    f"{SHORT[f]} {fmt.format(r[f])} against {fmt.format(g[f])}"
+                    for f, _, fmt in FIGURES
+                    if SHORT[f] in losses(r, g)
+                ]
+                over = 100 * (r["makespan_h"] / o["makespan_h"] - 1)
+                if over > 3.0:
+                    what.append(f"makespan {over:+.1f} % above the oracle's")
+                if what:
+                    lines.append(
+                        f"- {name}, load {load:.1f}, seed {seed}, `{p}`: {'; '.join(what)}"
+                    )
+    return "\n".join(lines) or "- none"
 
 
 def label(name: str) -> str:
@@ -231,9 +255,12 @@ def main() -> None:
             "each GPU its model's memory, default placement settings."
         ),
         "### Summary\n\n" + summary_table(grid),
+        "Where `ours` or `ours-submit` is worse than Gandiva-random on a figure, or more than "
+        "3 % above the oracle's makespan (Gandiva's value, or the oracle's, second):\n\n"
+        + missed(grid),
     ]
     for (name, load), rows in grid.items():
-        parts.append(f"### {label(name)}, load {load:g}\n\n" + per_seed_table(rows))
+        parts.append(f"### {label(name)}, load {load:.1f}\n\n" + per_seed_table(rows))
     text = "\n\n".join(parts)
     print(text)
     if a.no_write:
