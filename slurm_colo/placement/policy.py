@@ -38,7 +38,6 @@ so one placement is a few vector operations over all GPUs.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from slurm_colo.contracts.enums import CrossUser, Mechanism, Mode
 from ..config import PlacementConfig
 from ..scores import ScoreTable
 from .index import PlacementIndex, unprofiled_memory
+from .mps import demand, mem_limit, thread_pct
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
 # evaluation outcomes
@@ -153,38 +153,6 @@ def index_for(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Pl
             idx.update(i)
         view.dirty.clear()
     return idx
-
-
-def _thread_pct(job_util: float | None, others: list[float | None]) -> int:
-    """MPS active-thread percentage for a joining job, from the classes' GPU demand.
-
-    A job that barely uses the GPU next to a busy one gets a small share (the seeds show
-    90/10 beats 100/100 for such pairs); unknown demand, or demands that fit together
-    (sum <= 1), give 100 (no limit).
-    """
-    if job_util is None or any(u is None for u in others) or not others:
-        return 100
-    total = job_util + sum(u for u in others if u is not None)
-    if total <= 1.0:
-        return 100
-    share = job_util / total
-    return int(max(10, min(100, math.ceil(share * 100 + 10))))
-
-
-def _demand(scores: ScoreTable, cls: str, partners: Iterable[str]) -> float | None:
-    """GPU demand of ``cls``: its SM utilisation if profiled, else how much it slows its
-    partners according to the score table (1 - mean n(partner | cls))."""
-    info = scores.classes.get(cls)
-    if info is not None and info.sm_util is not None:
-        return info.sm_util
-    ps = [scores.pair(p, cls) for p in partners]
-    if not ps or not all(p.known for p in ps):
-        return None
-    return max(0.0, 1.0 - sum(p.n_a for p in ps) / len(ps))
-
-
-def _mem_limit(est: float, free: float) -> float:
-    return round(min(free, max(est * 1.25, est + 1.0)), 2)
 
 
 def memory_estimate(job: JobRequest, scores: ScoreTable, cfg: PlacementConfig) -> float | None:
@@ -292,8 +260,8 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
         thread = None
         if mps:
             others = [o.cls for o in g.occupants]
-            thread = _thread_pct(
-                _demand(scores, job.cls, others), [_demand(scores, c, [job.cls]) for c in others]
+            thread = thread_pct(
+                demand(scores, job.cls, others), [demand(scores, c, [job.cls]) for c in others]
             )
         return Decision(
             "share",
@@ -305,7 +273,7 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             gres_type=g.gres_type,
             mechanism=mechanism,
             thread_pct=thread,
-            mem_limit_gib=_mem_limit(mem, free) if mps else None,
+            mem_limit_gib=mem_limit(mem, free) if mps else None,
             predicted_delta=round(delta, 3),
             predicted_sd=round(sd, 3),
             partners=partners,
@@ -325,7 +293,7 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             gres_type=g.gres_type,
             mechanism=mechanism,
             thread_pct=100 if mps else None,
-            mem_limit_gib=_mem_limit(mem, float(idx.free[first_idle])) if mps else None,
+            mem_limit_gib=mem_limit(mem, float(idx.free[first_idle])) if mps else None,
             predicted_delta=1.0,
             predicted_sd=0.0,
             memory_gib=mem,
