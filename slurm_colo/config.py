@@ -66,9 +66,18 @@ class PlacementConfig:
     aggressive_min_delta: float = 1.0
     #: a job may not be predicted to run slower than this factor of its solo speed (auto mode)
     max_slowdown: float = 1.5
+    #: a shared set is also accepted when its predicted combined throughput (sum of the
+    #: members' normalised throughputs, less risk_aversion x its std. dev.) reaches this and
+    #: is not below the GPU's before the job joined, auto mode; 0 disables
+    min_throughput: float = 1.0
+    #: on that path a job may be predicted down to 1/this of its solo speed (auto mode)
+    throughput_max_slowdown: float = 2.5
     #: fraction of GPU memory kept free on a shared GPU
     memory_headroom: float = 0.05
-    #: memory assumed for a class with no profile, GiB
+    #: memory assumed for a class with no profile, as a share of each GPU's own memory (a
+    #: GPU model's size, from [[gpus]]); 0 assumes default_memory_gib on every GPU
+    default_memory_share: float = 0.25
+    #: memory assumed for a class with no profile, GiB (when default_memory_share is 0)
     default_memory_gib: float = 8.0
     #: how much uncertainty (std. dev. of delta) is subtracted before comparing with min_delta
     risk_aversion: float = 1.0
@@ -78,6 +87,9 @@ class PlacementConfig:
     #: agent (unplaced = "hold", undo), the shared GPU(s) expected to drain first take no new
     #: partners until it has started, hours; 0 disables
     reserve_after_h: float = 6.0
+    #: while shared GPUs are drained for such a job, a job that came more than this many
+    #: hours after it is not placed until it has started (bounded queue jumping); 0: no limit
+    bypass_h: float = 1.5
     #: a new shared set is judged from its members' reported progress after this long, s
     probe_s: float = 600.0
     #: what the agent does with a set judged harmful: "requeue" the newest job and aim it

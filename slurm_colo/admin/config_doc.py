@@ -65,9 +65,20 @@ HELP: dict[str, str] = {
     "placement.aggressive_min_delta": "The same threshold for --colocate=aggressive.",
     "placement.max_slowdown": "In auto mode a job may not be predicted to run slower than this "
     "factor of its solo speed.",
+    "placement.min_throughput": "The throughput path, auto mode: a shared set is also "
+    "accepted when its predicted combined throughput (the sum of its members' speeds over "
+    "their solo speeds, less risk_aversion standard deviations) reaches this and is not "
+    "below what the GPU did before the job joined; a member may then run down to "
+    "1/throughput_max_slowdown of its solo speed. A job takes such a set only when no idle "
+    "GPU is there. 0 disables the path.",
+    "placement.throughput_max_slowdown": "On the throughput path, the slowdown a member may "
+    "be predicted to suffer (2.5: down to 0.4 of its solo speed).",
     "placement.memory_headroom": "Fraction of GPU memory kept free on a shared GPU.",
+    "placement.default_memory_share": "GPU memory assumed for a job class with no measured "
+    "profile, as a share of each GPU's own memory ([[gpus]] memory_gib: each GPU model its "
+    "own). 0 assumes default_memory_gib on every GPU.",
     "placement.default_memory_gib": "GPU memory, in GiB, assumed for a job class with no "
-    "measured profile.",
+    "measured profile when default_memory_share is 0.",
     "placement.risk_aversion": "How many standard deviations of the predicted delta are "
     "subtracted before it is compared with min_delta. 0 trusts the mean.",
     "placement.explore_rate": "Share of placements that may try a pair of classes with no "
@@ -76,6 +87,11 @@ HELP: dict[str, str] = {
     "for whole GPUs (untyped gres:gpu), or held for the agent (placement.unplaced = "
     '"hold", or requeued by an undo), the shared GPU(s) expected to drain first take no '
     "new partners until it has started. 0 disables the guard.",
+    "placement.bypass_h": "Bounded queue jumping: once the job held longest (that some "
+    "shared GPU could take) has waited reserve_after_h, a job that came more than this many "
+    "hours after it is not placed, at submission or from the held jobs, until it has "
+    "started; newer jobs then wait their turn instead of taking every slot that frees up. "
+    "0 lets jobs pass it freely.",
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
     "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
     'class\'s solo speed. 0 disables the probe; so does node.profile = "none" (the probe runs '

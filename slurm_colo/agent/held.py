@@ -53,10 +53,12 @@ from ..placement.held import (
     must_lock,
     oldest_first,
     place_held,
+    queue_head,
     release,
     requeued,
     undo_comment,
     undo_tag,
+    waits_behind,
 )
 from ..placement.retract import members_from_report
 from ..slurm.model import SlurmJob
@@ -175,6 +177,7 @@ class HeldJobs:
         A job bound to one GPU model (its shard type, or the model it asked for) is judged
         with that model's score set, any other with the site default."""
         out = []
+        oldest = queue_head(self.jobs.values(), occ.view)
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
@@ -190,8 +193,9 @@ class HeldJobs:
                 }
             )
             scores = book.table(_model_of(h, view, book))
-            d = place_held(h, view, scores, self.cfg.placement, occ.reservation)
-            if not d.shared or d.node is None:
+            behind = waits_behind(h.since, oldest, now, self.cfg.placement)
+            d = None if behind else place_held(h, view, scores, self.cfg.placement, occ.reservation)
+            if d is None or not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
                     h.locked = True
                     out.append(Action("admin_hold", h.job_id))

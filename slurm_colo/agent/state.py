@@ -18,10 +18,10 @@ from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
 from ..errors import OptionError
-from ..placement import ClusterView, JobRequest
+from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
 from ..placement.guard import Reservation
-from ..placement.held import HeldJob
+from ..placement.held import HeldJob, queue_head, waits_behind
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from .held import Action, HeldJobs, can_hold, hold_unplaced
@@ -175,6 +175,15 @@ class AgentState:
             token = _new_token()
             bd = self._place(token, key, fields)
         d = bd.decision
+        oldest = queue_head(self.holds.jobs.values(), self.view)
+        if d.shared and waits_behind(now, oldest, now, self.cfg.placement):
+            d = Decision(
+                "exclusive",
+                "own GPU: waits its turn behind a job held for "
+                f"{(now - (oldest or now)) / 3600:.1f} h (placement.bypass_h)",
+                memory_gib=d.memory_gib,
+            )
+            bd = replace(bd, decision=d)
         tag = d.placement(token, cls, mode).to_tag()
         hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self.occupancy, fields)
         if hold:
@@ -350,6 +359,13 @@ class AgentState:
             j for j, t in self.ledger.by_job.items() if self.ledger.placements[t].decision.shared
         }
         waiting = waiting_jobs(occ.jobs, tags, skip, models)
+        # bounded queue jumping: no waiting job passes a held job that has waited too long
+        oldest = queue_head(self.holds.jobs.values(), self.view)
+        waiting = [
+            w
+            for w in waiting
+            if not waits_behind(w.job.submit_time or now, oldest, now, self.cfg.placement)
+        ]
         return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book)
 
     def failed(self, action: Action, now: float) -> None:

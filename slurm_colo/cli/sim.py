@@ -124,13 +124,15 @@ def register(app: typer.Typer) -> None:
             "what auto gives, every simulated GPU being shared).",
         ),
         gpu_memory_gib: float = typer.Option(
-            32.0,
-            help="Memory of each simulated GPU, GiB. "
-            "Our policies share a GPU only while the jobs' "
-            "memory (the score set's class estimate, else "
-            "placement.default_memory_gib) fits under it, "
-            "less placement.memory_headroom; the baselines "
-            "check no memory.",
+            0.0,
+            help="Memory of each simulated GPU, GiB; 0: the "
+            "GPU model's (v100 32, k80 12, p100 16, a100 80; "
+            "16 for a model not known). Our policies share a "
+            "GPU only while the jobs' memory (the score set's "
+            "class profile, else placement.default_memory_share "
+            "of the GPU's memory) fits under it, less "
+            "placement.memory_headroom; the baselines check no "
+            "memory.",
         ),
         slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
         hidden_share: float = typer.Option(
@@ -162,9 +164,15 @@ def register(app: typer.Typer) -> None:
             pcfg = replace(pcfg, undo=_word(Undo, "--undo", undo))
         if unplaced:
             pcfg = replace(pcfg, unplaced=_word(Unplaced, "--unplaced", unplaced))
-        if not gpu_memory_gib > 0 or gpu_memory_gib == float("inf"):
-            raise SimError(f"--gpu-memory-gib {gpu_memory_gib:g}: give a positive size in GiB")
+        if not gpu_memory_gib >= 0 or gpu_memory_gib == float("inf"):
+            raise SimError(
+                f"--gpu-memory-gib {gpu_memory_gib:g}: give a positive size in GiB "
+                "(0: the GPU model's)"
+            )
         data = load_gavel(gavel or bundled_path(), gpu)
+        from ..sim.campaigns import gpu_memory_gib as model_memory
+
+        gpu_memory_gib = gpu_memory_gib or model_memory(data.gpu)
         score_set = _score_set(scores, data) if scores else None
         typer.echo(
             f"{data.gpu} data of {gavel or 'the bundled file'}: {len(data.classes)} "
@@ -200,7 +208,13 @@ def register(app: typer.Typer) -> None:
                     aggressive_share=aggressive_share,
                 )
             setup = Setup(
-                SimConfig(gpus=gpus, gpu_memory_gib=gpu_memory_gib, slots=slots, seed=s),
+                SimConfig(
+                    gpus=gpus,
+                    gpu_memory_gib=gpu_memory_gib,
+                    gpu_model=data.gpu,
+                    slots=slots,
+                    seed=s,
+                ),
                 pcfg,
                 hidden_share=hidden_share,
             )

@@ -18,7 +18,7 @@ simulator (:mod:`slurm_colo.sim.ours`) uses :func:`requeued` and the guard's dra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,10 +26,10 @@ from ..config import PlacementConfig
 from ..contracts.enums import Undo
 from ..contracts.placement import ANY_SHARED, held_for_text
 from ..scores import PairScore, ScoreTable
-from .guard import Reservation, kept
+from .guard import HeldWait, Reservation, held_drain, kept
 from .policy import place
 from .retract import Member, judge, rate_floor
-from .view import ClusterView, Decision, JobRequest
+from .view import ClusterView, Decision, GpuView, JobRequest
 
 
 @dataclass
@@ -151,6 +151,41 @@ def undo_comment(cfg: PlacementConfig, reason: str) -> str:
 
 
 # ---- the re-aim ---------------------------------------------------------------------------
+def queue_head(
+    held: Iterable[HeldJob],
+    view: ClusterView,
+    partitions: Mapping[str, tuple[str, ...]] | None = None,
+) -> float | None:
+    """Since when the held job waiting longest has waited, among those some shared GPU of
+    ``view`` may take (its type or any, its model, its partitions, the memory of a GPU):
+    the one :func:`waits_behind` makes newer jobs wait for. A job no GPU can take (it waits
+    for an administrator) holds up nobody. None when no held job qualifies."""
+    for h in oldest_first(held):
+        wait = HeldWait(h.job_id, h.gres_type, h.since, h.model, h.request.partition)
+        d = held_drain(wait, view, _never, partitions)
+        need = h.request.memory_gib or 0.0
+        if any(g.memory_gib >= need for g in [*d.idle, *(g for _, g in d.busy)]):
+            return h.since
+    return None
+
+
+def _never(g: GpuView) -> float:
+    return 0.0
+
+
+def waits_behind(since: float, oldest: float | None, now: float, cfg: PlacementConfig) -> bool:
+    """Bounded queue jumping: whether a job waiting since ``since`` (its submission, or its
+    requeue) must not be placed yet, because the job waiting longest (since ``oldest``;
+    None: none waits) has waited ``placement.reserve_after_h`` and came more than
+    ``placement.bypass_h`` before it. Newer jobs then wait their turn instead of taking every
+    slot that frees up, so shared GPUs drain for the old one (the starvation guard, and the
+    re-aim oldest first, give it the first); jobs close behind it still pass. 0 for either
+    setting turns this off."""
+    if oldest is None or cfg.bypass_h <= 0 or cfg.reserve_after_h <= 0:
+        return False
+    return now - oldest >= cfg.reserve_after_h * 3600.0 and since - oldest > cfg.bypass_h * 3600.0
+
+
 def oldest_first(held: Iterable[HeldJob]) -> list[HeldJob]:
     """The order held jobs are aimed in: the one held longest first."""
     return sorted(held, key=lambda h: h.since)

@@ -51,6 +51,8 @@ class PlacementIndex:
         self.open = np.zeros(n, dtype=bool)
         self.count = np.zeros(n, dtype=np.int64)
         self.free = np.zeros(n, dtype=float)
+        #: memory assumed on each GPU for a job whose class has no memory profile
+        self.unprofiled = np.zeros(n, dtype=float)
         self.owner = np.zeros(n, dtype=np.int64)  # uid; -1 mixed users; -2 idle
         self.closed_for = np.full(n, -1, dtype=np.int64)  # job a GPU is drained for; -1 none
         self.n_closed = 0
@@ -152,6 +154,7 @@ class PlacementIndex:
         self.n_closed += (closed >= 0) - (int(self.closed_for[i]) >= 0)
         self.closed_for[i] = closed
         self.free[i] = g.memory_gib * (1.0 - self.cfg.memory_headroom) - g.used_memory_gib()
+        self.unprofiled[i] = unprofiled_memory(g.memory_gib, self.cfg)
         uids = {o.uid for o in occ}
         self.owner[i] = -2 if not uids else (next(iter(uids)) if len(uids) == 1 else -1)
 
@@ -202,19 +205,28 @@ class PlacementIndex:
         unproven = ~self.OBS[m].all(axis=0)
         minn = np.minimum(new, min_rate)
         delta = (k + 1) * minn
-        sure = delta - cfg.risk_aversion * (k + 1) * np.sqrt(var) >= cfg.min_delta
+        spread = cfg.risk_aversion * (k + 1) * np.sqrt(var)
+        sure = delta - spread >= cfg.min_delta
         base = ~never & (minn >= 1.0 / cfg.max_slowdown)
+        before = sum(rates) if k > 1 else 1.0
+        total = new + joined.sum(axis=0)
+        # the throughput path: the set does more than the GPU did, a member may go slower
+        bar = max(before, cfg.min_throughput)
+        t_base = ~never & (minn >= 1.0 / cfg.throughput_max_slowdown) & (cfg.min_throughput > 0)
+        t_sure = t_base & (total - spread >= bar)
         row = (
-            sum(rates) if k > 1 else 1.0,
+            before,
             new,
             min_rate,
-            new + joined.sum(axis=0),
+            total,
             var,
             never,
             known,
             unproven,
-            base & known & sure,
-            base & (sure | (unproven & (delta >= cfg.min_delta))),
+            known & ((base & sure) | t_sure),
+            (base & (sure | (unproven & (delta >= cfg.min_delta))))
+            | t_sure
+            | (t_base & unproven & (total >= bar)),
         )
         self._rows[key] = row
         return row
@@ -257,7 +269,7 @@ class PlacementIndex:
         self,
         c: int,
         uid: int | None,
-        est: float,
+        est: float | None,
         aggressive: bool,
         explore: bool,
         rows: np.ndarray | None = None,
@@ -267,11 +279,12 @@ class PlacementIndex:
         predictions. ``auto`` jobs use the acceptance rows kept by :meth:`update`, so the
         arithmetic runs only on accepted GPUs."""
         cfg = self.cfg
+        need = self.unprofiled if est is None else est
         if rows is None:
-            mask = self.open & (self.free >= est)
+            mask = self.open & (self.free >= need)
         else:
             mask = np.zeros(len(self.open), dtype=bool)
-            mask[rows] = self.open[rows] & (self.free[rows] >= est)
+            mask[rows] = self.open[rows] & (self.free[rows] >= self.need_at(est, rows))
         if uid is not None:
             mask &= (self.owner == uid) | (self.owner == -2)
         idle = np.flatnonzero(mask & (self.count == 0))
@@ -292,11 +305,8 @@ class PlacementIndex:
             k1 = self.count[b] + 1
             delta = k1 * np.minimum(self.new_rate[c][b], self.min_rate[c][b])
             sd = k1 * np.sqrt(self.var[c][b])
-            explored = (
-                (delta - cfg.risk_aversion * sd < min_delta)
-                if explore
-                else np.zeros(b.size, dtype=bool)
-            )
+            # accepted only because the job may explore a pair not measured yet
+            explored = ~self.acc[c][b] if explore else np.zeros(b.size, dtype=bool)
         gain = self.sum_rate[c][b] - self.before[b]
         return Candidates(
             idle=idle,
@@ -310,10 +320,10 @@ class PlacementIndex:
         )
 
     def outcome(
-        self, c: int, uid: int | None, est: float, aggressive: bool, explore: bool, pos: int
+        self, c: int, uid: int | None, est: float | None, aggressive: bool, explore: bool, pos: int
     ) -> str:
         """:meth:`candidates` for one GPU: ``"idle"``, ``"share"`` or ``"no"``."""
-        if not self.open[pos] or self.free[pos] < est:
+        if not self.open[pos] or not self.fits(pos, est):
             return "no"
         owner = self.owner[pos]
         if owner == -2:
@@ -333,13 +343,32 @@ class PlacementIndex:
             return []
         return sorted(int(j) for j in np.unique(self.closed_for[self.closed_for >= 0]))
 
-    def refusal_counts(self, uid: int | None, est: float) -> tuple[int, int]:
+    def refusal_counts(self, uid: int | None, est: float | None) -> tuple[int, int]:
         """(busy GPUs with a free slot this job may use, how many of them lack memory)."""
         mask = self.open & (self.count > 0)
         if uid is not None:
             mask &= self.owner == uid
         busy = int(mask.sum())
-        return busy, int((mask & (self.free < est)).sum())
+        need = self.unprofiled if est is None else est
+        return busy, int((mask & (self.free < need)).sum())
+
+    def need_at(self, est: float | None, pos: Any) -> Any:
+        """Memory a job needs on GPU(s) ``pos``: its estimate, or the GPU's assumption for a
+        class with no profile (``est`` None)."""
+        return self.unprofiled[pos] if est is None else est
+
+    def fits(self, pos: int, est: float | None) -> bool:
+        """Whether GPU ``pos`` has the memory for a job of estimate ``est``."""
+        return bool(self.free[pos] >= self.need_at(est, pos))
+
+
+def unprofiled_memory(gpu_memory_gib: float, cfg: PlacementConfig) -> float:
+    """Memory assumed for a job of a class with no memory profile on a GPU of this size:
+    ``placement.default_memory_share`` of it (each GPU model its own), or
+    ``placement.default_memory_gib`` when the share is 0."""
+    if cfg.default_memory_share > 0:
+        return gpu_memory_gib * cfg.default_memory_share
+    return cfg.default_memory_gib
 
 
 @dataclass(slots=True)

@@ -6,12 +6,24 @@ by an exclusive job, has a free slot and room in memory, and (under MPS,
 would join, the score table predicts each member's normalised throughput ``n_i``
 (multiplicative composition for 3+ jobs) with a standard deviation. The set is accepted when
 
-* no pair of it is marked *never* (out of memory, fatal MPS fault);
-* every member keeps ``n_i >= 1 / max_slowdown`` (no job is given the worse half of a GPU);
-* Tabrizian's delta ``k * min(n_i)`` minus ``risk_aversion`` times its uncertainty is at
-  least ``min_delta`` -- or, for a bounded share of jobs (``explore_rate``, drawn from the
-  job key so it is reproducible), the *mean* delta is, when a pair of the set has never been
-  measured (exploration: history learns about it; pairs predicted harmful are never tried).
+* no pair of it is marked *never* (out of memory, fatal MPS fault); and either
+* every member keeps ``n_i >= 1 / max_slowdown`` (no job is given the worse half of a GPU)
+  and Tabrizian's delta ``k * min(n_i)`` minus ``risk_aversion`` times its uncertainty is at
+  least ``min_delta`` (the *delta path*: every member gains), or
+* every member keeps ``n_i >= 1 / throughput_max_slowdown`` and the set's combined
+  throughput ``sum(n_i)`` minus ``risk_aversion`` times its uncertainty is at least
+  ``min_throughput`` and at least what the GPU did before the job joined (the *throughput
+  path*: the GPU does more work than it would without the job, though a member may run at
+  less than two thirds of its solo speed; a job only takes it when no idle GPU is there,
+  that is when it would otherwise wait: time-slicing GPUs such as the K80 gain only this
+  way) --
+* or, for a bounded share of jobs (``explore_rate``, drawn from the job key so it is
+  reproducible), the *mean* delta or combined throughput passes, when a pair of the set has
+  never been measured (exploration: history learns about it; pairs predicted harmful are
+  never tried).
+
+A job's memory is its request's, else its class's profile in the score set, else
+``default_memory_share`` of each GPU's own memory (a GPU model's size, :mod:`.index`).
 
 Among accepted GPUs the job goes where it adds most predicted throughput (sum of ``n``
 after minus before, less the uncertainty). An idle GPU is taken instead when that gain is
@@ -26,7 +38,6 @@ so one placement is a few vector operations over all GPUs.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,7 +49,8 @@ from slurm_colo.contracts.enums import CrossUser, Mechanism, Mode
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
-from .index import PlacementIndex
+from .index import PlacementIndex, unprofiled_memory
+from .mps import demand, mem_limit, thread_pct
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
 # evaluation outcomes
@@ -51,7 +63,8 @@ class _Job:
 
     cls: str
     uid: int | None  # None when users may mix (shard mechanism)
-    est: float
+    #: memory estimate, GiB; None: no profile, each GPU assumes its own share
+    est: float | None
     aggressive: bool
     explore: bool
 
@@ -71,8 +84,9 @@ def _evaluate(
     if j.uid is not None and uids and uids != {j.uid}:
         return (_REFUSE, "", "")  # MPS serves one user per GPU; not worth a message
     free = mem * (1.0 - cfg.memory_headroom) - used
-    if j.est > free:
-        return (_REFUSE, "memory", f"memory ({j.est:.1f} GiB > {free:.1f} free)")
+    est = j.est if j.est is not None else unprofiled_memory(mem, cfg)
+    if est > free:
+        return (_REFUSE, "memory", f"memory ({est:.1f} GiB > {free:.1f} free)")
     if not classes:
         return (_EMPTY, free)
     members = [*classes, j.cls]
@@ -86,23 +100,39 @@ def _evaluate(
     lo = min(n)
     delta = k * lo
     sd = k * sd_sum
+    total = sum(n)
+    before = sum(scores.set_throughputs(list(classes))[0]) if len(classes) > 1 else 1.0
+    bar = max(before, cfg.min_throughput)
     min_n = 0.0 if j.aggressive else 1.0 / cfg.max_slowdown
-    if lo < min_n:
+    min_delta = cfg.aggressive_min_delta if j.aggressive else cfg.min_delta
+    # the throughput path (auto mode): the set does more than the GPU did before
+    t_base = not j.aggressive and cfg.min_throughput > 0 and lo >= 1.0 / cfg.throughput_max_slowdown
+    sure = lo >= min_n and delta - cfg.risk_aversion * sd >= min_delta
+    t_sure = t_base and total - cfg.risk_aversion * sd >= bar
+    unproven = not all(scores.pair(j.cls, c).observed for c in classes)
+    if sure or t_sure:
+        explored = not known and not j.aggressive
+    elif (
+        j.explore
+        and unproven
+        and ((lo >= min_n and delta >= min_delta) or (t_base and total >= bar))
+    ):
+        explored = True
+    elif lo < min_n and not t_base:
         who = members[n.index(lo)]
         return (_REFUSE, "slowdown", f"{label}: {who} predicted at {lo:.2f}x solo speed")
-    min_delta = cfg.aggressive_min_delta if j.aggressive else cfg.min_delta
-    explored = False
-    if delta - cfg.risk_aversion * sd < min_delta:
-        unproven = not all(scores.pair(j.cls, c).observed for c in classes)
-        if not (j.explore and unproven and delta >= min_delta):
-            return (
-                _REFUSE,
-                "delta",
-                f"{label}: predicted delta {delta:.2f}±{sd:.2f} below {min_delta:.2f}",
-            )
-        explored = True
-    before = sum(scores.set_throughputs(list(classes))[0]) if len(classes) > 1 else 1.0
-    gain = sum(n) - before
+    else:
+        return (
+            _REFUSE,
+            "delta",
+            f"{label}: predicted delta {delta:.2f}±{sd:.2f} below {min_delta:.2f}"
+            + (
+                f", combined throughput {total:.2f}±{sd:.2f} less its uncertainty below {bar:.2f}"
+                if t_base
+                else ""
+            ),
+        )
+    gain = total - before
     return (_OK, gain - cfg.risk_aversion * sd, delta, sd, n[-1], explored, free, gain)
 
 
@@ -125,50 +155,25 @@ def index_for(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Pl
     return idx
 
 
-def _thread_pct(job_util: float | None, others: list[float | None]) -> int:
-    """MPS active-thread percentage for a joining job, from the classes' GPU demand.
-
-    A job that barely uses the GPU next to a busy one gets a small share (the seeds show
-    90/10 beats 100/100 for such pairs); unknown demand, or demands that fit together
-    (sum <= 1), give 100 (no limit).
-    """
-    if job_util is None or any(u is None for u in others) or not others:
-        return 100
-    total = job_util + sum(u for u in others if u is not None)
-    if total <= 1.0:
-        return 100
-    share = job_util / total
-    return int(max(10, min(100, math.ceil(share * 100 + 10))))
-
-
-def _demand(scores: ScoreTable, cls: str, partners: Iterable[str]) -> float | None:
-    """GPU demand of ``cls``: its SM utilisation if profiled, else how much it slows its
-    partners according to the score table (1 - mean n(partner | cls))."""
-    info = scores.classes.get(cls)
-    if info is not None and info.sm_util is not None:
-        return info.sm_util
-    ps = [scores.pair(p, cls) for p in partners]
-    if not ps or not all(p.known for p in ps):
-        return None
-    return max(0.0, 1.0 - sum(p.n_a for p in ps) / len(ps))
-
-
-def _mem_limit(est: float, free: float) -> float:
-    return round(min(free, max(est * 1.25, est + 1.0)), 2)
+def memory_estimate(job: JobRequest, scores: ScoreTable, cfg: PlacementConfig) -> float | None:
+    """The job's GPU memory, GiB: what it asked for, else its class's profile in the score
+    set; None when neither is known (each GPU then assumes ``default_memory_share`` of its
+    own memory, see :func:`~.index.unprofiled_memory`)."""
+    if job.memory_gib is not None:
+        return float(job.memory_gib)
+    info = scores.classes.get(job.cls)
+    if info is not None and info.memory_gib is not None:
+        return float(info.memory_gib)
+    return None if cfg.default_memory_share > 0 else float(cfg.default_memory_gib)
 
 
 def job_signature(job: JobRequest, scores: ScoreTable, cfg: PlacementConfig) -> _Job:
     """What the policy's evaluation of a single-GPU job depends on (hashable): two jobs
     with equal signatures get the same decision from the same view."""
-    est = (
-        job.memory_gib
-        if job.memory_gib is not None
-        else scores.memory_gib(job.cls, cfg.default_memory_gib)
-    )
     return _Job(
         job.cls,
         job.uid if cfg.cross_user == CrossUser.NEVER else None,
-        float(est),
+        memory_estimate(job, scores, cfg),
         job.mode == Mode.AGGRESSIVE,
         explore_draw(job.key) < cfg.explore_rate,
     )
@@ -250,12 +255,13 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
         delta, sd, rate = float(m.delta[k]), float(m.sd[k]), float(m.rate[k])
         explored = bool(m.explored[k])
         free = float(idx.free[pos])
+        mem = float(idx.need_at(est, pos))
         partners = tuple(o.key for o in g.occupants)
         thread = None
         if mps:
             others = [o.cls for o in g.occupants]
-            thread = _thread_pct(
-                _demand(scores, job.cls, others), [_demand(scores, c, [job.cls]) for c in others]
+            thread = thread_pct(
+                demand(scores, job.cls, others), [demand(scores, c, [job.cls]) for c in others]
             )
         return Decision(
             "share",
@@ -267,16 +273,17 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             gres_type=g.gres_type,
             mechanism=mechanism,
             thread_pct=thread,
-            mem_limit_gib=_mem_limit(est, free) if mps else None,
+            mem_limit_gib=mem_limit(mem, free) if mps else None,
             predicted_delta=round(delta, 3),
             predicted_sd=round(sd, 3),
             partners=partners,
-            memory_gib=est,
+            memory_gib=mem,
             explored=explored,
             predicted_rate=round(rate, 3),
         )
     if first_idle >= 0:
         g = view.gpus[first_idle]
+        mem = float(idx.need_at(est, first_idle))
         return Decision(
             "share",
             f"opened idle shared GPU {g.index} of {g.node}"
@@ -286,10 +293,10 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             gres_type=g.gres_type,
             mechanism=mechanism,
             thread_pct=100 if mps else None,
-            mem_limit_gib=_mem_limit(est, float(idx.free[first_idle])) if mps else None,
+            mem_limit_gib=mem_limit(mem, float(idx.free[first_idle])) if mps else None,
             predicted_delta=1.0,
             predicted_sd=0.0,
-            memory_gib=est,
+            memory_gib=mem,
             predicted_rate=1.0,
         )
     if job.gres_type:

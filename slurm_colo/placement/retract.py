@@ -7,7 +7,9 @@ is *harmful* when
 
 * the members' combined throughput ``sum(n)`` is below 1 (running them one after another
   would finish sooner: Gandiva's retraction test), or
-* a member not in ``aggressive`` mode runs below ``1 / max_slowdown`` of its solo speed.
+* a member not in ``aggressive`` mode runs below ``1 / max_slowdown`` of its solo speed
+  (``1 / throughput_max_slowdown`` when the set's combined throughput reaches
+  ``placement.min_throughput``: the policy's throughput path).
 
 A harmful set is undone by requeueing its newest member (it has run only the probe window,
 so it loses at most that much work even without checkpoints). Either way what the set showed
@@ -57,8 +59,12 @@ def judge(
     if new is None or len(members) < 2:
         return Verdict(False, "no shared set to judge")
     obs = observed_pairs(new, members, scores) if any(m.measured for m in members) else {}
-    floor = 1.0 / cfg.max_slowdown
     total = sum(m.n for m in members)
+    # a set that pays in combined throughput may slow a member more (the policy's
+    # throughput path, placement.min_throughput)
+    paid = cfg.min_throughput > 0 and total >= cfg.min_throughput
+    limit = cfg.throughput_max_slowdown if paid else cfg.max_slowdown
+    floor = 1.0 / limit
     slow = [m for m in members if m.mode != Mode.AGGRESSIVE and m.n < floor]
     rates = ", ".join(f"{m.key} {m.n:.2f}{'' if m.measured else ' (predicted)'}" for m in members)
     if not any(m.measured for m in members):
@@ -69,7 +75,7 @@ def judge(
         return Verdict(
             True,
             f"harmful: job {slow[0].key} at {slow[0].n:.2f}x solo speed, below "
-            f"1/{cfg.max_slowdown:g} ({rates})",
+            f"1/{limit:g} ({rates})",
             obs,
         )
     return Verdict(False, f"kept: combined throughput {total:.2f} ({rates})", obs)

@@ -30,6 +30,8 @@ class SimConfig:
     gpus_per_node: int = 8
     #: memory of each simulated GPU, GiB (V100-SXM2-32GB)
     gpu_memory_gib: float = 32.0
+    #: the GPU model (the campaign's GPU name): the GPUs' model and shard type names
+    gpu_model: str = "v100"
     #: jobs one GPU may hold at once (gres/shard count per GPU)
     slots: int = 4
     #: how long a new shared set runs before Gandiva-random observes it (our policies use

@@ -140,8 +140,11 @@ def test_no_reservation_when_it_cannot_help() -> None:
     assert plan(waiting(partition="cpu"), _view((0, 10), (1, 11)), {}, {"n1": ("gpu",)}) is None
 
 
-def _state(after_h: float = 6.0) -> AgentState:
-    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0, reserve_after_h=after_h))
+def _state(after_h: float = 6.0, bypass_h: float = 0.0) -> AgentState:
+    cfg = Config(
+        gpus=LAYOUT,
+        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=after_h, bypass_h=bypass_h),
+    )
     s = AgentState(cfg, SCORES)
     s.apply_snapshot([], [SlurmNode("n1", "MIXED", partitions=("gpu",))], 0.0)
     return s
@@ -363,3 +366,20 @@ def test_the_status_command_says_what_a_held_job_waits_for(monkeypatch) -> None:
     monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(8 * HOUR))
     out = CliRunner().invoke(app, ["status"]).output
     assert "draining GPU(s) 1 of n1 for job 60, waiting 7.0 h for a v100_s1 GPU" in out
+
+
+def test_newer_jobs_wait_their_turn_behind_a_job_held_too_long() -> None:
+    # job 60 (held since 1 h for a v100_s1 GPU) has waited 7 h: a request at 8 h, 7 h newer
+    # than it, is held too instead of taking a slot (placement.bypass_h = 1.5)
+    s = _state(bypass_h=1.5)
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, held_job()], node, 5 * HOUR)
+    assert s.place_request(_req(), 5 * HOUR)["gres"] == "gres:shard:v100_s0:1"  # 4 h: passes
+    s.apply_snapshot([*busy, held_job()], node, 8 * HOUR)
+    reply = s.place_request(_req(), 8 * HOUR)
+    assert reply["action"] in ("hold", "exclusive") and "waits its turn" in reply["comment"]
+    # a job held no longer than bypass_h after it still passes; with bypass_h = 0 every job does
+    s = _state(bypass_h=0.0)
+    s.apply_snapshot([*busy, held_job()], node, 8 * HOUR)
+    assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"

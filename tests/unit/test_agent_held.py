@@ -351,7 +351,8 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert c["action"] == d["action"] == "hold" and "node" not in c
     assert c["gres"] == d["gres"] == "none"
     assert c["comment"].startswith(
-        "colo: held until a shared GPU fits (n1:0: slow+slow: slow predicted at 0.50x"
+        "colo: held until a shared GPU fits (n1:0: slow+slow: predicted delta 1.00±0.04 "
+        "below 1.05, combined throughput 1.00±0.04 less its uncertainty below 1.00"
     )
     tag = Placement.from_tag(c["tag"])
     assert tag is not None and tag.held == "*" and not tag.undone and not tag.shared

@@ -210,3 +210,32 @@ def test_the_agent_retargets_the_job_with_scontrol_in_the_installed_form(
     assert "TresPerNode=gres/shard:v100_s0:1" in argv
     assert any(a.startswith("AdminComment=slurm-colo[v=1 tok=t30") for a in argv)
     assert (30 in agent.state.ledger.by_job) is not fail
+
+
+def test_a_waiting_job_does_not_pass_a_held_job_that_has_waited_too_long() -> None:
+    """Bounded queue jumping (placement.bypass_h) holds for the re-plan too: a job submitted
+    long after the held job waiting longest is not moved before that one has started."""
+    s = _state()
+    s.cfg = Config(
+        gpus=LAYOUT,
+        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=1.0, bypass_h=0.5),
+    )
+    late = 3 * 3600.0
+    s.apply_snapshot(
+        [_running_a(), _waiting(30, "b", submit_time=late), *_whole_gpus_busy()], NODES, late
+    )
+    assert len(s.replan(late)) == 1  # nobody held: it is moved
+    s = _state()
+    s.cfg = Config(
+        gpus=LAYOUT,
+        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=1.0, bypass_h=0.5),
+    )
+    held_tag = Placement("th", "a", Mode.AUTO, undone=True, held="v100_s1").to_tag()
+    held = replace(_waiting(40, "a", submit_time=1.0), admin_comment=held_tag, state_reason="")
+    s.apply_snapshot(
+        [_running_a(), held, _waiting(30, "b", submit_time=late), *_whole_gpus_busy()],
+        NODES,
+        late,
+    )
+    assert 40 in s.holds.jobs
+    assert [a.job_id for a in s.replan(late)] == []  # b waits behind the held job

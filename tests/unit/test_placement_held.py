@@ -3,6 +3,8 @@ newcomer, and where a held job may go."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from slurm_colo.config import PlacementConfig
@@ -158,3 +160,28 @@ def test_a_release_says_where_and_why() -> None:
     r = release(_held(12, 0.0, "", undone=False), d)
     assert r.comment == "colo: released onto GPU 1 of n1: opened GPU"
     assert r.note == "held at submission; then opened GPU"
+
+
+def test_newer_jobs_wait_their_turn_only_behind_a_job_waiting_too_long() -> None:
+    from slurm_colo.placement.held import waits_behind
+
+    cfg = PlacementConfig(reserve_after_h=6.0, bypass_h=1.5)
+    h = 3600.0
+    # the oldest has waited 7 h: a job 2 h newer waits, one 1 h newer passes
+    assert waits_behind(3 * h, 1 * h, 8 * h, cfg)
+    assert not waits_behind(2 * h, 1 * h, 8 * h, cfg)
+    # the oldest has waited 5 h only, none waits, or the rule is off
+    assert not waits_behind(3 * h, 1 * h, 6 * h, cfg)
+    assert not waits_behind(3 * h, None, 8 * h, cfg)
+    assert not waits_behind(3 * h, 1 * h, 8 * h, replace(cfg, bypass_h=0.0))
+
+
+def test_the_queue_head_is_the_oldest_held_job_a_gpu_could_take() -> None:
+    from slurm_colo.placement.held import queue_head
+
+    view = ClusterView([GpuView("n1", 0, "v100_s0", 32.0, 4, model="v100")])
+    req = JobRequest(key="k", user="u", uid=1, cls="a")
+    nowhere = HeldJob(1, "t1", replace(req, gres_type="a100_s0"), 100.0, "x")
+    anywhere = HeldJob(2, "t2", req, 200.0, "x", undone=False)
+    assert queue_head([anywhere, nowhere], view) == 200.0  # no a100 GPU: it holds up nobody
+    assert queue_head([nowhere], view) is None

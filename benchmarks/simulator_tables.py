@@ -1,0 +1,277 @@
+"""The result tables of docs/simulator.md, measured afresh: every campaign, load and seed.
+
+Runs exclusive FIFO, Gandiva-random, ``ours``, ``ours-submit`` and the oracle on the V100
+and K80 data of the bundled Gavel file and on a synthetic campaign with few gaining pairs
+(:func:`slurm_colo.model.evaluate.synthetic_like` of the V100 data, scaled by
+:func:`slurm_colo.sim.campaigns.low_gain`), at loads 1.5 and 2.0, seeds 1-10; prints the
+tables and writes them into docs/simulator.md between its ``<!-- tables -->`` markers (the
+rest of the page is left alone), so the figures there are always the code's::
+
+    .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~40 min
+    .venv/bin/python benchmarks/simulator_tables.py --seeds 1-2 --jobs 2000 --gpus 64 --no-write
+
+Each GPU has its model's memory (slurm_colo.sim.campaigns.GPU_MEMORY_GIB); users may share
+a GPU (``placement.cross_user = "shard"``); the placement settings are the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_colo.config import PlacementConfig
+from slurm_colo.contracts.enums import CrossUser
+from slurm_colo.gavel import GavelData, bundled_path, load_gavel
+from slurm_colo.model.evaluate import synthetic_like
+from slurm_colo.sim.campaigns import gpu_memory_gib, low_gain
+from slurm_colo.sim.engine import SimConfig
+from slurm_colo.sim.metrics import render
+from slurm_colo.sim.run import Setup, simulate
+from slurm_colo.sim.spread import parse_seeds
+from slurm_colo.sim.trace import philly_trace, read_philly
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
+BEGIN, END = "<!-- tables: begin -->", "<!-- tables: end -->"
+POLICIES = ("exclusive-fifo", "gandiva-random", "ours", "ours-submit", "oracle")
+OURS = ("ours", "ours-submit")
+#: the synthetic campaign: seed of synthetic_like, share of its pairs that gain
+SYNTHETIC_SEED, GAIN_SHARE = 2, 0.2
+#: (figure, heading, format); lower is better for every one
+FIGURES = (
+    ("makespan_h", "makespan h", "{:.1f}"),
+    ("avg_jct_h", "avg JCT h", "{:.2f}"),
+    ("p99_jct_h", "p99 JCT h", "{:.1f}"),
+    ("avg_slowdown", "avg slowdown", "{:.2f}"),
+    ("worst_decile_slowdown", "worst 10% slowdown", "{:.2f}"),
+    ("worst_class_slowdown", "worst class", "{:.2f}"),
+    ("gpu_hours", "GPU-hours", "{:.0f}"),
+    ("harmful_share", "harmful", "{:.3%}"),
+)
+SHORT = {
+    "makespan_h": "makespan",
+    "avg_jct_h": "avg JCT",
+    "p99_jct_h": "p99 JCT",
+    "avg_slowdown": "avg slowdown",
+    "worst_decile_slowdown": "worst 10%",
+    "worst_class_slowdown": "worst class",
+    "gpu_hours": "GPU-hours",
+    "harmful_share": "harmful",
+}
+
+
+def campaign(name: str) -> GavelData:
+    if name == "synthetic":
+        base = synthetic_like(load_gavel(bundled_path(), "v100"), SYNTHETIC_SEED, "contention")
+        return low_gain(base, GAIN_SHARE)
+    return load_gavel(bundled_path(), name)
+
+
+@dataclass(frozen=True)
+class Task:
+    campaign: str
+    load: float
+    seed: int
+    jobs: int
+    gpus: int
+
+
+def run(task: Task) -> tuple[Task, list[dict[str, Any]], float]:
+    data = campaign(task.campaign)
+    trace = philly_trace(
+        read_philly(bundled_path("philly_job_distribution.csv")),
+        data.classes,
+        jobs=task.jobs,
+        gpus=task.gpus,
+        load=task.load,
+        seed=task.seed,
+        max_duration_s=48 * 3600,
+    )
+    setup = Setup(
+        SimConfig(
+            gpus=task.gpus,
+            gpu_memory_gib=gpu_memory_gib(data.gpu),
+            gpu_model=data.gpu,
+            seed=task.seed,
+        ),
+        PlacementConfig(cross_user=CrossUser.SHARD),
+    )
+    t0 = time.perf_counter()
+    results = simulate(trace, data, setup, POLICIES)
+    return task, [r.row() for r in results], time.perf_counter() - t0
+
+
+def losses(ours: dict[str, Any], gandiva: dict[str, Any]) -> list[str]:
+    """The figures where ``ours`` is worse than Gandiva (harmful sharing: not strictly
+    better, unless neither shares harmfully at all)."""
+    out = [SHORT[f] for f, _, _ in FIGURES if f != "harmful_share" and ours[f] > gandiva[f]]
+    h, hg = ours["harmful_share"], gandiva["harmful_share"]
+    if h > hg or (h == hg and hg > 0):
+        out.append("harmful")
+    return out
+
+
+def pct(a: float, b: float) -> str:
+    return f"{100 * (a / b - 1):+.1f} %"
+
+
+def per_seed_table(rows: dict[int, dict[str, dict[str, Any]]]) -> str:
+    head = ["seed", "policy", "vs exclusive", "vs oracle"] + [h for _, h, _ in FIGURES]
+    head.append("worse than Gandiva on")
+    body = []
+    for seed in sorted(rows):
+        by = rows[seed]
+        ex, orc, gd = by["exclusive-fifo"], by["oracle"], by["gandiva-random"]
+        for p in ("gandiva-random", *OURS, "oracle"):
+            r = by[p]
+            cells = [str(seed), p, pct(r["makespan_h"], ex["makespan_h"])]
+            cells.append(pct(r["makespan_h"], orc["makespan_h"]))
+            cells += [fmt.format(r[f]) for f, _, fmt in FIGURES]
+            cells.append("" if p == "gandiva-random" else (", ".join(losses(r, gd)) or "none"))
+            body.append(cells)
+    return render(head, body)
+
+
+def summary_table(grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]]) -> str:
+    head = [
+        "campaign",
+        "load",
+        "policy",
+        "seeds ≥ Gandiva on every figure",
+        "makespan vs exclusive (mean, worst)",
+        "Gandiva's",
+        "makespan vs oracle (mean, worst)",
+        "figures lost to Gandiva (seeds)",
+    ]
+    body = []
+    for (name, load), rows in grid.items():
+        for p in (*OURS, "oracle"):
+            wins, lost, vs_ex, vs_or, g_ex = 0, {}, [], [], []
+            for seed in sorted(rows):
+                by = rows[seed]
+                ls = losses(by[p], by["gandiva-random"])
+                wins += not ls
+                for f in ls:
+                    lost[f] = lost.get(f, 0) + 1
+                ex = by["exclusive-fifo"]["makespan_h"]
+                vs_ex.append(100 * (by[p]["makespan_h"] / ex - 1))
+                g_ex.append(100 * (by["gandiva-random"]["makespan_h"] / ex - 1))
+                vs_or.append(100 * (by[p]["makespan_h"] / by["oracle"]["makespan_h"] - 1))
+            n = len(rows)
+            body.append(
+                [
+                    name,
+                    f"{load:.1f}",
+                    p,
+                    f"{wins} of {n}",
+                    f"{sum(vs_ex) / n:+.1f} % ({max(vs_ex):+.1f})",
+                    f"{sum(g_ex) / n:+.1f} %",
+                    f"{sum(vs_or) / n:+.1f} % ({max(vs_or):+.1f})",
+                    ", ".join(f"{f} ({k})" for f, k in lost.items()) or "none",
+                ]
+            )
+    return render(head, body)
+
+
+def missed(grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]]) -> str:
+    """In words: every seed where ``ours`` or ``ours-submit`` is worse than Gandiva on a
+    figure (by how much) or more than 3 % above the oracle's makespan."""
+    lines = []
+    for (name, load), rows in grid.items():
+        for p in OURS:
+            for seed in sorted(rows):
+                by = rows[seed]
+                r, g, o = by[p], by["gandiva-random"], by["oracle"]
+                what = [
+                    f"{SHORT[f]} {fmt.format(r[f])} against {fmt.format(g[f])}"
+                    for f, _, fmt in FIGURES
+                    if SHORT[f] in losses(r, g)
+                ]
+                over = 100 * (r["makespan_h"] / o["makespan_h"] - 1)
+                if over > 3.0:
+                    what.append(f"makespan {over:+.1f} % above the oracle's")
+                if what:
+                    lines.append(
+                        f"- {name}, load {load:.1f}, seed {seed}, `{p}`: {'; '.join(what)}"
+                    )
+    return "\n".join(lines) or "- none"
+
+
+def label(name: str) -> str:
+    if name == "synthetic":
+        return (
+            f"synthetic campaign with few gaining pairs (V100 shape, `synthetic_like` seed "
+            f"{SYNTHETIC_SEED}, contention, {GAIN_SHARE:.0%} of pairs gaining)"
+        )
+    return f"{name.upper()} data"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="1-10")
+    ap.add_argument("--loads", default="1.5,2.0")
+    ap.add_argument("--campaigns", default="v100,k80,synthetic")
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--gpus", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=2, help="processes at once")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    a = ap.parse_args()
+    seeds = parse_seeds(a.seeds)
+    loads = [float(x) for x in a.loads.split(",")]
+    names = [c.strip() for c in a.campaigns.split(",") if c.strip()]
+    tasks = [Task(c, ld, s, a.jobs, a.gpus) for c in names for ld in loads for s in seeds]
+    grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]] = {
+        (c, ld): {} for c in names for ld in loads
+    }
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=a.workers) as pool:
+        for task, rows, wall in pool.map(run, tasks):
+            grid[(task.campaign, task.load)][task.seed] = {r["policy"]: r for r in rows}
+            print(
+                f"{task.campaign} load {task.load:g} seed {task.seed}: {wall:.0f} s",
+                file=sys.stderr,
+            )
+    minutes = (time.perf_counter() - t0) / 60
+    cmd = "python benchmarks/simulator_tables.py" + "".join(
+        f" --{k} {v}"
+        for k, v, d in (
+            ("seeds", a.seeds, "1-10"),
+            ("loads", a.loads, "1.5,2.0"),
+            ("campaigns", a.campaigns, "v100,k80,synthetic"),
+            ("jobs", a.jobs, 10_000),
+            ("gpus", a.gpus, 256),
+        )
+        if v != d
+    )
+    parts = [
+        (
+            f"Written by `{cmd}` ({minutes:.0f} min with {a.workers} processes): "
+            f"{a.jobs} single-GPU jobs per seed on {a.gpus} GPUs, users may share a GPU, "
+            "each GPU its model's memory, default placement settings."
+        ),
+        "### Summary\n\n" + summary_table(grid),
+        "Where `ours` or `ours-submit` is worse than Gandiva-random on a figure, or more than "
+        "3 % above the oracle's makespan (Gandiva's value, or the oracle's, second):\n\n"
+        + missed(grid),
+    ]
+    for (name, load), rows in grid.items():
+        parts.append(f"### {label(name)}, load {load:.1f}\n\n" + per_seed_table(rows))
+    text = "\n\n".join(parts)
+    print(text)
+    if a.no_write:
+        return
+    doc = DOC.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(doc):
+        sys.exit(f"{DOC}: no {BEGIN} ... {END} markers to write between")
+    DOC.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", doc), encoding="utf-8")
+    print(f"tables written into {DOC}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
