@@ -25,10 +25,14 @@ if [ -f "$learned" ]; then
   rm -f "$learned"
   bash "$HERE/multinode/colo.sh" agent
 fi
-# the workload runs inside colo-head, where sbatch, squeue and slurm-colo reach the controller
+# the workload runs inside colo-head, where sbatch, squeue and slurm-colo reach the controller;
+# the checkout may not be visible there (each node has its own /tmp): the scripts go to the lab
+install -d -m 0755 "$MN_DIR/demo"
+install -m 0755 "$HERE/demo-workload.sh" "$MN_DIR/demo/"
+install -m 0644 "$HERE/standin_job.py" "$MN_DIR/demo/"
 exec env -u PYTHONPATH bash "$HERE/multinode/exec.sh" colo-head env \
   DEMO_OUT="$MN_DIR/out" VENV=/opt/slurm-colo-multinode/venv DEMO_EXTRA=1 \
   DEMO_SECONDS="${DEMO_SECONDS:-40}" \
   DEMO_LOGS="$MN_DIR/nodes/*/log (slurmctld, slurmd, agent, hooks)" \
   DEMO_DOWN="bash contrib/lab/down.sh" \
-  bash "$HERE/demo-workload.sh"
+  bash "$MN_DIR/demo/demo-workload.sh"

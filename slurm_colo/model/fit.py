@@ -2,11 +2,10 @@
 
 Rules applied on top of the GP (documented in docs/model.md):
 
-- *never*: out-of-memory pairs, and pairs whose fatal MPS faults reach
-  :data:`FAULT_NEVER` or outnumber their successful measurements, get ``never=True`` and
-  ``n = 0``.
-- fewer faults are strong negative evidence: an entry ``n = FAULT_N`` per member with weight
-  ``FAULT_WEIGHT`` per fault.
+- *never*: out-of-memory pairs, and pairs with a fatal MPS fault, get ``never=True`` and
+  ``n = 0``. One fault is enough: it kills every client on the GPU, and the placement's
+  throughput path would otherwise take a pair that successful measurements keep predicted
+  at 0.4x or more.
 - censored entries (clipped at 1.0) are lower bounds: the prediction for such a pair is
   never below the observed value.
 - predictions are capped at ``n_max`` (sharing does not make a job faster).
@@ -29,25 +28,13 @@ from .features import class_distances
 from .gp import PairGP, fit_gp
 from .share import ShareView, fit_share
 
-FAULT_NEVER = 3.0
-FAULT_N = 0.1
-FAULT_WEIGHT = 3.0
 #: standard deviation (of n) reported for classes with no data at all
 PRIOR_SD = 0.25
 
 
 def _with_faults(obs: Observations) -> tuple[Observations, set[tuple[str, str]]]:
-    never = set(obs.never)
-    if not obs.faults:
-        return obs, never
-    counts = obs.pair_counts()
-    out = obs.copy()
-    for (a, b), f in obs.faults.items():
-        if f >= FAULT_NEVER or f > counts.get((a, b), 0.0):
-            never.add((a, b))
-        else:
-            out.add_pair(a, b, FAULT_N, FAULT_N, weight=FAULT_WEIGHT * f)
-    return out, never
+    """The never pairs: out of memory, or with a fatal MPS fault."""
+    return obs, set(obs.never) | {k for k, f in obs.faults.items() if f > 0}
 
 
 def fit_model(
