@@ -110,5 +110,3 @@ def test_a_fatal_mps_fault_kills_that_gpus_clients_and_the_pair_is_never_shared_
         d = lab.sbatch("--colocate", PAIR, "--gres=gpu:1", script="sleep 20")
         q = lab.wait_running(c.job_id, d.job_id)
         assert q[c.job_id]["gres"][0][3] != q[d.job_id]["gres"][0][3], q
-        ex = json.dumps(json.loads(lab.cli("explain", "--json", str(d.job_id)).stdout))
-        assert "never" in ex, ex
