@@ -175,7 +175,7 @@ class AgentState:
             token = _new_token()
             bd = self._place(token, key, fields)
         d = bd.decision
-        oldest = queue_head(self.holds.jobs.values(), self.view)
+        oldest = self._queue_head(now) if d.shared else None
         if d.shared and waits_behind(now, oldest, now, self.cfg.placement):
             d = Decision(
                 "exclusive",
@@ -360,13 +360,24 @@ class AgentState:
         }
         waiting = waiting_jobs(occ.jobs, tags, skip, models)
         # bounded queue jumping: no waiting job passes a held job that has waited too long
-        oldest = queue_head(self.holds.jobs.values(), self.view)
+        oldest = self._queue_head(now)
         waiting = [
             w
             for w in waiting
             if not waits_behind(w.job.submit_time or now, oldest, now, self.cfg.placement)
         ]
         return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book)
+
+    def _queue_head(self, now: float) -> float | None:
+        """:func:`~slurm_colo.placement.held.queue_head`, looked for only once a held job has
+        waited ``placement.reserve_after_h`` (before that :func:`waits_behind` holds nobody
+        up): the answer path pays nothing for it until then."""
+        cfg, jobs = self.cfg.placement, self.holds.jobs
+        if not jobs or cfg.bypass_h <= 0 or cfg.reserve_after_h <= 0:
+            return None
+        if now - min(h.since for h in jobs.values()) < cfg.reserve_after_h * 3600.0:
+            return None
+        return queue_head(jobs.values(), self.view)
 
     def failed(self, action: Action, now: float) -> None:
         """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU
