@@ -15,6 +15,7 @@ from typing import Any
 from ..config import Config, NodeConfig, load_config
 from ..errors import ColoError
 from ..gres_layout import expand_hostlist, gres_conf
+from ..scores import model_scores_path
 from .run import NOT_FOUND, Runner
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -467,9 +468,12 @@ def check_store(probe: Callable[[], str] | None, url: str) -> Check:
 
 
 def check_scores(
-    load: Callable[[str], Any], path: str, max_age_h: float, now: datetime | None = None
+    load: Callable[[str], Any],
+    path: str,
+    max_age_h: float,
+    now: datetime | None = None,
+    name: str = "scores",
 ) -> Check:
-    name = "scores"
     try:
         table = load(path)
     except ColoError as e:
@@ -495,6 +499,22 @@ def check_scores(
             "slurm-colo retrain (and check the slurm-colo-retrain.timer)",
         )
     return Check(name, OK, f"score set {table.id}, {age_h:.1f} h old")
+
+
+def check_model_scores(
+    load: Callable[[str], Any], cfg: Config, now: datetime | None = None
+) -> list[Check]:
+    """The score set of each GPU model of ``[[gpus]]`` that has its own (``live-<model>.json``
+    next to ``scores.path``, written by ``slurm-colo retrain`` on a mixed site); a model
+    without one uses the site default and is not checked."""
+    out = []
+    for model in sorted({ng.model for ng in cfg.gpus if ng.model}):
+        path = model_scores_path(cfg.scores.path, model)
+        if path.exists():
+            out.append(
+                check_scores(load, str(path), cfg.scores.max_age_h, now, name=f"scores ({model})")
+            )
+    return out
 
 
 def check_mps(node: NodeConfig, which: Callable[[str], str | None], gpu_node: bool) -> Check:
@@ -565,5 +585,6 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     checks.append(check_records(cfg))
     checks.append(check_store(sys.store_probe(cfg), cfg.store.url))
     checks.append(check_scores(sys.load_scores, cfg.scores.path, cfg.scores.max_age_h, sys.now))
+    checks += check_model_scores(sys.load_scores, cfg, sys.now)
     checks.append(check_mps(cfg.node, sys.which, gpu_node))
     return checks

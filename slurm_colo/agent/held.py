@@ -175,7 +175,8 @@ class HeldJobs:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
         oldest first; lock the hold of a job held without a GPU request that stays held.
         A job bound to one GPU model (its shard type, or the model it asked for) is judged
-        with that model's score set, any other with the site default."""
+        with that model's score set; a job held for any shared GPU has each GPU judged with
+        its own model's set."""
         out = []
         oldest = queue_head(self.jobs.values(), occ.view)
         for h in oldest_first(self.jobs.values()):
@@ -192,9 +193,12 @@ class HeldJobs:
                     "exc_nodes": sj.excluded_nodes,
                 }
             )
-            scores = book.table(_model_of(h, view, book))
+            # bound to one GPU model: that model's set; held for any shared GPU: each GPU
+            # judged with its own model's set
+            bound = bool(h.request.gres_type or h.model) or not book.by_model
+            judge = book.table(_model_of(h, view, book)) if bound else book
             behind = waits_behind(h.since, oldest, now, self.cfg.placement)
-            d = None if behind else place_held(h, view, scores, self.cfg.placement, occ.reservation)
+            d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
                     h.locked = True

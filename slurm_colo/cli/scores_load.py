@@ -9,7 +9,7 @@ import typer
 
 from ..config import load_config
 from ..errors import ColoError
-from ..scores import load_scores, publish_scores
+from ..scores import load_scores, model_scores_path, publish_scores
 from .spine import ConfigOpt
 
 
@@ -26,6 +26,13 @@ def register(app: typer.Typer) -> None:
             "--measured",
             help="Instead of FILE: use the bundled measured pair data of this GPU type (v100, k80).",
         ),
+        gpu_model: str = typer.Option(
+            "",
+            "--gpu-model",
+            help="Publish it as this GPU model's own set (live-<model>.json next to "
+            "scores.path; GPUs of that model in [[gpus]] are judged with it) instead of "
+            "the site default.",
+        ),
         config: Optional[Path] = ConfigOpt,
     ) -> None:
         """Validate a score table and publish it atomically as the live set (the agent picks it up)."""
@@ -39,7 +46,13 @@ def register(app: typer.Typer) -> None:
             table = load_scores(file)
         else:
             raise ColoError("give a score FILE or --measured GPU")
-        dest = publish_scores(table, cfg.scores.path)
+        if gpu_model and gpu_model not in {ng.model for ng in cfg.gpus}:
+            known = ", ".join(sorted({ng.model for ng in cfg.gpus if ng.model})) or "none"
+            raise ColoError(
+                f"no [[gpus]] layout has model {gpu_model!r} (models configured: {known})",
+                hint="use a model of the config's [[gpus]] tables, or leave --gpu-model out",
+            )
+        dest = publish_scores(table, model_scores_path(cfg.scores.path, gpu_model))
         typer.echo(
             f"score set {table.id}: {len(table.classes)} classes, {len(table.pairs)} pairs -> {dest}"
         )

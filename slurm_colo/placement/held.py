@@ -26,6 +26,7 @@ from ..config import PlacementConfig
 from ..contracts.enums import Undo
 from ..contracts.placement import ANY_SHARED, held_for_text
 from ..scores import PairScore, ScoreTable
+from .by_model import ScoreBook, place_by_model
 from .guard import HeldWait, Reservation, held_drain, kept
 from .policy import place
 from .retract import Member, judge, rate_floor
@@ -194,12 +195,14 @@ def oldest_first(held: Iterable[HeldJob]) -> list[HeldJob]:
 def place_held(
     h: HeldJob,
     view: ClusterView,
-    scores: ScoreTable,
+    scores: ScoreTable | ScoreBook,
     cfg: PlacementConfig,
     reservation: Reservation | None,
 ) -> Decision:
     """:func:`~.policy.place` for a held job; a GPU the starvation guard drained for it is
-    open to it, and to it only (``view`` is left as it was)."""
+    open to it, and to it only (``view`` is left as it was). With a :class:`ScoreBook`
+    (a job held for any shared GPU on a site with per-model sets) each GPU is judged with
+    its own model's set (:func:`~.by_model.place_by_model`)."""
     r = reservation
     opened = (
         [g for g in kept(r, view) if g.closed_for == h.job_id and not g.occupants]
@@ -210,6 +213,8 @@ def place_held(
         g.closed_for = None
         view.touch(g)
     try:
+        if isinstance(scores, ScoreBook):
+            return place_by_model(h.request, view, scores, cfg).decision
         return place(h.request, view, scores, cfg)
     finally:
         for g in opened:  # closed again until Slurm shows the job running

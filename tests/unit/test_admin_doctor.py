@@ -465,3 +465,35 @@ def test_doctor_names_why_the_agent_refused_the_node() -> None:
 
     c = doc.check_agent(refused, "tcp:head:6830")
     assert c.status == doc.FAIL and "another key" in c.message and c.fix == "copy the key"
+
+
+def test_each_gpu_models_own_score_set_is_checked(tmp_path):
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    live = tmp_path / "live.json"
+    cfg = parse_config(
+        f"""
+[scores]
+path = "{live}"
+[[gpus]]
+nodes = "k[1-2]"
+count = 2
+model = "k80"
+memory_gib = 12.0
+[[gpus]]
+nodes = "v1"
+count = 2
+model = "v100"
+memory_gib = 32.0
+"""
+    )
+    assert doc.check_model_scores(load_scores, cfg, now) == []  # neither has a set: default
+    from slurm_colo.scores import model_scores_path
+
+    k80 = model_scores_path(live, "k80")
+    publish_scores(ScoreTable(id="k80-1", created=(now - timedelta(hours=60)).isoformat()), k80)
+    (c,) = doc.check_model_scores(load_scores, cfg, now)
+    assert c.name == "scores (k80)" and c.status == doc.WARN and "60.0 h old" in c.message
+    model_scores_path(live, "v100").write_text("{not json")
+    k, v = doc.check_model_scores(load_scores, cfg, now)
+    assert k.name == "scores (k80)" and v.name == "scores (v100)"
+    assert v.status == doc.FAIL and "corrupt" in v.message

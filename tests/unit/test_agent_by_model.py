@@ -156,7 +156,18 @@ def test_a_held_job_is_judged_with_the_set_of_the_model_it_is_bound_to() -> None
     assert _model_of(held(gres_type="k80_s0"), view, book) == "k80"  # requeued: its type
     assert _model_of(held(gres_type="v100_s0"), view, book) == ""  # no V100 set: default
     assert _model_of(held(model="k80"), view, book) == "k80"  # held for a K80
-    assert _model_of(held(), view, book) == ""  # any shared GPU: the site default
+    assert _model_of(held(), view, book) == ""  # any shared GPU: no one model
+    # a job held for any shared GPU: each GPU judged with its own model's set
+    from slurm_colo.placement import Occupant
+    from slurm_colo.placement.held import place_held
+
+    for g in view.gpus:
+        g.occupants.append(Occupant(key=f"on{g.node}", user="u", uid=1, cls="a", memory_gib=4.0))
+    view.invalidate()
+    cfg = PlacementConfig(explore_rate=0.0)
+    d = place_held(held(), view, book, cfg, None)
+    assert d.shared and d.node == "k1" and d.partners == ("onk1",)  # the K80 set: a+a at 1.0
+    assert not place_held(held(), view, book.default, cfg, None).shared  # default: 0.3
 
 
 def test_a_filtered_request_leaves_the_kept_parts_alone(agent: Agent) -> None:

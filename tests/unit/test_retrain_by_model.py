@@ -222,3 +222,29 @@ def test_retrain_says_what_it_trained_per_model(
     (tmp_path / "live-v100.json").mkdir()  # cannot be written: named, non-zero exit
     code, out, err = cli(["retrain"], capsys)
     assert code == 2 and "GPU model v100: score set v100-" in err and "cannot be written" in err
+
+
+def test_scores_load_publishes_a_models_own_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurm_colo.scores import ScoreTable, load_scores, model_scores_path, publish_scores
+
+    live = tmp_path / "live.json"
+    conf = tmp_path / "site.toml"
+    conf.write_text(
+        f'[scores]\npath = "{live}"\n'
+        '[[gpus]]\nnodes = "k1"\ncount = 2\nmodel = "k80"\nmemory_gib = 12.0\n'
+    )
+    src = publish_scores(ScoreTable(id="k80-by-hand"), tmp_path / "mine.json")
+    code, out, err = cli(
+        ["scores", "load", str(src), "--gpu-model", "k80", "--config", str(conf)], capsys
+    )
+    assert code == 0, err
+    assert load_scores(model_scores_path(live, "k80")).id == "k80-by-hand"
+    assert "live-k80.json" in out
+    assert not live.exists()  # the site default is left alone
+    code, out, err = cli(
+        ["scores", "load", str(src), "--gpu-model", "a100", "--config", str(conf)], capsys
+    )
+    assert code == 2 and "no [[gpus]] layout has model 'a100'" in err
+    assert "models configured: k80" in err
