@@ -15,7 +15,6 @@ from typing import Any
 from ..config import Config, NodeConfig, load_config
 from ..errors import ColoError
 from ..gres_layout import expand_hostlist, gres_conf
-from ..scores import model_scores_path
 from .run import NOT_FOUND, Runner
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -502,14 +501,17 @@ def check_scores(
 
 
 def check_model_scores(
-    load: Callable[[str], Any], cfg: Config, now: datetime | None = None
+    load: Callable[[str], Any],
+    path_of: Callable[[str, str], Path],
+    cfg: Config,
+    now: datetime | None = None,
 ) -> list[Check]:
-    """The score set of each GPU model of ``[[gpus]]`` that has its own (``live-<model>.json``
-    next to ``scores.path``, written by ``slurm-colo retrain`` on a mixed site); a model
-    without one uses the site default and is not checked."""
+    """The score set of each GPU model of ``[[gpus]]`` that has its own (``path_of(
+    scores.path, model)``: ``live-<model>.json`` next to it, written by ``slurm-colo
+    retrain`` on a mixed site); a model without one uses the site default, not checked."""
     out = []
     for model in sorted({ng.model for ng in cfg.gpus if ng.model}):
-        path = model_scores_path(cfg.scores.path, model)
+        path = path_of(cfg.scores.path, model)
         if path.exists():
             out.append(
                 check_scores(load, str(path), cfg.scores.max_age_h, now, name=f"scores ({model})")
@@ -565,6 +567,8 @@ class System:
     now: datetime | None = None
     hooks_env: Path = Path("/etc/slurm-colo/hooks.env")
     lua_socket_globs: tuple[str, ...] = LUA_SOCKET_GLOBS
+    #: (scores.path, GPU model) -> that model's own score file (None: not checked)
+    model_scores_path: Callable[[str, str], Path] | None = None
 
 
 def run_checks(config_path: Path, sys: System) -> list[Check]:
@@ -585,6 +589,7 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     checks.append(check_records(cfg))
     checks.append(check_store(sys.store_probe(cfg), cfg.store.url))
     checks.append(check_scores(sys.load_scores, cfg.scores.path, cfg.scores.max_age_h, sys.now))
-    checks += check_model_scores(sys.load_scores, cfg, sys.now)
+    if sys.model_scores_path is not None:
+        checks += check_model_scores(sys.load_scores, sys.model_scores_path, cfg, sys.now)
     checks.append(check_mps(cfg.node, sys.which, gpu_node))
     return checks

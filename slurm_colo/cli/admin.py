@@ -82,6 +82,12 @@ def _load_scores(path: str) -> Any:
     return load_scores(path)
 
 
+def _model_scores_path(path: str, model: str) -> Path:
+    from ..scores import model_scores_path
+
+    return model_scores_path(path, model)
+
+
 def register(app: typer.Typer) -> None:
     install_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
 
@@ -174,6 +180,7 @@ def register(app: typer.Typer) -> None:
             which=shutil.which,
             hostname=socket.gethostname().split(".")[0],
             hooks_env=Path(os.environ.get("SLURM_COLO_HOOKS_ENV", "/etc/slurm-colo/hooks.env")),
+            model_scores_path=_model_scores_path,
         )
         checks = doc.run_checks(config or config_path(), system)
         if json_out:

@@ -486,14 +486,15 @@ model = "v100"
 memory_gib = 32.0
 """
     )
-    assert doc.check_model_scores(load_scores, cfg, now) == []  # neither has a set: default
     from slurm_colo.scores import model_scores_path
 
+    # neither model has a set of its own: both use the default, nothing to check
+    assert doc.check_model_scores(load_scores, model_scores_path, cfg, now) == []
     k80 = model_scores_path(live, "k80")
     publish_scores(ScoreTable(id="k80-1", created=(now - timedelta(hours=60)).isoformat()), k80)
-    (c,) = doc.check_model_scores(load_scores, cfg, now)
+    (c,) = doc.check_model_scores(load_scores, model_scores_path, cfg, now)
     assert c.name == "scores (k80)" and c.status == doc.WARN and "60.0 h old" in c.message
     model_scores_path(live, "v100").write_text("{not json")
-    k, v = doc.check_model_scores(load_scores, cfg, now)
+    k, v = doc.check_model_scores(load_scores, model_scores_path, cfg, now)
     assert k.name == "scores (k80)" and v.name == "scores (v100)"
     assert v.status == doc.FAIL and "corrupt" in v.message
