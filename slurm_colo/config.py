@@ -72,6 +72,10 @@ class PlacementConfig:
     min_throughput: float = 1.0
     #: on that path a job may be predicted down to 1/this of its solo speed (auto mode)
     throughput_max_slowdown: float = 2.5
+    #: the throughput path is open only while at least this many jobs per shared GPU wait
+    #: for a GPU (pending or held); with a shorter queue a job soon gets a GPU of its own,
+    #: so only sets where every member gains are started; 0: always open
+    throughput_queue: float = 0.75
     #: fraction of GPU memory kept free on a shared GPU
     memory_headroom: float = 0.05
     #: memory assumed for a class with no profile, as a share of each GPU's own memory (a

@@ -73,6 +73,10 @@ HELP: dict[str, str] = {
     "GPU is there. 0 disables the path.",
     "placement.throughput_max_slowdown": "On the throughput path, the slowdown a member may "
     "be predicted to suffer (2.5: down to 0.4 of its solo speed).",
+    "placement.throughput_queue": "The throughput path is open only while at least this many "
+    "jobs per shared GPU wait for a GPU (pending with a GPU or shard request, or held by the "
+    "agent; counted at each Slurm snapshot). With a shorter queue a job soon gets a GPU of "
+    "its own, so only sets where every member gains are started. 0: always open.",
     "placement.memory_headroom": "Fraction of GPU memory kept free on a shared GPU.",
     "placement.default_memory_share": "GPU memory assumed for a job class with no measured "
     "profile, as a share of each GPU's own memory ([[gpus]] memory_gib: each GPU model its "

@@ -5,7 +5,7 @@ the GPUs the starvation guard (:mod:`slurm_colo.placement.guard`) keeps free clo
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 from ..config import Config
@@ -20,6 +20,17 @@ from .ledger import Ledger
 log = logging.getLogger("slurm_colo.agent")
 #: how long GPUs drained for a waiting job stay closed while Slurm has not started it yet
 DRAINED_GRACE_S = 60.0
+
+
+def waiting_for_gpus(jobs: Iterable[SlurmJob]) -> int:
+    """Pending jobs that ask for GPUs or shards (jobs held without a GPU request, as the
+    agent holds them, are counted by the caller)."""
+    return sum(
+        1
+        for j in jobs
+        if j.state == "PENDING"
+        and any(t in f for f in (j.tres_per_node, j.tres_per_job) for t in ("gpu", "shard", "mps"))
+    )
 
 
 class Occupancy:
@@ -37,6 +48,8 @@ class Occupancy:
         #: waiting jobs the guard gave up on (GPUs drained, still not started) -> when
         self._gave_up: dict[int, float] = {}
         self._drained_since: float | None = None
+        #: jobs waiting for a GPU at the last snapshot (pending with a GPU request, or held)
+        self.queue = 0
 
     # ---- Slurm and the hooks ---------------------------------------------------------
     def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -128,7 +141,15 @@ class Occupancy:
             )
             if g is not None:
                 g.occupants.append(ledger.occupant(p))
-        view = ClusterView(gpus=[gpus[k] for k in sorted(gpus)])
+        if plan_at is not None:
+            held_ids = {w.job_id for w in waits}
+            self.queue = len(waits) + waiting_for_gpus(
+                j for j in self.jobs.values() if j.job_id not in held_ids
+            )
+        view = ClusterView(
+            gpus=[gpus[k] for k in sorted(gpus)],
+            queue_per_gpu=self.queue / len(gpus) if gpus else None,
+        )
         if plan_at is not None:
             self._plan_reservation(view, plan_at, waits)
         self._close_reserved(view)
@@ -227,7 +248,7 @@ class Occupancy:
             ]
         if len(gpus) == len(self.view.gpus):
             return self.view  # nothing filtered out: keep the view and its placement index
-        return ClusterView(gpus=gpus)
+        return ClusterView(gpus=gpus, queue_per_gpu=self.view.queue_per_gpu)
 
     # ---- reporting ---------------------------------------------------------------------
     def gpu_rows(self, scores: ScoreTable, now: float) -> list[dict[str, Any]]:

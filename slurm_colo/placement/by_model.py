@@ -85,6 +85,8 @@ class ModelViews:
         if not fresh or (self._version != view.version and not self._sync(view)):
             self._build(view, book)
         self._view, self._key, self._version = view, key, view.version
+        for part in self._parts.values():
+            part.queue_per_gpu = view.queue_per_gpu  # the site's queue, not the part's
         return self._parts
 
     def _build(self, view: ClusterView, book: ScoreBook) -> None:

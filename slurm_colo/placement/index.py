@@ -17,13 +17,13 @@ new table rebuilds it. Pure: numpy arithmetic only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
+from .candidates import Candidates, unprofiled_memory
 from .view import ClusterView, GpuView
 
 #: what the last index built shares with the next one of the same score table and class
@@ -58,6 +58,9 @@ class PlacementIndex:
         self.n_closed = 0
         self._type_rows: dict[str, np.ndarray] = {}
         self.before = np.zeros(n, dtype=float)
+        #: whether the throughput path is open (:func:`throughput_open`, set by
+        #: ``policy.index_for`` from the view on every use)
+        self.throughput = cfg.min_throughput > 0
         self._alloc_rows()
         self._build()
 
@@ -131,9 +134,12 @@ class PlacementIndex:
         self.never = np.zeros((k, n), dtype=bool)
         self.known = np.ones((k, n), dtype=bool)
         self.unproven = np.zeros((k, n), dtype=bool)
-        #: accepted for an ``auto`` job without / with exploration (memory and user aside)
-        self.acc = np.zeros((k, n), dtype=bool)
-        self.acc_explore = np.zeros((k, n), dtype=bool)
+        #: accepted for an ``auto`` job without / with exploration (memory and user aside),
+        #: by either path / by the delta path alone (the throughput path closed)
+        self.acc_all = np.zeros((k, n), dtype=bool)
+        self.acc_explore_all = np.zeros((k, n), dtype=bool)
+        self.acc_delta = np.zeros((k, n), dtype=bool)
+        self.acc_explore_delta = np.zeros((k, n), dtype=bool)
 
     def ensure_class(self, cls: str) -> int:
         """Column of ``cls``, adding it (and recomputing every row) when it is new."""
@@ -178,6 +184,8 @@ class PlacementIndex:
                 np.zeros(ncls, dtype=bool),
                 np.zeros(ncls, dtype=bool),
                 np.zeros(ncls, dtype=bool),
+                np.zeros(ncls, dtype=bool),
+                np.zeros(ncls, dtype=bool),
             )
             self._rows[key] = row
             return row
@@ -214,6 +222,8 @@ class PlacementIndex:
         bar = max(before, cfg.min_throughput)
         t_base = ~never & (minn >= 1.0 / cfg.throughput_max_slowdown) & (cfg.min_throughput > 0)
         t_sure = t_base & (total - spread >= bar)
+        d_sure = base & sure
+        d_explore = base & (sure | (unproven & (delta >= cfg.min_delta)))
         row = (
             before,
             new,
@@ -223,10 +233,10 @@ class PlacementIndex:
             never,
             known,
             unproven,
-            known & ((base & sure) | t_sure),
-            (base & (sure | (unproven & (delta >= cfg.min_delta))))
-            | t_sure
-            | (t_base & unproven & (total >= bar)),
+            known & (d_sure | t_sure),
+            d_explore | t_sure | (t_base & unproven & (total >= bar)),
+            known & d_sure,
+            d_explore,
         )
         self._rows[key] = row
         return row
@@ -241,8 +251,10 @@ class PlacementIndex:
             self.never[:, pos],
             self.known[:, pos],
             self.unproven[:, pos],
-            self.acc[:, pos],
-            self.acc_explore[:, pos],
+            self.acc_all[:, pos],
+            self.acc_explore_all[:, pos],
+            self.acc_delta[:, pos],
+            self.acc_explore_delta[:, pos],
         ) = (row[0], *(np.asarray(a)[:, None] if np.ndim(pos) else a for a in row[1:]))
 
     def update(self, i: int) -> None:
@@ -256,6 +268,16 @@ class PlacementIndex:
         self._put(i, self._row(tuple(sorted(o.cls for o in g.occupants))))
 
     # ---- queries -----------------------------------------------------------------------
+    @property
+    def acc(self) -> np.ndarray:
+        """Accepted for an ``auto`` job that does not explore, by the paths open now."""
+        return self.acc_all if self.throughput else self.acc_delta
+
+    @property
+    def acc_explore(self) -> np.ndarray:
+        """The same for a job that may explore an unmeasured pair."""
+        return self.acc_explore_all if self.throughput else self.acc_explore_delta
+
     def type_rows(self, view: ClusterView, gres_type: str) -> np.ndarray:
         """Positions of the GPUs of one shard type, as an index array (kept: a view's GPU
         list does not change)."""
@@ -360,46 +382,3 @@ class PlacementIndex:
     def fits(self, pos: int, est: float | None) -> bool:
         """Whether GPU ``pos`` has the memory for a job of estimate ``est``."""
         return bool(self.free[pos] >= self.need_at(est, pos))
-
-
-def unprofiled_memory(gpu_memory_gib: float, cfg: PlacementConfig) -> float:
-    """Memory assumed for a job of a class with no memory profile on a GPU of this size:
-    ``placement.default_memory_share`` of it (each GPU model its own), or
-    ``placement.default_memory_gib`` when the share is 0."""
-    if cfg.default_memory_share > 0:
-        return gpu_memory_gib * cfg.default_memory_share
-    return cfg.default_memory_gib
-
-
-@dataclass(slots=True)
-class Candidates:
-    """Result of :meth:`PlacementIndex.candidates`: positions of idle GPUs, positions of
-    accepted busy GPUs (``busy``) and, aligned with ``busy``, their predictions."""
-
-    idle: np.ndarray
-    busy: np.ndarray
-    delta: np.ndarray
-    sd: np.ndarray
-    gain: np.ndarray
-    score: np.ndarray
-    rate: np.ndarray
-    explored: np.ndarray
-
-    def keep(self, ok: np.ndarray) -> Candidates:
-        """The same idle GPUs and only the busy ones where ``ok`` (aligned with ``busy``)."""
-        return Candidates(
-            idle=self.idle,
-            busy=self.busy[ok],
-            delta=self.delta[ok],
-            sd=self.sd[ok],
-            gain=self.gain[ok],
-            score=self.score[ok],
-            rate=self.rate[ok],
-            explored=self.explored[ok],
-        )
-
-    def best(self) -> int:
-        """Index into ``busy`` of the highest score (lowest position on ties), or -1."""
-        if self.busy.size == 0:
-            return -1
-        return int(np.argmax(self.score))

@@ -16,7 +16,8 @@ would join, the score table predicts each member's normalised throughput ``n_i``
   path*: the GPU does more work than it would without the job, though a member may run at
   less than two thirds of its solo speed; a job only takes it when no idle GPU is there,
   that is when it would otherwise wait: time-slicing GPUs such as the K80 gain only this
-  way) --
+  way; open only while jobs queue, ``throughput_queue`` waiting jobs per shared GPU,
+  :func:`~.index.throughput_open`) --
 * or, for a bounded share of jobs (``explore_rate``, drawn from the job key so it is
   reproducible), the *mean* delta or combined throughput passes, when a pair of the set has
   never been measured (exploration: history learns about it; pairs predicted harmful are
@@ -49,7 +50,8 @@ from slurm_colo.contracts.enums import CrossUser, Mechanism, Mode
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
-from .index import PlacementIndex, unprofiled_memory
+from .candidates import throughput_open, unprofiled_memory
+from .index import PlacementIndex
 from .mps import demand, mem_limit, thread_pct
 from .view import ClusterView, Decision, GpuView, JobRequest, Occupant
 
@@ -75,7 +77,11 @@ def explore_draw(key: str) -> float:
 
 
 def _evaluate(
-    j: _Job, key: tuple[Any, ...], scores: ScoreTable, cfg: PlacementConfig
+    j: _Job,
+    key: tuple[Any, ...],
+    scores: ScoreTable,
+    cfg: PlacementConfig,
+    throughput: bool = True,
 ) -> tuple[Any, ...]:
     """The rules for one GPU state (``GpuView.state_key``), written out with
     :meth:`ScoreTable.set_throughputs`; :func:`place` uses the cached, vectorised form in
@@ -106,7 +112,9 @@ def _evaluate(
     min_n = 0.0 if j.aggressive else 1.0 / cfg.max_slowdown
     min_delta = cfg.aggressive_min_delta if j.aggressive else cfg.min_delta
     # the throughput path (auto mode): the set does more than the GPU did before
-    t_base = not j.aggressive and cfg.min_throughput > 0 and lo >= 1.0 / cfg.throughput_max_slowdown
+    t_ok = not j.aggressive and cfg.min_throughput > 0 and lo >= 1.0 / cfg.throughput_max_slowdown
+    t_base = throughput and t_ok
+    closed = "" if throughput or not t_ok else "; few jobs wait, so only sets where all gain"
     sure = lo >= min_n and delta - cfg.risk_aversion * sd >= min_delta
     t_sure = t_base and total - cfg.risk_aversion * sd >= bar
     unproven = not all(scores.pair(j.cls, c).observed for c in classes)
@@ -120,7 +128,11 @@ def _evaluate(
         explored = True
     elif lo < min_n and not t_base:
         who = members[n.index(lo)]
-        return (_REFUSE, "slowdown", f"{label}: {who} predicted at {lo:.2f}x solo speed")
+        return (
+            _REFUSE,
+            "slowdown",
+            f"{label}: {who} predicted at {lo:.2f}x solo speed{closed}",
+        )
     else:
         return (
             _REFUSE,
@@ -129,7 +141,7 @@ def _evaluate(
             + (
                 f", combined throughput {total:.2f}±{sd:.2f} less its uncertainty below {bar:.2f}"
                 if t_base
-                else ""
+                else closed
             ),
         )
     gain = total - before
@@ -152,6 +164,7 @@ def index_for(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Pl
         for i in view.dirty:
             idx.update(i)
         view.dirty.clear()
+    idx.throughput = throughput_open(view, cfg)
     return idx
 
 
@@ -215,7 +228,7 @@ def _why_not(
         parts = []
         for i in np.flatnonzero(mask):
             g = view.gpus[int(i)]
-            ev = _evaluate(j, g.state_key(), scores, cfg)
+            ev = _evaluate(j, g.state_key(), scores, cfg, idx.throughput)
             parts.append(f"{g.name}: {ev[2] if ev[0] == _REFUSE else 'not accepted'}")
         return "; ".join(parts) + note
     return (

@@ -116,6 +116,10 @@ class GpuView:
 @dataclass
 class ClusterView:
     gpus: list[GpuView] = field(default_factory=list)
+    #: jobs waiting for a GPU (pending or held) per shared GPU of the site, as last counted;
+    #: None: not known. The policy's throughput path is open only with a queue
+    #: (``placement.throughput_queue``); a view of part of the site keeps the site's figure
+    queue_per_gpu: float | None = None
 
     def __post_init__(self) -> None:
         self._pos: dict[tuple[str, int], int] | None = None

@@ -55,6 +55,9 @@ class HeldJobs:
     def _behind(self, since: float) -> bool:
         raise NotImplementedError
 
+    def _count_queue(self) -> None:
+        raise NotImplementedError
+
     def _wait_for_type(self, jid: int, gtype: str) -> None:
         """Hold requeued job ``jid`` for a GPU of shard type ``gtype``."""
         req = self._req(jid)
@@ -74,6 +77,7 @@ class HeldJobs:
 
     def _held_pass(self, changed: set[int]) -> None:
         """Held jobs of a type with a changed GPU try again, oldest held first."""
+        self._count_queue()
         if self._held_all:
             changed = set(range(len(self.view.gpus)))
             self._held_all = False

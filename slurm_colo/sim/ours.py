@@ -29,6 +29,7 @@ from typing import Any
 
 from ..config import PlacementConfig
 from ..placement import ClusterView, Decision, GpuView, JobRequest, place
+from ..placement.candidates import throughput_open
 from ..placement.held import HeldJob, requeued
 from ..placement.policy import job_signature, occupant_for
 from ..placement.retract import Member, judge, with_pairs
@@ -72,6 +73,8 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
         self._held_sig: dict[int, Any] = {}
         self.held_since: dict[int, float] = {}
         self._held_all = False
+        #: whether the policy's throughput path was open at the last count of the queue
+        self._throughput = True
         self.retractions = 0
         self.explored = 0
         self.relearns = 0
@@ -137,6 +140,16 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
         self.waiting.enqueue(self._sid(jid, whole), self.sim.runs[jid].job.arrival, jid)
 
     # ---- engine events ---------------------------------------------------------------
+    def _count_queue(self) -> None:
+        """The agent's queue figure (``ClusterView.queue_per_gpu``): jobs waiting or held.
+        When it opens the policy's throughput path, jobs refused before are placed again."""
+        n = sum(len(q) for q in self.waiting.queues) + sum(len(h) for h in self.held.values())
+        self.view.queue_per_gpu = n / len(self.view.gpus)
+        was, self._throughput = self._throughput, throughput_open(self.view, self.cfg)
+        if self._throughput and not was:
+            self.waiting.fresh = set(range(len(self.waiting.queues)))
+            self._held_all = True
+
     def arrive(self, sim: Sim, jid: int) -> None:
         if self.submit_time and not self.waiting.whole(self.waiting.sig_list[self._sid(jid)]):
             if not self._behind(sim.now) and self._try(jid, hold_idle=False) == "started":
@@ -231,6 +244,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
 
     def _try(self, jid: int, hold_idle: bool) -> str:
         """Place the job; "started", "refused" (no GPU takes it) or "held"."""
+        self._count_queue()
         return self._start(jid, place(self._req(jid), self.view, self.scores, self.cfg), hold_idle)
 
     def _start(self, jid: int, d: Decision, hold_idle: bool) -> str:

@@ -42,6 +42,9 @@ class SchedulingPass:
     def _try(self, jid: int, hold_idle: bool) -> str:
         raise NotImplementedError
 
+    def _count_queue(self) -> None:
+        raise NotImplementedError
+
     def _free_idle(self) -> bool:
         return any(i not in self.reserved for i in self.sim.idle)
 
@@ -50,6 +53,7 @@ class SchedulingPass:
         get them (or a partner). Phase 2: signatures that a changed busy GPU may now
         accept, oldest first. Refused signatures are not re-placed on the full view until
         something they could use has changed (equal signatures, equal decisions)."""
+        self._count_queue()
         idx = index_for(self.view, self.scores, self.cfg)
         owners: dict[int, list[int]] = {}
         for p in sorted(dirty):

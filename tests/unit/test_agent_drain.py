@@ -383,3 +383,24 @@ def test_newer_jobs_wait_their_turn_behind_a_job_held_too_long() -> None:
     s = _state(bypass_h=0.0)
     s.apply_snapshot([*busy, held_job()], node, 8 * HOUR)
     assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+
+
+def test_the_view_counts_the_jobs_waiting_for_a_gpu_per_shared_gpu() -> None:
+    s = _state()
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    busy = [shard_job(10, 0, end=20 * HOUR)]
+    cpu_only = SlurmJob(70, "cpu", "bob", 1001, "PENDING", tres_per_node="cpu:4")
+    snapshot = [
+        *busy,
+        waiting(50),  # gres:gpu:1
+        waiting(51, gres="gres/shard:v100_s1:1"),
+        held_job(60),  # held by the agent, no GPU request
+        cpu_only,
+    ]
+    s.apply_snapshot(snapshot, node, 2 * HOUR)
+    assert s.occupancy.queue == 3
+    assert s.view.queue_per_gpu == 1.5  # two shared GPUs
+    # a request's narrower view (one GPU model) keeps the site's figure
+    assert s.occupancy.candidate_view({"req_nodes": "n9"}).queue_per_gpu == 1.5
+    s.apply_snapshot(busy, node, 3 * HOUR)
+    assert s.view.queue_per_gpu == 0.0

@@ -220,3 +220,17 @@ def test_a_cached_split_answers_as_a_fresh_one_through_many_changes() -> None:
             view.add_occupant(
                 g, Occupant(key=f"o{step}", user="u", uid=1, cls=j.cls, memory_gib=4.0)
             )
+
+
+def test_each_models_part_sees_the_sites_queue() -> None:
+    sliced = table_from_pairs([("x", "y", 0.55, 0.52)], id="sliced")  # throughput path only
+    book = ScoreBook(GOOD, {"k80": sliced, "v100": BAD})
+    cache = ModelViews()
+    view = mixed()
+    view.queue_per_gpu = 2.0  # a long queue: the K80 pair is worth its slowdown
+    r = place_by_model(job(), view, book, CFG, cache)
+    assert r.decision.node == "k1" and r.model == "k80"
+    assert all(p.queue_per_gpu == 2.0 for p in cache.parts(view, book).values())
+    view.queue_per_gpu = 0.1  # a short queue, the same parts: no set where a member loses
+    r = place_by_model(job(), view, book, CFG, cache)
+    assert not r.decision.shared and "few jobs wait" in r.decision.reason

@@ -109,6 +109,28 @@ def test_a_set_that_does_more_work_may_slow_a_member_down_to_the_throughput_floo
     assert not place(job("j", "y"), view, trio, CFG).shared
 
 
+def test_the_throughput_path_is_open_only_while_jobs_queue() -> None:
+    sliced = table_from_pairs([("x", "y", 0.55, 0.52)])  # every member loses, the GPU gains
+    view = ClusterView([gpu(0, [occ("1", "x")])])
+    assert CFG.throughput_queue == 0.75
+    # not known (an agent before its first snapshot): open
+    assert place(job("j", "y"), view, sliced, CFG).shared
+    view.queue_per_gpu = 0.75  # three waiting jobs for every four shared GPUs: still open
+    assert place(job("j", "y"), view, sliced, CFG).shared
+    view.queue_per_gpu = 0.2  # a short queue: a whole GPU frees soon, wait for it
+    d = place(job("j", "y"), view, sliced, CFG)
+    assert not d.shared and "y predicted at 0.52x" in d.reason
+    assert "few jobs wait, so only sets where all gain" in d.reason
+    # a pair where every member gains is taken whatever the queue
+    good = table_from_pairs([("x", "y", 0.9, 0.85)])
+    assert place(job("j", "y"), view, good, CFG).shared
+    # throughput_queue = 0: always open
+    assert place(job("j", "y"), view, sliced, replace(CFG, throughput_queue=0.0)).shared
+    # the cached index follows the view's figure both ways
+    view.queue_per_gpu = 3.0
+    assert place(job("j", "y"), view, sliced, CFG).shared
+
+
 def test_an_unprofiled_job_is_given_a_share_of_each_gpus_own_memory() -> None:
     # 12 GiB and 80 GiB GPUs: a quarter of each (3 and 20 GiB), not a flat 8 GiB
     small = GpuView("n1", 0, "k80_s0", 12.0, 4, model="k80", occupants=[occ("1", "a", mem=4.0)])
@@ -293,9 +315,15 @@ def _reference(
             or (explore and unproven and delta >= min_delta)
         )
         # the throughput path (auto): the set does more than the GPU did
+        queue_ok = (
+            cfg.throughput_queue <= 0
+            or view.queue_per_gpu is None
+            or view.queue_per_gpu >= cfg.throughput_queue
+        )
         by_total = (
             not aggressive
             and cfg.min_throughput > 0
+            and queue_ok
             and min(n) >= 1 / cfg.throughput_max_slowdown
             and (
                 (known and sum(n) - cfg.risk_aversion * sd >= bar)
@@ -343,7 +371,7 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
                 )
             g.available = rng.random() > 0.05
             gpus.append(g)
-        view = ClusterView(gpus)
+        view = ClusterView(gpus, queue_per_gpu=rng.choice([None, 0.1, 0.75, 2.0]))
         for q in range(15):
             j = job(
                 f"t{trial}q{q}",

@@ -265,3 +265,30 @@ def test_cli_replays_a_sacct_export(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     assert "oracle" in r.output
+
+
+def test_a_set_where_a_member_loses_is_started_only_while_jobs_queue() -> None:
+    d = data()
+    d.solo["y"] = 1.0
+    for other in ("a", "b", "x", "y"):
+        d.pairs[("y", other)] = d.pairs[(other, "y")] = (0.55, 0.52)  # throughput path only
+    d.pairs[("y", "y")] = (0.55, 0.55)
+
+    def first_starts(ys: int) -> list[float]:
+        tr = [job(i, 0, 100, "a") for i in range(4)]
+        tr += [job(4 + k, 1, 100, "y") for k in range(ys)]
+        sched = PolicyScheduler("oracle", oracle_scores(d), CFG, learn=False)
+        sim = Sim(tr, Truth(d), SimConfig(gpus=4), sched).run()
+        return [r.first_start or 0.0 for r in sim.runs[4:]]
+
+    # two jobs waiting on four GPUs (0.5 per GPU, below throughput_queue 0.75): they wait
+    # for a GPU of their own instead of slowing a running job down to 0.55
+    assert first_starts(2) == [pytest.approx(100.0)] * 2
+    # three waiting (0.75 per GPU): the first shares at once, then the queue is short again
+    assert first_starts(3) == [pytest.approx(1.0), pytest.approx(100.0), pytest.approx(100.0)]
+    # the gate off: all share at once
+    sched_cfg = replace(CFG, throughput_queue=0.0)
+    tr = [job(i, 0, 100, "a") for i in range(4)] + [job(4 + k, 1, 100, "y") for k in range(2)]
+    sched = PolicyScheduler("oracle", oracle_scores(d), sched_cfg, learn=False)
+    sim = Sim(tr, Truth(d), SimConfig(gpus=4), sched).run()
+    assert [r.first_start for r in sim.runs[4:]] == [pytest.approx(1.0)] * 2
