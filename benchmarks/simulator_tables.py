@@ -9,6 +9,7 @@ rest of the page is left alone), so the figures there are always the code's::
 
     .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~40 min
     .venv/bin/python benchmarks/simulator_tables.py --seeds 1-2 --jobs 2000 --gpus 64 --no-write
+    .venv/bin/python benchmarks/simulator_tables.py --gavel FILE --campaigns p100 --no-write
 
 Each GPU has its model's memory (slurm_colo.sim.campaigns.GPU_MEMORY_GIB); users may share
 a GPU (``placement.cross_user = "shard"``); the placement settings are the defaults.
@@ -65,11 +66,13 @@ SHORT = {
 }
 
 
-def campaign(name: str) -> GavelData:
+def campaign(name: str, gavel: str = "") -> GavelData:
+    """A campaign by name: ``synthetic``, or a GPU key of the Gavel-format file ``gavel``
+    (the bundled V100/K80 file when empty)."""
     if name == "synthetic":
         base = synthetic_like(load_gavel(bundled_path(), "v100"), SYNTHETIC_SEED, "contention")
         return low_gain(base, GAIN_SHARE)
-    return load_gavel(bundled_path(), name)
+    return load_gavel(Path(gavel) if gavel else bundled_path(), name)
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,11 @@ class Task:
     seed: int
     jobs: int
     gpus: int
+    gavel: str = ""
 
 
 def run(task: Task) -> tuple[Task, list[dict[str, Any]], float]:
-    data = campaign(task.campaign)
+    data = campaign(task.campaign, task.gavel)
     trace = philly_trace(
         read_philly(bundled_path("philly_job_distribution.csv")),
         data.classes,
@@ -218,13 +222,20 @@ def main() -> None:
     ap.add_argument("--campaigns", default="v100,k80,synthetic")
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--gpus", type=int, default=256)
+    ap.add_argument(
+        "--gavel",
+        default="",
+        metavar="FILE",
+        help="Gavel-format file the campaigns other than 'synthetic' come from (default: the "
+        "bundled V100/K80 data); e.g. a held-out GPU model with --campaigns p100 --no-write",
+    )
     ap.add_argument("--workers", type=int, default=2, help="processes at once")
     ap.add_argument("--no-write", action="store_true", help="print only")
     a = ap.parse_args()
     seeds = parse_seeds(a.seeds)
     loads = [float(x) for x in a.loads.split(",")]
     names = [c.strip() for c in a.campaigns.split(",") if c.strip()]
-    tasks = [Task(c, ld, s, a.jobs, a.gpus) for c in names for ld in loads for s in seeds]
+    tasks = [Task(c, ld, s, a.jobs, a.gpus, a.gavel) for c in names for ld in loads for s in seeds]
     grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]] = {
         (c, ld): {} for c in names for ld in loads
     }
@@ -245,6 +256,7 @@ def main() -> None:
             ("campaigns", a.campaigns, "v100,k80,synthetic"),
             ("jobs", a.jobs, 10_000),
             ("gpus", a.gpus, 256),
+            ("gavel", a.gavel, ""),
         )
         if v != d
     )
