@@ -22,6 +22,10 @@ from typing import Any
 
 from ..errors import ProtocolError
 
+#: how many times a job's probe looks again after its set changed before it was judged
+#: (node/probe.py's Prober; the simulator mirrors it)
+PROBE_LOOKS = 4
+
 
 @dataclass(frozen=True)
 class ProbeMember:

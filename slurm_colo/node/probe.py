@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurm_colo.contracts import client
-from slurm_colo.contracts.probe import ProbeMember, ProbeReport
+from slurm_colo.contracts.probe import PROBE_LOOKS, ProbeMember, ProbeReport
 
 from ..config import Config
 from . import journal
@@ -55,9 +55,12 @@ def measure(
     now: float,
     warmup_s: float,
     points_of: Callable[[int], list[tuple[float, float]]],
+    since: float | None = None,
 ) -> ProbeReport | None:
     """The probe report for ``job`` on one GPU, or None when there is nothing to judge (the
-    job is alone, not on this GPU, or the set changed after it started)."""
+    job is alone, not on this GPU, or the set changed after it started). ``since``: judge
+    the set as it has been since then (a member left after the job came), the job its
+    newcomer."""
     st = journal.stays(events)
     me = st.get(job)
     if me is None or me.end is not None:
@@ -65,18 +68,19 @@ def measure(
     live = [s for s in st.values() if s.end is None]
     if len(live) < 2:
         return None
-    if any(s.start > me.start for s in st.values() if s.job != job) or any(
-        s.end is not None and s.end > me.start for s in st.values()
+    t0 = me.start if since is None else max(me.start, since)
+    if any(s.start > t0 for s in st.values() if s.job != job) or any(
+        s.end is not None and s.end > t0 for s in st.values()
     ):
         return None  # the set changed since this job came: the later change is judged
-    changes = [s.start for s in st.values() if s.start < me.start] + [
-        s.end for s in st.values() if s.end is not None and s.end <= me.start
+    changes = [s.start for s in st.values() if s.start < t0] + [
+        s.end for s in st.values() if s.end is not None and s.end <= t0
     ]
-    before_from = max(changes, default=me.start)
+    before_from = max(changes, default=t0)
     members = []
     for s in sorted(live, key=lambda s: s.start):
         pts = points_of(s.job)
-        rate = rate_between(pts, me.start + warmup_s, now)
+        rate = rate_between(pts, t0 + warmup_s, now)
         if s.job == job:
             members.append(ProbeMember(s.job, s.cls, rate))
             continue
@@ -85,31 +89,62 @@ def measure(
                 s.job,
                 s.cls,
                 rate,
-                rate_before=rate_between(pts, before_from + warmup_s, me.start),
+                rate_before=rate_between(pts, before_from + warmup_s, t0),
                 before=tuple(
                     sorted(
                         o.cls
                         for o in st.values()
                         if o.job not in (s.job, job)
                         and o.start <= before_from
-                        and (o.end is None or o.end >= me.start)
+                        and (o.end is None or o.end >= t0)
                     )
                 ),
             )
         )
-    return ProbeReport(job, me.start, round(now - me.start - warmup_s, 1), tuple(members))
+    return ProbeReport(job, t0, round(now - t0 - warmup_s, 1), tuple(members))
+
+
+def next_look(events: list[dict[str, Any]], job: int, t0: float) -> tuple[str, float]:
+    """What became of ``job``'s set since ``t0``: ``("alone", t0)`` (the job has ended, or
+    nobody shares its GPU now), ``("same", t0)`` (unchanged), ``("arrived", t)`` (the last
+    change was a job arriving at ``t``: that job's own probe judges the set) or
+    ``("left", t)`` (the last change was a job leaving at ``t``, and this job is the
+    newest of those left: it judges the set once the set has run ``probe_s`` unchanged).
+    A job leaving a set in which this job is not the newest is ``("alone", t0)`` for it:
+    the newest one judges."""
+    st = journal.stays(events)
+    me = st.get(job)
+    live = [s for s in st.values() if s.end is None]
+    if me is None or me.end is not None or len(live) < 2:
+        return ("alone", t0)
+    arrived = max((s.start for s in st.values() if s.job != job and s.start > t0), default=None)
+    left = max((s.end for s in st.values() if s.end is not None and s.end > t0), default=None)
+    if arrived is None and left is None:
+        return ("same", t0)
+    if left is None or (arrived is not None and arrived >= left):
+        return ("arrived", arrived if arrived is not None else t0)
+    if any(s.start > me.start for s in live if s.job != job):
+        return ("alone", t0)
+    return ("left", left)
 
 
 def read_set(
-    layout: NodeLayout, gpu: int, job: int, now: float, warmup_s: float
+    layout: NodeLayout,
+    gpu: int,
+    job: int,
+    now: float,
+    warmup_s: float,
+    since: float | None = None,
+    events: list[dict[str, Any]] | None = None,
 ) -> ProbeReport | None:
     """:func:`measure` on the node's journal of ``gpu`` and the members' progress files."""
     report = measure(
-        journal.read(layout.journal(gpu)),
+        journal.read(layout.journal(gpu)) if events is None else events,
         job,
         now,
         warmup_s,
         lambda j: progress_points(read_progress(layout, j)),
+        since,
     )
     return report.with_gpu(gpu) if report is not None else None
 
@@ -119,9 +154,14 @@ WARMUP_SHARE = 0.2
 
 
 class Prober:
-    """The sampler's once-per-job probe: at ``placement.probe_s`` after the job started on
-    its (single) GPU, measure the set and ask the agent to judge it. ``result`` holds what
-    happened, for the job's profile."""
+    """The sampler's probe: at ``placement.probe_s`` after the job started on its (single)
+    GPU, measure the set and ask the agent to judge it. When the set changed meanwhile it
+    looks again (at most ``PROBE_LOOKS`` times): after a job *arrived* it waits two probe
+    windows to see whether that job stays (its own probe judges the set then, and may undo
+    it meanwhile); after a job *left* (undone by its
+    probe, or ended) and this job is the newest of those left, it judges the set left
+    behind once that has run ``probe_s`` unchanged -- else such a set, whose own probe was
+    overtaken, would run unjudged. ``result`` holds what happened, for the job's profile."""
 
     def __init__(
         self,
@@ -135,12 +175,21 @@ class Prober:
         self.gpu = gpus[0] if len(gpus) == 1 else None
         #: the agent's setting (from the JOBSTART reply) where it sent one, else the node's
         self.probe_s = cfg.placement.probe_s if probe_s is None else probe_s
+        #: since when the set to judge has run (the job's start, then the last change)
         self.start: float | None = None
+        #: None: the set the job joined; else the set left behind when another job left
+        self.since: float | None = None
+        #: the last change was a job arriving: its own probe judges an unchanged set
+        self.after_arrival = False
+        self.looks = 0
         self.result: dict[str, Any] | None = None
 
     @property
     def pending(self) -> bool:
         return self.result is None and self.gpu is not None and self.probe_s > 0
+
+    def _none(self, reason: str) -> None:
+        self.result = {"verdict": "none", "reason": reason}
 
     def maybe(self, now: float) -> None:
         if not self.pending or self.gpu is None:
@@ -150,14 +199,34 @@ class Prober:
             if stay is None:
                 return
             self.start = stay.start
-        if now < self.start + self.probe_s:
+        # after an arrival: a second window, for that job's probe and its undo to happen
+        if now < self.start + self.probe_s * (2 if self.after_arrival else 1):
             return
-        report = read_set(self.layout, self.gpu, self.job_id, now, WARMUP_SHARE * self.probe_s)
-        if report is None:
-            self.result = {
-                "verdict": "none",
-                "reason": "alone, or the set changed since the job came",
-            }
+        events = journal.read(self.layout.journal(self.gpu))
+        kind, t = next_look(events, self.job_id, self.start)
+        if kind == "alone":
+            return self._none("alone, or a newer job of the set judges it")
+        if kind == "same":
+            if self.after_arrival:
+                return self._none("a job that came later judges the set")
+            report = read_set(
+                self.layout,
+                self.gpu,
+                self.job_id,
+                now,
+                WARMUP_SHARE * self.probe_s,
+                since=self.since,
+                events=events,
+            )
+            if report is None:
+                return self._none("alone, or the set changed since the job came")
+        else:
+            if self.looks >= PROBE_LOOKS:
+                return self._none("the set kept changing")
+            self.looks += 1
+            self.start = t
+            self.since = t if kind == "left" else self.since
+            self.after_arrival = kind == "arrived"
             return
         wire = report.to_wire()
         reply = client.probe(self.cfg, wire)

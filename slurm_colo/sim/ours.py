@@ -38,6 +38,7 @@ from .drain import StarvationGuard
 from .engine import Sim
 from .held import HeldJobs
 from .passes import SchedulingPass
+from .probes import ProbeWatch
 from .waiting import Waiting
 
 #: what happens to a set judged harmful after its probe (placement/retract.py)
@@ -47,7 +48,7 @@ from .waiting import Waiting
 UNDO = ("none", "checkpoint", "requeue")
 
 
-class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
+class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
     def __init__(
         self,
         name: str,
@@ -108,6 +109,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
         self.changed: set[int] = set()
         self.reqs: dict[int, JobRequest] = {}
         self.reserved: dict[int, int] = {}  # GPU -> job it drains for
+        self._watch_reset()
 
     def _req(self, jid: int) -> JobRequest:
         r = self.reqs.get(jid)
@@ -161,6 +163,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
 
     def finished(self, sim: Sim, jid: int, gpus: list[int]) -> None:
         key = sim.runs[jid].job.key
+        self._watch_done(jid)
         for i in gpus:
             g = self.view.gpus[i]
             if g.exclusive_job == jid:
@@ -168,6 +171,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
                 self.view.touch(g)
             else:
                 self.view.remove_occupant(g, key)
+                self._watch_left(i)
             self._gpu_changed(i)
 
     def _gpu_changed(self, i: int) -> None:
@@ -184,6 +188,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
         if not self.learn:
             return
+        self._watch_done(jid)
         members = sim.gpus[token[0]].jobs
         if len(members) < 2:
             return
@@ -204,6 +209,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
         gpu = self.view.gpus[token[0]]
         for i in sim.evict(jid, keep_progress=self.undo == "checkpoint"):
             self.view.remove_occupant(self.view.gpus[i], key)
+            self._watch_left(i)
             self._gpu_changed(i)
         self.retractions += 1
         self._apply(v.observed)
@@ -271,8 +277,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass):
         self.changed.add(pos)
         if d.explored:
             self.explored += 1
-        if len(g.occupants) > 1 and self.learn and self.cfg.probe_s > 0:
-            sim.schedule_probe(jid, self.cfg.probe_s)  # the agent's own setting
+        self._watch_start(jid, pos)  # its probe, after the agent's own probe_s
         return "started"
 
     # ---- the scheduling pass ---------------------------------------------------------

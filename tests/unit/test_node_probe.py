@@ -148,3 +148,75 @@ def test_the_agents_probe_window_from_the_placement_wins_over_the_nodes(tmp_path
         assert not Prober(cfg, lay, 2, [0], probe_s=0.0).pending  # the agent turned it off
     finally:
         agent.close()
+
+
+def test_next_look_tells_an_arrival_from_a_departure() -> None:
+    from slurm_colo.node.probe import next_look
+
+    pair = [ev("start", 0, 1), ev("start", 100, 2)]
+    assert next_look(pair, 2, 100) == ("same", 100)
+    arrived = [*pair, ev("start", 150, 3)]
+    assert next_look(arrived, 2, 100) == ("arrived", 150)  # job 3's own probe judges
+    left = [*arrived, ev("end", 200, 3)]  # job 3 undone: jobs 1 and 2 are left
+    assert next_look(left, 2, 100) == ("left", 200)
+    assert next_look(left, 1, 0) == ("alone", 0)  # job 2, the newest left, judges it
+    assert next_look([*pair, ev("end", 300, 1)], 2, 100) == ("alone", 100)  # job 2 alone
+    assert next_look([*left, ev("start", 250, 4)], 2, 100) == ("arrived", 250)
+
+
+def test_a_set_left_behind_by_an_undone_job_is_judged_by_its_newest_member(
+    tmp_path: Path,
+) -> None:
+    """Job 2 joins job 1; job 3 joins at once, so job 2's probe finds the set changed; job
+    3's probe undoes it. Job 2 then judges the pair left behind, with job 1's rate in it."""
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    t0 = 5000.0
+    lay.gpu_dir(0).mkdir(parents=True)
+    for e in (
+        ev("start", t0, 1, "a"),
+        ev("start", t0 + 1000, 2, "b"),
+        ev("start", t0 + 1001, 3, "c"),
+    ):
+        journal.append(lay.journal(0), e)
+    for job, p in ((1, pts(4, t0, t0 + 1400, step=5)), (2, pts(3, t0 + 1000, t0 + 1400, step=5))):
+        lay.user_dir(job).mkdir(parents=True)
+        (lay.user_dir(job) / "progress.json").write_text(
+            json.dumps({"points": [list(x) for x in p]})
+        )
+    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"undo","reason":"harmful"}\n')
+    try:
+        pr = Prober(cfg, lay, 2, [0])
+        pr.maybe(t0 + 1100)  # job 3 came after job 2: wait and see
+        assert pr.pending and pr.after_arrival and agent.requests == []
+        journal.append(lay.journal(0), ev("end", t0 + 1105, 3, "c"))  # job 3 undone
+        pr.maybe(t0 + 1150)  # the second window after job 3 came is not over
+        assert pr.pending and pr.after_arrival
+        pr.maybe(t0 + 1201)  # it is: job 3 has left, job 2 judges the pair from then
+        assert pr.pending and pr.since == t0 + 1105 and agent.requests == []
+        pr.maybe(t0 + 1204)  # not before probe_s after job 3 left
+        assert pr.pending and agent.requests == []
+        pr.maybe(t0 + 1105 + 100)
+        assert not pr.pending and pr.result is not None and pr.result["verdict"] == "undo"
+        verb, payload = parse_request(agent.requests[0])
+        assert verb == "PROBE" and payload["job"] == 2 and payload["since"] == t0 + 1105
+        assert [m["job"] for m in payload["members"]] == [1, 2]
+        assert payload["members"][0]["rate"] == pytest.approx(4)
+    finally:
+        agent.close()
+
+
+def test_a_probe_overtaken_by_a_job_that_stays_leaves_the_set_to_that_jobs_probe(
+    tmp_path: Path,
+) -> None:
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    _files(lay, 5000.0)
+    journal.append(lay.journal(0), ev("start", 5000.0 + 1050, 3, "c"))
+    pr = Prober(cfg, lay, 2, [0])
+    pr.maybe(5000.0 + 1100)
+    assert pr.pending and pr.after_arrival
+    pr.maybe(5000.0 + 1240)  # not yet two probe windows after job 3 came
+    assert pr.pending
+    pr.maybe(5000.0 + 1250)
+    assert pr.result == {"verdict": "none", "reason": "a job that came later judges the set"}

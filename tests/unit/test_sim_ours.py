@@ -292,3 +292,21 @@ def test_a_set_where_a_member_loses_is_started_only_while_jobs_queue() -> None:
     sched = PolicyScheduler("oracle", oracle_scores(d), sched_cfg, learn=False)
     sim = Sim(tr, Truth(d), SimConfig(gpus=4), sched).run()
     assert [r.first_start for r in sim.runs[4:]] == [pytest.approx(1.0)] * 2
+
+
+def test_a_pair_left_behind_by_an_undone_third_job_is_judged_too() -> None:
+    """x joins a, and b joins them at once: x's probe is overtaken, b's undoes b. The pair
+    a + x (truly 0.3 each) is then judged by x's probe looking again, as the node's does."""
+    wrong = oracle_scores(data())
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    wrong.pairs[("b", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    sched = PolicyScheduler("ours", wrong, replace(CFG, probe_s=60), learn=True)
+    tr = [job(0, 0, 5000, "a"), job(1, 1, 5000, "x"), job(2, 1, 5000, "b")]
+    sim = run(tr, sched)
+    assert sim.runs[2].evictions == 1  # b, by its own probe at t=61
+    assert sim.runs[1].evictions == 1  # x, by its probe looking again at t=121
+    assert sched.retractions == 2
+    learned = sched.scores.pair("x", "a")
+    assert learned.observed and learned.n_a == pytest.approx(0.3)
+    # harmful sets ran from t=1 to t=121 only (a+x+b, then a+x), not until a ended
+    assert sum(g.harmful for g in sim.gpus) == pytest.approx(120)
