@@ -20,6 +20,7 @@ from ..contracts.probe import ProbeReport
 from ..errors import OptionError
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
+from ..placement.candidates import throughput_open
 from ..placement.guard import Reservation
 from ..placement.held import HeldJob, queue_head, waits_behind
 from ..scores import ScoreTable
@@ -406,6 +407,12 @@ class AgentState:
         return {
             "gpus": occ.gpu_rows(self.scores, now),
             "pending_placements": led.pending_count(),
+            # jobs waiting for a GPU at the last snapshot: the throughput path needs a queue
+            "queue": {
+                "waiting": occ.queue,
+                "per_gpu": self.view.queue_per_gpu,
+                "throughput_path": throughput_open(self.view, self.cfg.placement),
+            },
             "reservation": occ.reservation_row(now),
             "scores": {
                 "id": self.scores.id,

@@ -222,6 +222,13 @@ def register(app: typer.Typer) -> None:
                 + (f"  ERROR: {m['error']}" if m.get("error") else "")
             )
         typer.echo(f"pending placements: {st.get('pending_placements', 0)}")
+        q = st.get("queue") or {}
+        if q.get("per_gpu") is not None:
+            typer.echo(
+                f"waiting for a GPU: {q.get('waiting', 0)} job(s), "
+                f"{q['per_gpu']:.2f} per shared GPU; sets where a member loses (the "
+                f"throughput path): {'open' if q.get('throughput_path') else 'closed'}"
+            )
         pr = st.get("probes") or {}
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))

@@ -404,3 +404,23 @@ def test_the_view_counts_the_jobs_waiting_for_a_gpu_per_shared_gpu() -> None:
     assert s.occupancy.candidate_view({"req_nodes": "n9"}).queue_per_gpu == 1.5
     s.apply_snapshot(busy, node, 3 * HOUR)
     assert s.view.queue_per_gpu == 0.0
+
+
+def test_status_says_how_many_wait_and_whether_the_throughput_path_is_open(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    from slurm_colo.contracts import client
+
+    s = _state()
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), waiting(50)], node, 1 * HOUR)
+    q = s.status(1 * HOUR)["queue"]
+    assert q == {"waiting": 1, "per_gpu": 0.5, "throughput_path": False}  # below 0.75
+    monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(1 * HOUR))
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "waiting for a GPU: 1 job(s), 0.50 per shared GPU" in out and "closed" in out
+    s.apply_snapshot([waiting(50), waiting(51), held_job(60)], node, 2 * HOUR)
+    assert s.status(2 * HOUR)["queue"]["throughput_path"] is True  # 1.5 per GPU
