@@ -4,7 +4,7 @@ First the records without a GPU model get their node's (the ``[[gpus]]`` layouts
 episodes are brought up to date, once. Then:
 
 * ``--gpu NAME``, or ``[scores] gpu_model`` set, or a site whose records and campaigns name
-  at most one GPU model: one set, as before (:func:`.retrain.retrain`'s rules), published
+  at most one GPU model: one set, as before (:mod:`.retrain`'s rules), published
   to ``[scores] path`` -- except ``--gpu NAME`` on a mixed site, which trains that model's
   set alone and publishes it where that model's set lives.
 * A mixed site (two or more models): the site default set, trained on the whole history
@@ -83,7 +83,8 @@ def retrain_site(
     rebuild: bool = False,
 ) -> SiteRetrain:
     """Train and publish the site's score set(s) (see the module). One run at a time per
-    store. A single-set run raises :class:`ModelError` as :func:`.retrain.retrain` does."""
+    store. A single-set run raises the :class:`ModelError` of a refused set (a multi-model run
+    records each model's in its outcome)."""
     with retrain_lock(engine):
         now = time.time() if now is None else now
         sc = cfg.scores

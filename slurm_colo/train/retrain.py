@@ -6,14 +6,14 @@ those of the training window in bulk, the imported profiling campaigns of the GP
 and the classes' solo profiles; fits the model; runs the held-out check; publishes
 atomically to ``[scores] path`` and marks the set live in the database only when the
 check passes. Otherwise the old set stays live, the new one is recorded as rejected, and
-:class:`ModelError` says why (non-zero exit). :mod:`.by_model` runs this once per GPU
-model on a site with several (what ``slurm-colo retrain`` calls).
+:class:`ModelError` says why (non-zero exit). :func:`.by_model.retrain_site` (what
+``slurm-colo retrain`` calls) runs this once, or once per GPU model on a site with
+several.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +46,6 @@ from slurm_colo.store.scoresets import (
     record_score_set,
     set_live,
 )
-from slurm_colo.train.lock import retrain_lock
 
 
 @dataclass
@@ -195,42 +194,6 @@ def gather(
         "episode_gpu_models": hist["episode_gpu_models"],
     }
     return obs, info
-
-
-def retrain(
-    engine: Engine,
-    cfg: Config,
-    gpu: str | None = None,
-    now: float | None = None,
-    dry_run: bool = False,
-    force: bool = False,
-    path: str | Path | None = None,
-    rebuild: bool = False,
-) -> RetrainResult:
-    """Train, validate and publish (see the module); ``rebuild``: rebuild every episode
-    from the records instead of updating them. One run at a time per store: a second one
-    raises :class:`ModelError` at once (:mod:`.lock`)."""
-    with retrain_lock(engine):
-        return _retrain(engine, cfg, gpu, now, dry_run, force, path, rebuild)
-
-
-def _retrain(
-    engine: Engine,
-    cfg: Config,
-    gpu: str | None,
-    now: float | None,
-    dry_run: bool,
-    force: bool,
-    path: str | Path | None,
-    rebuild: bool,
-) -> RetrainResult:
-    now = time.time() if now is None else now
-    sc = cfg.scores
-    gpu_model = resolve_gpu_model(engine, gpu, cfg)
-    obs, info = gather(engine, gpu_model, now, sc.window_days, sc.half_life_days, rebuild)
-    return train_and_publish(
-        engine, cfg, gpu_model, obs, info, now, Path(path or sc.path), dry_run, force
-    )
 
 
 def train_and_publish(

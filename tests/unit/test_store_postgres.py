@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from retrain_one import retrain
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -32,7 +33,6 @@ from slurm_colo.store import (
 from slurm_colo.store.episodes import load_episodes, rebuild_episodes
 from slurm_colo.store.scoresets import import_gavel, live_score_set
 from slurm_colo.train.lock import PG_LOCK_KEY
-from slurm_colo.train.retrain import retrain
 
 _PG_URL = os.environ.get("SLURM_COLO_TEST_PG_URL")
 # Outside CI, without a server URL these tests are left out; under CI they always run.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from retrain_one import retrain
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -20,7 +21,6 @@ from slurm_colo.scores import PairScore, load_scores
 from slurm_colo.store import ingest_records, make_engine, upgrade
 from slurm_colo.store.scoresets import list_score_sets, live_score_set
 from slurm_colo.train import retrain as retrain_mod
-from slurm_colo.train.retrain import retrain
 
 NOW = 1_800_000_000.0
 CLASSES = ["alpha-bs32", "alpha-bs64", "beta-bs16", "beta-bs32", "gamma", "delta"]
