@@ -240,7 +240,17 @@ def job_end(
         return None
     if st is None:
         return None
-    ended = jobstate.mark_ended(lay, job_id, exit_code, sig)
+    end = None
+    if (
+        st.sampler_pid
+        and not procs.alive(st.sampler_pid)
+        and procs.slurmd_restarted_since(st.start)
+    ):
+        # the job died with the node's slurmd and Slurm runs its Epilog as the node returns:
+        # Slurm's exit code is 0, and now is not when the job ended
+        log.warning("job %d: died with the node's slurmd; recorded as failed", job_id)
+        exit_code, sig, end = -1, 0, _last_seen(lay, job_id, st.start)
+    ended = jobstate.mark_ended(lay, job_id, exit_code, sig, end)
     stop_sampler(lay, job_id, st.sampler_pid)
     opener = open_gpu or LazyNvml(cfg)
     _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
@@ -441,7 +451,7 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
         if st is None:
             continue
         if ended is None:
-            if procs.job_alive(job_id, st.boot_id, st.start):
+            if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
                 continue  # still running (or its Epilog has not started yet)
             ended = jobstate.mark_ended(
                 lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)

@@ -161,10 +161,13 @@ def job_alive(
     since: float | None = None,
     roots: tuple[str, ...] = _CGROUP_ROOTS,
     proc: str = "/proc",
+    sampler_pid: int | None = None,
 ) -> bool:
     """Best guess whether a job still runs on this node (to clean up after crashes).
 
-    A job from before the last reboot is dead. Otherwise the job is dead only when Slurm's
+    A job from before the last reboot is dead, and so is one that died with its node's
+    slurmd (:func:`died_with_slurmd`; ``sampler_pid``: the job's sampler, if it has one).
+    Otherwise the job is dead only when Slurm's
     cgroup tree is evidently in use here (it holds job directories of other jobs), the job
     has none, and the job started more than a minute ago (its cgroup may not exist yet
     right after the Prolog). A job directory is ``job_<id>`` or a SLUID (26.05 cgroup/v2);
@@ -173,6 +176,8 @@ def job_alive(
     alive: a wrong "dead" would end a running job's record early.
     """
     if prolog_boot_id and prolog_boot_id != boot_id():
+        return False
+    if since is not None and died_with_slurmd(job_id, since, sampler_pid, proc):
         return False
     if since is not None and time.time() - since < 60:
         return True
@@ -189,6 +194,98 @@ def job_alive(
             if owner is None or owner == job_id:
                 return True
     return False
+
+
+# -- a job that died with its node's slurmd (no reboot: the node's processes were killed) ---
+
+
+def _stat_after_comm(pid: int | str, proc: str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...)."""
+    raw = Path(f"{proc}/{pid}/stat").read_bytes()
+    return raw.rsplit(b")", 1)[1].decode().split()
+
+
+def _live(pid: int | str, proc: str) -> bool:
+    try:
+        return _stat_after_comm(pid, proc)[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def started_at(pid: int | str, proc: str = "/proc") -> float | None:
+    """When a process started (seconds since the epoch, to about a second), or None."""
+    try:
+        ticks = int(_stat_after_comm(pid, proc)[19])
+        btime = next(
+            int(line.split()[1])
+            for line in Path(f"{proc}/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def slurmd_started(pid: int | None = None, proc: str = "/proc") -> float | None:
+    """When the slurmd that this process (a Prolog or Epilog) runs under started: the start
+    of its nearest ``slurmd`` ancestor. None when it runs under none (a command run by
+    hand, a hook run by slurmstepd)."""
+    cur = pid if pid is not None else os.getpid()
+    for _ in range(32):
+        try:
+            comm = Path(f"{proc}/{cur}/comm").read_text().strip()
+            ppid = int(_stat_after_comm(cur, proc)[1])
+        except (OSError, IndexError, ValueError):
+            return None
+        if comm == "slurmd":
+            return started_at(cur, proc)
+        if ppid <= 1:
+            return None
+        cur = ppid
+    return None
+
+
+def job_processes(job_id: int, proc: str = "/proc") -> list[int]:
+    """Live processes of a job: its slurmstepd processes and those with the job's
+    ``SLURM_JOB_ID`` in their environment (its tasks, its own Prolog or Epilog)."""
+    out = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit() or not _live(entry.name, proc):
+            continue
+        pid = int(entry.name)
+        if stepd_job_id(pid, proc) == job_id or _environ(pid, proc).get("SLURM_JOB_ID") == str(
+            job_id
+        ):
+            out.append(pid)
+    return out
+
+
+#: a slurmd must have started this much later than the job's Prolog (start times are
+#: known to about a second)
+_RESTART_MARGIN_S = 2.0
+
+
+def slurmd_restarted_since(t: float, proc: str = "/proc") -> bool:
+    """True when the slurmd this process runs under started after time ``t``."""
+    start = slurmd_started(proc=proc)
+    return start is not None and start >= t + _RESTART_MARGIN_S
+
+
+def died_with_slurmd(
+    job_id: int, since: float, sampler_pid: int | None = None, proc: str = "/proc"
+) -> bool:
+    """True when a job evidently died with its node's slurmd, the node not rebooted (the
+    node's processes killed, an OOM massacre): the slurmd this hook runs under started
+    after the job's Prolog (``since``), the job's sampler is gone, and no process of the job
+    is left. Slurm runs no Epilog for such a job when the node returns late, and without
+    cgroups nothing else tells it from a running one. A job without steps (an ``salloc``
+    allocation, ``PrologFlags=Alloc`` without ``Contain``) has no process either: the
+    sampler is what shows that one alive."""
+    if not slurmd_restarted_since(since, proc):
+        return False
+    if sampler_pid and _live(sampler_pid, proc):
+        return False
+    return not job_processes(job_id, proc)
 
 
 def job_of_pid(pid: int, proc: str = "/proc", cgroup_fs: str = CGROUP_FS) -> int | None:

@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from .mntools import (
     CLI,
     agent_status,
@@ -61,7 +63,12 @@ def test_agent_down_for_a_minute_records_arrive_later_exactly_once(mclean: None)
     assert len(recs) == 1 and recs[0]["node"] == "colo-gpu1" and recs[0]["state"] == "COMPLETED"
 
 
-def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
+@pytest.mark.parametrize("down_s", [0, 30], ids=["back-at-once", "back-late"])
+def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None, down_s: int) -> None:
+    """``down_s``: how long the node stays dead after Slurm marks it DOWN. Back at once,
+    slurmctld has slurmd run the dead job's Epilog as the node registers; back 30 s later
+    it does not (measured), and the next job's hooks recover the record. Either way the
+    record says the job failed when it died."""
     a = sbatch(
         "-w",
         "colo-gpu3",
@@ -83,6 +90,7 @@ def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
     # the node dies: its slurmd, the job's slurmstepd and processes, its MPS daemon (by pid)
     pids = node_pids("colo-gpu3")
     assert pids
+    t_kill = time.time()
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -95,6 +103,7 @@ def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
         g = next(g for g in agent_status()["gpus"] if (g["node"], g["index"]) == ("colo-gpu3", 0))
         assert str(a.job_id) not in str(g["occupants"])
         assert records_of(a.job_id) == []  # nothing could be sent yet
+        time.sleep(down_s)
     finally:
         lab_up()  # the node comes back: slurmd restarted (ReturnToService=2)
 
@@ -103,7 +112,8 @@ def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
         return g["available"] and not g["occupants"]
 
     wait_for(gpu0_free, 20, 0.5, "colo-gpu3 GPU 0 free again in the agent's view")
-    # the next job on the node: its Prolog recovers the dead job's record, its Epilog ships it
+    # the next job on the node: its hooks recover the dead job's record (unless the dead
+    # job's own Epilog has spooled it) and its Epilog ships what is spooled
     b = sbatch(
         "-w",
         "colo-gpu3",
@@ -116,5 +126,9 @@ def test_node_killed_mid_job_record_kept_and_gpu_freed(mclean: None) -> None:
     wait_for(lambda: records_of(a.job_id) and records_of(b.job_id), 40, 1, "both records")
     ra = records_of(a.job_id)
     assert len(ra) == 1 and ra[0]["node"] == "colo-gpu3", ra
+    # failed, and ended when it was last seen alive (its profile's last write), not when
+    # the node came back
+    assert ra[0]["state"] == "FAILED", ra
+    assert ra[0]["start_time"] < ra[0]["end_time"] <= t_kill + 1, (ra, t_kill)
     assert len(records_of(b.job_id)) == 1
     assert a.job_id not in node_status("colo-gpu3")["jobs"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -67,14 +68,29 @@ class FakeNode:
         self.next_pid = 1000
         self.add_procs(self.scope / "system", self.process("slurmstepd", "slurmstepd infinity"))
 
-    def process(self, comm: str, title: str, env: str = "") -> int:
-        self.next_pid += 1
-        d = self.proc / str(self.next_pid)
+    def process(
+        self,
+        comm: str,
+        title: str,
+        env: str = "",
+        ppid: int = 1,
+        ticks: int = 0,
+        state: str = "S",
+        pid: int | None = None,
+    ) -> int:
+        """A process: its comm, title, environment and stat (state, parent, start in clock
+        ticks after boot)."""
+        if pid is None:
+            self.next_pid += 1
+            pid = self.next_pid
+        d = self.proc / str(pid)
         d.mkdir(parents=True)
         (d / "comm").write_text(comm + "\n")
         (d / "cmdline").write_bytes(title.encode() + b"\0")
         (d / "environ").write_bytes(env.encode())
-        return self.next_pid
+        rest = [state, str(ppid)] + ["0"] * 17 + [str(ticks), "0"]
+        (d / "stat").write_text(f"{pid} ({comm}) {' '.join(rest)}\n")
+        return pid
 
     def add_procs(self, cgroup: Path, *pids: int) -> None:
         cgroup.mkdir(parents=True, exist_ok=True)
@@ -167,3 +183,75 @@ def test_cgroup_v1_paths_still_name_the_job(node: FakeNode) -> None:
         "12:memory:/slurm/uid_1001/job_314/step_batch/task_0\n0::/user.slice\n"
     )
     assert node.job_of(p) == 314
+
+
+# -- a job that died with its node's slurmd (no reboot, no cgroup to tell) -------------------
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+class RestartedNode(FakeNode):
+    """A node whose slurmd started at ``slurmd_at`` (epoch seconds), with this test process
+    in the fake /proc as a hook that slurmd runs."""
+
+    def __init__(self, tmp: Path, slurmd_at: float) -> None:
+        super().__init__(tmp)
+        self.btime = int(time.time()) - 7200
+        (self.proc / "stat").write_text(f"cpu 1 2 3\nbtime {self.btime}\nprocesses 9\n")
+        slurmd = self.process("slurmd", "/usr/sbin/slurmd", ticks=self.ticks(slurmd_at))
+        self.process("python3", "python3 -m slurm_colo.hooks prolog", ppid=slurmd, pid=os.getpid())
+
+    def ticks(self, at: float) -> int:
+        return round((at - self.btime) * HZ)
+
+    def dead(self, job_id: int, since: float, sampler: int | None = None) -> bool:
+        return procs.died_with_slurmd(job_id, since, sampler, str(self.proc))
+
+    def alive_young(self, job_id: int, since: float, sampler: int | None = None) -> bool:
+        """job_alive for a job 30 s old on a node without cgroups (both would say alive)."""
+        return procs.job_alive(
+            job_id, procs.boot_id(), since, (), str(self.proc), sampler_pid=sampler
+        )
+
+
+def test_slurmd_start_is_that_of_the_hooks_slurmd_ancestor(tmp_path: Path) -> None:
+    at = time.time() - 20
+    node = RestartedNode(tmp_path, at)
+    started = procs.slurmd_started(proc=str(node.proc))
+    assert started is not None and abs(started - at) < 1.0
+    # a command run by hand has no slurmd above it
+    lone = node.process("bash", "bash")
+    assert procs.slurmd_started(lone, str(node.proc)) is None
+    assert procs.slurmd_started() is None  # this test process, on the real /proc
+
+
+def test_a_job_older_than_the_restarted_slurmd_with_nothing_left_died_with_it(
+    tmp_path: Path,
+) -> None:
+    now = time.time()
+    node = RestartedNode(tmp_path, slurmd_at=now - 5)
+    prolog_at = now - 30
+    sampler = node.process("python3", "python3 -m slurm_colo.node.sampler 41", state="Z")
+    assert node.dead(41, prolog_at, sampler)
+    assert not node.alive_young(41, prolog_at, sampler)  # no cgroups, 30 s old: still dead
+    # a slurmd that started before the job's Prolog proves nothing
+    assert not node.dead(41, now - 3)
+    assert node.alive_young(41, now - 3)
+
+
+@pytest.mark.parametrize("left", ["stepd", "task", "sampler"])
+def test_anything_left_of_the_job_keeps_it_alive(tmp_path: Path, left: str) -> None:
+    now = time.time()
+    node = RestartedNode(tmp_path, slurmd_at=now - 5)
+    sampler = None
+    if left == "stepd":  # a step daemon that outlived slurmd
+        node.process("slurmstepd", "slurmstepd: [41.extern]")
+    elif left == "task":  # or a task, or the job's own hook, by its environment
+        node.process("sleep", "sleep 300", env="SLURM_JOB_ID=41\0")
+    else:  # an salloc job without steps: only its sampler shows it alive
+        sampler = node.process("python3", "python3 -m slurm_colo.node.sampler 41")
+    assert not node.dead(41, now - 30, sampler)
+    assert node.alive_young(41, now - 30, sampler)
+    # another job's leftovers, or a zombie of this one, do not count
+    node.process("slurmstepd", "slurmstepd: [42.batch]")
+    node.process("slurmstepd", "slurmstepd: [43.batch]", state="Z")
+    assert node.dead(43, now - 30)
