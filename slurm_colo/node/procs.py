@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -13,19 +14,7 @@ MPS_COMM_PREFIX = "nvidia-cuda-mps"
 
 def alive(pid: int | None) -> bool:
     """True if ``pid`` exists and is not a zombie."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-        return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
+    return pid is not None and pid > 0 and _live(pid, "/proc")
 
 
 def _environ(pid: int, proc: str = "/proc") -> dict[str, str]:
@@ -226,10 +215,12 @@ def started_at(pid: int | str, proc: str = "/proc") -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
+@functools.lru_cache(maxsize=8)
 def slurmd_started(pid: int | None = None, proc: str = "/proc") -> float | None:
     """When the slurmd that this process (a Prolog or Epilog) runs under started: the start
     of its nearest ``slurmd`` ancestor. None when it runs under none (a command run by
-    hand, a hook run by slurmstepd)."""
+    hand, a hook run by slurmstepd). Looked up once per process (a hook's recovery asks
+    for every other job on the node)."""
     cur = pid if pid is not None else os.getpid()
     for _ in range(32):
         try:

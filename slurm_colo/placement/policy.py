@@ -17,7 +17,7 @@ would join, the score table predicts each member's normalised throughput ``n_i``
   less than two thirds of its solo speed; a job only takes it when no idle GPU is there,
   that is when it would otherwise wait: time-slicing GPUs such as the K80 gain only this
   way; open only while jobs queue, ``throughput_queue`` waiting jobs per shared GPU,
-  :func:`~.index.throughput_open`) --
+  :func:`~.candidates.throughput_open`) --
 * or, for a bounded share of jobs (``explore_rate``, drawn from the job key so it is
   reproducible), the *mean* delta or combined throughput passes, when a pair of the set has
   never been measured (exploration: history learns about it; pairs predicted harmful are
