@@ -76,6 +76,10 @@ class PlacementConfig:
     #: for a GPU (pending or held); with a shorter queue a job soon gets a GPU of its own,
     #: so only sets where every member gains are started; 0: always open
     throughput_queue: float = 0.75
+    #: and only while the queue, shrinking as it has over the last hours, would last at
+    #: least this many hours: a job slowed down when the backlog is about to run out is the
+    #: one the site's last work waits for; 0: no forecast
+    throughput_drain_h: float = 24.0
     #: fraction of GPU memory kept free on a shared GPU
     memory_headroom: float = 0.05
     #: memory assumed for a class with no profile, as a share of each GPU's own memory (a

@@ -77,6 +77,12 @@ HELP: dict[str, str] = {
     "jobs per shared GPU wait for a GPU (pending with a GPU or shard request, or held by the "
     "agent; counted at each Slurm snapshot). With a shorter queue a job soon gets a GPU of "
     "its own, so only sets where every member gains are started. 0: always open.",
+    "placement.throughput_drain_h": "The throughput path is also closed while the queue is "
+    "about to run out: when, shrinking as it has over the last six hours (least-squares "
+    "slope of the counts), it would be gone in fewer than this many hours. A long job slowed "
+    "down then is the one the site's last work waits for, while GPUs fall idle around it. "
+    "Longer favours the end of a busy period (its makespan), shorter the wait of the "
+    "short jobs then. 0: no forecast.",
     "placement.memory_headroom": "Fraction of GPU memory kept free on a shared GPU.",
     "placement.default_memory_share": "GPU memory assumed for a job class with no measured "
     "profile, as a share of each GPU's own memory ([[gpus]] memory_gib: each GPU model its "

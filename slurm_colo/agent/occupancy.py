@@ -13,6 +13,7 @@ from ..gres_layout import NodeGpus, expand_hostlist
 from ..placement import ClusterView, Decision, GpuView
 from ..placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
 from ..placement.policy import index_for
+from ..placement.trend import QueueTrend
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from .ledger import Ledger
@@ -50,6 +51,8 @@ class Occupancy:
         self._drained_since: float | None = None
         #: jobs waiting for a GPU at the last snapshot (pending with a GPU request, or held)
         self.queue = 0
+        #: the queue's counts of the last hours: how soon it will be gone (placement/trend.py)
+        self.trend = QueueTrend()
 
     # ---- Slurm and the hooks ---------------------------------------------------------
     def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
@@ -146,9 +149,11 @@ class Occupancy:
             self.queue = len(waits) + waiting_for_gpus(
                 j for j in self.jobs.values() if j.job_id not in held_ids
             )
+            self.trend.observe(plan_at, self.queue)
         view = ClusterView(
             gpus=[gpus[k] for k in sorted(gpus)],
             queue_per_gpu=self.queue / len(gpus) if gpus else None,
+            queue_drain_h=self.trend.hours_to_empty(),
         )
         if plan_at is not None:
             self._plan_reservation(view, plan_at, waits)
@@ -248,7 +253,11 @@ class Occupancy:
             ]
         if len(gpus) == len(self.view.gpus):
             return self.view  # nothing filtered out: keep the view and its placement index
-        return ClusterView(gpus=gpus, queue_per_gpu=self.view.queue_per_gpu)
+        return ClusterView(
+            gpus=gpus,
+            queue_per_gpu=self.view.queue_per_gpu,
+            queue_drain_h=self.view.queue_drain_h,
+        )
 
     # ---- reporting ---------------------------------------------------------------------
     def gpu_rows(self, scores: ScoreTable, now: float) -> list[dict[str, Any]]:

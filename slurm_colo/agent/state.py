@@ -411,6 +411,9 @@ class AgentState:
             "queue": {
                 "waiting": occ.queue,
                 "per_gpu": self.view.queue_per_gpu,
+                # hours until none waits at the rate the queue has shrunk lately (None: not
+                # shrinking, or too little seen yet)
+                "drain_h": self.view.queue_drain_h,
                 "throughput_path": throughput_open(self.view, self.cfg.placement),
             },
             "reservation": occ.reservation_row(now),

@@ -226,8 +226,14 @@ def register(app: typer.Typer) -> None:
         if q.get("per_gpu") is not None:
             typer.echo(
                 f"waiting for a GPU: {q.get('waiting', 0)} job(s), "
-                f"{q['per_gpu']:.2f} per shared GPU; sets where a member loses (the "
-                f"throughput path): {'open' if q.get('throughput_path') else 'closed'}"
+                f"{q['per_gpu']:.2f} per shared GPU"
+                + (
+                    f", gone in about {q['drain_h']:.1f} h at the rate it shrinks"
+                    if q.get("drain_h") is not None
+                    else ""
+                )
+                + "; sets where a member loses (the throughput path): "
+                + ("open" if q.get("throughput_path") else "closed")
             )
         pr = st.get("probes") or {}
         if pr:

@@ -87,6 +87,7 @@ class ModelViews:
         self._view, self._key, self._version = view, key, view.version
         for part in self._parts.values():
             part.queue_per_gpu = view.queue_per_gpu  # the site's queue, not the part's
+            part.queue_drain_h = view.queue_drain_h
         return self._parts
 
     def _build(self, view: ClusterView, book: ScoreBook) -> None:

@@ -15,13 +15,19 @@ from .view import ClusterView
 def throughput_open(view: ClusterView, cfg: PlacementConfig) -> bool:
     """Whether the throughput path is open: ``placement.min_throughput`` is set and jobs
     queue for GPUs, at least ``placement.throughput_queue`` waiting jobs per shared GPU
-    (``ClusterView.queue_per_gpu``; open when not known). A set that slows a member down
-    for more total work pays while jobs wait; with a short queue a job soon has a GPU of
-    its own, and a long job slowed down then is the one the site's last work waits for."""
+    (``ClusterView.queue_per_gpu``; open when not known), and the queue is not about to run
+    out: shrinking as it has lately, it lasts at least ``placement.throughput_drain_h``
+    hours (``ClusterView.queue_drain_h``; open when it is not shrinking or not known). A
+    set that slows a member down for more total work pays while jobs wait; with a short
+    queue, or one about to be gone, a job soon has a GPU of its own, and a long job slowed
+    down then is the one the site's last work waits for."""
     if cfg.min_throughput <= 0:
         return False
     q = view.queue_per_gpu
-    return cfg.throughput_queue <= 0 or q is None or q >= cfg.throughput_queue
+    if not (cfg.throughput_queue <= 0 or q is None or q >= cfg.throughput_queue):
+        return False
+    d = view.queue_drain_h
+    return cfg.throughput_drain_h <= 0 or d is None or d >= cfg.throughput_drain_h
 
 
 def unprofiled_memory(gpu_memory_gib: float, cfg: PlacementConfig) -> float:

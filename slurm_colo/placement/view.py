@@ -120,6 +120,10 @@ class ClusterView:
     #: None: not known. The policy's throughput path is open only with a queue
     #: (``placement.throughput_queue``); a view of part of the site keeps the site's figure
     queue_per_gpu: float | None = None
+    #: hours until no job waits if the queue keeps shrinking as it has lately
+    #: (:class:`~slurm_colo.placement.trend.QueueTrend`); None: not shrinking, or not known
+    #: (``placement.throughput_drain_h``); a view of part of the site keeps the site's figure
+    queue_drain_h: float | None = None
 
     def __post_init__(self) -> None:
         self._pos: dict[tuple[str, int], int] | None = None

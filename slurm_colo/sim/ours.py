@@ -33,6 +33,7 @@ from ..placement.candidates import throughput_open
 from ..placement.held import HeldJob, requeued
 from ..placement.policy import job_signature, occupant_for
 from ..placement.retract import Member, judge, with_pairs
+from ..placement.trend import QueueTrend
 from ..scores import PairScore, ScoreTable
 from .drain import StarvationGuard
 from .engine import Sim
@@ -109,6 +110,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         self.changed: set[int] = set()
         self.reqs: dict[int, JobRequest] = {}
         self.reserved: dict[int, int] = {}  # GPU -> job it drains for
+        self.trend = QueueTrend()
         self._watch_reset()
 
     def _req(self, jid: int) -> JobRequest:
@@ -143,10 +145,13 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
 
     # ---- engine events ---------------------------------------------------------------
     def _count_queue(self) -> None:
-        """The agent's queue figure (``ClusterView.queue_per_gpu``): jobs waiting or held.
-        When it opens the policy's throughput path, jobs refused before are placed again."""
+        """The agent's queue figures (``ClusterView.queue_per_gpu``, ``queue_drain_h``):
+        jobs waiting or held, and how soon they will be gone. When they open the policy's
+        throughput path, jobs refused before are placed again."""
         n = sum(len(q) for q in self.waiting.queues) + sum(len(h) for h in self.held.values())
         self.view.queue_per_gpu = n / len(self.view.gpus)
+        self.trend.observe(self.sim.now, n)
+        self.view.queue_drain_h = self.trend.hours_to_empty()
         was, self._throughput = self._throughput, throughput_open(self.view, self.cfg)
         if self._throughput and not was:
             self.waiting.fresh = set(range(len(self.waiting.queues)))

@@ -418,9 +418,43 @@ def test_status_says_how_many_wait_and_whether_the_throughput_path_is_open(
     node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), waiting(50)], node, 1 * HOUR)
     q = s.status(1 * HOUR)["queue"]
-    assert q == {"waiting": 1, "per_gpu": 0.5, "throughput_path": False}  # below 0.75
+    assert q == {"waiting": 1, "per_gpu": 0.5, "drain_h": None, "throughput_path": False}
     monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(1 * HOUR))
     out = CliRunner().invoke(app, ["status"]).output
     assert "waiting for a GPU: 1 job(s), 0.50 per shared GPU" in out and "closed" in out
     s.apply_snapshot([waiting(50), waiting(51), held_job(60)], node, 2 * HOUR)
     assert s.status(2 * HOUR)["queue"]["throughput_path"] is True  # 1.5 per GPU
+
+
+def test_a_queue_about_to_run_out_closes_the_throughput_path(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    from slurm_colo.contracts import client
+
+    s = _state()
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    # 12 waiting jobs on two shared GPUs, one fewer every 1.5 h, a snapshot every 30 min
+    t, q, last = 1 * HOUR, 0, 0
+    for step in range(13):
+        t = 1 * HOUR + step * 1800.0
+        q = 12 - step // 3
+        s.apply_snapshot([waiting(100 + k) for k in range(q)], node, t)
+        st = s.status(t)["queue"]
+        last = st["drain_h"]
+        if step < 6:  # not yet half of the six hours seen: no forecast, the path is open
+            assert last is None and st["throughput_path"] is True
+    # 8 left (4 per GPU, above throughput_queue), 2/3 fewer an hour: gone in about 12 h,
+    # under throughput_drain_h (24 h), so the path is closed
+    assert q == 8 and last is not None and 10.0 < last < 14.0
+    assert s.status(t)["queue"]["throughput_path"] is False
+    monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(t))
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "gone in about" in out and "closed" in out
+    # a queue growing again opens it at once
+    s.apply_snapshot([waiting(100 + k) for k in range(20)], node, t + 1800.0)
+    s.apply_snapshot([waiting(100 + k) for k in range(24)], node, t + 3600.0)
+    assert s.status(t + 3600.0)["queue"]["drain_h"] is None
+    assert s.status(t + 3600.0)["queue"]["throughput_path"] is True

@@ -131,6 +131,24 @@ def test_the_throughput_path_is_open_only_while_jobs_queue() -> None:
     assert place(job("j", "y"), view, sliced, CFG).shared
 
 
+def test_the_throughput_path_closes_when_the_queue_is_about_to_run_out() -> None:
+    sliced = table_from_pairs([("x", "y", 0.55, 0.52)])
+    view = ClusterView([gpu(0, [occ("1", "x")])], queue_per_gpu=3.0)
+    assert CFG.throughput_drain_h == 24.0
+    view.queue_drain_h = None  # not shrinking (or not known yet): open
+    assert place(job("j", "y"), view, sliced, CFG).shared
+    view.queue_drain_h = 30.0  # gone in 30 h at the rate it shrinks: still open
+    assert place(job("j", "y"), view, sliced, CFG).shared
+    view.queue_drain_h = 10.0  # gone in 10 h: a job slowed now would end the site's work
+    d = place(job("j", "y"), view, sliced, CFG)
+    assert not d.shared and "few jobs wait, so only sets where all gain" in d.reason
+    # a set where every member gains is taken all the same
+    good = table_from_pairs([("x", "y", 0.9, 0.85)])
+    assert place(job("j", "y"), view, good, CFG).shared
+    # throughput_drain_h = 0: no forecast
+    assert place(job("j", "y"), view, sliced, replace(CFG, throughput_drain_h=0.0)).shared
+
+
 def test_an_unprofiled_job_is_given_a_share_of_each_gpus_own_memory() -> None:
     # 12 GiB and 80 GiB GPUs: a quarter of each (3 and 20 GiB), not a flat 8 GiB
     small = GpuView("n1", 0, "k80_s0", 12.0, 4, model="k80", occupants=[occ("1", "a", mem=4.0)])
@@ -319,6 +337,10 @@ def _reference(
             cfg.throughput_queue <= 0
             or view.queue_per_gpu is None
             or view.queue_per_gpu >= cfg.throughput_queue
+        ) and (
+            cfg.throughput_drain_h <= 0
+            or view.queue_drain_h is None
+            or view.queue_drain_h >= cfg.throughput_drain_h
         )
         by_total = (
             not aggressive
@@ -371,7 +393,11 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
                 )
             g.available = rng.random() > 0.05
             gpus.append(g)
-        view = ClusterView(gpus, queue_per_gpu=rng.choice([None, 0.1, 0.75, 2.0]))
+        view = ClusterView(
+            gpus,
+            queue_per_gpu=rng.choice([None, 0.1, 0.75, 2.0]),
+            queue_drain_h=rng.choice([None, None, 3.0, 24.0, 100.0]),
+        )
         for q in range(15):
             j = job(
                 f"t{trial}q{q}",

@@ -294,6 +294,28 @@ def test_a_set_where_a_member_loses_is_started_only_while_jobs_queue() -> None:
     assert [r.first_start for r in sim.runs[4:]] == [pytest.approx(1.0)] * 2
 
 
+def test_a_set_where_a_member_loses_is_not_started_when_the_queue_is_about_to_run_out() -> None:
+    d = GavelData(gpu="test", solo={"y": 1.0}, pairs={("y", "y"): (0.55, 0.55)})
+    # a backlog of 200 one-hour jobs on four GPUs, all there at the start: it only shrinks
+    tr = [job(i, float(i), 3600.0, "y") for i in range(200)]
+
+    def shared(cfg: PlacementConfig) -> tuple[list[int], float]:
+        sched = PolicyScheduler("oracle", oracle_scores(d), cfg, learn=False)
+        sim = Sim(tr, Truth(d), SimConfig(gpus=4), sched).run()
+        return [r.joined for r in sim.runs], max(r.end or 0.0 for r in sim.runs)
+
+    on, _ = shared(CFG)
+    off, _ = shared(replace(CFG, throughput_drain_h=0.0))
+    assert CFG.throughput_drain_h == 24.0
+    # early on the queue would last days at the rate it shrinks (and for the first three
+    # hours nothing is known): pairs at 0.55 each are started either way
+    assert sum(on[:40]) >= 30 and sum(off[:40]) >= 30
+    # once it is forecast to be gone within 24 h, the last jobs run alone; without the
+    # forecast they pair up until fewer than 0.75 jobs per GPU wait
+    assert sum(on[-60:]) == 0
+    assert sum(off[-60:]) >= 40
+
+
 def test_a_pair_left_behind_by_an_undone_third_job_is_judged_too() -> None:
     """x joins a, and b joins them at once: x's probe is overtaken, b's undoes b. The pair
     a + x (truly 0.3 each) is then judged by x's probe looking again, as the node's does."""
