@@ -15,7 +15,12 @@ mn_addr() { local e; for e in $MN_NODES; do [ "${e%%:*}" = "$1" ] && { e=${e#*:}
 mn_role() { local e; for e in $MN_NODES; do [ "${e%%:*}" = "$1" ] && { echo "${e##*:}"; return 0; }; done; return 1; }
 
 # running PID: exists and is not a zombie (init here may not reap daemons)
-mn_running() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+# the state is read once: a process reaped between a check and the read counts as gone
+mn_running() {
+  [ -n "$1" ] || return 1
+  local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
+  [ -n "$st" ] && [ "$st" != Z ]
+}
 mn_pidfile_alive() { [ -s "$1" ] && mn_running "$(cat "$1")"; }
 
 # the node's namespaces exist (network + pinned mount and UTS)

@@ -2,7 +2,7 @@
 # Stop the single-node lab (contrib/lab/down.sh --single) by pid file (never by process name). --slurm-only keeps munge and the agent.
 LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
 # running PID: exists and is not a zombie
-running() { [ -r "/proc/$1/stat" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+running() { local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null); [ -n "$st" ] && [ "$st" != Z ]; }
 stop() {
   local p=$1
   [ -s "$p" ] || return 0

@@ -148,10 +148,12 @@ cmp -s "$LAB_DIR/gres.conf.new" /etc/slurm/gres.conf 2>/dev/null || { cp "$LAB_D
 
 # 9. daemons (config changed -> restart them; never by name, always by pid file)
 # alive PIDFILE: the process exists and is not a zombie (this sandbox's init may not reap)
+# the state is read once: a process reaped between a check and the read counts as gone
 alive() {
   [ -s "$1" ] || return 1
-  local pid; pid=$(cat "$1")
-  [ -r "/proc/$pid/stat" ] && [ "$(awk '{print $3}' "/proc/$pid/stat")" != Z ]
+  local pid st; pid=$(cat "$1")
+  st=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+  [ -n "$st" ] && [ "$st" != Z ]
 }
 if [ $changed -eq 1 ] && { alive /run/slurmd.pid || alive /run/slurmctld.pid; }; then
   log "slurm config changed: restarting daemons"
