@@ -22,6 +22,7 @@ STEP_S = 300.0
 WINDOW_S = 6 * 3600.0
 #: a forecast needs samples spanning at least this share of the window
 MIN_SPAN = 0.5
+_STALE = object()
 
 
 class QueueTrend:
@@ -37,19 +38,25 @@ class QueueTrend:
         self.min_span = min_span
         self._samples: deque[tuple[float, float]] = deque()
         self._last = 0.0
+        #: the forecast of the samples as they are; ``_STALE`` after a change
+        self._forecast: float | None | object = _STALE
 
     def observe(self, t: float, waiting: float) -> None:
         """Record ``waiting`` jobs at time ``t`` (s). The newest sample moves with each
         count until it is ``step_s`` past the one before, then stays; a time before it (a
         clock step back) starts afresh."""
         s = self._samples
-        self._last = waiting
+        sample = (t, waiting)
         if s and t < s[-1][0]:
             s.clear()
         if len(s) > 1 and s[-1][0] - s[-2][0] < self.step_s:
-            s[-1] = (t, waiting)
+            if s[-1] == sample and self._last == waiting:
+                return  # the same count at the same moment (a simulator's many placements)
+            s[-1] = sample
         else:
-            s.append((t, waiting))
+            s.append(sample)
+        self._last = waiting
+        self._forecast = _STALE
         while s and s[0][0] < t - self.window_s:
             s.popleft()
 
@@ -70,8 +77,8 @@ class QueueTrend:
 
     def hours_to_empty(self) -> float | None:
         """Hours until no job waits if the queue keeps shrinking as it has over the window;
-        None: it is not shrinking, or not known yet."""
-        slope = self.slope_per_h()
-        if slope is None or slope >= 0:
-            return None
-        return self._last / -slope
+        None: it is not shrinking, or not known yet. Worked out once per change."""
+        if self._forecast is _STALE:
+            slope = self.slope_per_h()
+            self._forecast = None if slope is None or slope >= 0 else self._last / -slope
+        return self._forecast  # type: ignore[return-value]

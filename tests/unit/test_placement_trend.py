@@ -68,3 +68,16 @@ def test_bad_settings_are_refused() -> None:
         QueueTrend(window_s=0.0)
     with pytest.raises(ValueError):
         QueueTrend(min_span=0.0)
+
+
+def test_the_forecast_follows_every_change_and_only_those() -> None:
+    t = QueueTrend(window_s=6 * H, step_s=300.0)
+    for k in range(80):
+        t.observe(k * 300.0, 500.0 - 5 * k)
+    t.observe(79 * 300.0 + 100.0, 104.0)  # the newest sample, still moving
+    first = t.hours_to_empty()
+    t.observe(79 * 300.0 + 100.0, 104.0)  # counted again at the same moment: the same
+    assert t.hours_to_empty() == first
+    t.observe(79 * 300.0 + 100.0, 90.0)  # jobs started at that moment: a new forecast
+    slope = t.slope_per_h()
+    assert slope is not None and t.hours_to_empty() == 90.0 / -slope != first
