@@ -53,7 +53,7 @@ from ..placement.held import (
     must_lock,
     oldest_first,
     place_held,
-    queue_head,
+    queue_heads,
     release,
     requeued,
     undo_comment,
@@ -135,7 +135,14 @@ class HeldJobs:
             undone=bool(tag and tag.undone),
             ends_in_s=sj.end_time - now if sj is not None and sj.active else None,
         )
-        j = judge_probe(str(job_id), members, live.table, self.cfg.placement, newcomer)
+        j = judge_probe(
+            str(job_id),
+            members,
+            live.table,
+            self.cfg.placement,
+            newcomer,
+            p is None or p.decision.throughput_open,
+        )
         live.learn(j.observed, now, at_once=j.verdict != "keep")  # the view is rebuilt below
         if j.verdict == "keep":
             ledger.probes["kept"] += 1
@@ -173,12 +180,14 @@ class HeldJobs:
 
     def reaim(self, now: float, ledger: Ledger, occ: Occupancy, book: ScoreBook) -> list[Action]:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
-        oldest first; lock the hold of a job held without a GPU request that stays held.
+        oldest first, each behind the job held longest that may want the same GPUs
+        (``placement.bypass_h``, :func:`~slurm_colo.placement.held.queue_heads`); lock the hold of a job held without a GPU request that stays held.
         A job bound to one GPU model (its shard type, or the model it asked for) is judged
         with that model's score set; a job held for any shared GPU has each GPU judged with
         its own model's set."""
         out = []
-        oldest = queue_head(self.jobs.values(), occ.view)
+        # each waits behind the oldest job that may want the GPUs it may take
+        heads = queue_heads(list(self.jobs.values()), occ.view)
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
@@ -197,7 +206,7 @@ class HeldJobs:
             # judged with its own model's set
             bound = bool(h.request.gres_type or h.model) or not book.by_model
             judge = book.table(_model_of(h, view, book)) if bound else book
-            behind = waits_behind(h.since, oldest, now, self.cfg.placement)
+            behind = waits_behind(h.since, heads.get(h.gres_type), now, self.cfg.placement)
             d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):

@@ -111,11 +111,13 @@ def judge_probe(
     scores: ScoreTable,
     cfg: PlacementConfig,
     newcomer: Newcomer,
+    throughput: bool = True,
 ) -> ProbeJudgement:
-    """Judge a measured set (:func:`~.retract.judge`) and say whether its newcomer is to be
-    undone: at most once, only a job the agent placed that Slurm may requeue, not one whose
-    time limit ends it within ``probe_s`` anyway, and only with ``undo = "requeue"``."""
-    v = judge(job_key, members, scores, cfg)
+    """Judge a measured set (:func:`~.retract.judge`; ``throughput``: whether the policy's
+    throughput path was open when the newcomer was placed) and say whether its newcomer is to be undone: at most once,
+    only a job the agent placed that Slurm may requeue, not one whose time limit ends it
+    within ``probe_s`` anyway, and only with ``undo = "requeue"``."""
+    v = judge(job_key, members, scores, cfg, throughput)
     if not v.undo:
         return ProbeJudgement("keep", v.reason, v.observed)
     why_not = why_not_undone(cfg, newcomer)
@@ -168,6 +170,28 @@ def queue_head(
         if any(g.memory_gib >= need for g in [*d.idle, *(g for _, g in d.busy)]):
             return h.since
     return None
+
+
+def rivals(h: HeldJob, held: Iterable[HeldJob]) -> list[HeldJob]:
+    """The held jobs that may want a GPU ``h`` may take: every one for a job held for any
+    shared GPU; for a job bound to one shard type, those held for that type or for any
+    shared GPU. A job held for GPUs of another type takes nothing from it, so it holds up
+    nothing of it either (:func:`queue_heads`)."""
+    return [o for o in held if h.any_gpu or o.any_gpu or o.gres_type == h.gres_type]
+
+
+def queue_heads(
+    held: Sequence[HeldJob],
+    view: ClusterView,
+    partitions: Mapping[str, tuple[str, ...]] | None = None,
+) -> dict[str, float | None]:
+    """:func:`queue_head` for each shard type a held job waits for (``*``: any shared
+    GPU), among that job's :func:`rivals`: the one each held job waits its turn behind."""
+    out: dict[str, float | None] = {}
+    for h in held:
+        if h.gres_type not in out:
+            out[h.gres_type] = queue_head(rivals(h, held), view, partitions)
+    return out
 
 
 def _never(g: GpuView) -> float:

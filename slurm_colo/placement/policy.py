@@ -293,6 +293,7 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
             memory_gib=mem,
             explored=explored,
             predicted_rate=round(rate, 3),
+            throughput_open=idx.throughput,
         )
     if first_idle >= 0:
         g = view.gpus[first_idle]

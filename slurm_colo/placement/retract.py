@@ -9,7 +9,10 @@ is *harmful* when
   would finish sooner: Gandiva's retraction test), or
 * a member not in ``aggressive`` mode runs below ``1 / max_slowdown`` of its solo speed
   (``1 / throughput_max_slowdown`` when the set's combined throughput reaches
-  ``placement.min_throughput``: the policy's throughput path).
+  ``placement.min_throughput`` and the newcomer was placed while the policy's throughput
+  path was open, :func:`~.candidates.throughput_open`: a set is judged by the rule it was
+  placed under, so one formed while the queue was about to run out keeps every member
+  above ``1 / max_slowdown``).
 
 A harmful set is undone by requeueing its newest member (it has run only the probe window,
 so it loses at most that much work even without checkpoints). Either way what the set showed
@@ -52,17 +55,23 @@ class Verdict:
 
 
 def judge(
-    newcomer: str, members: Sequence[Member], scores: ScoreTable, cfg: PlacementConfig
+    newcomer: str,
+    members: Sequence[Member],
+    scores: ScoreTable,
+    cfg: PlacementConfig,
+    throughput: bool = True,
 ) -> Verdict:
-    """Keep or undo the set ``members`` whose newest member is the job ``newcomer``."""
+    """Keep or undo the set ``members`` whose newest member is the job ``newcomer``;
+    ``throughput``: whether the policy's throughput path was open when it was placed
+    (:attr:`~.view.Decision.throughput_open`)."""
     new = next((m for m in members if m.key == newcomer), None)
     if new is None or len(members) < 2:
         return Verdict(False, "no shared set to judge")
     obs = observed_pairs(new, members, scores) if any(m.measured for m in members) else {}
     total = sum(m.n for m in members)
     # a set that pays in combined throughput may slow a member more (the policy's
-    # throughput path, placement.min_throughput)
-    paid = cfg.min_throughput > 0 and total >= cfg.min_throughput
+    # throughput path, placement.min_throughput), while that path is open
+    paid = throughput and cfg.min_throughput > 0 and total >= cfg.min_throughput
     limit = cfg.throughput_max_slowdown if paid else cfg.max_slowdown
     floor = 1.0 / limit
     slow = [m for m in members if m.mode != Mode.AGGRESSIVE and m.n < floor]

@@ -222,6 +222,9 @@ class Decision:
     explored: bool = False
     #: predicted normalised throughput of this job in the set (1.0 alone)
     predicted_rate: float | None = None
+    #: the policy's throughput path was open when the job was placed: its set is judged by
+    #: the rule it was placed under (:func:`~slurm_colo.placement.retract.judge`)
+    throughput_open: bool = True
 
     @property
     def shared(self) -> bool:

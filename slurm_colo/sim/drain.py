@@ -70,12 +70,19 @@ class StarvationGuard:
         if d.busy:
             self._close([self._pos(d.busy[0][1])], jid)
 
-    def _behind(self, since: float) -> bool:
+    def _behind(self, since: float, gres_type: str | None = None) -> bool:
         """A job waiting since ``since`` waits its turn behind the job waiting longest
         (:func:`~slurm_colo.placement.held.waits_behind`; every simulated GPU may take every
-        job, so that one is always a job a GPU could take, as the agent requires)."""
+        job, so that one is always a job a GPU could take, as the agent requires). A job
+        held for GPUs of one shard type (``gres_type``) waits only behind jobs that may take
+        such a GPU: those held for the same type and the waiting jobs."""
         heads = self.waiting.heads
-        oldest = min([*self.held_since.values(), *(h[0] for h in heads[:1])], default=None)
+        held = (
+            self.held_since.values()
+            if gres_type is None
+            else (self.held_since[j] for j in self.held.get(gres_type, {}))
+        )
+        oldest = min([*held, *(h[0] for h in heads[:1])], default=None)
         return waits_behind(since, oldest, self.sim.now, self.cfg)
 
     def _gres_type_of(self, jid: int) -> str:

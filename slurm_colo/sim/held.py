@@ -92,7 +92,7 @@ class HeldJobs:
             for h in oldest_first(list(waiting.values())):
                 jid = h.job_id
                 r = self._reservation(jid)
-                if r is None and self._behind(h.since):
+                if r is None and self._behind(h.since, gtype):
                     break  # the rest were requeued later still
                 sig = self._held_sig.get(jid)
                 if sig is None:

@@ -77,6 +77,8 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         self._held_all = False
         #: whether the policy's throughput path was open at the last count of the queue
         self._throughput = True
+        #: whether the throughput path was open when each running shared job was placed
+        self._placed_open: dict[int, bool] = {}
         self.retractions = 0
         self.explored = 0
         self.relearns = 0
@@ -169,6 +171,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
     def finished(self, sim: Sim, jid: int, gpus: list[int]) -> None:
         key = sim.runs[jid].job.key
         self._watch_done(jid)
+        self._placed_open.pop(jid, None)
         for i in gpus:
             g = self.view.gpus[i]
             if g.exclusive_job == jid:
@@ -206,6 +209,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             ],
             self.scores,
             self.cfg,
+            self._placed_open.get(jid, True),
         )
         if not (v.undo and self.undo != "none"):
             self._pending_obs.update(v.observed)
@@ -278,6 +282,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
                 }
             )
             return "held"
+        self._placed_open[jid] = d.throughput_open  # its set is judged by that rule
         self.view.add_occupant(g, occupant_for(job, d, sim.now, pending=False))
         self.changed.add(pos)
         if d.explored:

@@ -458,3 +458,24 @@ def test_a_queue_about_to_run_out_closes_the_throughput_path(
     s.apply_snapshot([waiting(100 + k) for k in range(24)], node, t + 3600.0)
     assert s.status(t + 3600.0)["queue"]["drain_h"] is None
     assert s.status(t + 3600.0)["queue"]["throughput_path"] is True
+
+
+def test_a_job_held_too_long_holds_up_only_jobs_that_may_want_its_gpus() -> None:
+    # job 60 (a loner, held since 1 h for a v100_s1 GPU) has waited 8 h; GPU 1 runs a job no
+    # loner may join. Job 61, requeued at 5 h for a v100_s0 GPU, takes nothing of GPU 1: it
+    # is released onto idle GPU 0. A job held at 5 h for any shared GPU may want GPU 1 too,
+    # so it waits its turn behind job 60 (placement.bypass_h = 1.5).
+    s = _state(bypass_h=1.5)
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    busy = [shard_job(10, 1, end=20 * HOUR)]
+    old, typed = held_job(60), held_job(61, submit=5 * HOUR, gres_type="v100_s0")
+    s.apply_snapshot([*busy, old, typed], node, 9 * HOUR)
+    assert [a.job_id for a in s.reaim(9 * HOUR)] == [61]
+    s = _state(bypass_h=1.5)
+    anywhere = held_job(62, submit=5 * HOUR, gres_type="*")
+    s.apply_snapshot([*busy, old, anywhere], node, 9 * HOUR)
+    assert [a.job_id for a in s.reaim(9 * HOUR) if a.kind == "aim"] == []
+    # with the rule off both go
+    s = _state(bypass_h=0.0)
+    s.apply_snapshot([*busy, old, anywhere], node, 9 * HOUR)
+    assert [a.job_id for a in s.reaim(9 * HOUR) if a.kind == "aim"] == [62]

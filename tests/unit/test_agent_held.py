@@ -134,6 +134,21 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     assert s.ledger.by_job.get(11) in s.ledger.placements
 
 
+@pytest.mark.parametrize("queue_gate, verdict", [(0.75, "undo"), (0.0, "keep")])
+def test_a_set_is_judged_by_the_rule_it_was_placed_under(queue_gate: float, verdict: str) -> None:
+    # slow at 0.55 and fast at 1.0 (combined 1.55). fast was placed while no job waited:
+    # the throughput path was closed (throughput_queue 0.75), so slow must keep
+    # 1 / max_slowdown and the set is undone. With the queue gate off it was open, and the
+    # throughput path's floor (1 / throughput_max_slowdown) keeps the set.
+    s, jobs = _pair(throughput_queue=queue_gate)
+    placed = s.ledger.placements[s.ledger.by_job[11]]
+    assert placed.decision.throughput_open == (queue_gate == 0.0)
+    reply, _ = s.probe(ProbeReport.from_wire(_report(5.5, 20.0)), 600.0)
+    assert reply["verdict"] == verdict
+    if verdict == "undo":
+        assert "job 10 at 0.55x solo speed, below 1/1.5" in reply["reason"]
+
+
 @pytest.mark.parametrize(
     "why, setup",
     [

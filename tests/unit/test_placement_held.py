@@ -185,3 +185,23 @@ def test_the_queue_head_is_the_oldest_held_job_a_gpu_could_take() -> None:
     anywhere = HeldJob(2, "t2", req, 200.0, "x", undone=False)
     assert queue_head([anywhere, nowhere], view) == 200.0  # no a100 GPU: it holds up nobody
     assert queue_head([nowhere], view) is None
+
+
+def test_each_held_job_waits_behind_the_oldest_that_may_want_its_gpus() -> None:
+    from slurm_colo.placement.held import queue_heads, rivals
+
+    view = ClusterView(
+        [
+            GpuView("n1", 0, "v100_s0", 32.0, 4, model="v100"),
+            GpuView("n1", 1, "v100_s1", 32.0, 4, model="v100"),
+        ]
+    )
+    req = JobRequest(key="k", user="u", uid=1, cls="a")
+    s1 = HeldJob(1, "t1", replace(req, gres_type="v100_s1"), 100.0, "x")
+    s0 = HeldJob(2, "t2", replace(req, gres_type="v100_s0"), 300.0, "x")
+    anywhere = HeldJob(3, "t3", req, 200.0, "x", undone=False)
+    held = [s1, s0, anywhere]
+    assert [h.job_id for h in rivals(s0, held)] == [2, 3]  # not the v100_s1 one
+    assert [h.job_id for h in rivals(anywhere, held)] == [1, 2, 3]
+    # the v100_s0 job waits behind the any-GPU job (200), not the older v100_s1 one (100)
+    assert queue_heads(held, view) == {"v100_s1": 100.0, "v100_s0": 200.0, "*": 100.0}

@@ -142,9 +142,14 @@ def test_the_throughput_path_closes_when_the_queue_is_about_to_run_out() -> None
     view.queue_drain_h = 10.0  # gone in 10 h: a job slowed now would end the site's work
     d = place(job("j", "y"), view, sliced, CFG)
     assert not d.shared and "few jobs wait, so only sets where all gain" in d.reason
-    # a set where every member gains is taken all the same
+    # a set where every member gains is taken all the same, and the decision says the
+    # throughput path was closed: its probe keeps every member above 1 / max_slowdown
     good = table_from_pairs([("x", "y", 0.9, 0.85)])
-    assert place(job("j", "y"), view, good, CFG).shared
+    d = place(job("j", "y"), view, good, CFG)
+    assert d.shared and not d.throughput_open
+    view.queue_drain_h = 30.0
+    assert place(job("j", "y"), view, good, CFG).throughput_open
+    view.queue_drain_h = 10.0
     # throughput_drain_h = 0: no forecast
     assert place(job("j", "y"), view, sliced, replace(CFG, throughput_drain_h=0.0)).shared
 

@@ -53,6 +53,17 @@ def test_a_set_that_does_more_work_keeps_a_member_down_to_the_throughput_floor()
     assert judge("2", members, SCORES, cfg).undo  # 0.9 combined: harmful
 
 
+def test_a_set_placed_while_the_throughput_path_was_closed_keeps_the_slowdown_floor() -> None:
+    # placed while the queue was about to run out (placement.throughput_drain_h): the set
+    # is judged by the rule it was placed under, the max_slowdown floor
+    cfg = replace(CFG, min_throughput=1.0, throughput_max_slowdown=2.5)
+    members = [Member("1", "a", "auto", 0.6), Member("2", "b", "auto", 0.95)]
+    v = judge("2", members, SCORES, cfg, throughput=False)
+    assert v.undo and "job 1 at 0.60x" in v.reason and "below 1/1.5" in v.reason
+    members = [Member("1", "a", "auto", 0.7), Member("2", "b", "auto", 0.95)]
+    assert not judge("2", members, SCORES, cfg, throughput=False).undo  # every member keeps 2/3
+
+
 def test_a_good_set_is_kept_and_what_it_showed_is_still_learnt() -> None:
     v = judge("2", [Member("1", "a", "auto", 0.85), Member("2", "b", "auto", 0.75)], SCORES, CFG)
     assert not v.undo and "kept" in v.reason

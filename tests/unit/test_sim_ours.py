@@ -332,3 +332,44 @@ def test_a_pair_left_behind_by_an_undone_third_job_is_judged_too() -> None:
     assert learned.observed and learned.n_a == pytest.approx(0.3)
     # harmful sets ran from t=1 to t=121 only (a+x+b, then a+x), not until a ended
     assert sum(g.harmful for g in sim.gpus) == pytest.approx(120)
+
+
+def test_a_requeued_job_waits_only_behind_jobs_that_may_want_its_gpu_type() -> None:
+    # two GPUs, one of each shard type. Job 0 was requeued at 0 s for GPU 0's type, job 1 at
+    # 2 h for GPU 1's type. At 3 h job 0 has waited past reserve_after_h: a job of its type
+    # requeued more than bypass_h after it waits its turn, one of the other type does not
+    cfg = replace(CFG, reserve_after_h=1.0, bypass_h=0.5)
+    sched = PolicyScheduler("ours-submit", oracle_scores(data()), cfg, submit_time=True)
+    tr = [job(0, 0, 100, "a"), job(1, 0, 100, "b")]
+    sim = Sim(tr, Truth(data()), SimConfig(gpus=2, gpus_per_node=2), sched)
+    sched.attach(sim)
+    t0, t1 = (g.gres_type for g in sched.view.gpus)
+    assert t0 != t1
+    sched._wait_for_type(0, t0)
+    sim.now = 7200.0
+    sched._wait_for_type(1, t1)
+    sim.now = 3 * 3600.0
+    assert sched._behind(7200.0, t0) and not sched._behind(7200.0, t1)
+    assert sched._behind(7200.0)  # a job that may take any GPU waits behind job 0
+
+
+def test_a_set_placed_while_the_throughput_path_was_closed_is_judged_by_the_slowdown_floor() -> (
+    None
+):
+    # y is predicted to gain next to a (0.8 / 0.9, the path where every member gains); it
+    # truly runs a at 0.55 (combined 1.45). On two GPUs (b holds the other) with only y
+    # waiting the throughput path is closed, so a at 0.55 is below 1 / max_slowdown: the
+    # set is undone. With the queue gate off (throughput_queue 0) the same set is kept.
+    d = data()
+    d.solo["y"] = 1.0
+    for other in ("b", "x", "y"):
+        d.pairs[("y", other)] = d.pairs[(other, "y")] = (0.3, 0.3)
+    d.pairs[("a", "y")], d.pairs[("y", "a")] = (0.55, 0.9), (0.9, 0.55)
+    wrong = oracle_scores(d)
+    wrong.pairs[("a", "y")] = PairScore(0.8, 0.9, 0.01, observed=False)
+    tr = [job(0, 0, 5000, "a"), job(1, 0, 5000, "b"), job(2, 10, 1000, "y")]
+    for cfg, undone in ((CFG, 1), (replace(CFG, throughput_queue=0.0), 0)):
+        sched = PolicyScheduler("ours", wrong, replace(cfg, probe_s=60), learn=True)
+        sim = Sim(tr, Truth(d), SimConfig(gpus=2), sched).run()
+        assert sched.retractions == undone
+        assert sim.runs[2].evictions == undone and sim.runs[2].first_start == 10
