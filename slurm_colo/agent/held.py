@@ -181,7 +181,8 @@ class HeldJobs:
     def reaim(self, now: float, ledger: Ledger, occ: Occupancy, book: ScoreBook) -> list[Action]:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
         oldest first, each behind the job held longest that may want the same GPUs
-        (``placement.bypass_h``, :func:`~slurm_colo.placement.held.queue_heads`); lock the hold of a job held without a GPU request that stays held.
+        (``placement.bypass_h``, :func:`~slurm_colo.placement.held.queue_heads`); lock the
+        hold of a job held without a GPU request that stays held.
         A job bound to one GPU model (its shard type, or the model it asked for) is judged
         with that model's score set; a job held for any shared GPU has each GPU judged with
         its own model's set."""

@@ -253,11 +253,7 @@ class Occupancy:
             ]
         if len(gpus) == len(self.view.gpus):
             return self.view  # nothing filtered out: keep the view and its placement index
-        return ClusterView(
-            gpus=gpus,
-            queue_per_gpu=self.view.queue_per_gpu,
-            queue_drain_h=self.view.queue_drain_h,
-        )
+        return self.view.part(gpus)
 
     # ---- reporting ---------------------------------------------------------------------
     def gpu_rows(self, scores: ScoreTable, now: float) -> list[dict[str, Any]]:

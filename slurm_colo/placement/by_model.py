@@ -86,8 +86,7 @@ class ModelViews:
             self._build(view, book)
         self._view, self._key, self._version = view, key, view.version
         for part in self._parts.values():
-            part.queue_per_gpu = view.queue_per_gpu  # the site's queue, not the part's
-            part.queue_drain_h = view.queue_drain_h
+            part.queue_from(view)
         return self._parts
 
     def _build(self, view: ClusterView, book: ScoreBook) -> None:
@@ -97,7 +96,7 @@ class ModelViews:
             m = book.model_for(g.model)
             groups.setdefault(m, []).append(g)
             self._part_of.append(m)
-        self._parts = {m: ClusterView(gpus=gs) for m, gs in groups.items()}
+        self._parts = {m: view.part(gs) for m, gs in groups.items()}
         self._prints = _prints(view)
 
     def _sync(self, view: ClusterView) -> bool:

@@ -114,9 +114,9 @@ def judge_probe(
     throughput: bool = True,
 ) -> ProbeJudgement:
     """Judge a measured set (:func:`~.retract.judge`; ``throughput``: whether the policy's
-    throughput path was open when the newcomer was placed) and say whether its newcomer is to be undone: at most once,
-    only a job the agent placed that Slurm may requeue, not one whose time limit ends it
-    within ``probe_s`` anyway, and only with ``undo = "requeue"``."""
+    throughput path was open when the newcomer was placed) and say whether its newcomer is
+    to be undone: at most once, only a job the agent placed that Slurm may requeue, not one
+    whose time limit ends it within ``probe_s`` anyway, and only with ``undo = "requeue"``."""
     v = judge(job_key, members, scores, cfg, throughput)
     if not v.undo:
         return ProbeJudgement("keep", v.reason, v.observed)

@@ -125,6 +125,18 @@ class ClusterView:
     #: (``placement.throughput_drain_h``); a view of part of the site keeps the site's figure
     queue_drain_h: float | None = None
 
+    def part(self, gpus: list[GpuView]) -> ClusterView:
+        """A view of some of this view's GPUs, with the site's queue figures."""
+        out = ClusterView(gpus=gpus)
+        out.queue_from(self)
+        return out
+
+    def queue_from(self, site: ClusterView) -> None:
+        """Take ``site``'s queue figures: a view of part of the site judges by the site's
+        queue, not the part's."""
+        self.queue_per_gpu = site.queue_per_gpu
+        self.queue_drain_h = site.queue_drain_h
+
     def __post_init__(self) -> None:
         self._pos: dict[tuple[str, int], int] | None = None
         self._by_type: tuple[int, dict[str, list[int]]] | None = None
