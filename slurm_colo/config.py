@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .contracts.enums import CrossUser, Fallback, RecordsTo, Replan, Undo, Unplaced
+from .contracts.enums import CrossUser, Fallback, LeftBehind, RecordsTo, Replan, Undo, Unplaced
 from .errors import ConfigError
 from .gres_layout import NodeGpus, parse_index_list
 
@@ -103,6 +103,10 @@ class PlacementConfig:
     #: what the agent does with a set judged harmful: "requeue" the newest job and aim it
     #: again, or "off" (it runs on; the next retrain learns from it)
     undo: Undo = Undo.REQUEUE
+    #: when a job leaves a set its newest member's probe kept, that member judges the set
+    #: left behind once more: "undo" a harmful one too (requeued, the job loses the work it
+    #: did on that GPU), or only "learn" from it
+    left_behind: LeftBehind = LeftBehind.UNDO
     #: a --colocate job no shared GPU takes now: "own-gpu" keeps its own-GPU request (it
     #: waits in Slurm's queue for a whole GPU), "hold" holds it without a GPU request,
     #: released by the agent onto the first shared GPU that fits it (with its shard request);

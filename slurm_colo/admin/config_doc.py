@@ -110,9 +110,15 @@ HELP: dict[str, str] = {
     "placement (a node's own copy is used only for a job the agent did not answer for).",
     "placement.undo": "What happens to a set the probe finds harmful (combined throughput below "
     '1, or an auto-mode job below 1/max_slowdown of its solo speed): "requeue" requeues the '
-    "newest job (it loses at most probe_s of work; --no-requeue jobs are left alone) and aims "
+    "newest job (it loses at most probe_s of work, more when undone at a second look: "
+    "placement.left_behind; --no-requeue jobs are left alone) and aims "
     'it at a GPU of its shard type that fits; "off" lets the set run on. Either way the '
     "agent avoids the pair from then on.",
+    "placement.left_behind": "A set kept by its probe is judged once more when a job leaves "
+    "it, by the newest of those left (a pair that ran well next to a third job may not once "
+    'that job is gone). "undo": a harmful set left behind is undone like any other (its '
+    "newest job requeued; it loses the work it did on that GPU, more than probe_s); "
+    '"learn": it runs on and is only learnt from.',
     "placement.unplaced": "A --colocate job that no shared GPU takes at submission: "
     '"own-gpu" keeps its own-GPU request (it waits in Slurm\'s queue for a whole GPU); '
     '"hold" holds it without a GPU request; the agent releases it onto the first shared '

@@ -134,6 +134,7 @@ class HeldJobs:
             requeue=sj is None or sj.requeue,
             undone=bool(tag and tag.undone),
             ends_in_s=sj.end_time - now if sj is not None and sj.active else None,
+            again=report.again,
         )
         j = judge_probe(
             str(job_id),

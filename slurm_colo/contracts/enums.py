@@ -51,6 +51,16 @@ class Undo(StrEnum):
     OFF = "off"
 
 
+class LeftBehind(StrEnum):
+    """``placement.left_behind``: what becomes of a harmful set left behind when a job left a
+    set its newest member's probe had kept (that member judges it once more)."""
+
+    #: undone like any other harmful set: its newest job is requeued
+    UNDO = "undo"
+    #: it runs on; the measurement is learnt from
+    LEARN = "learn"
+
+
 class RecordsTo(StrEnum):
     """``node.records_to``: where a GPU node's spooled job records go."""
 

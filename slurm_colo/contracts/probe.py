@@ -10,14 +10,15 @@ On the wire (a JSON object)::
         {"job": 2, "cls": "b", "rate": 3.0}]}
 
 ``members`` lists the jobs on the GPU, oldest first; the newcomer (``job``) has no
-``rate_before``/``before``. A rate is None when too few progress points were written.
+``rate_before``/``before``. ``"again": true`` marks a second look: the set left behind
+when a job left a set this job's probe had kept. A rate is None when too few progress points were written.
 Unknown keys are ignored; a known key of the wrong type is a
 :class:`~slurm_colo.errors.ProtocolError`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ProtocolError
@@ -76,6 +77,8 @@ class ProbeReport:
     members: tuple[ProbeMember, ...]
     #: the GPU index on the node (set when read from the node's files)
     gpu: int | None = None
+    #: a second look: the set left behind when a job left a set this job's probe kept
+    again: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -86,6 +89,8 @@ class ProbeReport:
         }
         if self.gpu is not None:
             d["gpu"] = self.gpu
+        if self.again:
+            d["again"] = True
         return d
 
     @classmethod
@@ -96,16 +101,20 @@ class ProbeReport:
         if not isinstance(members, list):
             raise ProtocolError("probe report: 'members' must be a list")
         gpu = d.get("gpu")
+        again = d.get("again", False)
+        if not isinstance(again, bool):
+            raise ProtocolError(f"probe report: 'again' must be true or false, got {again!r}")
         return cls(
             job=_int(d, "job"),
             since=_num(d, "since"),
             window_s=_num(d, "window_s"),
             members=tuple(ProbeMember.from_wire(m) for m in members),
             gpu=None if gpu is None else _int(d, "gpu"),
+            again=again,
         )
 
     def with_gpu(self, gpu: int) -> ProbeReport:
-        return ProbeReport(self.job, self.since, self.window_s, self.members, gpu)
+        return replace(self, gpu=gpu)
 
 
 def _int(d: dict[str, Any], key: str) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from slurm_colo.contracts import client
@@ -161,7 +162,12 @@ class Prober:
     it meanwhile); after a job *left* (undone by its
     probe, or ended) and this job is the newest of those left, it judges the set left
     behind once that has run ``probe_s`` unchanged -- else such a set, whose own probe was
-    overtaken, would run unjudged. ``result`` holds what happened, for the job's profile."""
+    overtaken, would run unjudged. A verdict that *kept* the set is not the last word: when
+    a job later leaves the set and this job is the newest of two or more left, it judges
+    the set left behind once more, the same way (a pair that ran well next to a third job
+    may not run well once that job is gone, and no probe of its own judged it).
+    ``result`` holds what happened, for the job's profile (``again``: the second verdict).
+    """
 
     def __init__(
         self,
@@ -183,59 +189,111 @@ class Prober:
         self.after_arrival = False
         self.looks = 0
         self.result: dict[str, Any] | None = None
+        #: the set was kept: watching for a job to leave it (``since`` None until one does)
+        self.again = False
+        self._journal_size = -1
 
     @property
     def pending(self) -> bool:
-        return self.result is None and self.gpu is not None and self.probe_s > 0
+        return (self.result is None or self.again) and self.gpu is not None and self.probe_s > 0
 
-    def _none(self, reason: str) -> None:
+    def _none(self, reason: str) -> bool:
         self.result = {"verdict": "none", "reason": reason}
+        return True
 
-    def maybe(self, now: float) -> None:
+    def maybe(self, now: float) -> bool:
+        """Look at the set if it is time; True when a verdict (or why there is none) was
+        recorded in ``result``."""
         if not self.pending or self.gpu is None:
-            return
+            return False
+        if self.again:
+            return self._look_again(now)
         if self.start is None:
             stay = journal.stays(journal.read(self.layout.journal(self.gpu))).get(self.job_id)
             if stay is None:
-                return
+                return False
             self.start = stay.start
         # after an arrival: a second window, for that job's probe and its undo to happen
         if now < self.start + self.probe_s * (2 if self.after_arrival else 1):
-            return
+            return False
         events = journal.read(self.layout.journal(self.gpu))
         kind, t = next_look(events, self.job_id, self.start)
         if kind == "alone":
             return self._none("alone, or a newer job of the set judges it")
-        if kind == "same":
-            if self.after_arrival:
-                return self._none("a job that came later judges the set")
-            report = read_set(
-                self.layout,
-                self.gpu,
-                self.job_id,
-                now,
-                WARMUP_SHARE * self.probe_s,
-                since=self.since,
-                events=events,
-            )
-            if report is None:
-                return self._none("alone, or the set changed since the job came")
-        else:
+        if kind != "same":
             if self.looks >= PROBE_LOOKS:
                 return self._none("the set kept changing")
             self.looks += 1
             self.start = t
             self.since = t if kind == "left" else self.since
             self.after_arrival = kind == "arrived"
-            return
+            return False
+        if self.after_arrival:
+            return self._none("a job that came later judges the set")
+        report = self._read(now, events)
+        if report is None:
+            return self._none("alone, or the set changed since the job came")
+        self.result = self._judge(report)
+        if self.result["verdict"] == "keep":
+            # watch on: a job leaving may leave this one the newest of a set to judge
+            self.again, self.start, self.since, self.looks = True, now, None, 0
+        return True
+
+    def _look_again(self, now: float) -> bool:
+        """After a verdict that kept the set: when a job leaves it and this job is the
+        newest of those left, judge the set left behind once it has run ``probe_s``
+        unchanged (a job arriving judges the set it makes; looking at most ``PROBE_LOOKS``
+        times). Ends when the job is alone, not the newest, or has judged again."""
+        assert self.gpu is not None and self.start is not None and self.result is not None
+        if self.since is not None and now < self.since + self.probe_s:
+            return False
+        path = self.layout.journal(self.gpu)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1
+        if self.since is None and size == self._journal_size:
+            return False  # nothing happened on the GPU since the last look
+        self._journal_size = size
+        events = journal.read(path)
+        kind, t = next_look(events, self.job_id, self.start)
+        if kind == "alone" or (kind == "left" and self.looks >= PROBE_LOOKS):
+            self.again = False
+            return False
+        if kind != "same":
+            self.looks += kind == "left"
+            self.start, self.since = t, (t if kind == "left" else None)
+            return False
+        if self.since is None:
+            return False
+        report = self._read(now, events)
+        self.again = False
+        if report is None:
+            return False
+        self.result["again"] = self._judge(replace(report, again=True))
+        return True
+
+    def _read(self, now: float, events: list[dict[str, Any]]) -> ProbeReport | None:
+        assert self.gpu is not None
+        return read_set(
+            self.layout,
+            self.gpu,
+            self.job_id,
+            now,
+            WARMUP_SHARE * self.probe_s,
+            since=self.since,
+            events=events,
+        )
+
+    def _judge(self, report: ProbeReport) -> dict[str, Any]:
+        """Send ``report`` to the agent; what it answered, for the job's profile."""
         wire = report.to_wire()
         reply = client.probe(self.cfg, wire)
         if reply is None:
-            self.result = {"verdict": "unjudged", "reason": "the agent could not be reached"}
+            out = {"verdict": "unjudged", "reason": "the agent could not be reached"}
             log.warning("job %s: probe not judged, the agent could not be reached", self.job_id)
         else:
-            self.result = {"verdict": str(reply.get("verdict")), "reason": str(reply.get("reason"))}
-            log.info(
-                "job %s: probe %s: %s", self.job_id, self.result["verdict"], self.result["reason"]
-            )
-        self.result["members"] = wire["members"]
+            out = {"verdict": str(reply.get("verdict")), "reason": str(reply.get("reason"))}
+            log.info("job %s: probe %s: %s", self.job_id, out["verdict"], out["reason"])
+        out["members"] = wire["members"]
+        return out

@@ -185,10 +185,8 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         while not stop.is_set():
             s.tick()
             ticks += 1
-            if s.prober is not None and s.prober.pending:
-                s.prober.maybe(time.time())
-                if not s.prober.pending:
-                    s.flush()
+            if s.prober is not None and s.prober.pending and s.prober.maybe(time.time()):
+                s.flush()  # the verdict in the profile at once
             # the first summary right away: proof of life, and a profile for short jobs
             if ticks == 1 or time.monotonic() - last_flush >= FLUSH_EVERY_S:
                 if not state_path.exists():

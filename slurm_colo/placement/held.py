@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import PlacementConfig
-from ..contracts.enums import Undo
+from ..contracts.enums import LeftBehind, Undo
 from ..contracts.placement import ANY_SHARED, held_for_text
 from ..scores import PairScore, ScoreTable
 from .by_model import ScoreBook, place_by_model
@@ -86,6 +86,8 @@ class Newcomer:
     undone: bool = False
     #: while it runs: seconds until its time limit ends it (None unknown)
     ends_in_s: float | None = None
+    #: the set judged is one left behind by a job leaving a set this job's probe kept
+    again: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ def why_not_undone(cfg: PlacementConfig, n: Newcomer) -> str:
         return "Slurm may not requeue the job (--no-requeue)"
     if n.undone:
         return "the job was requeued once already"
+    if n.again and cfg.left_behind != LeftBehind.UNDO:
+        return f'a set left behind, placement.left_behind = "{cfg.left_behind}"'
     if n.ends_in_s is not None and 0 < n.ends_in_s < cfg.probe_s:
         return "its time limit ends it sooner than a restart would help"
     return ""

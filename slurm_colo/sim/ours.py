@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import PlacementConfig
+from ..contracts.enums import LeftBehind
 from ..placement import ClusterView, Decision, GpuView, JobRequest, place
 from ..placement.candidates import throughput_open
 from ..placement.held import HeldJob, requeued
@@ -196,9 +197,9 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
     def probe(self, sim: Sim, jid: int, token: tuple[int, int]) -> None:
         if not self.learn:
             return
-        self._watch_done(jid)
         members = sim.gpus[token[0]].jobs
         if len(members) < 2:
+            self._watch_done(jid)
             return
         runs = sim.runs
         v = judge(
@@ -211,7 +212,12 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             self.cfg,
             self._placed_open.get(jid, True),
         )
-        if not (v.undo and self.undo != "none"):
+        again = self._watch_judged(jid, kept=not v.undo)  # kept: it may judge a set left behind
+        if not (
+            v.undo
+            and self.undo != "none"
+            and (not again or self.cfg.left_behind == LeftBehind.UNDO)
+        ):
             self._pending_obs.update(v.observed)
             return
         key = runs[jid].job.key

@@ -7,7 +7,11 @@ If the set changes first, its probe is dropped (the engine's version check) and:
 * a job *leaving* (undone by its probe, or ended) that leaves two or more behind has the
   newest of them, if its own probe has not judged it yet, judge the set left behind
   ``probe_s`` later (at most :data:`~slurm_colo.contracts.probe.PROBE_LOOKS` times) --
-  else a set whose probe a third job overtook would run unjudged once that job was undone.
+  else a set whose probe a third job overtook would run unjudged once that job was undone;
+* a job whose probe *kept* its set judges once more the set left behind when a job leaves
+  it the newest of two or more (looking at most ``PROBE_LOOKS`` times): a pair that ran
+  well next to a third job may not run well once that job is gone, and no probe of its
+  own ever judged it.
 
 Pure bookkeeping over the engine's state.
 """
@@ -32,6 +36,10 @@ class ProbeWatch:
         #: jobs whose probe has not judged yet -> (looks again so far, until when a job
         #: leaving may still have it look again)
         self._probing: dict[int, tuple[int, float]] = {}
+        #: jobs whose probe kept their set -> looks at a set left behind so far
+        self._kept: dict[int, int] = {}
+        #: jobs looking at a set left behind after their verdict (their last verdict)
+        self._again: set[int] = set()
 
     def _watch_start(self, jid: int, pos: int) -> None:
         """Job ``jid`` started on GPU ``pos`` (alone, or next to others)."""
@@ -39,6 +47,8 @@ class ProbeWatch:
         if not self.learn or p <= 0:
             return
         sim = self.sim
+        self._kept.pop(jid, None)  # a new set: its own probe judges it
+        self._again.discard(jid)
         members = sim.gpus[pos].jobs
         for m in members:
             w = self._probing.get(m)
@@ -61,10 +71,15 @@ class ProbeWatch:
         if len(members) < 2:
             for m in members:
                 self._probing.pop(m, None)  # alone at its look: it stops
+                self._kept.pop(m, None)
             return
         newest = max(members, key=lambda j: (sim.runs[j].seg_start, j))
+        for m in members:
+            if m != newest:
+                self._kept.pop(m, None)  # not the newest: it stops looking again
         w = self._probing.get(newest)
         if w is None:
+            self._look_again(newest)
             return
         if sim.now > w[1] or w[0] >= PROBE_LOOKS:
             del self._probing[newest]
@@ -72,6 +87,28 @@ class ProbeWatch:
         self._probing[newest] = (w[0] + 1, math.inf)
         sim.schedule_probe(newest, self.cfg.probe_s)
 
+    def _look_again(self, jid: int) -> None:
+        """A job left ``jid``'s set, ``jid`` the newest of those left: if its probe kept the
+        set it joined, it judges the set left behind ``probe_s`` later."""
+        looks = self._kept.get(jid)
+        if looks is None or looks >= PROBE_LOOKS:
+            return
+        self._kept[jid] = looks + 1
+        self._again.add(jid)
+        self.sim.schedule_probe(jid, self.cfg.probe_s)
+
+    def _watch_judged(self, jid: int, kept: bool) -> bool:
+        """Job ``jid``'s probe judged its set (``kept``: and kept it); returns whether that
+        was a second look, at a set left behind. A first verdict that kept the set lets the
+        job judge once more a set left behind (:meth:`_look_again`); a second is its last."""
+        again = jid in self._again
+        self._watch_done(jid)
+        if kept and not again:
+            self._kept[jid] = 0
+        return again
+
     def _watch_done(self, jid: int) -> None:
         """Job ``jid``'s probe judged, or the job left its GPU."""
         self._probing.pop(jid, None)
+        self._kept.pop(jid, None)
+        self._again.discard(jid)

@@ -175,6 +175,23 @@ def test_a_harmful_set_is_left_running_when_it_may_not_be_undone(
     assert len(s.view.gpus[0].occupants) == 2
 
 
+@pytest.mark.parametrize("left_behind, verdict", [("undo", "undo"), ("learn", "harmful")])
+def test_a_second_look_at_a_set_left_behind_undoes_it_unless_turned_off(
+    left_behind: str, verdict: str
+) -> None:
+    # fast's probe kept a set of three; the third job left and fast, the newest of the two
+    # left, reports the pair (0.3 each) as a second look
+    s, _ = _pair(left_behind=left_behind)
+    report = ProbeReport.from_wire({**_report(3.0, 6.0), "since": 7200.0, "again": True})
+    assert report.again
+    reply, actions = s.probe(report, 7800.0)
+    assert reply["verdict"] == verdict
+    assert [a.job_id for a in actions] == ([11] if verdict == "undo" else [])
+    if verdict == "harmful":
+        assert 'placement.left_behind = "learn"' in reply["reason"]
+    assert s.scores.pair("fast", "slow").n_a == pytest.approx(0.3)  # learnt either way
+
+
 def test_a_restarted_agent_finds_held_jobs_in_their_tags() -> None:
     s, jobs = _pair()
     _, [a] = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)

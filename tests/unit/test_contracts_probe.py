@@ -29,6 +29,15 @@ def test_round_trip_keeps_every_key_and_its_order() -> None:
     assert json.dumps(r.to_wire()) == json.dumps(WIRE)
 
 
+def test_a_second_look_is_marked_on_the_wire_only_when_it_is_one() -> None:
+    again = ProbeReport.from_wire({**WIRE, "again": True})
+    assert again.again and again.to_wire()["again"] is True
+    assert again.with_gpu(3).again  # the node adds the GPU to what it read
+    assert not ProbeReport.from_wire(WIRE).again and "again" not in WIRE
+    with pytest.raises(ProtocolError, match="'again' must be true or false"):
+        ProbeReport.from_wire({**WIRE, "again": "yes"})
+
+
 def test_a_member_measured_before_without_a_rate_keeps_its_keys() -> None:
     m = ProbeMember.from_wire(
         {"job": 1, "cls": "a", "rate": 1.0, "rate_before": None, "before": []}

@@ -142,9 +142,10 @@ def test_the_agents_probe_window_from_the_placement_wins_over_the_nodes(tmp_path
         agents = Prober(cfg, lay, 2, [0], probe_s=60.0)
         own.maybe(6070.0)
         assert own.probe_s == 100.0 and own.pending and agent.requests == []
-        agents.maybe(6070.0)
-        assert not agents.pending and agents.result is not None
+        assert agents.maybe(6070.0)
+        assert agents.result is not None
         assert agents.result["verdict"] == "keep" and len(agent.requests) == 1
+        assert agents.pending and agents.again  # kept: it watches for a job to leave
         assert not Prober(cfg, lay, 2, [0], probe_s=0.0).pending  # the agent turned it off
     finally:
         agent.close()
@@ -220,3 +221,77 @@ def test_a_probe_overtaken_by_a_job_that_stays_leaves_the_set_to_that_jobs_probe
     assert pr.pending
     pr.maybe(5000.0 + 1250)
     assert pr.result == {"verdict": "none", "reason": "a job that came later judges the set"}
+
+
+def _three(lay: NodeLayout, t0: float, until: float) -> None:
+    """Job 1 alone from t0, job 3 from t0 + 500, job 2 (the newest) from t0 + 1000."""
+    lay.gpu_dir(0).mkdir(parents=True)
+    for e in (
+        ev("start", t0, 1, "a"),
+        ev("start", t0 + 500, 3, "c"),
+        ev("start", t0 + 1000, 2, "b"),
+    ):
+        journal.append(lay.journal(0), e)
+    for job, p in ((1, pts(4, t0, until, step=5)), (2, pts(3, t0 + 1000, until, step=5))):
+        lay.user_dir(job).mkdir(parents=True)
+        (lay.user_dir(job) / "progress.json").write_text(
+            json.dumps({"points": [list(x) for x in p]})
+        )
+
+
+def test_a_kept_set_left_by_a_job_is_judged_again_by_its_newest_member(tmp_path: Path) -> None:
+    """Job 2's probe keeps the set of three; when job 3 leaves, job 2 (the newest of the pair
+    left) judges the pair once it has run probe_s, and only once."""
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    t0 = 5000.0
+    _three(lay, t0, t0 + 1600)
+    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"keep","reason":"fine"}\n')
+    try:
+        pr = Prober(cfg, lay, 2, [0])
+        assert pr.maybe(t0 + 1100) and pr.result is not None and pr.result["verdict"] == "keep"
+        assert [m["job"] for m in parse_request(agent.requests[0])[1]["members"]] == [1, 3, 2]
+        assert not pr.maybe(t0 + 1150) and pr.pending  # nothing changed: nothing to judge
+        journal.append(lay.journal(0), ev("end", t0 + 1200, 3, "c"))
+        assert not pr.maybe(t0 + 1210) and pr.since == t0 + 1200  # the pair runs from then
+        assert not pr.maybe(t0 + 1250) and len(agent.requests) == 1  # not probe_s yet
+        assert pr.maybe(t0 + 1300)
+        verb, payload = parse_request(agent.requests[1])
+        assert verb == "PROBE" and payload["job"] == 2 and payload["since"] == t0 + 1200
+        assert [m["job"] for m in payload["members"]] == [1, 2]
+        assert pr.result["verdict"] == "keep" and pr.result["again"]["verdict"] == "keep"
+        assert not pr.pending  # a second verdict is the last
+        journal.append(lay.journal(0), ev("start", t0 + 1400, 4, "d"))
+        journal.append(lay.journal(0), ev("end", t0 + 1450, 4, "d"))
+        assert not pr.maybe(t0 + 1600) and len(agent.requests) == 2
+    finally:
+        agent.close()
+
+
+def test_watching_a_kept_set_ends_when_the_job_is_no_longer_the_newest_or_alone(
+    tmp_path: Path,
+) -> None:
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    t0 = 5000.0
+    _three(lay, t0, t0 + 1600)
+    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"keep","reason":"fine"}\n')
+    try:
+        pr = Prober(cfg, lay, 2, [0])
+        assert pr.maybe(t0 + 1100)
+        # job 4 arrives (its own probe judges the set it makes) and stays; job 1 leaves:
+        # job 4 is the newest of those left, so it is not job 2's to judge
+        journal.append(lay.journal(0), ev("start", t0 + 1200, 4, "d"))
+        assert not pr.maybe(t0 + 1210) and pr.again and pr.since is None
+        journal.append(lay.journal(0), ev("end", t0 + 1300, 1, "a"))
+        assert not pr.maybe(t0 + 1310)
+        assert not pr.pending and len(agent.requests) == 1
+        assert pr.result is not None and "again" not in pr.result
+        # alone: nothing left to judge either
+        other = Prober(cfg, lay, 3, [0])
+        other.result, other.again, other.start = {"verdict": "keep"}, True, t0 + 1100
+        journal.append(lay.journal(0), ev("end", t0 + 1400, 2, "b"))
+        journal.append(lay.journal(0), ev("end", t0 + 1400, 4, "d"))
+        assert not other.maybe(t0 + 1500) and not other.pending
+    finally:
+        agent.close()

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from slurm_colo.cli import app
 from slurm_colo.config import PlacementConfig
+from slurm_colo.contracts.enums import LeftBehind
 from slurm_colo.gavel import GavelData
 from slurm_colo.scores import PairScore
 from slurm_colo.sim.engine import Sim, SimConfig
@@ -332,6 +333,40 @@ def test_a_pair_left_behind_by_an_undone_third_job_is_judged_too() -> None:
     assert learned.observed and learned.n_a == pytest.approx(0.3)
     # harmful sets ran from t=1 to t=121 only (a+x+b, then a+x), not until a ended
     assert sum(g.harmful for g in sim.gpus) == pytest.approx(120)
+
+
+def test_a_kept_set_is_judged_again_when_a_job_leaves_it() -> None:
+    """x joins a and c; its probe keeps the three (combined 1.84). When c ends, the pair
+    a + x (truly 0.45 each, worse than running one after the other) is judged again by x,
+    the newest of those left, and x is undone: harmful for one probe window only."""
+    d = data()
+    d.solo["c"] = 1.0
+    for p, q, n in (("c", "a", 0.98), ("c", "b", 0.98), ("c", "x", 0.98), ("c", "c", 0.9)):
+        d.pairs[(p, q)] = d.pairs[(q, p)] = (n, n)
+    d.pairs[("a", "x")] = d.pairs[("x", "a")] = (0.45, 0.45)
+    wrong = oracle_scores(d)
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    wrong.pairs[("x", "a")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    tr = [
+        SimJob(0, 0, 5000, "a", "u1", 1, mode="aggressive"),
+        job(1, 1, 300, "c"),
+        SimJob(2, 2, 5000, "x", "u1", 1, mode="aggressive"),
+    ]
+
+    sched = PolicyScheduler("ours", wrong, replace(CFG, probe_s=60), learn=True)
+    sim = Sim(tr, Truth(d), SimConfig(gpus=1), sched).run()
+    # x's own probe (t=62) kept the three; its second look, after c ended, undid it
+    assert sim.runs[1].evictions == 0 and sim.runs[2].evictions == 1
+    assert sched.retractions == 1 and sim.runs[1].end < 1000
+    # harmful only from c's end to that look, not until a ended (5000 s of work at 0.45)
+    assert sum(g.harmful for g in sim.gpus) == pytest.approx(60)
+    assert sched.scores.pair("x", "a").observed
+    # placement.left_behind = "learn": the pair is learnt from and runs on
+    learn = replace(CFG, probe_s=60, left_behind=LeftBehind.LEARN)
+    off = PolicyScheduler("ours", wrong, learn)
+    sim = Sim(tr, Truth(d), SimConfig(gpus=1), off).run()
+    assert sim.runs[2].evictions == 0 and off.retractions == 0
+    assert sum(g.harmful for g in sim.gpus) > 1000
 
 
 def test_a_requeued_job_waits_only_behind_jobs_that_may_want_its_gpu_type() -> None:
