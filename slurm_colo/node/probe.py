@@ -9,7 +9,8 @@ Measured per member, from the progress points the job writes (:mod:`slurm_colo.p
 * ``rate``: progress per second since the set formed (after ``warmup_s``);
 * ``rate_before`` (members that were there before the newcomer): progress per second over
   the stretch before the newcomer arrived during which the GPU's set did not change, and
-  ``before``: the classes it shared the GPU with then.
+  ``before``: the classes it shared the GPU with then. For a set left behind (``since``: a
+  job left), the stretch before that job left, and the classes then, the leaver's included.
 
 Only a set that has not changed since the newcomer started is measured: a later arrival is
 judged by its own probe. :func:`measure` is pure (journal events and progress points in);
@@ -74,8 +75,10 @@ def measure(
         s.end is not None and s.end > t0 for s in st.values()
     ):
         return None  # the set changed since this job came: the later change is judged
+    # the stretch before t0 in which the set did not change: before the newcomer came, or
+    # (a set left behind) before the job left whose leaving made this set
     changes = [s.start for s in st.values() if s.start < t0] + [
-        s.end for s in st.values() if s.end is not None and s.end <= t0
+        s.end for s in st.values() if s.end is not None and s.end < t0
     ]
     before_from = max(changes, default=t0)
     members = []
@@ -95,7 +98,7 @@ def measure(
                     sorted(
                         o.cls
                         for o in st.values()
-                        if o.job not in (s.job, job)
+                        if o.job != s.job
                         and o.start <= before_from
                         and (o.end is None or o.end >= t0)
                     )

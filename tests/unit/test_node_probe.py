@@ -203,6 +203,9 @@ def test_a_set_left_behind_by_an_undone_job_is_judged_by_its_newest_member(
         assert verb == "PROBE" and payload["job"] == 2 and payload["since"] == t0 + 1105
         assert [m["job"] for m in payload["members"]] == [1, 2]
         assert payload["members"][0]["rate"] == pytest.approx(4)
+        # measured against the set of three it ran in before job 3 left
+        assert payload["members"][0]["rate_before"] == pytest.approx(4)
+        assert payload["members"][0]["before"] == ["b", "c"]
     finally:
         agent.close()
 
@@ -223,8 +226,9 @@ def test_a_probe_overtaken_by_a_job_that_stays_leaves_the_set_to_that_jobs_probe
     assert pr.result == {"verdict": "none", "reason": "a job that came later judges the set"}
 
 
-def _three(lay: NodeLayout, t0: float, until: float) -> None:
-    """Job 1 alone from t0, job 3 from t0 + 500, job 2 (the newest) from t0 + 1000."""
+def _three(lay: NodeLayout, t0: float, until: float, drop_at: float | None = None) -> None:
+    """Job 1 alone from t0, job 3 from t0 + 500, job 2 (the newest) from t0 + 1000. Job 1
+    makes 4 steps/s, 1.2 from ``drop_at`` on."""
     lay.gpu_dir(0).mkdir(parents=True)
     for e in (
         ev("start", t0, 1, "a"),
@@ -232,7 +236,11 @@ def _three(lay: NodeLayout, t0: float, until: float) -> None:
         ev("start", t0 + 1000, 2, "b"),
     ):
         journal.append(lay.journal(0), e)
-    for job, p in ((1, pts(4, t0, until, step=5)), (2, pts(3, t0 + 1000, until, step=5))):
+    one = pts(4, t0, until, step=5)
+    if drop_at is not None:
+        one = [p for p in one if p[0] < drop_at]
+        one += pts(1.2, drop_at, until, start_it=4 * (drop_at - t0), step=5)
+    for job, p in ((1, one), (2, pts(3, t0 + 1000, until, step=5))):
         lay.user_dir(job).mkdir(parents=True)
         (lay.user_dir(job) / "progress.json").write_text(
             json.dumps({"points": [list(x) for x in p]})
@@ -245,7 +253,7 @@ def test_a_kept_set_left_by_a_job_is_judged_again_by_its_newest_member(tmp_path:
     cfg = _cfg(tmp_path)
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     t0 = 5000.0
-    _three(lay, t0, t0 + 1600)
+    _three(lay, t0, t0 + 1600, drop_at=t0 + 1200)  # job 1 slows down once job 3 has left
     agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"keep","reason":"fine"}\n')
     try:
         pr = Prober(cfg, lay, 2, [0])
@@ -258,7 +266,11 @@ def test_a_kept_set_left_by_a_job_is_judged_again_by_its_newest_member(tmp_path:
         assert pr.maybe(t0 + 1300)
         verb, payload = parse_request(agent.requests[1])
         assert verb == "PROBE" and payload["job"] == 2 and payload["since"] == t0 + 1200
-        assert [m["job"] for m in payload["members"]] == [1, 2]
+        assert [m["job"] for m in payload["members"]] == [1, 2] and payload["again"] is True
+        # job 1: its rate in the pair against its rate in the set of three it was in before
+        one = payload["members"][0]
+        assert one["rate"] == pytest.approx(1.2) and one["rate_before"] == pytest.approx(4)
+        assert one["before"] == ["b", "c"]
         assert pr.result["verdict"] == "keep" and pr.result["again"]["verdict"] == "keep"
         assert not pr.pending  # a second verdict is the last
         journal.append(lay.journal(0), ev("start", t0 + 1400, 4, "d"))
