@@ -145,14 +145,15 @@ class HeldJobs:
             p is None or p.decision.throughput_open,
         )
         live.learn(j.observed, now, at_once=j.verdict != "keep")  # the view is rebuilt below
+        what = "probe of the set left behind" if report.again else "probe"
         if j.verdict == "keep":
             ledger.probes["kept"] += 1
-            log.info("job %s: probe %s", job_id, j.reason)
+            log.info("job %s: %s %s", job_id, what, j.reason)
             return j.reply(), []
         if j.verdict == "harmful":
             rebuild()
             ledger.probes["harmful"] += 1
-            log.warning("job %s: probe %s; left running: %s", job_id, j.reason, j.why_not)
+            log.warning("job %s: %s %s; left running: %s", job_id, what, j.reason, j.why_not)
             return j.reply(), []
         assert p is not None and token is not None
         gres_type = occ.shard_type(p.decision)
@@ -165,10 +166,14 @@ class HeldJobs:
         h = HeldJob(job_id, token, req, now, j.reason, model=model)
         self.jobs[job_id] = h
         ledger.probes["undone"] += 1
-        ledger.note(token, f"requeued after its probe: {j.reason}")
+        ledger.note(token, f"requeued after its {what}: {j.reason}")
         rebuild()
         log.warning(
-            "job %s: probe %s; requeued, to be aimed again at %s", job_id, j.reason, h.waits_for()
+            "job %s: %s %s; requeued, to be aimed again at %s",
+            job_id,
+            what,
+            j.reason,
+            h.waits_for(),
         )
         act = Action(
             "requeue_hold",

@@ -12,10 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from progress_jobs import INCUMBENT, NEWCOMER
+from progress_jobs import INCUMBENT, NEWCOMER, PAIR_INCUMBENT, THIRD
 
 from .labtools import (
     LAB_CONFIG,
+    LAB_DIR,
     OUT,
     agent_cli,
     agent_refresh,
@@ -121,6 +122,76 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(
     assert (
         json.loads(agent_cli("status", "--json").stdout)["learned_pairs"] == status["learned_pairs"]
     )
+
+
+def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(fresh_agent: None) -> None:
+    """Three jobs on one GPU (the scores say these classes do not slow each other down):
+    the newest one's probe keeps the three. When the third job ends, the incumbent slows
+    to 0.3x next to the newest alone: the newest job's sampler judges the pair left behind
+    (a second look) and the agent requeues it."""
+    stamp = time.time_ns()
+    new_marker, third_marker = OUT / f"again-new-{stamp}", OUT / f"again-third-{stamp}"
+    inc = _script("again_incumbent.py", PAIR_INCUMBENT)
+    third = _script("again_third.py", THIRD)
+    new = _script("again_newcomer.py", NEWCOMER)
+    a = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        user="alice",
+        script=f"{PY} {inc} {new_marker} {third_marker} 120",
+    )
+    wait_running(a.job_id)
+    time.sleep(4)  # the incumbent runs alone first
+    c = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs16",
+        "--gres=gpu:1",
+        user="alice",
+        script=f"{PY} {third} {third_marker} 30",
+    )
+    wait_running(c.job_id)
+    time.sleep(3)
+    b = sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs64",
+        "--gres=gpu:1",
+        "--open-mode=append",
+        user="alice",
+        script=f"{PY} {new} {new_marker} 90 3",
+    )
+    q = wait_running(a.job_id, b.job_id, c.job_id)
+    gpu = gpu_of(q[a.job_id])
+    assert gpu_of(q[b.job_id]) == gpu_of(q[c.job_id]) == gpu
+
+    # b's own probe (15 s) keeps the three: nothing is requeued while c runs
+    def ended(job_id: int) -> dict | None:
+        j = squeue().get(job_id, {})
+        return j if j.get("job_state") == "COMPLETED" else None
+
+    wait_for(lambda: ended(c.job_id), 60, what="the third job to end")
+    j = squeue()[b.job_id]
+    assert j["restart_cnt"] == 0 and j["job_state"] == "RUNNING"
+    assert json.loads(agent_cli("status", "--json").stdout)["probes"].get("kept", 0) >= 1
+
+    # then b judges the pair left behind and is requeued for it
+    def requeued() -> dict | None:
+        j = squeue().get(b.job_id, {})
+        return j if j.get("restart_cnt", 0) >= 1 and "requeued" in j.get("comment", "") else None
+
+    j = wait_for(requeued, 45, what="the newest job requeued at its second look")
+    assert "below 1/" in j["comment"] or "combined throughput" in j["comment"]
+    assert "held=" in j["admin_comment"]
+    assert squeue()[a.job_id]["job_state"] == "RUNNING"
+    status = json.loads(agent_cli("status", "--json").stdout)
+    assert status["probes"].get("undone", 0) >= 1
+    lines = (LAB_DIR / "agent.log").read_text(errors="replace").splitlines()
+    assert any(
+        f"job {b.job_id}: probe of the set left behind harmful" in x and "requeued" in x
+        for x in lines
+    )
+    ex = json.loads(agent_cli("explain", "--json", str(b.job_id)).stdout)
+    assert "requeued after its probe" in ex["reason"]
 
 
 @contextmanager
