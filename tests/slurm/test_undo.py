@@ -12,12 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from progress_jobs import INCUMBENT, NEWCOMER, PAIR_INCUMBENT, THIRD
+from progress_jobs import INCUMBENT, NEWCOMER, PAIR_INCUMBENT
 
 from .labtools import (
     LAB_CONFIG,
     LAB_DIR,
     OUT,
+    Submitted,
     agent_cli,
     agent_refresh,
     forget_probe_measurements,
@@ -41,6 +42,13 @@ def _script(name: str, body: str) -> str:
     return str(path)
 
 
+def _alice(cls: str, script: str, *extra: str) -> Submitted:
+    """alice's ``--colocate`` job of class ``cls`` on one GPU."""
+    return sbatch(
+        "--colocate", f"--colocate-class={cls}", "--gres=gpu:1", *extra, user="alice", script=script
+    )
+
+
 @pytest.fixture()
 def fresh_agent(clean: None) -> Iterator[None]:
     """The agent keeps what probes measured until a newer score set, across restarts too:
@@ -55,23 +63,10 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(
     marker = OUT / f"undo-marker-{time.time_ns()}"
     inc = _script("undo_incumbent.py", INCUMBENT)
     new = _script("undo_newcomer.py", NEWCOMER)
-    a = sbatch(
-        "--colocate",
-        "--colocate-class=resnet18-bs32",
-        "--gres=gpu:1",
-        user="alice",
-        script=f"{PY} {inc} {marker} 40",
-    )
+    a = _alice("resnet18-bs32", f"{PY} {inc} {marker} 40")
     wait_running(a.job_id)
     time.sleep(6)  # the incumbent runs alone first: its solo speed is measured
-    b = sbatch(
-        "--colocate",
-        "--colocate-class=resnet18-bs64",
-        "--gres=gpu:1",
-        "--open-mode=append",
-        user="alice",
-        script=f"{PY} {new} {marker} 25",
-    )
+    b = _alice("resnet18-bs64", f"{PY} {new} {marker} 25", "--open-mode=append")
     q = wait_running(a.job_id, b.job_id)
     gpu = gpu_of(q[a.job_id])
     assert gpu_of(q[b.job_id]) == gpu and str(a.job_id) in q[b.job_id]["comment"]
@@ -132,34 +127,14 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(fresh_agen
     stamp = time.time_ns()
     new_marker, third_marker = OUT / f"again-new-{stamp}", OUT / f"again-third-{stamp}"
     inc = _script("again_incumbent.py", PAIR_INCUMBENT)
-    third = _script("again_third.py", THIRD)
-    new = _script("again_newcomer.py", NEWCOMER)
-    a = sbatch(
-        "--colocate",
-        "--colocate-class=resnet18-bs32",
-        "--gres=gpu:1",
-        user="alice",
-        script=f"{PY} {inc} {new_marker} {third_marker} 120",
-    )
+    new = _script("again_newcomer.py", NEWCOMER)  # the third job too: its marker while it runs
+    a = _alice("resnet18-bs32", f"{PY} {inc} {new_marker} {third_marker} 120")
     wait_running(a.job_id)
     time.sleep(4)  # the incumbent runs alone first
-    c = sbatch(
-        "--colocate",
-        "--colocate-class=resnet18-bs16",
-        "--gres=gpu:1",
-        user="alice",
-        script=f"{PY} {third} {third_marker} 30",
-    )
+    c = _alice("resnet18-bs16", f"{PY} {new} {third_marker} 30")
     wait_running(c.job_id)
     time.sleep(3)
-    b = sbatch(
-        "--colocate",
-        "--colocate-class=resnet18-bs64",
-        "--gres=gpu:1",
-        "--open-mode=append",
-        user="alice",
-        script=f"{PY} {new} {new_marker} 90 3",
-    )
+    b = _alice("resnet18-bs64", f"{PY} {new} {new_marker} 90 3", "--open-mode=append")
     q = wait_running(a.job_id, b.job_id, c.job_id)
     gpu = gpu_of(q[a.job_id])
     assert gpu_of(q[b.job_id]) == gpu_of(q[c.job_id]) == gpu

@@ -62,19 +62,3 @@ while time.time() - t0 < seconds:
     r.report(it)
 r.flush()
 """
-
-#: a third job: its marker exists while it runs (``PY SCRIPT MARKER SECONDS``)
-THIRD = """
-import os, sys, time
-from slurm_colo.progress import ProgressReporter
-marker, seconds = sys.argv[1], float(sys.argv[2])
-open(marker, "w").close()
-r = ProgressReporter(min_interval_s=0.5)
-it, t0 = 0.0, time.time()
-while time.time() - t0 < seconds:
-    time.sleep(0.1)
-    it += 0.5
-    r.report(it)
-r.flush()
-os.unlink(marker)
-"""
