@@ -110,14 +110,14 @@ put() {
   return 0
 }
 
-agent_alive() { mn_pidfile_alive "$AGENT_PID"; }
+agent_alive() { lab_pidfile_alive "$AGENT_PID"; }
 
 stop_agent() {
   agent_alive || { rm -f "$AGENT_PID"; return 0; }
   local pid; pid=$(cat "$AGENT_PID")
   kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do mn_running "$pid" || break; sleep 0.1; done
-  mn_running "$pid" && kill -9 "$pid" 2>/dev/null
+  for _ in $(seq 1 50); do lab_running "$pid" || break; sleep 0.1; done
+  lab_running "$pid" && kill -9 "$pid" 2>/dev/null
   rm -f "$AGENT_PID"
   echo "stopped agent $pid"
 }

@@ -9,18 +9,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 [ "$(id -u)" -eq 0 ] || { echo "multinode lab: run as root" >&2; exit 1; }
 
-stop() {  # stop PIDFILE: TERM, wait up to 10 s, then KILL; only the pid named in the file
-  local p=$1 pid
-  [ -s "$p" ] || return 0
-  pid=$(cat "$p")
-  if mn_running "$pid"; then
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 1 50); do mn_running "$pid" || break; sleep 0.2; done
-    if mn_running "$pid"; then kill -9 "$pid" 2>/dev/null; echo "killed $pid ($p)"; else echo "stopped $pid ($p)"; fi
-  fi
-  rm -f "$p"
-}
-
 # pids of live processes in the lab's node mount namespaces (jobs, slurmstepd, exec.sh --bg)
 lab_pids() {
   local n ids=() p id
@@ -30,11 +18,11 @@ lab_pids() {
   [ ${#ids[@]} -gt 0 ] || return 0
   for p in /proc/[0-9]*; do
     id=$(readlink "$p/ns/mnt" 2>/dev/null) || continue
-    for n in "${ids[@]}"; do [ "$id" = "$n" ] && mn_running "${p#/proc/}" && echo "${p#/proc/}"; done
+    for n in "${ids[@]}"; do [ "$id" = "$n" ] && lab_running "${p#/proc/}" && echo "${p#/proc/}"; done
   done
 }
 
-if [ "${1:-}" != "--slurm-only" ] && mn_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"; then
+if [ "${1:-}" != "--slurm-only" ] && lab_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"; then
   # end the lab's jobs through Slurm first: a stopped slurmd leaves its slurmstepd running
   jobs=$(mn_in colo-head timeout 10 squeue -h -o %i 2>/dev/null | paste -sd' ')
   if [ -n "$jobs" ]; then
@@ -45,18 +33,18 @@ if [ "${1:-}" != "--slurm-only" ] && mn_pidfile_alive "$MN_DIR/nodes/colo-head/r
 fi
 
 # slurmd first: without slurmctld it hangs retrying registration
-for n in $(mn_names); do stop "$MN_DIR/nodes/$n/run/slurmd.pid"; done
-stop "$MN_DIR/nodes/colo-head/run/slurmctld.pid"
+for n in $(mn_names); do lab_stop "$MN_DIR/nodes/$n/run/slurmd.pid"; done
+lab_stop "$MN_DIR/nodes/colo-head/run/slurmctld.pid"
 [ "${1:-}" = "--slurm-only" ] && exit 0
 
 # the slurm-colo agent on colo-head (colo.sh), by its pid file
-stop "$MN_DIR/nodes/colo-head/run/slurm-colo-agent.pid"
+lab_stop "$MN_DIR/nodes/colo-head/run/slurm-colo-agent.pid"
 
 # anything else the lab started inside a node (exec.sh ... &) writes its pid to <node>/run/extra.pids
 for n in $(mn_names); do
   f=$MN_DIR/nodes/$n/run/extra.pids
   [ -s "$f" ] || continue
-  while read -r pid; do mn_running "$pid" && kill "$pid" 2>/dev/null && echo "stopped $pid ($n)"; done < "$f"
+  while read -r pid; do lab_running "$pid" && kill "$pid" 2>/dev/null && echo "stopped $pid ($n)"; done < "$f"
   rm -f "$f"
 done
 
@@ -91,7 +79,7 @@ if [ -e "$MN_DIR/.made-run-netns" ]; then
   rm -f "$MN_DIR/.made-run-netns"
 fi
 
-stop "$MN_DIR/munge/run/munged.pid"
+lab_stop "$MN_DIR/munge/run/munged.pid"
 rm -f "$MN_DIR/munge/run/munge.socket.2" "$MN_DIR/munge/run/munge.socket.2.lock"
 [ "${1:-}" = "--purge" ] && rm -rf --one-file-system "$MN_DIR"
 exit 0

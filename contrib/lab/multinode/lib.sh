@@ -14,14 +14,7 @@ mn_names() { local e; for e in $MN_NODES; do echo "${e%%:*}"; done; }
 mn_addr() { local e; for e in $MN_NODES; do [ "${e%%:*}" = "$1" ] && { e=${e#*:}; echo "${e%%:*}"; return 0; }; done; return 1; }
 mn_role() { local e; for e in $MN_NODES; do [ "${e%%:*}" = "$1" ] && { echo "${e##*:}"; return 0; }; done; return 1; }
 
-# running PID: exists and is not a zombie (init here may not reap daemons)
-# the state is read once: a process reaped between a check and the read counts as gone
-mn_running() {
-  [ -n "$1" ] || return 1
-  local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
-  [ -n "$st" ] && [ "$st" != Z ]
-}
-mn_pidfile_alive() { [ -s "$1" ] && mn_running "$(cat "$1")"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../proc-lib.sh"  # lab_running, lab_pidfile_alive, lab_stop
 
 # the node's namespaces exist (network + pinned mount and UTS)
 mn_ns_ready() {

@@ -181,7 +181,7 @@ if [ ! -s "$M/munge.key" ]; then
   (umask 077; dd if=/dev/urandom of="$M/munge.key" bs=128 count=1 status=none)
 fi
 chmod 0400 "$M/munge.key"
-if ! mn_pidfile_alive "$M/run/munged.pid"; then
+if ! lab_pidfile_alive "$M/run/munged.pid"; then
   rm -f "$M/run/munged.pid" "$M/run/munge.socket.2" "$M/run/munge.socket.2.lock"
   munged --socket="$M/run/munge.socket.2" --key-file="$M/munge.key" --pid-file="$M/run/munged.pid" \
          --seed-file="$M/munged.seed" --log-file="$M/munged.log"
@@ -237,22 +237,22 @@ log "namespaces: $(mn_names | tr '\n' ' ')"
 any_slurm_daemon() {
   local n
   for n in $(mn_names); do
-    mn_pidfile_alive "$MN_DIR/nodes/$n/run/slurmd.pid" && return 0
+    lab_pidfile_alive "$MN_DIR/nodes/$n/run/slurmd.pid" && return 0
   done
-  mn_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"
+  lab_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"
 }
 if [ $changed -eq 1 ] && any_slurm_daemon; then
   log "slurm config changed: restarting the daemons"
   "$HERE/down.sh" --slurm-only >/dev/null
 fi
-if ! mn_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"; then
+if ! lab_pidfile_alive "$MN_DIR/nodes/colo-head/run/slurmctld.pid"; then
   mn_in colo-head slurmctld
 fi
 for _ in $(seq 1 100); do mn_in colo-head timeout 5 scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
 log "slurmctld pid $(cat "$MN_DIR/nodes/colo-head/run/slurmctld.pid") on colo-head"
 for n in $(mn_names); do
   [ "$(mn_role "$n")" = gpu ] || continue
-  mn_pidfile_alive "$MN_DIR/nodes/$n/run/slurmd.pid" || mn_in "$n" slurmd
+  lab_pidfile_alive "$MN_DIR/nodes/$n/run/slurmd.pid" || mn_in "$n" slurmd
 done
 gpus=$(mn_names | grep -v colo-head | paste -sd,)
 not_up() { mn_in colo-head timeout 5 sinfo -h -N -p gpu -o '%N %T' 2>/dev/null | awk '$2!~/^(idle|mixed|allocated)$/{print $1}' | paste -sd,; }

@@ -8,6 +8,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
 . "$REPO/contrib/lab/colo-lib.sh"
+. "$REPO/contrib/lab/proc-lib.sh"
 LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
 LAB_GPUS=${LAB_GPUS:-4}
 LAB_SHARED=${LAB_SHARED:-0-1}
@@ -147,26 +148,18 @@ cmp -s "$LAB_DIR/slurm.conf.new" /etc/slurm/slurm.conf 2>/dev/null || { cp "$LAB
 cmp -s "$LAB_DIR/gres.conf.new" /etc/slurm/gres.conf 2>/dev/null || { cp "$LAB_DIR/gres.conf.new" /etc/slurm/gres.conf; changed=1; }
 
 # 9. daemons (config changed -> restart them; never by name, always by pid file)
-# alive PIDFILE: the process exists and is not a zombie (this sandbox's init may not reap)
-# the state is read once: a process reaped between a check and the read counts as gone
-alive() {
-  [ -s "$1" ] || return 1
-  local pid st; pid=$(cat "$1")
-  st=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
-  [ -n "$st" ] && [ "$st" != Z ]
-}
-if [ $changed -eq 1 ] && { alive /run/slurmd.pid || alive /run/slurmctld.pid; }; then
+if [ $changed -eq 1 ] && { lab_pidfile_alive /run/slurmd.pid || lab_pidfile_alive /run/slurmctld.pid; }; then
   log "slurm config changed: restarting daemons"
   "$REPO/contrib/lab/single/down.sh" --slurm-only >/dev/null
 fi
-if ! alive /run/slurmctld.pid; then
+if ! lab_pidfile_alive /run/slurmctld.pid; then
   # without saved state job ids start at 1 again: an old job's output file would be appended
   # to (--open-mode=append) or, owned by another user, keep a new job from opening it
   [ -e /var/spool/slurmctld/job_state ] || rm -f "$LAB_DIR/out"/*.out
   slurmctld
 fi
 for _ in $(seq 1 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
-alive /run/slurmd.pid || slurmd
+lab_pidfile_alive /run/slurmd.pid || slurmd
 for _ in $(seq 1 100); do
   st=$(sinfo -h -n "$NODE" -o %T 2>/dev/null || true)
   case "$st" in idle|mixed|allocated) break;; esac
@@ -177,11 +170,11 @@ case "$st" in idle|mixed|allocated) ;; *) scontrol update nodename="$NODE" state
 log "slurmctld $(cat /run/slurmctld.pid), slurmd $(cat /run/slurmd.pid), node $NODE $(sinfo -h -n "$NODE" -o '%T %G')"
 
 # 10. the agent (restarted when the package was reinstalled)
-if [ $reinstalled -eq 1 ] && alive "$LAB_DIR/agent.pid"; then
+if [ $reinstalled -eq 1 ] && lab_pidfile_alive "$LAB_DIR/agent.pid"; then
   kill "$(cat "$LAB_DIR/agent.pid")"
-  for _ in $(seq 1 50); do alive "$LAB_DIR/agent.pid" || break; sleep 0.1; done
+  for _ in $(seq 1 50); do lab_pidfile_alive "$LAB_DIR/agent.pid" || break; sleep 0.1; done
 fi
-if ! alive "$LAB_DIR/agent.pid"; then
+if ! lab_pidfile_alive "$LAB_DIR/agent.pid"; then
   nohup "$VENV/bin/slurm-colo" agent >>"$LAB_DIR/agent.log" 2>&1 &
   echo $! > "$LAB_DIR/agent.pid"
 fi
