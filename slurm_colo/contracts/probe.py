@@ -11,8 +11,8 @@ On the wire (a JSON object)::
 
 ``members`` lists the jobs on the GPU, oldest first; the newcomer (``job``) has no
 ``rate_before``/``before``. ``"again": true`` marks a second look: the set left behind
-when a job left a set this job's probe had kept. A rate is None when too few progress points were written.
-Unknown keys are ignored; a known key of the wrong type is a
+when a job left a set this job's probe had kept. A rate is None when too few progress
+points were written. Unknown keys are ignored; a known key of the wrong type is a
 :class:`~slurm_colo.errors.ProtocolError`.
 """
 

@@ -36,10 +36,9 @@ class ProbeWatch:
         #: jobs whose probe has not judged yet -> (looks again so far, until when a job
         #: leaving may still have it look again)
         self._probing: dict[int, tuple[int, float]] = {}
-        #: jobs whose probe kept their set -> looks at a set left behind so far
+        #: jobs whose probe kept their set -> looks at a set left behind so far (one or more:
+        #: the job's next verdict is its second look, and its last)
         self._kept: dict[int, int] = {}
-        #: jobs looking at a set left behind after their verdict (their last verdict)
-        self._again: set[int] = set()
 
     def _watch_start(self, jid: int, pos: int) -> None:
         """Job ``jid`` started on GPU ``pos`` (alone, or next to others)."""
@@ -48,7 +47,6 @@ class ProbeWatch:
             return
         sim = self.sim
         self._kept.pop(jid, None)  # a new set: its own probe judges it
-        self._again.discard(jid)
         members = sim.gpus[pos].jobs
         for m in members:
             w = self._probing.get(m)
@@ -94,14 +92,13 @@ class ProbeWatch:
         if looks is None or looks >= PROBE_LOOKS:
             return
         self._kept[jid] = looks + 1
-        self._again.add(jid)
         self.sim.schedule_probe(jid, self.cfg.probe_s)
 
     def _watch_judged(self, jid: int, kept: bool) -> bool:
         """Job ``jid``'s probe judged its set (``kept``: and kept it); returns whether that
         was a second look, at a set left behind. A first verdict that kept the set lets the
         job judge once more a set left behind (:meth:`_look_again`); a second is its last."""
-        again = jid in self._again
+        again = self._kept.get(jid, 0) > 0
         self._watch_done(jid)
         if kept and not again:
             self._kept[jid] = 0
@@ -111,4 +108,3 @@ class ProbeWatch:
         """Job ``jid``'s probe judged, or the job left its GPU."""
         self._probing.pop(jid, None)
         self._kept.pop(jid, None)
-        self._again.discard(jid)
