@@ -70,6 +70,11 @@ log = logging.getLogger("slurm_colo.agent")
 
 #: seconds before an administrator's hold that Slurm refused is tried again
 LOCK_RETRY_S = 60.0
+#: a job requeued by an undo is released no sooner than this after it: Slurm revokes the
+#: requeued run's launch credential, to the second, and a run started on the same node
+#: within that second is killed ("Job credential revoked"; seen on 24.11, where the job
+#: may go at once to another GPU of the same node)
+REQUEUE_SETTLE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,9 @@ class HeldJobs:
             gres_type = ""
         ledger.drop(token)
         req = requeued(replace(p.request, key=str(job_id)), gres_type, self.cfg.placement)
-        h = HeldJob(job_id, token, req, now, j.reason, model=model)
+        h = HeldJob(
+            job_id, token, req, now, j.reason, model=model, release_after=now + REQUEUE_SETTLE_S
+        )
         self.jobs[job_id] = h
         ledger.probes["undone"] += 1
         ledger.note(token, f"requeued after its {what}: {j.reason}")
@@ -199,6 +206,8 @@ class HeldJobs:
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
                 continue  # still being requeued (Slurm changes a pending job only), or gone
+            if now < h.release_after:
+                continue  # its old run's credential may still be revoked
             part = h.request.partition if "," not in h.request.partition else ""
             # the user's -w / -x hold for the new GPU too (Slurm keeps them on the job)
             view = occ.candidate_view(

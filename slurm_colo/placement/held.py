@@ -52,6 +52,8 @@ class HeldJob:
     locked: bool = False
     #: after Slurm refused the administrator's hold: when to try it again
     lock_retry_at: float = 0.0
+    #: not released before this time (just requeued: its old run's launch credential)
+    release_after: float = 0.0
 
     @property
     def any_gpu(self) -> bool:

@@ -635,6 +635,9 @@ def test_where_slurm_changes_a_pending_jobs_gres_an_undone_job_takes_any_gpu_of_
     assert tag is not None and tag.held == "*" and tag.model == "v100" and tag.undone
     assert s.status(601.0)["held"][0]["gres_type"] == "*"
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
+    s.apply_snapshot([jobs[0], held], [], 600.5)
+    # not within REQUEUE_SETTLE_S of the requeue: Slurm may still refuse its new run
+    assert s.reaim(600.5) == [] and 11 in s.held
     s.apply_snapshot([jobs[0], held], [], 620.0)
     [aim] = s.reaim(620.0)  # GPU 0 still runs its harmful partner: GPU 1, at once
     assert aim.kind == "aim" and aim.job_id == 11 and aim.node == "n1"
