@@ -7,9 +7,15 @@ and K80 data of the bundled Gavel file and on a synthetic campaign with few gain
 tables and writes them into docs/simulator.md between its ``<!-- tables -->`` markers (the
 rest of the page is left alone), so the figures there are always the code's::
 
-    .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~40 min
+    .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~12 min
     .venv/bin/python benchmarks/simulator_tables.py --seeds 1-2 --jobs 2000 --gpus 64 --no-write
     .venv/bin/python benchmarks/simulator_tables.py --gavel FILE --campaigns p100 --no-write
+    .venv/bin/python benchmarks/simulator_tables.py --check --seeds 1 --loads 1.5
+
+``--check`` writes nothing: it measures the seeds asked for and exits 1, naming the rows,
+when a per-seed row the page holds for them is not what the code gives now (the test suite
+runs it for seed 1, so a change to the policy or the simulator that leaves the page stale
+fails there).
 
 Each GPU has its model's memory (slurm_colo.sim.campaigns.GPU_MEMORY_GIB); users may share
 a GPU (``placement.cross_user = "shard"``); the placement settings are the defaults.
@@ -206,6 +212,35 @@ def missed(grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]]) 
     return "\n".join(lines) or "- none"
 
 
+def section(doc: str, name: str, load: float) -> list[str]:
+    """The lines of ``doc``'s per-seed table for campaign ``name`` at ``load`` (empty when
+    the page has no such table)."""
+    head = f"### {label(name)}, load {load:.1f}\n"
+    at = doc.find(head)
+    if at < 0:
+        return []
+    body = doc[at + len(head) :]
+    ends = [i for i in (body.find("\n### "), body.find(END)) if i >= 0]
+    return body[: min(ends)].splitlines() if ends else body.splitlines()
+
+
+def stale_rows(
+    doc: str, grid: dict[tuple[str, float], dict[int, dict[str, dict[str, Any]]]]
+) -> list[str]:
+    """Each per-seed row measured now that ``doc`` does not hold word for word, with the
+    row the page has for that campaign, load, seed and policy (or that it has none)."""
+    out = []
+    for (name, load), rows in grid.items():
+        have = section(doc, name, load)
+        for line in per_seed_table(rows).splitlines()[2:]:
+            if line in have:
+                continue
+            key = "| " + " | ".join(c.strip() for c in line.strip("|").split("|")[:2]) + " |"
+            old = next((h for h in have if h.startswith(key)), "(no such row)")
+            out.append(f"{name}, load {load:.1f}:\n  page: {old}\n  now:  {line}")
+    return out
+
+
 def label(name: str) -> str:
     if name == "synthetic":
         return (
@@ -231,6 +266,13 @@ def main() -> None:
     )
     ap.add_argument("--workers", type=int, default=2, help="processes at once")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the page's rows for these seeds are not what the code "
+        "gives now",
+    )
+    ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
     a = ap.parse_args()
     seeds = parse_seeds(a.seeds)
     loads = [float(x) for x in a.loads.split(",")]
@@ -248,6 +290,17 @@ def main() -> None:
                 file=sys.stderr,
             )
     minutes = (time.perf_counter() - t0) / 60
+    if a.check:
+        stale = stale_rows(a.doc.read_text(encoding="utf-8"), grid)
+        for line in stale:
+            print(line)
+        if stale:
+            sys.exit(
+                f"{a.doc}: {len(stale)} row(s) stale; write the tables again: "
+                "python benchmarks/simulator_tables.py"
+            )
+        print(f"{a.doc}: every row of these seeds is what the code gives ({minutes:.1f} min)")
+        return
     cmd = "python benchmarks/simulator_tables.py" + "".join(
         f" --{k} {v}"
         for k, v, d in (
@@ -277,12 +330,12 @@ def main() -> None:
     print(text)
     if a.no_write:
         return
-    doc = DOC.read_text(encoding="utf-8")
+    doc = a.doc.read_text(encoding="utf-8")
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
     if not pattern.search(doc):
-        sys.exit(f"{DOC}: no {BEGIN} ... {END} markers to write between")
-    DOC.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", doc), encoding="utf-8")
-    print(f"tables written into {DOC}", file=sys.stderr)
+        sys.exit(f"{a.doc}: no {BEGIN} ... {END} markers to write between")
+    a.doc.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", doc), encoding="utf-8")
+    print(f"tables written into {a.doc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,47 @@
+"""docs/simulator.md's tables are the code's: ``benchmarks/simulator_tables.py --check``
+measures seed 1 again and fails, naming the rows, when the page no longer holds them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "simulator_tables.py"
+SMALL = ["--campaigns", "k80", "--loads", "1.5", "--seeds", "1", "--jobs", "300", "--gpus", "16"]
+
+
+def tables(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(SCRIPT), *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=280)
+
+
+def test_the_simulator_page_holds_what_the_code_gives_for_seed_1() -> None:
+    r = tables("--check", "--seeds", "1", "--loads", "1.5")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "every row of these seeds is what the code gives" in r.stdout
+
+
+def test_a_stale_or_missing_row_is_named_and_fails_the_check(tmp_path: Path) -> None:
+    page = tmp_path / "simulator.md"
+    page.write_text("# Simulator\n\n<!-- tables: begin -->\n<!-- tables: end -->\n", "utf-8")
+    assert tables(*SMALL, "--doc", str(page)).returncode == 0  # written
+    text = page.read_text("utf-8")
+    assert "### K80 data, load 1.5" in text
+    ok = tables(*SMALL, "--doc", str(page), "--check")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert page.read_text("utf-8") == text  # a check writes nothing
+
+    row = next(line for line in text.splitlines() if line.startswith("| 1 | ours |"))
+    cells = row.split(" | ")
+    cells[4] = "1.0"  # makespan h
+    page.write_text(text.replace(row, " | ".join(cells)), "utf-8")
+    stale = tables(*SMALL, "--doc", str(page), "--check")
+    assert stale.returncode == 1
+    assert "1 row(s) stale" in stale.stderr
+    assert f"now:  {row}" in stale.stdout and "page: | 1 | ours | " in stale.stdout
+
+    page.write_text(text.replace("### K80 data, load 1.5", "### K80, load 1.5"), "utf-8")
+    gone = tables(*SMALL, "--doc", str(page), "--check")
+    assert gone.returncode == 1 and "page: (no such row)" in gone.stdout
