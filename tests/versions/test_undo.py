@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from progress_jobs import INCUMBENT, NEWCOMER
+from progress_jobs import INCUMBENT, NEWCOMER, PAIR_INCUMBENT
 
 from .vlab import CLAB, PY, VersionLab, number, wait_for
 
@@ -98,6 +98,65 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_on_its_own(
     status = lab.status()
     assert status["probes"].get("undone", 0) >= 1 and status["held"] == []
     assert status["learned_pairs"] >= 1
+
+
+def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(
+    fresh_agent: VersionLab,
+) -> None:
+    """Three jobs on one GPU: the newest one's probe keeps them. When the third ends, the
+    incumbent slows to 0.3x next to the newest alone; the newest job's second look finds
+    the pair harmful, and the agent requeues it and releases it onto the other GPU."""
+    lab = fresh_agent
+    stamp = time.time_ns()
+    new_marker, third_marker = f"{OUT}/again-new-{stamp}", f"{OUT}/again-third-{stamp}"
+    inc = lab.write_file(f"{OUT}/again_incumbent.py", PAIR_INCUMBENT)
+    new = lab.write_file(f"{OUT}/again_newcomer.py", NEWCOMER)  # the third job's script too
+
+    def alice(cls: str, script: str, *extra: str) -> int:
+        job = lab.sbatch(
+            "--colocate",
+            f"--colocate-class={cls}",
+            "--gres=gpu:1",
+            *extra,
+            user="alice",
+            script=script,
+        )
+        return job.job_id
+
+    a = alice("resnet18-bs32", f"{PY} {inc} {new_marker} {third_marker} 120")
+    lab.wait_running(a)
+    time.sleep(4)  # the incumbent runs alone first
+    c = alice("resnet18-bs16", f"{PY} {new} {third_marker} 30")
+    lab.wait_running(c)
+    time.sleep(3)
+    b = alice("resnet18-bs64", f"{PY} {new} {new_marker} 90 3", "--open-mode=append")
+    q = lab.wait_running(a, b, c)
+    (gpu,) = q[a]["gres"][0][3]
+    assert q[b]["gres"][0][3] == q[c]["gres"][0][3] == [gpu], q
+
+    # b's own probe keeps the three: nothing is requeued while c runs
+    wait_for(lambda: lab.jobs(c).get(c, {}).get("state") == "COMPLETED", 60, 0.5, "the third job")
+    assert lab.squeue()[b]["restart_cnt"] == 0
+    assert lab.status()["probes"].get("kept", 0) >= 1
+
+    # then b judges the pair left behind, is requeued, and runs again on the other GPU
+    other = ({0, 1} - {gpu}).pop()
+    moved = wait_for(
+        lambda: (x := lab.jobs(b).get(b)) and "now GPU" in x["comment"] and x,
+        60,
+        0.5,
+        "the newest job requeued at its second look and released again",
+    )
+    assert f"now GPU {other} of {lab.node}" in moved["comment"], moved
+    assert lab.squeue_all()[b]["restart_cnt"] == 1
+    assert lab.jobs()[a]["state"] == "RUNNING"
+    log = lab.host_path(f"{CLAB}/agent.log").read_text(errors="replace").splitlines()
+    assert any(
+        f"job {b}: probe of the set left behind harmful" in x and "requeued" in x for x in log
+    )
+    ex = json.loads(lab.cli("explain", "--json", str(b)).stdout)
+    assert "requeued after its probe" in ex["reason"], ex
+    assert lab.status()["probes"].get("undone", 0) >= 1
 
 
 def test_a_job_held_too_long_has_a_gpu_drained_for_it(vclean: VersionLab) -> None:
