@@ -1,13 +1,16 @@
 """Stand-in training job for the lab demo: counts steps and reports them through
 slurm_colo.progress, as a real training loop would.
 
-    standin_job.py SECONDS [--slows MARKER] [--slowed-by MARKER]
+    standin_job.py SECONDS [--slows MARKER] [--slowed-by MARKER [--unless MARKER]]
 
 The lab's GPUs are emulated, so jobs cannot slow each other down for real; two options
 emulate a pair that interferes:
 
 * ``--slows MARKER``: this job creates MARKER while it runs (it is the noisy partner);
-* ``--slowed-by MARKER``: this job runs at 30 % of its speed while MARKER exists.
+* ``--slowed-by MARKER``: this job runs at 30 % of its speed while MARKER exists;
+* ``--unless MARKER``: ... but at full speed while this other MARKER exists too (a third
+  job beside the pair, with ``--slows`` that MARKER, keeps them apart: the pair harms only
+  once that job has left).
 
 Prints ``run N`` (N = Slurm's restart count) when it starts and ``done`` at the end.
 """
@@ -31,6 +34,7 @@ def main() -> None:
     ap.add_argument("seconds", type=float)
     ap.add_argument("--slows", default="")
     ap.add_argument("--slowed-by", default="")
+    ap.add_argument("--unless", default="")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a requeue: clean up first
     print("run", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
@@ -44,6 +48,7 @@ def main() -> None:
             time.sleep(0.1)
             now = time.time()
             slowed = bool(a.slowed_by) and os.path.exists(a.slowed_by)
+            slowed = slowed and not (a.unless and os.path.exists(a.unless))
             steps += STEPS_PER_S * (SLOWED if slowed else 1.0) * (now - last)
             last = now
             r.report(steps)

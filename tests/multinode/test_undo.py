@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from .mntools import (
+    AGENT_LOG,
     CLI,
     HEAD,
     MN_DIR,
@@ -89,3 +90,51 @@ def test_probe_and_undo_between_two_jobs_on_a_gpu_node(fresh: None) -> None:
     out = (OUT / f"{b.job_id}.out").read_text().split()
     assert out.count("run") == 2 and out[-1] == "done", out
     assert agent_status()["held"] == []
+
+
+def test_a_kept_set_is_judged_again_over_tcp_when_a_job_leaves_it(fresh: None) -> None:
+    """Three jobs on one GPU of a GPU node: the newest one's probe keeps them. When the
+    third ends, the incumbent slows to 0.3x next to the newest alone: the newest job's
+    sampler sends a PROBE marked as a second look over TCP, and the agent on the head
+    requeues it."""
+    stamp = time.time_ns()
+    new_marker, third_marker = OUT / f"again-new-{stamp}", OUT / f"again-third-{stamp}"
+    standin = OUT / "standin_job.py"
+    standin.write_text(STANDIN.read_text())
+    standin.chmod(0o644)
+    run = f"{PY} {standin}"
+    pin = ("--colocate", "-w", "colo-gpu2", "--gres=gpu:1", "--open-mode=append")
+    slowed = f"--slowed-by {new_marker} --unless {third_marker}"
+    a = sbatch(*pin, "--colocate-class=resnet18-bs32", body=f"{run} 120 {slowed}")
+    wait_running(a.job_id)
+    time.sleep(4)  # the incumbent runs alone first
+    c = sbatch(*pin, "--colocate-class=resnet18-bs16", body=f"{run} 30 --slows {third_marker}")
+    wait_running(c.job_id)
+    time.sleep(3)
+    b = sbatch(*pin, "--colocate-class=resnet18-bs64", body=f"{run} 90 --slows {new_marker}")
+    q = wait_running(a.job_id, b.job_id, c.job_id)
+    assert q[a.job_id]["nodes"] == q[b.job_id]["nodes"] == q[c.job_id]["nodes"] == "colo-gpu2"
+    assert str(c.job_id) in q[b.job_id]["comment"]  # b joined a and c
+
+    # b's own probe keeps the three: nothing is requeued while c runs
+    wait_for(
+        lambda: squeue().get(c.job_id, {}).get("job_state") == "COMPLETED",
+        60,
+        what="the third job to end",
+    )
+    assert squeue()[b.job_id]["restart_cnt"] == 0
+    assert agent_status()["probes"].get("kept", 0) >= 1
+
+    # then b judges the pair left behind and is requeued for it
+    def requeued() -> dict[str, Any] | None:
+        j = squeue().get(b.job_id, {})
+        return j if j.get("restart_cnt", 0) >= 1 and "requeued" in j.get("comment", "") else None
+
+    j = wait_for(requeued, 60, what="the newest job requeued at its second look")
+    assert "held=" in j["admin_comment"]
+    assert squeue()[a.job_id]["job_state"] == "RUNNING"
+    log = AGENT_LOG.read_text(errors="replace").splitlines()
+    assert any(
+        f"job {b.job_id}: probe of the set left behind harmful" in x and "requeued" in x
+        for x in log
+    )
