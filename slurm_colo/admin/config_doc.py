@@ -101,8 +101,8 @@ HELP: dict[str, str] = {
     "shared GPU could take) has waited reserve_after_h, a job that came more than this many "
     "hours after it is not placed, at submission or from the held jobs, until it has "
     "started; newer jobs then wait their turn instead of taking every slot that frees up. "
-    "A job held for one shard type waits only behind jobs held for that type or for any "
-    "shared GPU. 0 lets jobs pass it freely.",
+    "A job waits only behind held jobs that may want the GPU it would take: those held for "
+    "that GPU's shard type or for any shared GPU. 0 lets jobs pass it freely.",
     "placement.probe_s": "A new shared set is judged after this many seconds: each member's "
     "job-reported progress (slurm_colo.progress) is compared with its speed before, or with its "
     'class\'s solo speed. 0 disables the probe; so does node.profile = "none" (the probe runs '

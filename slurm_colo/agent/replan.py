@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import Config
@@ -93,9 +94,12 @@ def move_waiting(
     ledger: Ledger,
     occ: Occupancy,
     book: ScoreBook,
+    behind: Callable[[float, str | None], bool] | None = None,
 ) -> list[Action]:
     """Re-aim the waiting jobs a shared GPU takes now; each one placed is counted on its GPU
-    at once, so the next one sees it. Each GPU is judged with its model's score set."""
+    at once, so the next one sees it. Each GPU is judged with its model's score set. A job
+    for which ``behind(submitted, shard type of the GPU it would take)`` is true waits its
+    turn (bounded queue jumping: a held job waiting longer may want that GPU)."""
     out = []
     for w in waiting[:MAX_PER_PASS]:
         j, tag = w.job, w.tag
@@ -112,6 +116,8 @@ def move_waiting(
         bd = place_by_model(req, view, book, cfg.placement)
         d = bd.decision
         if not d.shared or d.node is None or d.node not in occ.layouts:
+            continue
+        if behind is not None and behind(j.submit_time or now, d.gres_type):
             continue
         token = tag.token or f"job{j.job_id}"
         ledger.drop(token)

@@ -22,7 +22,7 @@ from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
 from ..placement.candidates import throughput_open
 from ..placement.guard import Reservation
-from ..placement.held import HeldJob, queue_head, waits_behind
+from ..placement.held import HeldJob, queue_head, waits_behind, wanting
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
 from .held import Action, HeldJobs, can_hold, hold_unplaced
@@ -176,7 +176,7 @@ class AgentState:
             token = _new_token()
             bd = self._place(token, key, fields)
         d = bd.decision
-        oldest = self._queue_head(now) if d.shared else None
+        oldest = self._queue_head(now, d.gres_type) if d.shared else None
         if d.shared and waits_behind(now, oldest, now, self.cfg.placement):
             d = Decision(
                 "exclusive",
@@ -361,24 +361,28 @@ class AgentState:
         }
         waiting = waiting_jobs(occ.jobs, tags, skip, models)
         # bounded queue jumping: no waiting job passes a held job that has waited too long
-        oldest = self._queue_head(now)
-        waiting = [
-            w
-            for w in waiting
-            if not waits_behind(w.job.submit_time or now, oldest, now, self.cfg.placement)
-        ]
-        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book)
+        # and may want the GPU it would take
+        heads: dict[str | None, float | None] = {}
 
-    def _queue_head(self, now: float) -> float | None:
-        """:func:`~slurm_colo.placement.held.queue_head`, looked for only once a held job has
-        waited ``placement.reserve_after_h`` (before that :func:`waits_behind` holds nobody
-        up): the answer path pays nothing for it until then."""
+        def behind(since: float, gres_type: str | None) -> bool:
+            if gres_type not in heads:
+                heads[gres_type] = self._queue_head(now, gres_type)
+            return waits_behind(since, heads[gres_type], now, self.cfg.placement)
+
+        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book, behind)
+
+    def _queue_head(self, now: float, gres_type: str | None = None) -> float | None:
+        """:func:`~slurm_colo.placement.held.queue_head` among the held jobs that may want a
+        GPU of shard type ``gres_type`` (None: any shared GPU), looked for only once a held
+        job has waited ``placement.reserve_after_h`` (before that :func:`waits_behind` holds
+        nobody up): the answer path pays nothing for it until then."""
         cfg, jobs = self.cfg.placement, self.holds.jobs
         if not jobs or cfg.bypass_h <= 0 or cfg.reserve_after_h <= 0:
             return None
         if now - min(h.since for h in jobs.values()) < cfg.reserve_after_h * 3600.0:
             return None
-        return queue_head(jobs.values(), self.view)
+        held = list(jobs.values()) if gres_type is None else wanting(gres_type, jobs.values())
+        return queue_head(held, self.view)
 
     def failed(self, action: Action, now: float) -> None:
         """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU

@@ -183,7 +183,14 @@ def rivals(h: HeldJob, held: Iterable[HeldJob]) -> list[HeldJob]:
     shared GPU; for a job bound to one shard type, those held for that type or for any
     shared GPU. A job held for GPUs of another type takes nothing from it, so it holds up
     nothing of it either (:func:`queue_heads`)."""
-    return [o for o in held if h.any_gpu or o.any_gpu or o.gres_type == h.gres_type]
+    return list(held) if h.any_gpu else wanting(h.gres_type, held)
+
+
+def wanting(gres_type: str, held: Iterable[HeldJob]) -> list[HeldJob]:
+    """The held jobs that may want a GPU of shard type ``gres_type``: those held for that
+    type or for any shared GPU. A job about to take such a GPU waits its turn behind these
+    only (:func:`waits_behind`)."""
+    return [o for o in held if o.any_gpu or o.gres_type == gres_type]
 
 
 def queue_heads(

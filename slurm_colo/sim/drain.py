@@ -85,6 +85,13 @@ class StarvationGuard:
         oldest = min([*held, *(h[0] for h in heads[:1])], default=None)
         return waits_behind(since, oldest, self.sim.now, self.cfg)
 
+    def _behind_queue(self, since: float) -> bool:
+        """Whether a job waiting since ``since`` waits its turn behind the oldest job of the
+        waiting queue alone: that one may take any GPU, so it is behind it whatever GPU it
+        would take (:meth:`_behind` is then true for every shard type)."""
+        heads = self.waiting.heads
+        return waits_behind(since, heads[0][0] if heads else None, self.sim.now, self.cfg)
+
     def _gres_type_of(self, jid: int) -> str:
         raise NotImplementedError
 

@@ -162,7 +162,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
 
     def arrive(self, sim: Sim, jid: int) -> None:
         if self.submit_time and not self.waiting.whole(self.waiting.sig_list[self._sid(jid)]):
-            if not self._behind(sim.now) and self._try(jid, hold_idle=False) == "started":
+            if self._try(jid, hold_idle=False, since=sim.now) == "started":
                 return
             # held (the agent releases it onto any GPU that takes it), or a whole GPU
             self._enqueue(jid, whole=not self.hold)
@@ -263,10 +263,18 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         free = [i for i in sorted(self.sim.idle) if i not in self.reserved]
         return free[:k] if len(free) >= k else None
 
-    def _try(self, jid: int, hold_idle: bool) -> str:
-        """Place the job; "started", "refused" (no GPU takes it) or "held"."""
+    def _try(self, jid: int, hold_idle: bool, since: float | None = None) -> str:
+        """Place the job; "started", "refused" (no GPU takes it), "held", or "behind": a job
+        waiting since ``since`` would take a GPU that a job waiting longer may want, and
+        waits its turn (:meth:`_behind`, for that GPU's shard type)."""
         self._count_queue()
-        return self._start(jid, place(self._req(jid), self.view, self.scores, self.cfg), hold_idle)
+        turn = since is not None and self._behind(since)  # behind some job, of some type
+        if turn and self._behind_queue(since or 0.0):
+            return "behind"  # a waiting job that may take any GPU: no placement needed
+        d = place(self._req(jid), self.view, self.scores, self.cfg)
+        if turn and d.shared and self._behind(since or 0.0, d.gres_type):
+            return "behind"
+        return self._start(jid, d, hold_idle)
 
     def _start(self, jid: int, d: Decision, hold_idle: bool) -> str:
         """Start the job where decision ``d`` puts it."""

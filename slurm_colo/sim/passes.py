@@ -30,7 +30,7 @@ class SchedulingPass:
     _started: int
     _hold_idle: bool
 
-    def _behind(self, since: float) -> bool:
+    def _behind(self, since: float, gres_type: str | None = None) -> bool:
         raise NotImplementedError
 
     def _idle_for(self, k: int) -> list[int] | None:
@@ -39,7 +39,7 @@ class SchedulingPass:
     def _start_whole(self, jid: int, gpus: list[int]) -> None:
         raise NotImplementedError
 
-    def _try(self, jid: int, hold_idle: bool) -> str:
+    def _try(self, jid: int, hold_idle: bool, since: float | None = None) -> str:
         raise NotImplementedError
 
     def _count_queue(self) -> None:
@@ -86,10 +86,10 @@ class SchedulingPass:
             return
         sig = self.waiting.sig_list[sid]
         while q:
-            jid = q[0][1]
-            if self._behind(q[0][0]):
-                return  # its turn comes after the job waiting longest
+            jid, since = q[0][1], q[0][0]
             if self.waiting.whole(sig):
+                if self._behind(since):
+                    return  # its turn comes after the job waiting longest
                 if not idle_phase:
                     return
                 free = None if self._hold_idle else self._idle_for(sig[1])
@@ -122,7 +122,7 @@ class SchedulingPass:
                     )
                 if not may:
                     return
-            res = self._try(jid, self._hold_idle)
+            res = self._try(jid, self._hold_idle, since)
             if res == "started":
                 self.waiting.pop(sid)
                 self._started += 1

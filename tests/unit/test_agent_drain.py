@@ -369,20 +369,34 @@ def test_the_status_command_says_what_a_held_job_waits_for(monkeypatch) -> None:
 
 
 def test_newer_jobs_wait_their_turn_behind_a_job_held_too_long() -> None:
-    # job 60 (held since 1 h for a v100_s1 GPU) has waited 7 h: a request at 8 h, 7 h newer
+    # job 60 (held since 1 h for any shared GPU) has waited 7 h: a request at 8 h, 7 h newer
     # than it, is held too instead of taking a slot (placement.bypass_h = 1.5)
     s = _state(bypass_h=1.5)
     node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
     busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
-    s.apply_snapshot([*busy, held_job()], node, 5 * HOUR)
+    anywhere = held_job(gres_type="*")
+    s.apply_snapshot([*busy, anywhere], node, 5 * HOUR)
     assert s.place_request(_req(), 5 * HOUR)["gres"] == "gres:shard:v100_s0:1"  # 4 h: passes
-    s.apply_snapshot([*busy, held_job()], node, 8 * HOUR)
+    s.apply_snapshot([*busy, anywhere], node, 8 * HOUR)
     reply = s.place_request(_req(), 8 * HOUR)
     assert reply["action"] in ("hold", "exclusive") and "waits its turn" in reply["comment"]
     # a job held no longer than bypass_h after it still passes; with bypass_h = 0 every job does
     s = _state(bypass_h=0.0)
-    s.apply_snapshot([*busy, held_job()], node, 8 * HOUR)
+    s.apply_snapshot([*busy, anywhere], node, 8 * HOUR)
     assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"
+
+
+def test_a_new_job_passes_a_held_job_that_wants_no_gpu_it_would_take() -> None:
+    # job 60 has waited 7 h for a GPU of one shard type; the guard keeps that type's GPU
+    # free for it. A request at 8 h goes to the GPU of the other type, which job 60 could
+    # never take: it does not wait its turn (it would behind a job held for any GPU, above)
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    for held_for, other in (("v100_s0", "v100_s1"), ("v100_s1", "v100_s0")):
+        s = _state(bypass_h=1.5)
+        s.apply_snapshot([*busy, held_job(gres_type=held_for)], node, 8 * HOUR)
+        reply = s.place_request(_req(), 8 * HOUR)
+        assert reply["gres"] == f"gres:shard:{other}:1", (held_for, reply)
 
 
 def test_the_view_counts_the_jobs_waiting_for_a_gpu_per_shared_gpu() -> None:

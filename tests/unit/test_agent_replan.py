@@ -214,28 +214,26 @@ def test_the_agent_retargets_the_job_with_scontrol_in_the_installed_form(
 
 def test_a_waiting_job_does_not_pass_a_held_job_that_has_waited_too_long() -> None:
     """Bounded queue jumping (placement.bypass_h) holds for the re-plan too: a job submitted
-    long after the held job waiting longest is not moved before that one has started."""
-    s = _state()
-    s.cfg = Config(
-        gpus=LAYOUT,
-        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=1.0, bypass_h=0.5),
-    )
+    long after the held job waiting longest is not moved before that one has started, when
+    that job may want the GPU it would take (b goes to GPU 0, shard type v100_s0)."""
     late = 3 * 3600.0
-    s.apply_snapshot(
-        [_running_a(), _waiting(30, "b", submit_time=late), *_whole_gpus_busy()], NODES, late
-    )
-    assert len(s.replan(late)) == 1  # nobody held: it is moved
-    s = _state()
-    s.cfg = Config(
-        gpus=LAYOUT,
-        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=1.0, bypass_h=0.5),
-    )
-    held_tag = Placement("th", "a", Mode.AUTO, undone=True, held="v100_s1").to_tag()
-    held = replace(_waiting(40, "a", submit_time=1.0), admin_comment=held_tag, state_reason="")
-    s.apply_snapshot(
-        [_running_a(), held, _waiting(30, "b", submit_time=late), *_whole_gpus_busy()],
-        NODES,
-        late,
-    )
-    assert 40 in s.holds.jobs
-    assert [a.job_id for a in s.replan(late)] == []  # b waits behind the held job
+
+    def moved(held_for: str | None) -> list[int]:
+        s = _state()
+        s.cfg = Config(
+            gpus=LAYOUT,
+            placement=PlacementConfig(explore_rate=0.0, reserve_after_h=1.0, bypass_h=0.5),
+        )
+        jobs = [_running_a(), _waiting(30, "b", submit_time=late), *_whole_gpus_busy()]
+        if held_for is not None:
+            tag = Placement("th", "a", Mode.AUTO, undone=True, held=held_for).to_tag()
+            jobs.append(replace(_waiting(40, "a", submit_time=1.0), admin_comment=tag))
+        s.apply_snapshot(jobs, NODES, late)
+        assert held_for is None or 40 in s.holds.jobs
+        return [a.job_id for a in s.replan(late)]
+
+    assert moved(None) == [30]  # nobody held: it is moved
+    assert moved("v100_s0") == []  # b waits behind the job held for GPU 0's type
+    assert moved("*") == []  # ... or for any shared GPU
+    # a job held for GPU 1's type takes nothing of GPU 0: b passes it
+    assert moved("v100_s1") == [30]

@@ -188,7 +188,7 @@ def test_the_queue_head_is_the_oldest_held_job_a_gpu_could_take() -> None:
 
 
 def test_each_held_job_waits_behind_the_oldest_that_may_want_its_gpus() -> None:
-    from slurm_colo.placement.held import queue_heads, rivals
+    from slurm_colo.placement.held import queue_heads, rivals, wanting
 
     view = ClusterView(
         [
@@ -205,3 +205,6 @@ def test_each_held_job_waits_behind_the_oldest_that_may_want_its_gpus() -> None:
     assert [h.job_id for h in rivals(anywhere, held)] == [1, 2, 3]
     # the v100_s0 job waits behind the any-GPU job (200), not the older v100_s1 one (100)
     assert queue_heads(held, view) == {"v100_s1": 100.0, "v100_s0": 200.0, "*": 100.0}
+    # a job about to take a v100_s0 GPU: the v100_s0 and the any-GPU jobs may want it
+    assert [h.job_id for h in wanting("v100_s0", held)] == [2, 3]
+    assert [h.job_id for h in wanting("k80_s0", held)] == [3]

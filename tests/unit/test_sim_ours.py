@@ -388,6 +388,24 @@ def test_a_requeued_job_waits_only_behind_jobs_that_may_want_its_gpu_type() -> N
     assert sched._behind(7200.0)  # a job that may take any GPU waits behind job 0
 
 
+def test_a_new_job_waits_its_turn_only_for_a_held_job_that_may_want_the_gpu_it_takes() -> None:
+    # GPU 0 runs a, GPU 1 runs b; job 3 has been held 3 h for one GPU's shard type. A job
+    # submitted now that would join a on GPU 0 waits its turn when job 3 waits for GPU 0's
+    # type, and is placed when job 3 waits for GPU 1's (it takes nothing job 3 could use)
+    cfg = replace(CFG, reserve_after_h=1.0, bypass_h=0.5)
+    for held_on, expect in ((0, "behind"), (1, "started")):
+        sched = PolicyScheduler("ours-submit", oracle_scores(data()), cfg, submit_time=True)
+        tr = [job(0, 0, 1e5, "a"), job(1, 0, 1e5, "b"), job(2, 0, 100, "a"), job(3, 0, 100, "a")]
+        sim = Sim(tr, Truth(data()), SimConfig(gpus=2, gpus_per_node=2), sched)
+        sched.attach(sim)
+        assert sched._try(0, hold_idle=False) == sched._try(1, hold_idle=False) == "started"
+        assert [g.jobs for g in sim.gpus] == [[0], [1]]
+        sched._wait_for_type(3, sched.view.gpus[held_on].gres_type)
+        sim.now = 3 * 3600.0
+        assert sched._try(2, hold_idle=False, since=sim.now) == expect, held_on
+        assert sim.gpus[0].jobs == ([0] if expect == "behind" else [0, 2])
+
+
 def test_a_set_placed_while_the_throughput_path_was_closed_is_judged_by_the_slowdown_floor() -> (
     None
 ):
