@@ -76,21 +76,20 @@ class StarvationGuard:
         job, so that one is always a job a GPU could take, as the agent requires). A job
         held for GPUs of one shard type (``gres_type``) waits only behind jobs that may take
         such a GPU: those held for the same type and the waiting jobs."""
-        heads = self.waiting.heads
         held = (
             self.held_since.values()
             if gres_type is None
             else (self.held_since[j] for j in self.held.get(gres_type, {}))
         )
-        oldest = min([*held, *(h[0] for h in heads[:1])], default=None)
+        queue = self.waiting.oldest()
+        oldest = min([*held, *([] if queue is None else [queue])], default=None)
         return waits_behind(since, oldest, self.sim.now, self.cfg)
 
     def _behind_queue(self, since: float) -> bool:
         """Whether a job waiting since ``since`` waits its turn behind the oldest job of the
         waiting queue alone: that one may take any GPU, so it is behind it whatever GPU it
         would take (:meth:`_behind` is then true for every shard type)."""
-        heads = self.waiting.heads
-        return waits_behind(since, heads[0][0] if heads else None, self.sim.now, self.cfg)
+        return waits_behind(since, self.waiting.oldest(), self.sim.now, self.cfg)
 
     def _gres_type_of(self, jid: int) -> str:
         raise NotImplementedError

@@ -267,12 +267,11 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         """Place the job; "started", "refused" (no GPU takes it), "held", or "behind": a job
         waiting since ``since`` would take a GPU that a job waiting longer may want, and
         waits its turn (:meth:`_behind`, for that GPU's shard type)."""
-        self._count_queue()
-        turn = since is not None and self._behind(since)  # behind some job, of some type
-        if turn and self._behind_queue(since or 0.0):
+        if since is not None and self._behind_queue(since):
             return "behind"  # a waiting job that may take any GPU: no placement needed
+        self._count_queue()
         d = place(self._req(jid), self.view, self.scores, self.cfg)
-        if turn and d.shared and self._behind(since or 0.0, d.gres_type):
+        if since is not None and d.shared and self._behind(since, d.gres_type):
             return "behind"
         return self._start(jid, d, hold_idle)
 

@@ -33,6 +33,9 @@ class SchedulingPass:
     def _behind(self, since: float, gres_type: str | None = None) -> bool:
         raise NotImplementedError
 
+    def _behind_queue(self, since: float) -> bool:
+        raise NotImplementedError
+
     def _idle_for(self, k: int) -> list[int] | None:
         raise NotImplementedError
 
@@ -100,6 +103,8 @@ class SchedulingPass:
                 self._start_whole(jid, free)
                 self._started += 1
                 continue
+            if self._behind_queue(since):
+                return  # behind the job waiting longest, whatever GPU it would take
             if sid not in self.waiting.fresh:
                 # refused on the full view before: only GPUs changed since can help
                 idx = index_for(self.view, self.scores, self.cfg)

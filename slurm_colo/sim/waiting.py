@@ -42,6 +42,10 @@ class Waiting:
         self.job_sid[jid] = sid
         return sid
 
+    def oldest(self) -> float | None:
+        """When the job waiting longest arrived (None: nothing waits)."""
+        return self.heads[0][0] if self.heads else None
+
     def enqueue(self, sid: int, arrival: float, jid: int) -> None:
         q = self.queues[sid]
         item = (arrival, jid)
