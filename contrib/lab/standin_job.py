@@ -1,7 +1,8 @@
 """Stand-in training job for the lab demo: counts steps and reports them through
 slurm_colo.progress, as a real training loop would.
 
-    standin_job.py SECONDS [--slows MARKER] [--slowed-by MARKER [--unless MARKER]]
+    standin_job.py SECONDS [--requeued-seconds S] [--slows MARKER]
+                   [--slowed-by MARKER [--unless MARKER]]
 
 The lab's GPUs are emulated, so jobs cannot slow each other down for real; two options
 emulate a pair that interferes:
@@ -12,7 +13,8 @@ emulate a pair that interferes:
   job beside the pair, with ``--slows`` that MARKER, keeps them apart: the pair harms only
   once that job has left).
 
-Prints ``run N`` (N = Slurm's restart count) when it starts and ``done`` at the end.
+Prints ``run N`` (N = Slurm's restart count) when it starts and ``done`` at the end;
+``--requeued-seconds S`` makes a requeued run (N > 0) last S seconds instead.
 """
 
 from __future__ import annotations
@@ -35,16 +37,21 @@ def main() -> None:
     ap.add_argument("--slows", default="")
     ap.add_argument("--slowed-by", default="")
     ap.add_argument("--unless", default="")
+    ap.add_argument("--requeued-seconds", type=float, default=None)
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a requeue: clean up first
-    print("run", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    print("run", restarts, flush=True)
+    seconds = a.seconds
+    if restarts != "0" and a.requeued_seconds is not None:
+        seconds = a.requeued_seconds
     if a.slows:
         open(a.slows, "w").close()
     r = ProgressReporter(min_interval_s=0.5)
     steps, t0 = 0.0, time.time()
     last = t0
     try:
-        while time.time() - t0 < a.seconds:
+        while time.time() - t0 < seconds:
             time.sleep(0.1)
             now = time.time()
             slowed = bool(a.slowed_by) and os.path.exists(a.slowed_by)

@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from progress_jobs import INCUMBENT, NEWCOMER, PAIR_INCUMBENT
 
 from .labtools import (
     LAB_CONFIG,
     LAB_DIR,
     OUT,
+    REPO,
     Submitted,
     agent_cli,
     agent_refresh,
@@ -35,11 +35,13 @@ from .labtools import (
 PY = "/opt/slurm-colo-lab/venv/bin/python"
 
 
-def _script(name: str, body: str) -> str:
-    path = OUT / name
-    path.write_text(body)
+def _standin() -> str:
+    """The lab's stand-in training job (contrib/lab/standin_job.py), where the jobs' user
+    can read it; returns how to run it."""
+    path = OUT / "standin_job.py"
+    path.write_text((REPO / "contrib" / "lab" / "standin_job.py").read_text())
     path.chmod(0o644)
-    return str(path)
+    return f"{PY} {path}"
 
 
 def _alice(cls: str, script: str, *extra: str) -> Submitted:
@@ -61,12 +63,11 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(
     fresh_agent: None,
 ) -> None:
     marker = OUT / f"undo-marker-{time.time_ns()}"
-    inc = _script("undo_incumbent.py", INCUMBENT)
-    new = _script("undo_newcomer.py", NEWCOMER)
-    a = _alice("resnet18-bs32", f"{PY} {inc} {marker} 40")
+    standin = _standin()
+    a = _alice("resnet18-bs32", f"{standin} 40 --slowed-by {marker}")
     wait_running(a.job_id)
     time.sleep(6)  # the incumbent runs alone first: its solo speed is measured
-    b = _alice("resnet18-bs64", f"{PY} {new} {marker} 25", "--open-mode=append")
+    b = _alice("resnet18-bs64", f"{standin} 25 --slows {marker}", "--open-mode=append")
     q = wait_running(a.job_id, b.job_id)
     gpu = gpu_of(q[a.job_id])
     assert gpu_of(q[b.job_id]) == gpu and str(a.job_id) in q[b.job_id]["comment"]
@@ -126,15 +127,19 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(fresh_agen
     (a second look) and the agent requeues it."""
     stamp = time.time_ns()
     new_marker, third_marker = OUT / f"again-new-{stamp}", OUT / f"again-third-{stamp}"
-    inc = _script("again_incumbent.py", PAIR_INCUMBENT)
-    new = _script("again_newcomer.py", NEWCOMER)  # the third job too: its marker while it runs
-    a = _alice("resnet18-bs32", f"{PY} {inc} {new_marker} {third_marker} 120")
+    standin = _standin()
+    slowed = f"--slowed-by {new_marker} --unless {third_marker}"
+    a = _alice("resnet18-bs32", f"{standin} 120 {slowed}")
     wait_running(a.job_id)
     time.sleep(4)  # the incumbent runs alone first
-    c = _alice("resnet18-bs16", f"{PY} {new} {third_marker} 30")
+    c = _alice("resnet18-bs16", f"{standin} 30 --slows {third_marker}")
     wait_running(c.job_id)
     time.sleep(3)
-    b = _alice("resnet18-bs64", f"{PY} {new} {new_marker} 90 3", "--open-mode=append")
+    b = _alice(
+        "resnet18-bs64",
+        f"{standin} 90 --requeued-seconds 3 --slows {new_marker}",
+        "--open-mode=append",
+    )
     q = wait_running(a.job_id, b.job_id, c.job_id)
     gpu = gpu_of(q[a.job_id])
     assert gpu_of(q[b.job_id]) == gpu_of(q[c.job_id]) == gpu

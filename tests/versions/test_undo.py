@@ -12,12 +12,18 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from progress_jobs import INCUMBENT, NEWCOMER, PAIR_INCUMBENT
 
-from .vlab import CLAB, PY, VersionLab, number, wait_for
+from .vlab import CLAB, PY, REPO, VersionLab, number, wait_for
 
 OUT = f"{CLAB}/out"
 ENV = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE)'"
+
+
+def _standin(lab: VersionLab) -> str:
+    """The lab's stand-in training job (contrib/lab/standin_job.py) inside the chroot;
+    returns how to run it."""
+    text = (REPO / "contrib" / "lab" / "standin_job.py").read_text()
+    return f"{PY} {lab.write_file(f'{OUT}/standin_job.py', text)}"
 
 
 @pytest.fixture()
@@ -33,14 +39,13 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_on_its_own(
 ) -> None:
     lab = fresh_agent
     marker = f"{OUT}/undo-marker-{time.time_ns()}"
-    inc = lab.write_file(f"{OUT}/undo_incumbent.py", INCUMBENT)
-    new = lab.write_file(f"{OUT}/undo_newcomer.py", NEWCOMER)
+    run = _standin(lab)
     a = lab.sbatch(
         "--colocate",
         "--colocate-class=resnet18-bs32",
         "--gres=gpu:1",
         user="alice",
-        script=f"{PY} {inc} {marker} 30",
+        script=f"{run} 30 --slowed-by {marker}",
     )
     lab.wait_running(a.job_id)
     time.sleep(6)  # the incumbent runs alone first: its solo speed is measured
@@ -50,7 +55,7 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_on_its_own(
         "--gres=gpu:1",
         "--open-mode=append",
         user="alice",
-        script=f"{PY} {new} {marker} 25 4",  # 25 s the first time, 4 s once requeued
+        script=f"{run} 25 --requeued-seconds 4 --slows {marker}",
     )
     q = lab.wait_running(a.job_id, b.job_id)
     (gpu,) = q[a.job_id]["gres"][0][3]
@@ -109,8 +114,7 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(
     lab = fresh_agent
     stamp = time.time_ns()
     new_marker, third_marker = f"{OUT}/again-new-{stamp}", f"{OUT}/again-third-{stamp}"
-    inc = lab.write_file(f"{OUT}/again_incumbent.py", PAIR_INCUMBENT)
-    new = lab.write_file(f"{OUT}/again_newcomer.py", NEWCOMER)  # the third job's script too
+    run = _standin(lab)
 
     def alice(cls: str, script: str, *extra: str) -> int:
         job = lab.sbatch(
@@ -123,13 +127,15 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(
         )
         return job.job_id
 
-    a = alice("resnet18-bs32", f"{PY} {inc} {new_marker} {third_marker} 120")
+    a = alice("resnet18-bs32", f"{run} 120 --slowed-by {new_marker} --unless {third_marker}")
     lab.wait_running(a)
     time.sleep(4)  # the incumbent runs alone first
-    c = alice("resnet18-bs16", f"{PY} {new} {third_marker} 30")
+    c = alice("resnet18-bs16", f"{run} 30 --slows {third_marker}")
     lab.wait_running(c)
     time.sleep(3)
-    b = alice("resnet18-bs64", f"{PY} {new} {new_marker} 90 3", "--open-mode=append")
+    b = alice(
+        "resnet18-bs64", f"{run} 90 --requeued-seconds 3 --slows {new_marker}", "--open-mode=append"
+    )
     q = lab.wait_running(a, b, c)
     (gpu,) = q[a]["gres"][0][3]
     assert q[b]["gres"][0][3] == q[c]["gres"][0][3] == [gpu], q
