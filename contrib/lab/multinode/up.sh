@@ -115,36 +115,11 @@ cat > "$MN_DIR/etc/slurm/slurm.conf.new" <<EOT
 # slurm-colo multi-node lab (contrib/lab/multinode/up.sh); seen as /etc/slurm inside the lab only
 ClusterName=$MN_CLUSTER
 SlurmctldHost=colo-head($head_addr)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
+$(cat "$HERE/../slurm-common.conf")
 ${colo_conf}
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-SlurmdParameters=config_overrides
 # lab time is compressed: a silent slurmd makes its node DOWN after 15 s
 SlurmdTimeout=15
 MessageTimeout=5
-GresTypes=gpu,shard
 NodeName=colo-gpu1 NodeAddr=$(mn_addr colo-gpu1) CPUs=4 RealMemory=2000 Feature=v100 Gres=gpu:v100_s0:1,gpu:v100:1,shard:4 State=UNKNOWN
 NodeName=colo-gpu2 NodeAddr=$(mn_addr colo-gpu2) CPUs=4 RealMemory=2000 Feature=v100 Gres=gpu:v100_s0:1,gpu:v100:1,shard:4 State=UNKNOWN
 NodeName=colo-gpu3 NodeAddr=$(mn_addr colo-gpu3) CPUs=4 RealMemory=2000 Feature=k80 Gres=gpu:k80_s0:1,gpu:k80:1,shard:4 State=UNKNOWN

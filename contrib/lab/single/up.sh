@@ -107,33 +107,8 @@ cat > "$LAB_DIR/slurm.conf.new" <<EOT
 # slurm-colo lab cluster (contrib/lab/single/up.sh)
 ClusterName=lab
 SlurmctldHost=${NODE}(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-SlurmdParameters=config_overrides
+$(cat "$REPO/contrib/lab/slurm-common.conf")
 JobSubmitPlugins=lua
-GresTypes=gpu,shard
 PrologFlags=Alloc
 Prolog=$LAB_DIR/libexec/slurm-colo-prolog
 Epilog=$LAB_DIR/libexec/slurm-colo-epilog

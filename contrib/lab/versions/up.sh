@@ -83,32 +83,7 @@ cat > "$new/slurm.conf" <<EOT
 # slurm-colo version lab ($SUITE), contrib/lab/versions/up.sh
 ClusterName=lab
 SlurmctldHost=${NODE}(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-SlurmdParameters=config_overrides
-GresTypes=gpu,shard
+$(cat "$HERE/../slurm-common.conf")
 PrologFlags=Alloc
 Prolog=$(hook prolog)
 Epilog=$(hook epilog)
