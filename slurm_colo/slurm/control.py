@@ -19,11 +19,11 @@ on 22.05, where the slash form is shown but not applied.
 
 from __future__ import annotations
 
-import subprocess
 from typing import Protocol
 
 from ..errors import SlurmError
 from ..gres_layout import tres_gres
+from .command import run_slurm
 from .version import Version, installed_slurm_version, parse_version
 
 TIMEOUT_S = 10.0
@@ -78,21 +78,7 @@ class ScontrolControl:
         return parse_version(self._version_text)
 
     def run(self, argv: list[str]) -> None:
-        try:
-            p = subprocess.run(
-                argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except FileNotFoundError:
-            raise SlurmError(f"{argv[0]} not found", hint="install slurm-client") from None
-        except subprocess.TimeoutExpired:
-            raise SlurmError(
-                f"{' '.join(argv[:3])} did not finish within {self.timeout_s:g}s"
-            ) from None
-        if p.returncode != 0:
-            msg = (p.stderr or p.stdout).strip().splitlines()
-            raise SlurmError(
-                f"{' '.join(argv[:3])} failed: {msg[-1] if msg else f'exit {p.returncode}'}"
-            )
+        run_slurm(argv, self.timeout_s)
 
     def requeue_hold(
         self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")

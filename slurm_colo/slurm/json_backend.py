@@ -17,11 +17,11 @@ know raises :class:`SlurmError` rather than being dropped.
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 from ..errors import SlurmError
 from ..gres_layout import expand_hostlist
+from .command import run_slurm
 from .model import SlurmJob, SlurmNode, parse_gres_detail
 from .version import Version, has_scontrol_json, installed_slurm_version, parse_version
 
@@ -232,16 +232,7 @@ class JsonBackend:
         return parse_version(self._version_text)
 
     def _run(self, argv: list[str]) -> Any:
-        try:
-            p = subprocess.run(
-                argv, capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except FileNotFoundError:
-            raise SlurmError(f"{argv[0]} not found: is slurm-client installed?") from None
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"{' '.join(argv)} timed out after {self.timeout_s:g}s") from None
-        if p.returncode != 0:
-            raise SlurmError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()[:300]}")
+        p = run_slurm(argv, self.timeout_s)
         try:
             return json.loads(p.stdout)
         except json.JSONDecodeError as e:
