@@ -25,13 +25,14 @@ With ``learn``, a new set is observed after ``placement.probe_s`` and judged by 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..config import PlacementConfig
-from ..contracts.enums import LeftBehind
+from ..contracts.enums import Undo
 from ..placement import ClusterView, Decision, GpuView, JobRequest, place
 from ..placement.candidates import throughput_open
-from ..placement.held import HeldJob, requeued
+from ..placement.held import HeldJob, Newcomer, requeued, why_not_undone
 from ..placement.policy import job_signature, occupant_for
 from ..placement.retract import Member, judge, with_pairs
 from ..placement.trend import QueueTrend
@@ -81,6 +82,10 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         #: whether the throughput path was open when each running shared job was placed
         self._placed_open: dict[int, bool] = {}
         self.retractions = 0
+        #: jobs undone once, with ``undo = "requeue"`` (the agent undoes a job at most once)
+        self._undone: set[int] = set()
+        #: the settings whose ``why_not_undone`` a harmful set's newest job is judged by
+        self._undo_cfg = cfg if undo == "requeue" else replace(cfg, undo=Undo.REQUEUE)
         self.explored = 0
         self.relearns = 0
         self.reservations = 0
@@ -213,11 +218,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             self._placed_open.get(jid, True),
         )
         again = self._watch_judged(jid, kept=not v.undo)  # kept: it may judge a set left behind
-        if not (
-            v.undo
-            and self.undo != "none"
-            and (not again or self.cfg.left_behind == LeftBehind.UNDO)
-        ):
+        if not v.undo or self._runs_on(jid, again):
             self._pending_obs.update(v.observed)
             return
         key = runs[jid].job.key
@@ -227,6 +228,8 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             self._watch_left(i)
             self._gpu_changed(i)
         self.retractions += 1
+        if self.undo == "requeue":
+            self._undone.add(jid)
         self._apply(v.observed)
         if self.undo == "checkpoint":
             self.arrive(sim, jid)
@@ -236,6 +239,17 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         self.reqs[jid] = requeued(self._req(jid), gpu.gres_type, self.cfg)
         if self._try(jid, hold_idle=False) != "started":
             self._wait_for_type(jid, gpu.gres_type)
+
+    def _runs_on(self, jid: int, again: bool) -> bool:
+        """Whether job ``jid``, the newest of a set its probe found harmful, is left running:
+        with ``undo`` "none"; else as the agent decides
+        (:func:`~slurm_colo.placement.held.why_not_undone`: a set left behind only with
+        ``placement.left_behind = "undo"``, and a job requeued at most once -- the
+        simulator's ``checkpoint`` undo, which loses no work, may undo a job again)."""
+        if self.undo == "none":
+            return True
+        n = Newcomer(placed=True, undone=jid in self._undone, again=again)
+        return why_not_undone(self._undo_cfg, n) != ""
 
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:

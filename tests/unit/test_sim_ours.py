@@ -157,6 +157,32 @@ def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
     assert summarize(sim).per_job["stretch"][2] == pytest.approx(1.06)
 
 
+def test_a_job_is_requeued_at_most_once_as_the_agent_does() -> None:
+    # x is undone next to a (the scores called the pair good) and held for GPU 1's type.
+    # z joins a there; once a ends, x goes next to z, another pair the scores call good
+    # but that is not. Its second probe finds the set harmful: the agent leaves a job
+    # requeued once already running (placement.held.why_not_undone), and so does the
+    # simulator, which used to requeue it again and lose its work a second time.
+    d = data()
+    d.solo["z"] = 1.0
+    for other, n in (("a", 0.9), ("b", 0.3), ("x", 0.3), ("z", 0.9)):
+        d.pairs[("z", other)] = (n, n)
+        d.pairs[(other, "z")] = (n, n)
+    wrong = oracle_scores(d)
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    wrong.pairs[("x", "z")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    sched = PolicyScheduler(
+        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="requeue"
+    )
+    tr = [job(0, 0, 20000, "b"), job(1, 1, 200, "a"), job(2, 2, 1000, "x"), job(3, 70, 5000, "z")]
+    sim = Sim(tr, Truth(d), SimConfig(gpus=2, gpus_per_node=2), sched).run()
+    x, z = sim.runs[2], sim.runs[3]
+    assert sched.retractions == 1 and x.evictions == 1
+    assert z.first_start == pytest.approx(70)  # next to a on GPU 1
+    # next to z from the moment a ended, at 0.3, to its end: not undone a second time
+    assert x.end == pytest.approx(sim.runs[1].end + 1000 / 0.3)
+
+
 def test_a_held_job_goes_to_the_first_gpu_that_takes_it() -> None:
     # placement.unplaced = "hold": a and b find no GPU at arrival (an x, which fits nobody,
     # on each) and wait held, without a GPU type. GPU 1 frees up first: a goes there, and
