@@ -1,7 +1,8 @@
-"""Running one Slurm command (``squeue``, ``sinfo``, ``scontrol``, or the snapshot child):
-the one place slurm-colo's Slurm glue starts a process and turns how it failed into a
+"""Running one Slurm command (``squeue``, ``sinfo``, ``scontrol``): the one place
+slurm-colo's Slurm glue starts one and turns how it failed into a
 :class:`~slurm_colo.errors.SlurmError`. Building the argv and parsing the output live with
-their callers."""
+their callers. (The agent's snapshot child, :mod:`.snapshot`, is our own Python, started
+by :class:`~.snapshot.ChildSnapshots`.)"""
 
 from __future__ import annotations
 
