@@ -36,6 +36,14 @@ def data() -> GavelData:
     return d
 
 
+def with_class(d: GavelData, cls: str, rates: dict[str, float]) -> GavelData:
+    """``d`` with class ``cls`` added: solo speed 1, each pair's normalised rates ``n, n``."""
+    d.solo[cls] = 1.0
+    for other, n in rates.items():
+        d.pairs[(cls, other)] = d.pairs[(other, cls)] = (n, n)
+    return d
+
+
 CFG = PlacementConfig(cross_user="shard", explore_rate=0.0)
 
 
@@ -132,11 +140,7 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
 def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
     # x's undo cost it its probe window, so once it runs again no job joins it, even a
     # compatible one: c (compatible with x only) arrives while x runs alone on GPU 1 and waits
-    d = data()
-    d.solo["c"] = 1.0
-    for other, n in (("x", 0.9), ("a", 0.3), ("b", 0.3), ("c", 0.3)):
-        d.pairs[("c", other)] = (n, n)
-        d.pairs[(other, "c")] = (n, n)
+    d = with_class(data(), "c", {"x": 0.9, "a": 0.3, "b": 0.3, "c": 0.3})
     wrong = oracle_scores(d)
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     sched = PolicyScheduler(
@@ -163,11 +167,7 @@ def test_a_job_is_requeued_at_most_once_as_the_agent_does() -> None:
     # but that is not. Its second probe finds the set harmful: the agent leaves a job
     # requeued once already running (placement.held.why_not_undone), and so does the
     # simulator, which used to requeue it again and lose its work a second time.
-    d = data()
-    d.solo["z"] = 1.0
-    for other, n in (("a", 0.9), ("b", 0.3), ("x", 0.3), ("z", 0.9)):
-        d.pairs[("z", other)] = (n, n)
-        d.pairs[(other, "z")] = (n, n)
+    d = with_class(data(), "z", {"a": 0.9, "b": 0.3, "x": 0.3, "z": 0.9})
     wrong = oracle_scores(d)
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     wrong.pairs[("x", "z")] = PairScore(0.95, 0.95, 0.01, observed=False)
@@ -365,10 +365,7 @@ def test_a_kept_set_is_judged_again_when_a_job_leaves_it() -> None:
     """x joins a and c; its probe keeps the three (combined 1.84). When c ends, the pair
     a + x (truly 0.45 each, worse than running one after the other) is judged again by x,
     the newest of those left, and x is undone: harmful for one probe window only."""
-    d = data()
-    d.solo["c"] = 1.0
-    for p, q, n in (("c", "a", 0.98), ("c", "b", 0.98), ("c", "x", 0.98), ("c", "c", 0.9)):
-        d.pairs[(p, q)] = d.pairs[(q, p)] = (n, n)
+    d = with_class(data(), "c", {"a": 0.98, "b": 0.98, "x": 0.98, "c": 0.9})
     d.pairs[("a", "x")] = d.pairs[("x", "a")] = (0.45, 0.45)
     wrong = oracle_scores(d)
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
