@@ -24,7 +24,7 @@ from typing import Protocol
 from ..errors import SlurmError
 from ..gres_layout import tres_gres
 from .command import run_slurm
-from .version import Version, installed_slurm_version, parse_version
+from .version import InstalledVersion, Version
 
 TIMEOUT_S = 10.0
 
@@ -68,14 +68,12 @@ class ScontrolControl:
 
     def __init__(self, timeout_s: float = TIMEOUT_S, slurm_version: str | None = None) -> None:
         self.timeout_s = timeout_s
-        self._version_text = slurm_version
+        self._version = InstalledVersion(slurm_version)
 
     @property
     def version(self) -> Version | None:
         """The installed Slurm's (major, minor), read once, when a GRES is first written."""
-        if self._version_text is None:
-            self._version_text = installed_slurm_version()
-        return parse_version(self._version_text)
+        return self._version.get()
 
     def run(self, argv: list[str]) -> None:
         run_slurm(argv, self.timeout_s)

@@ -23,7 +23,7 @@ from ..errors import SlurmError
 from ..gres_layout import expand_hostlist
 from .command import run_slurm
 from .model import SlurmJob, SlurmNode, parse_gres_detail
-from .version import Version, has_scontrol_json, installed_slurm_version, parse_version
+from .version import InstalledVersion, Version, has_scontrol_json
 
 
 def _str(v: Any) -> str:
@@ -222,14 +222,12 @@ class JsonBackend:
         self.squeue = squeue
         self.sinfo = sinfo
         self.scontrol = scontrol
-        self._version_text = slurm_version
+        self._version = InstalledVersion(slurm_version)
 
     @property
     def version(self) -> Version | None:
         """The installed Slurm's (major, minor), read once (``sinfo --version``)."""
-        if self._version_text is None:
-            self._version_text = installed_slurm_version()
-        return parse_version(self._version_text)
+        return self._version.get()
 
     def _run(self, argv: list[str]) -> Any:
         p = run_slurm(argv, self.timeout_s)

@@ -74,3 +74,16 @@ def installed_slurm_version(timeout_s: float = 5.0) -> str:
         if p.returncode == 0 and p.stdout.strip():
             return p.stdout.split()[-1]
     return ""
+
+
+class InstalledVersion:
+    """The installed Slurm's (major, minor), read once, on first use. A version text given
+    at construction (a test's, or one the caller read already) is taken as it is."""
+
+    def __init__(self, text: str | None = None) -> None:
+        self._text = text
+
+    def get(self) -> Version | None:
+        if self._text is None:
+            self._text = installed_slurm_version()
+        return parse_version(self._text)

@@ -11,6 +11,7 @@ import pytest
 
 from slurm_colo.errors import SlurmError
 from slurm_colo.gres_layout import NodeGpus, tres_gres
+from slurm_colo.slurm import version as version_mod
 from slurm_colo.slurm.control import ScontrolControl
 from slurm_colo.slurm.json_backend import (
     JsonBackend,
@@ -20,7 +21,12 @@ from slurm_colo.slurm.json_backend import (
     squeue_argv,
 )
 from slurm_colo.slurm.model import GresAlloc, parse_gres_detail
-from slurm_colo.slurm.version import has_scontrol_json, parse_version, version_from_meta
+from slurm_colo.slurm.version import (
+    InstalledVersion,
+    has_scontrol_json,
+    parse_version,
+    version_from_meta,
+)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NEW = ["24.11", "26.05"]
@@ -65,7 +71,7 @@ def test_squeue_of_newer_slurm(v: str) -> None:
 
 def test_the_same_jobs_read_the_same_on_both_newer_versions() -> None:
     a, b = (parse_squeue(_load(f"squeue-{v}.json")) for v in NEW)
-    strip = lambda js: [(j.job_id, j.state, j.gres, j.tres_per_node, j.comment) for j in js]  # noqa: E731
+    strip = lambda js: [(j.job_id, j.state, j.gres, j.tres_per_node, j.comment) for j in js]
     assert strip(a) == strip(b)
 
 
@@ -186,6 +192,24 @@ def test_unset_and_infinite_numbers_read_as_unknown() -> None:
     doc["jobs"][0]["end_time"] = {"set": False, "infinite": True, "number": 0}
     doc["jobs"][1]["end_time"] = {"set": True, "infinite": True, "number": 0}
     assert [j.end_time for j in parse_squeue(doc)][:2] == [0.0, 0.0]
+
+
+def test_the_installed_version_is_read_once_and_a_given_one_is_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+
+    def installed() -> str:
+        reads.append(1)
+        return "slurm-wlm 24.11.5"
+
+    monkeypatch.setattr(version_mod, "installed_slurm_version", installed)
+    v = InstalledVersion()
+    assert (v.get(), v.get()) == ((24, 11), (24, 11)) and len(reads) == 1
+    assert InstalledVersion("slurm 22.05.8").get() == (22, 5) and len(reads) == 1
+    assert InstalledVersion("").get() is None and len(reads) == 1  # no Slurm: not asked again
+    assert ScontrolControl(slurm_version="26.05.5").version == (26, 5)
+    assert JsonBackend(slurm_version="22.05.8").version == (22, 5) and len(reads) == 1
 
 
 def test_versions_from_commands_and_meta() -> None:
