@@ -175,3 +175,12 @@ def node_pids(node: str) -> list[int]:
         except (OSError, IndexError):
             continue
     return pids
+
+
+def standin_cmd() -> str:
+    """The lab's stand-in training job (contrib/lab/standin_job.py), copied where the jobs'
+    user can read it on the GPU nodes; returns how to run it."""
+    path = OUT / "standin_job.py"
+    path.write_text((REPO / "contrib" / "lab" / "standin_job.py").read_text())
+    path.chmod(0o644)
+    return f"{PY} {path}"

@@ -18,19 +18,17 @@ from .mntools import (
     HEAD,
     MN_DIR,
     OUT,
-    PY,
-    REPO,
     agent_status,
     in_node,
     sbatch,
     squeue,
+    standin_cmd,
     start_agent,
     stop_agent,
     wait_for,
     wait_running,
 )
 
-STANDIN = REPO / "contrib" / "lab" / "standin_job.py"
 LEARNED = MN_DIR / "nodes" / HEAD / "state" / "learned.json"
 
 
@@ -52,10 +50,7 @@ def test_probe_and_undo_between_two_jobs_on_a_gpu_node(fresh: None) -> None:
     node_cfg = (MN_DIR / "nodes" / "colo-gpu1" / "slurm-colo" / "config.toml").read_text()
     assert "probe_s" not in node_cfg  # the 15 s window must come from the agent
     marker = OUT / f"undo-marker-{time.time_ns()}"
-    standin = OUT / "standin_job.py"  # where the job's user can read it on the GPU node
-    standin.write_text(STANDIN.read_text())
-    standin.chmod(0o644)
-    run = f"{PY} {standin}"
+    run = standin_cmd()
     pin = ("--colocate", "-w", "colo-gpu2", "--gres=gpu:1", "--open-mode=append")
     a = sbatch(*pin, "--colocate-class=resnet18-bs32", body=f"{run} 45 --slowed-by {marker}")
     wait_running(a.job_id)
@@ -99,10 +94,7 @@ def test_a_kept_set_is_judged_again_over_tcp_when_a_job_leaves_it(fresh: None) -
     requeues it."""
     stamp = time.time_ns()
     new_marker, third_marker = OUT / f"again-new-{stamp}", OUT / f"again-third-{stamp}"
-    standin = OUT / "standin_job.py"
-    standin.write_text(STANDIN.read_text())
-    standin.chmod(0o644)
-    run = f"{PY} {standin}"
+    run = standin_cmd()
     pin = ("--colocate", "-w", "colo-gpu2", "--gres=gpu:1", "--open-mode=append")
     slowed = f"--slowed-by {new_marker} --unless {third_marker}"
     a = sbatch(*pin, "--colocate-class=resnet18-bs32", body=f"{run} 120 {slowed}")

@@ -17,7 +17,6 @@ from .labtools import (
     LAB_CONFIG,
     LAB_DIR,
     OUT,
-    REPO,
     Submitted,
     agent_cli,
     agent_refresh,
@@ -26,22 +25,12 @@ from .labtools import (
     run,
     sbatch,
     squeue,
+    standin_cmd,
     start_agent_only,
     stop_agent,
     wait_for,
     wait_running,
 )
-
-PY = "/opt/slurm-colo-lab/venv/bin/python"
-
-
-def _standin() -> str:
-    """The lab's stand-in training job (contrib/lab/standin_job.py), where the jobs' user
-    can read it; returns how to run it."""
-    path = OUT / "standin_job.py"
-    path.write_text((REPO / "contrib" / "lab" / "standin_job.py").read_text())
-    path.chmod(0o644)
-    return f"{PY} {path}"
 
 
 def _alice(cls: str, script: str, *extra: str) -> Submitted:
@@ -63,7 +52,7 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_once_its_gpu_is_free(
     fresh_agent: None,
 ) -> None:
     marker = OUT / f"undo-marker-{time.time_ns()}"
-    standin = _standin()
+    standin = standin_cmd()
     a = _alice("resnet18-bs32", f"{standin} 40 --slowed-by {marker}")
     wait_running(a.job_id)
     time.sleep(6)  # the incumbent runs alone first: its solo speed is measured
@@ -127,7 +116,7 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(fresh_agen
     (a second look) and the agent requeues it."""
     stamp = time.time_ns()
     new_marker, third_marker = OUT / f"again-new-{stamp}", OUT / f"again-third-{stamp}"
-    standin = _standin()
+    standin = standin_cmd()
     slowed = f"--slowed-by {new_marker} --unless {third_marker}"
     a = _alice("resnet18-bs32", f"{standin} 120 {slowed}")
     wait_running(a.job_id)

@@ -13,17 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from .vlab import CLAB, PY, REPO, VersionLab, number, wait_for
+from .vlab import CLAB, VersionLab, number, wait_for
 
 OUT = f"{CLAB}/out"
 ENV = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE)'"
-
-
-def _standin(lab: VersionLab) -> str:
-    """The lab's stand-in training job (contrib/lab/standin_job.py) inside the chroot;
-    returns how to run it."""
-    text = (REPO / "contrib" / "lab" / "standin_job.py").read_text()
-    return f"{PY} {lab.write_file(f'{OUT}/standin_job.py', text)}"
 
 
 @pytest.fixture()
@@ -39,7 +32,7 @@ def test_a_harmful_newcomer_is_requeued_and_runs_again_on_its_own(
 ) -> None:
     lab = fresh_agent
     marker = f"{OUT}/undo-marker-{time.time_ns()}"
-    run = _standin(lab)
+    run = lab.standin_cmd()
     a = lab.sbatch(
         "--colocate",
         "--colocate-class=resnet18-bs32",
@@ -114,7 +107,7 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(
     lab = fresh_agent
     stamp = time.time_ns()
     new_marker, third_marker = f"{OUT}/again-new-{stamp}", f"{OUT}/again-third-{stamp}"
-    run = _standin(lab)
+    run = lab.standin_cmd()
 
     def alice(cls: str, script: str, *extra: str) -> int:
         job = lab.sbatch(

@@ -234,6 +234,12 @@ class VersionLab:
         path.chmod(0o644)
         return inside
 
+    def standin_cmd(self) -> str:
+        """The lab's stand-in training job (contrib/lab/standin_job.py) inside the chroot,
+        where the jobs' user can read it; returns how to run it."""
+        text = (REPO / "contrib" / "lab" / "standin_job.py").read_text()
+        return f"{PY} {self.write_file(f'{CLAB}/out/standin_job.py', text)}"
+
     @contextmanager
     def agent_config(self, **placement: str | float) -> Iterator[None]:
         """The agent restarted with these ``[placement]`` settings (a copy of the lab's
