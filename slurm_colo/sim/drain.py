@@ -81,8 +81,10 @@ class StarvationGuard:
             if gres_type is None
             else (self.held_since[j] for j in self.held.get(gres_type, {}))
         )
+        oldest = min(held, default=None)
         queue = self.waiting.oldest()
-        oldest = min([*held, *([] if queue is None else [queue])], default=None)
+        if queue is not None and (oldest is None or queue < oldest):
+            oldest = queue
         return waits_behind(since, oldest, self.sim.now, self.cfg)
 
     def _behind_queue(self, since: float) -> bool:

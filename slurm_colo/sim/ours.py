@@ -283,6 +283,10 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         waits its turn (:meth:`_behind`, for that GPU's shard type)."""
         if since is not None and self._behind_queue(since):
             return "behind"  # a waiting job that may take any GPU: no placement needed
+        return self._try_in_turn(jid, hold_idle, since)
+
+    def _try_in_turn(self, jid: int, hold_idle: bool, since: float | None) -> str:
+        """:meth:`_try` for a job known not to wait behind the waiting queue's oldest job."""
         self._count_queue()
         d = place(self._req(jid), self.view, self.scores, self.cfg)
         if since is not None and d.shared and self._behind(since, d.gres_type):

@@ -42,7 +42,7 @@ class SchedulingPass:
     def _start_whole(self, jid: int, gpus: list[int]) -> None:
         raise NotImplementedError
 
-    def _try(self, jid: int, hold_idle: bool, since: float | None = None) -> str:
+    def _try_in_turn(self, jid: int, hold_idle: bool, since: float | None) -> str:
         raise NotImplementedError
 
     def _count_queue(self) -> None:
@@ -127,7 +127,7 @@ class SchedulingPass:
                     )
                 if not may:
                     return
-            res = self._try(jid, self._hold_idle, since)
+            res = self._try_in_turn(jid, self._hold_idle, since)  # turn checked above
             if res == "started":
                 self.waiting.pop(sid)
                 self._started += 1
