@@ -12,7 +12,7 @@ from .scores import ClassInfo, PairScore, ScoreTable
 def table_from_measurements(data: GavelData, sd: float = 0.03) -> ScoreTable:
     t = ScoreTable(
         id=f"measured-{data.gpu}",
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         gpu_model=data.gpu,
         classes={c: ClassInfo(solo_rate=r) for c, r in data.solo.items()},
         training={"source": f"measured pairs ({data.gpu})", "model": "none (measured values)"},

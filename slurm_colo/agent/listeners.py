@@ -67,7 +67,7 @@ def unix_server(path: Path, answer: Answer, stop: threading.Event) -> socketserv
             while not stop.is_set():
                 try:
                     line = self.rfile.readline(MAX_LINE + 1)
-                except (socket.timeout, OSError):
+                except (TimeoutError, OSError):
                     return
                 if not line:
                     return
@@ -110,7 +110,7 @@ def tcp_servers(
             while not stop.is_set():
                 try:
                     line = self.rfile.readline(transport.MAX_REQUEST_ENVELOPE + 1)
-                except (socket.timeout, OSError):
+                except (TimeoutError, OSError):
                     return
                 if not line:
                     return

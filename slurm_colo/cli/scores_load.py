@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,10 +17,10 @@ def register(app: typer.Typer) -> None:
 
     @scores_app.command("load")
     def load(
-        file: Optional[Path] = typer.Argument(
+        file: Path | None = typer.Argument(
             None, help="A score file in format slurm-colo-scores/1."
         ),
-        measured: Optional[str] = typer.Option(
+        measured: str | None = typer.Option(
             None,
             "--measured",
             help="Instead of FILE: use the bundled measured pair data of this GPU type (v100, k80).",
@@ -33,7 +32,7 @@ def register(app: typer.Typer) -> None:
             "scores.path; GPUs of that model in [[gpus]] are judged with it) instead of "
             "the site default.",
         ),
-        config: Optional[Path] = ConfigOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Validate a score table and publish it atomically as the live set (the agent picks it up)."""
         cfg = load_config(config)

@@ -6,7 +6,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(__version__)
 
     @app.command()
-    def agent(config: Optional[Path] = ConfigOpt) -> None:
+    def agent(config: Path | None = ConfigOpt) -> None:
         """Run the placement agent (a long-running daemon; systemd unit in contrib/)."""
         from ..agent.server import Agent
 
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
     def explain(
         job_id: int = typer.Argument(..., help="Slurm job id"),
         json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        config: Optional[Path] = ConfigOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Say where a --colocate job was placed and why (or why it got a GPU of its own)."""
         from slurm_colo.contracts import client
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
             "--release",
             help="Release them all now, without the agent (see the admin guide).",
         ),
-        config: Optional[Path] = ConfigOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Jobs held for the agent to release (requeued after a harmful probe, or held at
         submission), read from Slurm; --release lets them go without the agent."""
@@ -199,7 +199,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def status(
         json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        config: Optional[Path] = ConfigOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Every shared GPU with its occupants, limits, time together and predicted delta."""
         from slurm_colo.contracts import client

@@ -76,7 +76,7 @@ def _unix_request(
             raise AgentError(
                 f"nothing listens on {socket_path}", hint="start the agent: slurm-colo agent"
             ) from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise AgentError(f"agent did not answer within {timeout_s:g}s") from None
         except OSError as e:
             raise AgentError(f"agent socket {socket_path}: {e.strerror or e}") from None

@@ -74,7 +74,7 @@ class JobRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
+    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
         d = dict(d)
         d.pop("record_id", None)
         d["co_runners"] = [CoRunner(**c) for c in d.get("co_runners", [])]

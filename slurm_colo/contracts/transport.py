@@ -331,7 +331,7 @@ def _exchange(addr: Address, line: bytes, timeout_s: float, deadline: float, lim
             else "start the agent on the head node; agent.listen there must name this port"
         )
         raise AgentError(f"nothing listens on {where}", hint=hint) from None
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise AgentError(f"agent at {where} did not answer within {timeout_s:g}s") from None
     except socket.gaierror as e:
         raise AgentError(

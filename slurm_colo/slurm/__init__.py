@@ -9,10 +9,10 @@ from .gate import SlurmBackend, open_backend
 from .model import GresAlloc, SlurmJob, SlurmNode, parse_gres_detail
 
 __all__ = [
-    "SlurmBackend",
-    "open_backend",
     "GresAlloc",
+    "SlurmBackend",
     "SlurmJob",
     "SlurmNode",
+    "open_backend",
     "parse_gres_detail",
 ]

@@ -5,7 +5,7 @@ they always run, elsewhere a non-root run skips them."""
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

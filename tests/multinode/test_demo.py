@@ -23,10 +23,10 @@ def test_the_readme_demo_runs_on_the_multinode_lab(fresh: None) -> None:  # noqa
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
-    shared = re.findall(r"^GPU (\d) of (colo-gpu\d):   <- shared$", out, re.M)
+    shared = re.findall(r"^GPU (\d) of (colo-gpu\d):   <- shared$", out, re.MULTILINE)
     assert shared, out[-3000:]  # at least one GPU runs two --colocate jobs
     # the K80 partition's jobs ran on the K80 node only (Slurm keeps ended jobs a while)
-    k80 = [int(i) for i in re.findall(r"^  \w+ +(\d+) +sbatch .*-p k80", out, re.M)]
+    k80 = [int(i) for i in re.findall(r"^  \w+ +(\d+) +sbatch .*-p k80", out, re.MULTILINE)]
     q = squeue()
     assert len(k80) == 2 and all(q[i]["nodes"] == "colo-gpu3" for i in k80), k80
     assert "placed on GPU" in out and "own GPU" in out  # explain: shared and unshared jobs

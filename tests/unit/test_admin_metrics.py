@@ -114,9 +114,12 @@ def test_every_family_has_help_and_type_and_counters_end_in_total():
 
 def test_gpu_occupants_split_running_and_pending():
     _, samples = parse(render(SNAPSHOT))
-    running = {(l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_occupants")}
+    running = {
+        (lab["node"], lab["gpu"]): v for lab, v in _values(samples, "slurm_colo_gpu_occupants")
+    }
     pending = {
-        (l["node"], l["gpu"]): v for l, v in _values(samples, "slurm_colo_gpu_pending_occupants")
+        (lab["node"], lab["gpu"]): v
+        for lab, v in _values(samples, "slurm_colo_gpu_pending_occupants")
     }
     assert running == {("gpu01", "1"): "1", ("gpu02", "0"): "0"}
     assert pending == {("gpu01", "1"): "1", ("gpu02", "0"): "0"}
@@ -127,30 +130,33 @@ def test_label_values_are_escaped_and_round_trip():
     assert 'class="we\\"ird\\\\cls\\nx"' in text
     _, samples = parse(text)
     occ = _values(samples, "slurm_colo_gpu_occupant_thread_percent")
-    classes = {l["class"]: (l["job_id"], l["pending"], v) for l, v in occ}
+    classes = {lab["class"]: (lab["job_id"], lab["pending"], v) for lab, v in occ}
     assert classes == {"resnet50": ("42", "false", "50"), 'we"ird\\cls\nx': ("", "true", "50")}
 
 
 def test_none_values_give_no_sample():
     _, samples = parse(render(SNAPSHOT))
-    delta = {l["node"]: v for l, v in _values(samples, "slurm_colo_gpu_predicted_delta")}
-    slow = {l["node"]: v for l, v in _values(samples, "slurm_colo_gpu_observed_slowdown")}
+    delta = {lab["node"]: v for lab, v in _values(samples, "slurm_colo_gpu_predicted_delta")}
+    slow = {lab["node"]: v for lab, v in _values(samples, "slurm_colo_gpu_observed_slowdown")}
     assert delta == {"gpu01": "1.31"}
     assert slow == {"gpu02": "1.12"}
 
 
 def test_decisions_fallbacks_scores_and_requests():
     _, samples = parse(render(SNAPSHOT))
-    dec = {(l["action"], l["reason"]): v for l, v in _values(samples, "slurm_colo_decisions_total")}
+    dec = {
+        (lab["action"], lab["reason"]): v
+        for lab, v in _values(samples, "slurm_colo_decisions_total")
+    }
     assert dec == {("share", "compatible"): "7", ("exclusive", "no_partner"): "2"}
-    fb = {l["reason"]: v for l, v in _values(samples, "slurm_colo_fallbacks_total")}
+    fb = {lab["reason"]: v for lab, v in _values(samples, "slurm_colo_fallbacks_total")}
     assert fb == {"agent_timeout": "3"}
     assert _values(samples, "slurm_colo_scores_info") == [({"id": "2026-11-22T03:00"}, "1")]
     assert _values(samples, "slurm_colo_scores_age_seconds") == [({}, "5400.0")]
     assert _values(samples, "slurm_colo_requests_total") == [({}, "12")]
     assert _values(samples, "slurm_colo_request_duration_seconds_sum") == [({}, "0.25")]
     assert _values(samples, "slurm_colo_request_duration_seconds_count") == [({}, "12")]
-    pr = {l["verdict"]: v for l, v in _values(samples, "slurm_colo_probes_total")}
+    pr = {lab["verdict"]: v for lab, v in _values(samples, "slurm_colo_probes_total")}
     assert pr == {"kept": "5", "undone": "1"}
     assert _values(samples, "slurm_colo_held_jobs") == [({}, "1")]
 
@@ -209,5 +215,5 @@ def test_pending_placements_without_job_id_keep_unique_series():
     ]
     snap = {"gpus": [{"node": "n", "index": 0, "gres_type": "s0", "occupants": occ}]}
     _, samples = parse(render(snap))
-    ids = [l["job_id"] for l, _ in _values(samples, "slurm_colo_gpu_occupant_thread_percent")]
+    ids = [lab["job_id"] for lab, _ in _values(samples, "slurm_colo_gpu_occupant_thread_percent")]
     assert ids == ["tok0", "tok1"]

@@ -205,7 +205,7 @@ def test_fit_gavel_predicts_a_full_table_from_some_pairs() -> None:
 def test_the_published_fit_reuses_the_hyper_parameters_the_held_out_check_scored(
     monkeypatch,
 ) -> None:  # type: ignore[no-untyped-def]
-    import slurm_colo.model.gp as gp
+    from slurm_colo.model import gp
     from slurm_colo.model.validate import holdout_mae
 
     obs = synthetic()

@@ -11,7 +11,7 @@ H = 3600.0
 
 def test_a_shrinking_queue_is_forecast_to_run_out() -> None:
     t = QueueTrend(window_s=6 * H, step_s=300.0)
-    for k in range(0, 6 * 12 + 1):  # every 5 min for 6 h, 10 fewer jobs an hour
+    for k in range(6 * 12 + 1):  # every 5 min for 6 h, 10 fewer jobs an hour
         t.observe(k * 300.0, 200.0 - 10.0 * k / 12)
     assert t.slope_per_h() == pytest.approx(-10.0)
     assert t.hours_to_empty() == pytest.approx(14.0)  # 140 left at 10 an hour

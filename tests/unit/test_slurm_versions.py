@@ -71,7 +71,7 @@ def test_squeue_of_newer_slurm(v: str) -> None:
 
 def test_the_same_jobs_read_the_same_on_both_newer_versions() -> None:
     a, b = (parse_squeue(_load(f"squeue-{v}.json")) for v in NEW)
-    strip = lambda js: [(j.job_id, j.state, j.gres, j.tres_per_node, j.comment) for j in js]
+    strip = lambda js: [(j.job_id, j.state, j.gres, j.tres_per_node, j.comment) for j in js]  # noqa: E731
     assert strip(a) == strip(b)
 
 

@@ -421,11 +421,13 @@ BIG_SHARE = format_reply("JOBSTART", {"placement": {"mps_pct": 100}})
 @pytest.mark.parametrize("how", ["signed with another key", "unsigned"])
 def test_tcp_reply_from_an_impostor_is_refused(foreign, node, how):
     """Something else answers on the agent's port: it cannot hand out placements."""
-    if how == "unsigned":
-        respond, err = (lambda line: BIG_SHARE), Unauthenticated
-    else:
-        respond = lambda line: transport.seal_reply(BIG_SHARE, line, CLUSTER, enc(foreign))
-        err = CredentialForeign
+
+    def respond(line: bytes) -> bytes:
+        if how == "unsigned":
+            return BIG_SHARE
+        return transport.seal_reply(BIG_SHARE, line, CLUSTER, enc(foreign))
+
+    err = Unauthenticated if how == "unsigned" else CredentialForeign
     impostor = TcpAgent(foreign, respond=respond)
     try:
         with pytest.raises(err):
