@@ -41,7 +41,7 @@ apt-get install -y -qq --no-install-recommends \
   python3-venv postgresql curl ${suites[0]:+mmdebstrap} >/dev/null
 echo "[tests] packages installed ($(( $(date +%s) - t0 ))s)"
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import slurm_colo, pytest, psycopg, mkdocs' 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import slurm_colo, pytest, psycopg, mkdocs, ruff' 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[test,postgres,docs]"
