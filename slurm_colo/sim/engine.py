@@ -37,8 +37,10 @@ class SimConfig:
     #: how long a new shared set runs before Gandiva-random observes it (our policies use
     #: the agent's placement.probe_s)
     probe_s: float = 600.0
-    #: how often observations are folded into the score table ("nightly retrain")
-    relearn_s: float = 86400.0
+    #: how soon what a kept set's probe measured is laid over the score table: the agent
+    #: does so at its next look at Slurm (agent.refresh_interval_s, 5 s); a harmful set's
+    #: measurements are used at once
+    relearn_s: float = 5.0
     seed: int = 0
 
 

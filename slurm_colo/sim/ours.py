@@ -18,9 +18,10 @@ Both keep the slowest-to-start job from starving (:mod:`.drain`, the agent's gua
 requeued by an undo are aimed again as the agent does (:mod:`.held`); the waiting jobs are
 grouped by signature (:mod:`.waiting`).
 With ``learn``, a new set is observed after ``placement.probe_s`` and judged by the agent's code
-(:mod:`slurm_colo.placement.retract`); what it showed is folded into the score table every
-``relearn_s`` (the nightly retrain). A harmful set is undone as ``undo`` says (see
-:data:`UNDO`; the live agent's is ``requeue``) and its observations are used at once.
+(:mod:`slurm_colo.placement.retract`); what a kept set showed is laid over the score table
+at the next pass ``relearn_s`` (5 s) after the last, as the agent does at its next look at
+Slurm. A harmful set is undone as ``undo`` says (see :data:`UNDO`; the live agent's is
+``requeue``) and its observations are used at once.
 """
 
 from __future__ import annotations
@@ -253,6 +254,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
 
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:
+        obs = {k: p for k, p in obs.items() if self.scores.pair(*k) != p}  # news only
         if not obs:
             return
         self.scores = with_pairs(self.scores, obs)

@@ -92,22 +92,43 @@ def test_a_wrong_prediction_is_retracted_and_learned() -> None:
     assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000 - 60 * 0.3)
 
 
-def test_without_undo_a_wrong_pair_runs_on_and_is_learned_at_the_nightly_retrain() -> None:
-    # placement.undo = "off": the bad pair runs to the end, and only the next retrain
-    # (relearn_s) teaches the scores
+def test_without_undo_a_wrong_pair_runs_on_and_is_learned_from_its_probe() -> None:
+    # placement.undo = "off": the bad pair runs to the end; what its probe measured teaches
+    # the scores all the same
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     sched = PolicyScheduler(
         "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="none"
     )
     tr = [job(0, 0, 600, "a"), job(1, 1, 600, "x"), job(2, 5000, 100, "x")]
-    sim = run(tr, sched, relearn_s=3600)
+    sim = run(tr, sched)
     assert sched.retractions == 0 and sim.runs[1].evictions == 0
     # together at 0.3 each from t=1 until a ends (a had done 1 unit alone)
     assert sim.runs[0].end == pytest.approx(1 + 599 / 0.3)
     learned = sched.scores.pair("x", "a")
     assert learned.observed and learned.n_a == pytest.approx(0.3)
     assert summarize(sim).over_limit_jobs == 2
+
+
+def test_a_kept_sets_measurements_are_used_at_the_next_pass_as_the_agent_does() -> None:
+    # a and b are predicted at 0.95 each and run at 0.9: the probe keeps the pair. The agent
+    # lays what it measured over its scores at its next look at Slurm, not at the nightly
+    # retrain; relearn_s (5 s) is that delay in the simulator
+    def hopeful() -> PolicyScheduler:
+        wrong = oracle_scores(data())
+        wrong.pairs[("a", "b")] = PairScore(0.95, 0.95, 0.01, observed=False)
+        return PolicyScheduler("ours", wrong, replace(CFG, probe_s=60), learn=True)
+
+    tr = [job(0, 0, 5000, "a"), job(1, 1, 5000, "b")]
+    sched = hopeful()
+    sim = run(tr, sched)
+    assert sched.retractions == 0 and sim.runs[1].first_start == pytest.approx(1)
+    learned = sched.scores.pair("a", "b")
+    assert learned.observed and learned.n_a == pytest.approx(0.9) == learned.n_b
+    assert sched.relearns == 1
+    late = hopeful()
+    run(tr, late, relearn_s=86400)  # a daily fold: the 1.5 h run ends before it
+    assert not late.scores.pair("a", "b").observed and late.relearns == 0
 
 
 def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
