@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import standin
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,9 +179,6 @@ def node_pids(node: str) -> list[int]:
 
 
 def standin_cmd() -> str:
-    """The lab's stand-in training job (contrib/lab/standin_job.py), copied where the jobs'
-    user can read it on the GPU nodes; returns how to run it."""
-    path = OUT / "standin_job.py"
-    path.write_text((REPO / "contrib" / "lab" / "standin_job.py").read_text())
-    path.chmod(0o644)
-    return f"{PY} {path}"
+    """The lab's stand-in training job, copied where the jobs' user can read it on the GPU
+    nodes; returns how to run it."""
+    return standin.standin_cmd(OUT, PY)

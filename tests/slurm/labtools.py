@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import standin
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,6 @@ LAB_CONFIG = Path("/etc/slurm-colo/config.toml")
 #: the lab's installed copy (contrib/lab/up.sh --single), as the hooks and the agent run it
 CLI = os.environ.get("LAB_CLI", "/opt/slurm-colo-lab/venv/bin/slurm-colo")
 PY = "/opt/slurm-colo-lab/venv/bin/python"
-STANDIN = REPO / "contrib" / "lab" / "standin_job.py"
 SHARED_GPUS = {0, 1}
 RETRY_AFTER_S = 2.0  # agent.retry_after_s in the lab config
 
@@ -201,9 +201,6 @@ def agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def standin_cmd() -> str:
-    """The lab's stand-in training job (contrib/lab/standin_job.py), copied where the jobs'
-    user can read it; returns how to run it."""
-    path = OUT / "standin_job.py"
-    path.write_text(STANDIN.read_text())
-    path.chmod(0o644)
-    return f"{PY} {path}"
+    """The lab's stand-in training job, copied where the jobs' user can read it; returns how
+    to run it."""
+    return standin.standin_cmd(OUT, PY)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from standin import standin_text
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,8 +238,7 @@ class VersionLab:
     def standin_cmd(self) -> str:
         """The lab's stand-in training job (contrib/lab/standin_job.py) inside the chroot,
         where the jobs' user can read it; returns how to run it."""
-        text = (REPO / "contrib" / "lab" / "standin_job.py").read_text()
-        return f"{PY} {self.write_file(f'{CLAB}/out/standin_job.py', text)}"
+        return f"{PY} {self.write_file(f'{CLAB}/out/standin_job.py', standin_text())}"
 
     @contextmanager
     def agent_config(self, **placement: str | float) -> Iterator[None]:
