@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..config import AgentConfig
 from ..errors import ColoError
 from .trace import SimJob
 from .truth import Truth
@@ -38,9 +39,9 @@ class SimConfig:
     #: the agent's placement.probe_s)
     probe_s: float = 600.0
     #: how soon what a kept set's probe measured is laid over the score table: the agent
-    #: does so at its next look at Slurm (agent.refresh_interval_s, 5 s); a harmful set's
+    #: does so at its next look at Slurm (``agent.refresh_interval_s``); a harmful set's
     #: measurements are used at once
-    relearn_s: float = 5.0
+    learn_interval_s: float = AgentConfig.refresh_interval_s
     seed: int = 0
 
 

@@ -19,8 +19,8 @@ requeued by an undo are aimed again as the agent does (:mod:`.held`); the waitin
 grouped by signature (:mod:`.waiting`).
 With ``learn``, a new set is observed after ``placement.probe_s`` and judged by the agent's code
 (:mod:`slurm_colo.placement.retract`); what a kept set showed is laid over the score table
-at the next pass ``relearn_s`` (5 s) after the last, as the agent does at its next look at
-Slurm. A harmful set is undone as ``undo`` says (see :data:`UNDO`; the live agent's is
+at the first pass ``SimConfig.learn_interval_s`` after the last time it learned, as the
+agent does at its next look at Slurm. A harmful set is undone as ``undo`` says (see :data:`UNDO`; the live agent's is
 ``requeue``) and its observations are used at once.
 """
 
@@ -88,7 +88,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         #: the settings whose ``why_not_undone`` a harmful set's newest job is judged by
         self._undo_cfg = cfg if undo == "requeue" else replace(cfg, undo=Undo.REQUEUE)
         self.explored = 0
-        self.relearns = 0
+        self.learn_folds = 0
         self.reservations = 0
         self._pending_obs: dict[tuple[str, str], PairScore] = {}
         self._last_learn = 0.0
@@ -325,10 +325,11 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
 
     # ---- the scheduling pass ---------------------------------------------------------
     def schedule(self, sim: Sim) -> None:
-        if self.learn and self._pending_obs and sim.now - self._last_learn >= sim.cfg.relearn_s:
+        due = sim.now - self._last_learn >= sim.cfg.learn_interval_s
+        if self.learn and self._pending_obs and due:
             obs, self._pending_obs = self._pending_obs, {}
             self._last_learn = sim.now
-            self.relearns += 1
+            self.learn_folds += 1
             self._apply(obs)
         while True:
             dirty, self.changed = self.changed, set()

@@ -113,7 +113,7 @@ def test_without_undo_a_wrong_pair_runs_on_and_is_learned_from_its_probe() -> No
 def test_a_kept_sets_measurements_are_used_at_the_next_pass_as_the_agent_does() -> None:
     # a and b are predicted at 0.95 each and run at 0.9: the probe keeps the pair. The agent
     # lays what it measured over its scores at its next look at Slurm, not at the nightly
-    # retrain; relearn_s (5 s) is that delay in the simulator
+    # retrain; learn_interval_s (the agent's refresh_interval_s) is that delay in the simulator
     def hopeful() -> PolicyScheduler:
         wrong = oracle_scores(data())
         wrong.pairs[("a", "b")] = PairScore(0.95, 0.95, 0.01, observed=False)
@@ -125,10 +125,10 @@ def test_a_kept_sets_measurements_are_used_at_the_next_pass_as_the_agent_does() 
     assert sched.retractions == 0 and sim.runs[1].first_start == pytest.approx(1)
     learned = sched.scores.pair("a", "b")
     assert learned.observed and learned.n_a == pytest.approx(0.9) == learned.n_b
-    assert sched.relearns == 1
+    assert sched.learn_folds == 1
     late = hopeful()
-    run(tr, late, relearn_s=86400)  # a daily fold: the 1.5 h run ends before it
-    assert not late.scores.pair("a", "b").observed and late.relearns == 0
+    run(tr, late, learn_interval_s=86400)  # a daily fold: the 1.5 h run ends before it
+    assert not late.scores.pair("a", "b").observed and late.learn_folds == 0
 
 
 def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
