@@ -11,8 +11,11 @@ look like if one job of class ``c`` joined it (same rules as
 * ``never``, ``known`` and ``unproven`` (a pair with the newcomer never measured).
 
 A GPU's row is recomputed only when its occupants change (``ClusterView.add_occupant``,
-``remove_occupant``, ``touch``). The index belongs to one score table and one config; a
-new table rebuilds it. Pure: numpy arithmetic only.
+``remove_occupant``, ``touch``). The index belongs to one score table and one config. A
+new table that differs from the index's only in some pairs (what was learned, laid over
+it) updates the index in place (:meth:`PlacementIndex.rescore`): only the GPUs holding a
+class of a changed pair are recomputed. Any other new table rebuilds it. Pure: numpy
+arithmetic only.
 """
 
 from __future__ import annotations
@@ -107,20 +110,14 @@ class PlacementIndex:
         """Pair predictions between every two classes (read-only once built: shared by
         every index of the same score table and class list)."""
         k = len(self.names)
-        s = self.scores
         self.N = np.ones((k, k))
         self.S2 = np.zeros((k, k))
         self.NEVER = np.zeros((k, k), dtype=bool)
         self.KNOWN = np.ones((k, k), dtype=bool)
         self.OBS = np.zeros((k, k), dtype=bool)
-        for a, i in self.cix.items():
-            for b, j in self.cix.items():
-                p = s.pair(a, b)
-                self.N[i, j] = p.n_a
-                self.S2[i, j] = p.sd * p.sd
-                self.NEVER[i, j] = p.never
-                self.KNOWN[i, j] = p.known
-                self.OBS[i, j] = p.observed
+        for i in range(k):
+            for j in range(k):
+                self._pair_entry(i, j)
         self.NT = np.ascontiguousarray(self.N.T)
         self._lists = (self.N.tolist(), self.S2.tolist(), self.NEVER.tolist(), self.KNOWN.tolist())
 
@@ -150,6 +147,50 @@ class PlacementIndex:
         self._alloc_rows()
         self._build()
         return self.cix[cls]
+
+    def rescore(self, scores: ScoreTable) -> bool:
+        """Take ``scores`` in place of the index's table when the two differ only in pairs
+        between known classes: the class matrices are patched, and only the rows of GPUs
+        holding a class of a changed pair are recomputed (the same numbers a rebuild gives).
+        False, leaving the index as it was, when ``scores`` differs in anything else."""
+        changed = changed_classes(self.scores, scores)
+        if changed is None or not changed <= self.cix.keys():
+            return False
+        ix = sorted(self.cix[c] for c in changed)
+        self.scores = scores
+        self.N, self.S2 = self.N.copy(), self.S2.copy()
+        self.NEVER, self.KNOWN, self.OBS = self.NEVER.copy(), self.KNOWN.copy(), self.OBS.copy()
+        for i in ix:
+            for j in range(len(self.names)):
+                self._pair_entry(i, j)
+                self._pair_entry(j, i)
+        self.NT = np.ascontiguousarray(self.N.T)
+        self._lists = (self.N.tolist(), self.S2.tolist(), self.NEVER.tolist(), self.KNOWN.tolist())
+        rows = {k: r for k, r in self._rows.items() if changed.isdisjoint(k)}
+        _SHARED.update(
+            classes=(scores, tuple(self.names)),
+            matrices=(self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists),
+            cfg=self.cfg,
+            rows=rows,
+        )
+        self._rows = rows
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, g in enumerate(self.gpus):
+            key = tuple(sorted(o.cls for o in g.occupants))
+            # a GPU with a class the index lacks is dirty: ``update`` adds the class
+            if not changed.isdisjoint(key) and self.cix.keys() >= set(key):
+                groups.setdefault(key, []).append(i)
+        for key, pos in groups.items():
+            self._put(np.array(pos, dtype=np.int64), self._row(key))
+        return True
+
+    def _pair_entry(self, i: int, j: int) -> None:
+        p = self.scores.pair(self.names[i], self.names[j])
+        self.N[i, j] = p.n_a
+        self.S2[i, j] = p.sd * p.sd
+        self.NEVER[i, j] = p.never
+        self.KNOWN[i, j] = p.known
+        self.OBS[i, j] = p.observed
 
     # ---- rows --------------------------------------------------------------------------
     def _scalars(self, i: int, g: GpuView) -> None:
@@ -382,3 +423,20 @@ class PlacementIndex:
     def fits(self, pos: int, est: float | None) -> bool:
         """Whether GPU ``pos`` has the memory for a job of estimate ``est``."""
         return bool(self.free[pos] >= self.need_at(est, pos))
+
+
+def changed_classes(old: ScoreTable, new: ScoreTable) -> set[str] | None:
+    """The classes of the pairs in which ``new`` differs from ``old`` (either orientation),
+    or None when the tables differ in anything but pairs (classes, prior)."""
+    if new.prior_n != old.prior_n or new.prior_sd != old.prior_sd:
+        return None
+    if new.classes is not old.classes and new.classes != old.classes:
+        return None
+    out: set[str] = set()
+    a, b = old.pairs, new.pairs
+    for k, p in b.items():
+        if a.get(k) != p:
+            out.update(k)
+    for k in a.keys() - b.keys():
+        out.update(k)
+    return out

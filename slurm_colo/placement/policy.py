@@ -153,10 +153,10 @@ def index_for(view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> Pl
     idx = view.policy_state
     if (
         not isinstance(idx, PlacementIndex)
-        or idx.scores is not scores
         or idx.gpus is not view.gpus
         or len(idx.open) != len(view.gpus)
         or (idx.cfg is not cfg and idx.cfg != cfg)
+        or (idx.scores is not scores and not idx.rescore(scores))
     ):
         view.dirty.clear()
         idx = view.policy_state = PlacementIndex(view, scores, cfg)

@@ -416,3 +416,39 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
             assert d.action == action, (trial, q, d.reason)
             if d.shared:
                 assert view.position(d.node or "", d.index or 0) in allowed, (trial, q, d.reason)
+
+
+def test_a_table_with_learned_pairs_updates_the_index_to_what_a_rebuild_gives() -> None:
+    from slurm_colo.placement.policy import index_for
+    from slurm_colo.placement.retract import with_pairs
+
+    rng = random.Random(5)
+    classes = ["a", "b", "c", "d"]
+    view = ClusterView([gpu(i, node=f"n{i // 4}", slots=3) for i in range(12)])
+    for g in view.gpus:
+        for k in range(rng.randrange(0, 3)):
+            g.occupants.append(occ(f"{g.index}{g.node}{k}", rng.choice(classes)))
+    cfg = PlacementConfig(cross_user="shard", explore_rate=0.2)
+    t = SCORES
+    idx = index_for(view, t, cfg)
+    rescored = 0
+    for step in range(60):
+        a, b = rng.choice(classes), rng.choice(classes)
+        n = rng.uniform(0.5, 1.0)
+        t = with_pairs(t, {(a, b): PairScore(n, n, rng.uniform(0, 0.1), observed=True)})
+        g = view.gpus[rng.randrange(len(view.gpus))]
+        if step % 3 == 0 and g.free_slots > 0:
+            view.add_occupant(g, occ(f"o{step}", rng.choice(classes)))
+        before = idx
+        idx = index_for(view, t, cfg)
+        rescored += idx is before
+        fresh = index_for(ClusterView(copy.deepcopy(view.gpus)), t, cfg)
+        for name in ("new_rate", "min_rate", "sum_rate", "var", "acc_all", "acc_explore_all"):
+            for c in classes:
+                got = getattr(idx, name)[idx.cix[c]]
+                want = getattr(fresh, name)[fresh.cix[c]]
+                assert got.tolist() == want.tolist(), (step, name, c)
+        j = job(f"q{step}", rng.choice(classes))
+        assert place(j, view, t, cfg) == place(j, ClusterView(copy.deepcopy(view.gpus)), t, cfg)
+    # every new table was taken in place: the cluster's classes were all in the index
+    assert rescored == 60
