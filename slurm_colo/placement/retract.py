@@ -160,26 +160,44 @@ def observed_pairs(
 ) -> dict[tuple[str, str], PairScore]:
     """Pair throughputs read from a set: exact for two jobs; for more, the newcomer's effect
     on each member is that member's rate over the predicted effect of the others, and the
-    newcomer's own slowdown is split evenly between its partners (geometric mean). A side
-    that was not measured keeps the table's prediction; a pair with neither side measured
-    is left out."""
+    newcomer's own slowdown is split between its partners as the table predicts it
+    (:func:`split_slowdown`). A side that was not measured keeps the table's prediction; a
+    pair with neither side measured is left out."""
     others = [m for m in members if m.key != new.key]
     k = len(others)
-    n_new = max(new.n, 0.0) ** (1.0 / k)
+    n_new = split_slowdown(new.n, [scores.pair(new.cls, m.cls).n_a for m in others])
     out: dict[tuple[str, str], PairScore] = {}
-    for m in others:
+    for m, n_new_m in zip(others, n_new, strict=True):
         if not (new.measured or m.measured):
             continue
         pred = _predicted(m.cls, [o.cls for o in others if o.key != m.key], scores)
         n_m = min(m.n / pred, 1.0) if pred > 0 else m.n
         table = scores.pair(new.cls, m.cls)
         out[(new.cls, m.cls)] = PairScore(
-            n_new if new.measured else table.n_a,
+            n_new_m if new.measured else table.n_a,
             n_m if m.measured else table.n_b,
             0.02 if k == 1 else 0.05,
             observed=True,
         )
     return out
+
+
+def split_slowdown(rate: float, predicted: Sequence[float]) -> list[float]:
+    """A job's measured ``rate`` next to several partners, split into one rate per partner
+    whose product is ``rate`` (multiplicative composition): each partner takes the share
+    of the slowdown the table predicts for it (``predicted``: the job's predicted rate next
+    to each partner alone, in log scale), so a partner predicted not to slow the job takes
+    none. Evenly (the geometric mean) when no partner is predicted to slow it, or the job
+    made no progress."""
+    r = max(rate, 0.0)
+    k = len(predicted)
+    logs = [math.log(min(max(p, 1e-6), 1.0)) for p in predicted]
+    total = sum(logs)
+    if k <= 1:
+        return [r] * k
+    if r == 0.0 or total > -1e-3:
+        return [r ** (1.0 / k)] * k
+    return [r ** (x / total) for x in logs]
 
 
 def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTable:

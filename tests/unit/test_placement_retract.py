@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from slurm_colo.placement.retract import (
     judge,
     members_from_report,
     observed_pairs,
+    split_slowdown,
     with_pairs,
 )
 from slurm_colo.scores import ClassInfo, PairScore, table_from_pairs
@@ -80,14 +82,31 @@ def test_nothing_is_undone_without_a_measurement() -> None:
     assert not judge("9", members, SCORES, CFG).undo  # the newcomer is not in the set
 
 
-def test_observed_pairs_of_three_split_the_newcomers_slowdown() -> None:
+def test_observed_pairs_of_three_split_the_newcomers_slowdown_as_predicted() -> None:
     new = Member("3", "c", "auto", 0.64)
     members = [Member("1", "a", "auto", 0.9 * 0.5), Member("2", "b", "auto", 0.8 * 0.95), new]
     obs = observed_pairs(new, members, SCORES)
-    # c's own 0.64 over two partners: 0.8 each; a's 0.45 over b's predicted 0.9: 0.5
-    assert obs[("c", "a")].n_a == pytest.approx(0.8) and obs[("c", "a")].n_b == pytest.approx(0.5)
-    assert obs[("c", "b")].n_b == pytest.approx(0.95)
+    # a's 0.45 over b's predicted 0.9: 0.5; b's 0.76 over a's predicted 0.8: 0.95
+    assert obs[("c", "a")].n_b == pytest.approx(0.5) and obs[("c", "b")].n_b == pytest.approx(0.95)
+    # c's own 0.64: n(c|a) is predicted 0.9 and n(c|b) 0.95, so a takes the larger share
+    ca, cb = obs[("c", "a")].n_a, obs[("c", "b")].n_a
+    assert ca * cb == pytest.approx(0.64) and ca < cb
+    assert math.log(ca) / math.log(cb) == pytest.approx(math.log(0.9) / math.log(0.95))
     assert all(p.sd == 0.05 and p.observed for p in obs.values())
+
+
+def test_a_newcomers_slowdown_is_split_by_the_predicted_effect_of_each_partner() -> None:
+    # one partner predicted harmless takes none of it; the other takes it all
+    assert split_slowdown(0.6, [0.7, 1.0]) == pytest.approx([0.6, 1.0])
+    # three partners: shares in proportion to the predicted log slowdowns
+    got = split_slowdown(0.5, [0.8, 0.8 * 0.8, 1.0])
+    assert got[1] == pytest.approx(got[0] ** 2) and got[2] == pytest.approx(1.0)
+    assert math.prod(got) == pytest.approx(0.5)
+    # evenly when no partner is predicted to slow it, or nothing was done
+    assert split_slowdown(0.81, [1.0, 1.0]) == pytest.approx([0.9, 0.9])
+    assert split_slowdown(0.0, [0.5, 0.9]) == [0.0, 0.0]
+    # a pair: the rate itself
+    assert split_slowdown(0.7, [0.9]) == [0.7]
 
 
 def test_an_unmeasured_side_keeps_the_prediction() -> None:
