@@ -17,11 +17,11 @@ Two ways to drive it (see docs/simulator.md):
 Both keep the slowest-to-start job from starving (:mod:`.drain`, the agent's guard). Jobs
 requeued by an undo are aimed again as the agent does (:mod:`.held`); the waiting jobs are
 grouped by signature (:mod:`.waiting`).
-With ``learn``, a new set is observed after ``placement.probe_s`` and judged by the agent's code
-(:mod:`slurm_colo.placement.retract`); what a kept set showed is laid over the score table
-at the first pass ``SimConfig.learn_interval_s`` after the last time it learned, as the
-agent does at its next look at Slurm. A harmful set is undone as ``undo`` says (see :data:`UNDO`; the live agent's is
-``requeue``) and its observations are used at once.
+With ``learn``, a new set is observed after ``placement.probe_s`` and judged by the agent's
+code (:mod:`slurm_colo.placement.retract`); what a kept set showed is laid over the score
+table at the first pass ``SimConfig.learn_interval_s`` after the last time it learned, as
+the agent does at its next look at Slurm. A harmful set is undone as ``undo`` says (see
+:data:`UNDO`; the live agent's is ``requeue``) and its observations are used at once.
 """
 
 from __future__ import annotations
