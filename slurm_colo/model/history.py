@@ -4,13 +4,18 @@ An episode is an interval with a constant set of jobs on one GPU; each member ca
 normalised throughput while shared (or none) and how it was obtained. Pairs give the
 entries ``n(a | b)`` and ``n(b | a)``; in a set of k >= 3 jobs a member's throughput is the
 product over its partners (the composition rule of the score table), so each partner gets
-``n ** (1 / (k - 1))`` at half weight. Weight = hours shared x ``0.5 ** (age / half-life)``
-x a source factor (job-reported progress 1.0, the duration proxy :data:`PROXY_WEIGHT`).
+a share of it, at half weight: ``n ** s``, the shares ``s`` in proportion to the member's
+mean log throughput next to each partner alone in the same history (pair episodes,
+:func:`alone_logs`), or ``1 / (k - 1)`` each when a partner was never measured alone with
+it or none slowed it (the rule of :func:`slurm_colo.placement.retract.split_slowdown`).
+Weight = hours shared x ``0.5 ** (age / half-life)`` x a source factor (job-reported
+progress 1.0, the duration proxy :data:`PROXY_WEIGHT`).
 Fatal MPS faults count per pair; out-of-memory while sharing marks the pair never.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +24,10 @@ import numpy as np
 from .data import Observations
 
 PROXY_WEIGHT = 0.3
+#: lowest throughput whose log is taken; below a total log slowdown of ``_EVEN`` the
+#: split is even (:func:`slurm_colo.placement.retract.split_slowdown` uses the same)
+_FLOOR = 1e-6
+_EVEN = 1e-3
 SOURCE_WEIGHT = {"progress": 1.0, "duration": PROXY_WEIGHT}
 
 
@@ -45,19 +54,30 @@ def pair_episodes(
     ],
 ) -> PairEpisodes:
     """(start, end, members, mps_fault, oom) tuples -> :class:`PairEpisodes`."""
+    episodes = [e for e in episodes if len(e[2]) >= 2 and e[1] > e[0]]
+    sums: dict[tuple[str, str], list[float]] = {}
+    for start, end, members, _, _ in episodes:
+        if len(members) == 2:
+            for (_, ca, na, sa), (_, cb, _, _) in (members, members[::-1]):
+                w = (end - start) / 3600.0 * SOURCE_WEIGHT.get(sa, 0.0)
+                if na is not None and na >= 0 and w > 0:
+                    acc = sums.setdefault((ca, cb), [0.0, 0.0])
+                    acc[0] += w * _log(na)
+                    acc[1] += w
+    alone = {key: t / w for key, (t, w) in sums.items()}
     ix: dict[str, int] = {}
     cols: list[list[float]] = [[] for _ in range(10)]
     for start, end, members, fault, oom in episodes:
         k = len(members)
-        if k < 2 or not (end > start):
-            continue
         share = 1.0 / (k - 1)
         for i in range(k):
             for j in range(i + 1, k):
                 _, ca, na, sa = members[i]
                 _, cb, nb, sb = members[j]
-                ea = na**share if na is not None and na >= 0 else np.nan
-                eb = nb**share if nb is not None and nb >= 0 else np.nan
+                sh_a = _share(alone, members, i, j)
+                sh_b = _share(alone, members, j, i)
+                ea = na**sh_a if na is not None and na >= 0 else np.nan
+                eb = nb**sh_b if nb is not None and nb >= 0 else np.nan
                 qa = SOURCE_WEIGHT.get(sa, 0.0) * (1.0 if k == 2 else 0.5)
                 qb = SOURCE_WEIGHT.get(sb, 0.0) * (1.0 if k == 2 else 0.5)
                 row = [
@@ -90,6 +110,43 @@ def pair_episodes(
     )
 
 
+def _log(n: float) -> float:
+    return math.log(min(max(n, _FLOOR), 1.0))
+
+
+def _share(
+    alone: dict[tuple[str, str], float],
+    members: Sequence[tuple[int, str, float | None, str]],
+    i: int,
+    j: int,
+) -> float:
+    """Member ``i``'s share of its slowdown that goes to partner ``j``."""
+    k = len(members)
+    if k == 2:
+        return 1.0
+    logs = [alone.get((members[i][1], members[y][1])) for y in range(k) if y != i]
+    total = sum(x for x in logs if x is not None)
+    if any(x is None for x in logs) or total > -_EVEN:
+        return 1.0 / (k - 1)
+    return alone[(members[i][1], members[j][1])] / total
+
+
+def alone_logs(
+    classes: int, a: np.ndarray, b: np.ndarray, n: np.ndarray, weight: np.ndarray
+) -> np.ndarray:
+    """``classes x classes`` weighted mean log throughput of class ``a`` next to ``b`` over
+    pair episodes (``n`` of ``a``, NaN or negative unknown; clamped to [1e-6, 1]); NaN
+    where no such pair was measured."""
+    ok = ~np.isnan(n) & (n >= 0) & (weight > 0)
+    key = a[ok] * classes + b[ok]
+    w = weight[ok]
+    logs = np.log(np.clip(n[ok], _FLOOR, 1.0))
+    tw = np.bincount(key, weights=w, minlength=classes * classes)
+    tl = np.bincount(key, weights=w * logs, minlength=classes * classes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tw > 0, tl / np.where(tw > 0, tw, 1.0), np.nan).reshape(classes, classes)
+
+
 def member_pair_episodes(
     classes: list[str],
     start: np.ndarray,
@@ -107,6 +164,16 @@ def member_pair_episodes(
     k = np.bincount(episode, minlength=len(start))
     first = np.cumsum(k) - k
     cols: list[list[np.ndarray]] = [[] for _ in range(10)]
+    pairs = np.nonzero((k == 2) & (end > start))[0]
+    hours2 = np.tile((end[pairs] - start[pairs]) / 3600.0, 2)
+    p1, p2 = first[pairs], first[pairs] + 1
+    alone = alone_logs(
+        len(classes),
+        cls[np.concatenate([p1, p2])],
+        cls[np.concatenate([p2, p1])],
+        n[np.concatenate([p1, p2])],
+        hours2 * quality[np.concatenate([p1, p2])],
+    )
     for kk in np.unique(k[k >= 2]).tolist():
         eps = np.nonzero((k == kk) & (end > start))[0]
         if len(eps) == 0:
@@ -117,9 +184,11 @@ def member_pair_episodes(
         e = np.repeat(eps, len(i))
         share = 1.0 / (kk - 1)
         half = 1.0 if kk == 2 else 0.5
+        shares = _shares(alone, cls[first[eps][:, None] + np.arange(kk)[None, :]])
+        sh_a, sh_b = shares[:, i, j].ravel(), shares[:, j, i].ravel()
         with np.errstate(invalid="ignore"):
-            na = np.where(n[ia] >= 0, n[ia] ** share, np.nan)
-            nb = np.where(n[ib] >= 0, n[ib] ** share, np.nan)
+            na = np.where(n[ia] >= 0, n[ia] ** sh_a, np.nan)
+            nb = np.where(n[ib] >= 0, n[ib] ** sh_b, np.nan)
         for c, v in zip(
             cols,
             (
@@ -168,6 +237,22 @@ def member_pair_episodes(
         f.astype(bool),
         o.astype(bool),
     )
+
+
+def _shares(alone: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """``[e, x, y]``: the share of member ``x``'s slowdown that goes to partner ``y`` in
+    episode ``e`` (``members``: episodes x k class indexes), as :func:`_share` gives it."""
+    kk = members.shape[1]
+    if kk == 2:
+        return np.ones((len(members), 2, 2))
+    logs = alone[members[:, :, None], members[:, None, :]]
+    partner = ~np.eye(kk, dtype=bool)[None, :, :]
+    known = np.where(partner, ~np.isnan(logs), True).all(axis=2)
+    total = np.where(partner, np.nan_to_num(logs), 0.0).sum(axis=2)
+    split = known & (total <= -_EVEN)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prop = logs / np.where(split, total, 1.0)[:, :, None]
+    return np.where(split[:, :, None], prop, 1.0 / (kk - 1))
 
 
 def add_pair_episodes(

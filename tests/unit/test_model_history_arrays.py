@@ -68,3 +68,46 @@ def test_no_pairs() -> None:
         [], z, z, z.astype(bool), z.astype(bool), z.astype(np.int64), z.astype(np.int64), z, z
     )
     assert len(p.a) == 0 and p.classes == []
+
+
+Member = tuple[int, str, float | None, str]
+Episode = tuple[float, float, list[Member], bool, bool]
+
+
+def test_a_set_of_three_gives_its_slowdown_to_the_partner_that_slows_it_alone() -> None:
+    # x ran at 0.6 next to a alone and at full speed next to b alone; in a set of the three
+    # it ran at 0.5: a takes the whole slowdown, b none (an even split gave each 0.71)
+    def ep(t: float, *members: tuple[str, float]) -> Episode:
+        ms: list[Member] = [(i, c, n, "progress") for i, (c, n) in enumerate(members)]
+        return (t, t + 3600, ms, False, False)
+
+    episodes = [
+        ep(0.0, ("x", 0.6), ("a", 0.9)),
+        ep(4e3, ("x", 1.0), ("b", 0.9)),
+        ep(9e3, ("x", 0.5), ("a", 0.8), ("b", 0.9)),
+        # with c, never measured alone with x, the split is even
+        ep(2e4, ("x", 0.49), ("a", 0.8), ("c", 0.9)),
+    ]
+    for p in (pair_episodes(episodes), _arrays(episodes)):
+        got = {
+            (p.classes[int(a)], p.classes[int(b)], float(e)): round(float(na), 6)
+            for a, b, na, e in zip(p.a, p.b, p.n_a, p.end, strict=True)
+        }
+        assert got[("x", "a", 9e3 + 3600)] == 0.5 and got[("x", "b", 9e3 + 3600)] == 1.0
+        assert got[("x", "a", 2e4 + 3600)] == 0.7 == got[("x", "c", 2e4 + 3600)]
+
+
+def _arrays(episodes: list[Episode]) -> PairEpisodes:
+    classes = sorted({m[1] for e in episodes for m in e[2]})
+    members = [m for e in episodes for m in e[2]]
+    return member_pair_episodes(
+        classes,
+        np.array([e[0] for e in episodes]),
+        np.array([e[1] for e in episodes]),
+        np.array([e[3] for e in episodes]),
+        np.array([e[4] for e in episodes]),
+        np.repeat(np.arange(len(episodes)), [len(e[2]) for e in episodes]),
+        np.array([classes.index(m[1]) for m in members]),
+        np.array([np.nan if m[2] is None else m[2] for m in members]),
+        np.array([SOURCE_WEIGHT[m[3]] for m in members]),
+    )
