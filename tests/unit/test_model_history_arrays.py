@@ -30,17 +30,7 @@ def test_arrays_give_the_same_pairs_as_tuples() -> None:
         ]
         episodes.append((start, end, members, rng.random() < 0.05, rng.random() < 0.05))
     want = pair_episodes(episodes)
-    got = member_pair_episodes(
-        classes,
-        np.array([e[0] for e in episodes]),
-        np.array([e[1] for e in episodes]),
-        np.array([e[3] for e in episodes]),
-        np.array([e[4] for e in episodes]),
-        np.repeat(np.arange(len(episodes)), [len(e[2]) for e in episodes]),
-        np.array([classes.index(m[1]) for e in episodes for m in e[2]]),
-        np.array([np.nan if m[2] is None else m[2] for e in episodes for m in e[2]]),
-        np.array([SOURCE_WEIGHT.get(m[3], 0.0) for e in episodes for m in e[2]]),
-    )
+    got = _arrays(episodes)
 
     def rows(p: PairEpisodes) -> list[tuple[object, ...]]:
         cols = [p.n_a, p.n_b, p.hours, p.end, p.quality_a, p.quality_b]
@@ -98,6 +88,7 @@ def test_a_set_of_three_gives_its_slowdown_to_the_partner_that_slows_it_alone() 
 
 
 def _arrays(episodes: list[Episode]) -> PairEpisodes:
+    """:func:`member_pair_episodes` on the same episodes as arrays."""
     classes = sorted({m[1] for e in episodes for m in e[2]})
     members = [m for e in episodes for m in e[2]]
     return member_pair_episodes(
@@ -109,5 +100,5 @@ def _arrays(episodes: list[Episode]) -> PairEpisodes:
         np.repeat(np.arange(len(episodes)), [len(e[2]) for e in episodes]),
         np.array([classes.index(m[1]) for m in members]),
         np.array([np.nan if m[2] is None else m[2] for m in members]),
-        np.array([SOURCE_WEIGHT[m[3]] for m in members]),
+        np.array([SOURCE_WEIGHT.get(m[3], 0.0) for m in members]),
     )
