@@ -92,15 +92,7 @@ class PlacementIndex:
         else:
             self._class_matrices()
             _SHARED["classes"] = classes
-            _SHARED["matrices"] = (
-                self.N,
-                self.S2,
-                self.NEVER,
-                self.KNOWN,
-                self.OBS,
-                self.NT,
-                self._lists,
-            )
+            _SHARED["matrices"] = self._matrices()
         if not same or _SHARED["cfg"] != self.cfg:
             _SHARED["cfg"] = self.cfg
             _SHARED["rows"] = {}
@@ -168,10 +160,7 @@ class PlacementIndex:
         self._lists = (self.N.tolist(), self.S2.tolist(), self.NEVER.tolist(), self.KNOWN.tolist())
         rows = {k: r for k, r in self._rows.items() if changed.isdisjoint(k)}
         _SHARED.update(
-            classes=(scores, tuple(self.names)),
-            matrices=(self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists),
-            cfg=self.cfg,
-            rows=rows,
+            classes=(scores, tuple(self.names)), matrices=self._matrices(), cfg=self.cfg, rows=rows
         )
         self._rows = rows
         groups: dict[tuple[str, ...], list[int]] = {}
@@ -183,6 +172,10 @@ class PlacementIndex:
         for key, pos in groups.items():
             self._put(np.array(pos, dtype=np.int64), self._row(key))
         return True
+
+    def _matrices(self) -> tuple[Any, ...]:
+        """The class matrices, as ``_SHARED["matrices"]`` keeps them."""
+        return (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists)
 
     def _pair_entry(self, i: int, j: int) -> None:
         p = self.scores.pair(self.names[i], self.names[j])
