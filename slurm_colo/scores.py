@@ -14,7 +14,8 @@ Format ``slurm-colo-scores/1`` (JSON)::
 ``n_a`` is the normalised throughput of ``a`` while sharing a GPU with ``b`` (rate together /
 rate alone); ``never`` marks pairs that must not share (out of memory, fatal MPS faults).
 Sets of three or more are predicted multiplicatively from the pairs (documented in
-docs/model.md). Everything here is pure: no I/O except :func:`load_scores` and
+docs/model.md); :func:`slowdown_shares` is the rule by which a slowdown measured in such a
+set is shared out among the pairs again. Everything here is pure: no I/O except :func:`load_scores` and
 :func:`publish_scores`.
 """
 
@@ -24,7 +25,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,32 @@ class ScoreTable:
             "training": self.training,
             "metrics": self.metrics,
         }
+
+
+#: the lowest throughput whose log is taken (a job that made no progress counts as this)
+LOG_FLOOR = 1e-6
+#: partners that together slow a job by less than this (in log throughput) share its
+#: slowdown evenly
+EVEN_BELOW = 1e-3
+
+
+def log_rate(n: float) -> float:
+    """``log(n)`` with ``n`` clamped to [:data:`LOG_FLOOR`, 1]: 0 for no slowdown."""
+    return math.log(min(max(n, LOG_FLOOR), 1.0))
+
+
+def slowdown_shares(logs: Sequence[float | None]) -> list[float]:
+    """How a job's slowdown next to several partners is shared out among them: exponents
+    ``s_j`` summing to 1, so that under the multiplicative composition its rate ``n`` gives
+    ``n ** s_j`` next to partner ``j``. In proportion to ``logs`` (:func:`log_rate` of its
+    throughput next to each partner alone, predicted or measured), so a partner that does
+    not slow it takes none; evenly when one is unknown (None) or together they slow it by
+    less than :data:`EVEN_BELOW`."""
+    k = len(logs)
+    total = sum(x for x in logs if x is not None)
+    if any(x is None for x in logs) or total > -EVEN_BELOW:
+        return [1.0 / k] * k
+    return [x / total for x in logs if x is not None]
 
 
 def _num(v: Any, what: str, lo: float = 0.0, hi: float = math.inf) -> float:

@@ -7,7 +7,7 @@ product over its partners (the composition rule of the score table), so each par
 a share of it, at half weight: ``n ** s``, the shares ``s`` in proportion to the member's
 mean log throughput next to each partner alone in the same history (pair episodes,
 :func:`alone_logs`), or ``1 / (k - 1)`` each when a partner was never measured alone with
-it or none slowed it (the rule of :func:`slurm_colo.placement.retract.split_slowdown`).
+it or none slowed it (:func:`slurm_colo.scores.slowdown_shares`, the rule the probe uses).
 Weight = hours shared x ``0.5 ** (age / half-life)`` x a source factor (job-reported
 progress 1.0, the duration proxy :data:`PROXY_WEIGHT`).
 Fatal MPS faults count per pair; out-of-memory while sharing marks the pair never.
@@ -15,19 +15,15 @@ Fatal MPS faults count per pair; out-of-memory while sharing marks the pair neve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..scores import EVEN_BELOW, LOG_FLOOR, log_rate, slowdown_shares
 from .data import Observations
 
 PROXY_WEIGHT = 0.3
-#: lowest throughput whose log is taken; below a total log slowdown of ``_EVEN`` the
-#: split is even (:func:`slurm_colo.placement.retract.split_slowdown` uses the same)
-_FLOOR = 1e-6
-_EVEN = 1e-3
 SOURCE_WEIGHT = {"progress": 1.0, "duration": PROXY_WEIGHT}
 
 
@@ -62,7 +58,7 @@ def pair_episodes(
                 w = (end - start) / 3600.0 * SOURCE_WEIGHT.get(sa, 0.0)
                 if na is not None and na >= 0 and w > 0:
                     acc = sums.setdefault((ca, cb), [0.0, 0.0])
-                    acc[0] += w * _log(na)
+                    acc[0] += w * log_rate(na)
                     acc[1] += w
     alone = {key: t / w for key, (t, w) in sums.items()}
     ix: dict[str, int] = {}
@@ -110,25 +106,19 @@ def pair_episodes(
     )
 
 
-def _log(n: float) -> float:
-    return math.log(min(max(n, _FLOOR), 1.0))
-
-
 def _share(
     alone: dict[tuple[str, str], float],
     members: Sequence[tuple[int, str, float | None, str]],
     i: int,
     j: int,
 ) -> float:
-    """Member ``i``'s share of its slowdown that goes to partner ``j``."""
-    k = len(members)
-    if k == 2:
+    """Member ``i``'s share of its slowdown that goes to partner ``j``
+    (:func:`~slurm_colo.scores.slowdown_shares` of its means alone)."""
+    if len(members) == 2:
         return 1.0
-    logs = [alone.get((members[i][1], members[y][1])) for y in range(k) if y != i]
-    total = sum(x for x in logs if x is not None)
-    if any(x is None for x in logs) or total > -_EVEN:
-        return 1.0 / (k - 1)
-    return alone[(members[i][1], members[j][1])] / total
+    partners = [y for y in range(len(members)) if y != i]
+    shares = slowdown_shares([alone.get((members[i][1], members[y][1])) for y in partners])
+    return shares[partners.index(j)]
 
 
 def alone_logs(
@@ -140,7 +130,7 @@ def alone_logs(
     ok = ~np.isnan(n) & (n >= 0) & (weight > 0)
     key = a[ok] * classes + b[ok]
     w = weight[ok]
-    logs = np.log(np.clip(n[ok], _FLOOR, 1.0))
+    logs = np.log(np.clip(n[ok], LOG_FLOOR, 1.0))
     tw = np.bincount(key, weights=w, minlength=classes * classes)
     tl = np.bincount(key, weights=w * logs, minlength=classes * classes)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -241,7 +231,8 @@ def member_pair_episodes(
 
 def _shares(alone: np.ndarray, members: np.ndarray) -> np.ndarray:
     """``[e, x, y]``: the share of member ``x``'s slowdown that goes to partner ``y`` in
-    episode ``e`` (``members``: episodes x k class indexes), as :func:`_share` gives it."""
+    episode ``e`` (``members``: episodes x k class indexes): :func:`_share` for a whole
+    array of episodes at once."""
     kk = members.shape[1]
     if kk == 2:
         return np.ones((len(members), 2, 2))
@@ -249,7 +240,7 @@ def _shares(alone: np.ndarray, members: np.ndarray) -> np.ndarray:
     partner = ~np.eye(kk, dtype=bool)[None, :, :]
     known = np.where(partner, ~np.isnan(logs), True).all(axis=2)
     total = np.where(partner, np.nan_to_num(logs), 0.0).sum(axis=2)
-    split = known & (total <= -_EVEN)
+    split = known & (total <= -EVEN_BELOW)
     with np.errstate(invalid="ignore", divide="ignore"):
         prop = logs / np.where(split, total, 1.0)[:, :, None]
     return np.where(split[:, :, None], prop, 1.0 / (kk - 1))

@@ -30,7 +30,7 @@ from typing import Any
 from slurm_colo.contracts.enums import Mode
 
 from ..config import PlacementConfig
-from ..scores import PairScore, ScoreTable
+from ..scores import PairScore, ScoreTable, log_rate, slowdown_shares
 
 
 @dataclass(frozen=True)
@@ -184,20 +184,18 @@ def observed_pairs(
 
 def split_slowdown(rate: float, predicted: Sequence[float]) -> list[float]:
     """A job's measured ``rate`` next to several partners, split into one rate per partner
-    whose product is ``rate`` (multiplicative composition): each partner takes the share
-    of the slowdown the table predicts for it (``predicted``: the job's predicted rate next
-    to each partner alone, in log scale), so a partner predicted not to slow the job takes
-    none. Evenly (the geometric mean) when no partner is predicted to slow it, or the job
-    made no progress."""
+    whose product is ``rate`` (multiplicative composition), by
+    :func:`~slurm_colo.scores.slowdown_shares` of ``predicted`` (the job's predicted rate
+    next to each partner alone): a partner predicted not to slow the job takes none. Evenly
+    (the geometric mean) when no partner is predicted to slow it, or the job made no
+    progress."""
     r = max(rate, 0.0)
     k = len(predicted)
-    logs = [math.log(min(max(p, 1e-6), 1.0)) for p in predicted]
-    total = sum(logs)
     if k <= 1:
         return [r] * k
-    if r == 0.0 or total > -1e-3:
+    if r == 0.0:
         return [r ** (1.0 / k)] * k
-    return [r ** (x / total) for x in logs]
+    return [r**s for s in slowdown_shares([log_rate(p) for p in predicted])]
 
 
 def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTable:
