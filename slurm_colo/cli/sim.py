@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
         ),
         undo: str = typer.Option(
             "",
-            help="Override placement.undo for ours-submit: requeue "
+            help="Override placement.undo for ours and ours-submit: requeue "
             "(a harmful set's newest job is requeued after its probe) or "
             "off (it runs on).",
         ),

@@ -14,6 +14,7 @@ knows each job's true remaining work).
 from __future__ import annotations
 
 from ..config import PlacementConfig
+from ..contracts.placement import ANY_SHARED
 from ..placement import ClusterView, GpuView
 from ..placement.guard import HeldWait, drain_order, held_drain, usable
 from ..placement.held import waits_behind
@@ -75,11 +76,12 @@ class StarvationGuard:
         (:func:`~slurm_colo.placement.held.waits_behind`; every simulated GPU may take every
         job, so that one is always a job a GPU could take, as the agent requires). A job
         held for GPUs of one shard type (``gres_type``) waits only behind jobs that may take
-        such a GPU: those held for the same type and the waiting jobs."""
+        such a GPU: those held for the same type or for any shared GPU, and the waiting
+        jobs."""
         held = (
             self.held_since.values()
             if gres_type is None
-            else (self.held_since[j] for j in self.held.get(gres_type, {}))
+            else (self.held_since[j] for t in {gres_type, ANY_SHARED} for j in self.held.get(t, {}))
         )
         oldest = min(held, default=None)
         queue = self.waiting.oldest()

@@ -2,7 +2,8 @@
 (:mod:`slurm_colo.placement.held`) made event-driven.
 
 A requeued job keeps its shard type (Slurm 22.05 cannot change the GRES of a pending job
-that has one) and asks for :func:`~slurm_colo.placement.held.requeued`'s rate floor. As in
+that has one), or, from Slurm 23.11 (``retype_after_undo``), is held for any shared GPU
+(``*``), and asks for :func:`~slurm_colo.placement.held.requeued`'s rate floor. As in
 the agent, held jobs are aimed oldest held first (:func:`~slurm_colo.placement.held.
 oldest_first`), each with :func:`~slurm_colo.placement.held.place_held`, so a GPU the
 starvation guard drained for one of them is open to it and to it only, until it runs.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import PlacementConfig
+from ..contracts.placement import ANY_SHARED
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.guard import Reservation
 from ..placement.held import HeldJob, oldest_first, place_held
@@ -34,7 +36,7 @@ class HeldJobs:
     scores: ScoreTable
     cfg: PlacementConfig
     reserved: dict[int, int]
-    #: requeued jobs waiting for a GPU of their fixed shard type, by type
+    #: requeued jobs waiting for a GPU of their fixed shard type, by type (``*``: any)
     held: dict[str, dict[int, HeldJob]]
     #: when each was requeued (the guard serves the one held longest)
     held_since: dict[int, float]
@@ -84,6 +86,8 @@ class HeldJobs:
         by_type: dict[str, list[int]] = {}
         for p in sorted(changed):
             by_type.setdefault(self.view.gpus[p].gres_type, []).append(p)
+        if changed and self.held.get(ANY_SHARED):
+            by_type[ANY_SHARED] = sorted(changed)  # held for any shared GPU
         for gtype, near in sorted(by_type.items()):
             waiting = self.held.get(gtype)
             if not waiting:

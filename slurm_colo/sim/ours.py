@@ -4,8 +4,10 @@ the agent runs, on a :class:`~slurm_colo.placement.ClusterView` mirrored from th
 Two ways to drive it (see docs/simulator.md):
 
 * ``replan`` (``ours``, ``oracle``): waiting jobs are placed again whenever GPUs change,
-  oldest first, and start as soon as a GPU takes them. This is the policy's potential when
-  the decision can wait for the job's turn.
+  oldest first, and start as soon as a GPU takes them: the live agent where Slurm can
+  change a pending job's GRES (23.11+, ``placement.replan = "auto"``), so the decision
+  can wait for the job's turn. There a job requeued by an undo may go to any shared GPU
+  (``retype_after_undo``).
 * ``submit`` (``ours-submit``): like the live agent under Slurm 22.05, a job is placed once,
   at arrival: a shared GPU now; else, with ``hold`` (the agent's ``placement.unplaced =
   "hold"``), it waits held without a GPU request and is placed like a ``replan`` job,
@@ -31,6 +33,7 @@ from typing import Any
 
 from ..config import PlacementConfig
 from ..contracts.enums import Undo
+from ..contracts.placement import ANY_SHARED
 from ..placement import ClusterView, Decision, GpuView, JobRequest, place
 from ..placement.candidates import throughput_open
 from ..placement.held import HeldJob, Newcomer, requeued, why_not_undone
@@ -45,11 +48,11 @@ from .passes import SchedulingPass
 from .probes import ProbeWatch
 from .waiting import Waiting
 
-#: what happens to a set judged harmful after its probe (placement/retract.py)
-#: none: it runs on (learned at the next retrain); checkpoint: the newcomer is stopped with
-#: its progress kept and placed again anywhere; requeue: the newcomer is requeued by Slurm,
-#: loses the work done on this GPU and may only go to a GPU of its own shard type
-UNDO = ("none", "checkpoint", "requeue")
+#: what happens to a set judged harmful after its probe (placement/retract.py), as the
+#: agent's ``placement.undo``: none (``off``): it runs on (learned at the next retrain);
+#: requeue: the newcomer is requeued by Slurm, loses the work done on this GPU and is held
+#: until a GPU takes it (of its own shard type, or any with ``retype_after_undo``)
+UNDO = ("none", "requeue")
 
 
 class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
@@ -60,8 +63,9 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         cfg: PlacementConfig,
         learn: bool = True,
         submit_time: bool = False,
-        undo: str = "checkpoint",
+        undo: str = "requeue",
         hold: bool = False,
+        retype_after_undo: bool = False,
     ) -> None:
         if undo not in UNDO:
             raise ValueError(f"undo must be one of {', '.join(UNDO)}")
@@ -74,6 +78,10 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         #: submit_time: a job no GPU takes at arrival waits held, for any GPU
         #: (placement.unplaced = "hold"), instead of waiting for a whole GPU
         self.hold = hold
+        #: a job requeued by an undo may go to any GPU, its shard request set anew (the
+        #: agent from Slurm 23.11, which can change a pending job's GRES); else only to a
+        #: GPU of its old shard type (Slurm 22.05)
+        self.retype_after_undo = retype_after_undo
         self.held: dict[str, dict[int, HeldJob]] = {}
         self._held_sig: dict[int, Any] = {}
         self.held_since: dict[int, float] = {}
@@ -132,7 +140,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         return r
 
     def _gres_type_of(self, jid: int) -> str:
-        return self._req(jid).gres_type
+        return self._req(jid).gres_type or ANY_SHARED
 
     def _gpus_of(self, jid: int) -> int:
         return self._req(jid).gpus_per_node
@@ -224,29 +232,25 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             return
         key = runs[jid].job.key
         gpu = self.view.gpus[token[0]]
-        for i in sim.evict(jid, keep_progress=self.undo == "checkpoint"):
+        for i in sim.evict(jid, keep_progress=False):
             self.view.remove_occupant(self.view.gpus[i], key)
             self._watch_left(i)
             self._gpu_changed(i)
         self.retractions += 1
-        if self.undo == "requeue":
-            self._undone.add(jid)
+        self._undone.add(jid)
         self._apply(v.observed)
-        if self.undo == "checkpoint":
-            self.arrive(sim, jid)
-            return
-        # placed again only where it keeps undone_floor, on a GPU of its shard type (the
-        # agent's re-aim, placement/held.py); its GPU then takes no new partner
-        self.reqs[jid] = requeued(self._req(jid), gpu.gres_type, self.cfg)
+        # placed again only where it keeps undone_floor, on a GPU of its shard type or any
+        # (the agent's re-aim, placement/held.py); its GPU then takes no new partner
+        gtype = "" if self.retype_after_undo else gpu.gres_type
+        self.reqs[jid] = requeued(self._req(jid), gtype, self.cfg)
         if self._try(jid, hold_idle=False) != "started":
-            self._wait_for_type(jid, gpu.gres_type)
+            self._wait_for_type(jid, gtype or ANY_SHARED)
 
     def _runs_on(self, jid: int, again: bool) -> bool:
         """Whether job ``jid``, the newest of a set its probe found harmful, is left running:
         with ``undo`` "none"; else as the agent decides
         (:func:`~slurm_colo.placement.held.why_not_undone`: a set left behind only with
-        ``placement.left_behind = "undo"``, and a job requeued at most once -- the
-        simulator's ``checkpoint`` undo, which loses no work, may undo a job again)."""
+        ``placement.left_behind = "undo"``, and a job requeued at most once)."""
         if self.undo == "none":
             return True
         n = Newcomer(placed=True, undone=jid in self._undone, again=again)

@@ -68,6 +68,11 @@ def unscored_pairs(scores: ScoreTable, classes: Iterable[str]) -> int:
     )
 
 
+def _undo(cfg: PlacementConfig) -> str:
+    """The simulator's undo for the agent's ``placement.undo``."""
+    return "requeue" if cfg.undo == Undo.REQUEUE else "none"
+
+
 def make_scheduler(
     name: str, setup: Setup, data: GavelData, predicted: Callable[[], ScoreTable]
 ) -> Scheduler:
@@ -83,7 +88,16 @@ def make_scheduler(
             setup.sim.seed, same_user=setup.placement.cross_user == CrossUser.NEVER
         )
     if name == "ours":
-        return PolicyScheduler("ours", predicted(), setup.placement, learn=True)
+        # the agent where Slurm can change a pending job's GRES (23.11+): placement.replan
+        # re-places waiting jobs, and an undone job may go to any shared GPU
+        return PolicyScheduler(
+            "ours",
+            predicted(),
+            setup.placement,
+            learn=True,
+            undo=_undo(setup.placement),
+            retype_after_undo=True,
+        )
     if name == "ours-submit":
         return PolicyScheduler(
             "ours-submit",
@@ -91,7 +105,7 @@ def make_scheduler(
             setup.placement,
             learn=True,
             submit_time=True,
-            undo="requeue" if setup.placement.undo == Undo.REQUEUE else "none",
+            undo=_undo(setup.placement),
             hold=setup.placement.unplaced != Unplaced.OWN_GPU,
         )  # all GPUs shared
     if name == "oracle":

@@ -86,10 +86,11 @@ def test_a_wrong_prediction_is_retracted_and_learned() -> None:
     assert sched.retractions == 1 and sim.runs[1].evictions == 1
     learned = sched.scores.pair("x", "a")
     assert learned.observed and learned.n_a == pytest.approx(0.3)
-    # together from t=1 to the probe at t=61; then x waits for the GPU instead of the same
-    # bad pair and runs alone
+    # together from t=1 to the probe at t=61; then x is requeued, as the agent does: it
+    # loses the work it did next to a, waits for the GPU instead of the same bad pair and
+    # runs alone
     assert sim.runs[0].end == pytest.approx(61 + 5000 - 1 - 60 * 0.3)
-    assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000 - 60 * 0.3)
+    assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000)
 
 
 def test_without_undo_a_wrong_pair_runs_on_and_is_learned_from_its_probe() -> None:
@@ -156,6 +157,30 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
     # stretch counts time running: x ran 60 s together and 1000 s alone
     assert res.per_job["stretch"][2] == pytest.approx(1.06)
     assert res.over_limit_jobs == 0 and res.retractions == 1
+
+
+def test_from_slurm_23_11_an_undone_job_may_go_to_a_gpu_of_another_shard_type() -> None:
+    # the agent where Slurm can change a pending job's GRES (ours: retype_after_undo). b
+    # opens GPU 0 (shard type v100_s0), a GPU 1 (v100_s1); x joins a (predicted 0.95, runs
+    # at 0.3) and is undone at its probe. Held for any shared GPU, it starts on GPU 0 as
+    # soon as b leaves it, long before a frees GPU 1, with all its work to do again
+    wrong = oracle_scores(data())
+    wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
+    tr = [job(0, 0, 500, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x")]
+    sched = PolicyScheduler(
+        "ours", wrong, replace(CFG, probe_s=60), learn=True, retype_after_undo=True
+    )
+    sim = run(tr, sched, gpus=2, gpus_per_node=2)
+    x = sim.runs[2]
+    assert sched.retractions == 1 and x.evictions == 1
+    assert [g.gres_type for g in sched.view.gpus] == ["v100_s0", "v100_s1"]
+    assert sim.runs[0].end == pytest.approx(500) and sim.runs[1].end > 5000
+    assert x.end == pytest.approx(500 + 1000)
+    # Slurm 22.05 (the shard type kept): x waits for GPU 1 until a ends
+    kept = PolicyScheduler("ours", wrong, replace(CFG, probe_s=60), learn=True)
+    sim22 = run(tr, kept, gpus=2, gpus_per_node=2)
+    assert kept.retractions == 1
+    assert sim22.runs[2].end == pytest.approx(sim22.runs[1].end + 1000)
 
 
 def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
