@@ -22,17 +22,17 @@ grouped by signature (:mod:`.waiting`).
 With ``learn``, a new set is observed after ``placement.probe_s`` and judged by the agent's
 code (:mod:`slurm_colo.placement.retract`); what a kept set showed is laid over the score
 table at the first pass ``SimConfig.learn_interval_s`` after the last time it learned, as
-the agent does at its next look at Slurm. A harmful set is undone as ``undo`` says (see
-:data:`UNDO`; the live agent's is ``requeue``) and its observations are used at once.
+the agent does at its next look at Slurm. A harmful set is undone as the agent's
+``placement.undo`` says (``requeue``: the newcomer is requeued by Slurm, loses the work done
+on that GPU and is held until a GPU takes it, of its own shard type or, with
+``retype_after_undo``, any; ``off``: it runs on) and its observations are used at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ..config import PlacementConfig
-from ..contracts.enums import Undo
 from ..contracts.placement import ANY_SHARED
 from ..placement import ClusterView, Decision, GpuView, JobRequest, place
 from ..placement.candidates import throughput_open
@@ -48,12 +48,6 @@ from .passes import SchedulingPass
 from .probes import ProbeWatch
 from .waiting import Waiting
 
-#: what happens to a set judged harmful after its probe (placement/retract.py), as the
-#: agent's ``placement.undo``: none (``off``): it runs on (learned at the next retrain);
-#: requeue: the newcomer is requeued by Slurm, loses the work done on this GPU and is held
-#: until a GPU takes it (of its own shard type, or any with ``retype_after_undo``)
-UNDO = ("none", "requeue")
-
 
 class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
     def __init__(
@@ -63,18 +57,14 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         cfg: PlacementConfig,
         learn: bool = True,
         submit_time: bool = False,
-        undo: str = "requeue",
         hold: bool = False,
         retype_after_undo: bool = False,
     ) -> None:
-        if undo not in UNDO:
-            raise ValueError(f"undo must be one of {', '.join(UNDO)}")
         self.name = name
         self.scores = scores
         self.cfg = cfg
         self.learn = learn
         self.submit_time = submit_time
-        self.undo = undo
         #: submit_time: a job no GPU takes at arrival waits held, for any GPU
         #: (placement.unplaced = "hold"), instead of waiting for a whole GPU
         self.hold = hold
@@ -91,10 +81,8 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         #: whether the throughput path was open when each running shared job was placed
         self._placed_open: dict[int, bool] = {}
         self.retractions = 0
-        #: jobs undone once, with ``undo = "requeue"`` (the agent undoes a job at most once)
+        #: jobs undone once (the agent undoes a job at most once)
         self._undone: set[int] = set()
-        #: the settings whose ``why_not_undone`` a harmful set's newest job is judged by
-        self._undo_cfg = cfg if undo == "requeue" else replace(cfg, undo=Undo.REQUEUE)
         self.explored = 0
         self.learn_folds = 0
         self.reservations = 0
@@ -247,14 +235,12 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             self._wait_for_type(jid, gtype or ANY_SHARED)
 
     def _runs_on(self, jid: int, again: bool) -> bool:
-        """Whether job ``jid``, the newest of a set its probe found harmful, is left running:
-        with ``undo`` "none"; else as the agent decides
-        (:func:`~slurm_colo.placement.held.why_not_undone`: a set left behind only with
-        ``placement.left_behind = "undo"``, and a job requeued at most once)."""
-        if self.undo == "none":
-            return True
+        """Whether job ``jid``, the newest of a set its probe found harmful, is left running,
+        as the agent decides (:func:`~slurm_colo.placement.held.why_not_undone`: with
+        ``placement.undo = "off"``, a set left behind only with ``placement.left_behind =
+        "undo"``, and a job requeued at most once)."""
         n = Newcomer(placed=True, undone=jid in self._undone, again=again)
-        return why_not_undone(self._undo_cfg, n) != ""
+        return why_not_undone(self.cfg, n) != ""
 
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from slurm_colo.contracts.enums import CrossUser, Undo, Unplaced
+from slurm_colo.contracts.enums import CrossUser, Unplaced
 
 from ..config import PlacementConfig
 from ..errors import ModelError
@@ -68,11 +68,6 @@ def unscored_pairs(scores: ScoreTable, classes: Iterable[str]) -> int:
     )
 
 
-def _undo(cfg: PlacementConfig) -> str:
-    """The simulator's undo for the agent's ``placement.undo``."""
-    return "requeue" if cfg.undo == Undo.REQUEUE else "none"
-
-
 def make_scheduler(
     name: str, setup: Setup, data: GavelData, predicted: Callable[[], ScoreTable]
 ) -> Scheduler:
@@ -95,7 +90,6 @@ def make_scheduler(
             predicted(),
             setup.placement,
             learn=True,
-            undo=_undo(setup.placement),
             retype_after_undo=True,
         )
     if name == "ours-submit":
@@ -105,7 +99,6 @@ def make_scheduler(
             setup.placement,
             learn=True,
             submit_time=True,
-            undo=_undo(setup.placement),
             hold=setup.placement.unplaced != Unplaced.OWN_GPU,
         )  # all GPUs shared
     if name == "oracle":

@@ -67,7 +67,7 @@ def test_a_gpu_drained_for_a_requeued_job_stays_closed_to_others_until_it_runs()
     # a runs on the only GPU; x was requeued for its type and the guard drained the GPU for
     # it. b (which a would take) may not join, and once a ends the idle GPU is x's alone.
     d = data()
-    sched = PolicyScheduler("ours-submit", oracle_scores(d), CFG, learn=False, undo="requeue")
+    sched = PolicyScheduler("ours-submit", oracle_scores(d), CFG, learn=False)
     tr = [SimJob(0, 0.0, 100.0, "a", "u", 1), SimJob(1, 0.0, 50.0, "x", "u", 1)]
     tr.append(SimJob(2, 1.0, 50.0, "b", "u", 1))
     sim = Sim(tr, Truth(d), SimConfig(gpus=1, gpu_model="k80"), sched)
@@ -91,7 +91,7 @@ def test_requeued_jobs_are_aimed_oldest_held_first() -> None:
     # two requeued x jobs wait for the same GPU type; the one requeued first goes first,
     # though it arrived later
     d = data()
-    sched = PolicyScheduler("ours-submit", oracle_scores(d), CFG, learn=False, undo="requeue")
+    sched = PolicyScheduler("ours-submit", oracle_scores(d), CFG, learn=False)
     tr = [SimJob(0, 0.0, 100.0, "a", "u", 1), SimJob(1, 0.0, 50.0, "x", "u", 1)]
     tr.append(SimJob(2, 5.0, 50.0, "x", "u", 1))
     sim = Sim(tr, Truth(d), SimConfig(gpus=1, gpu_model="k80"), sched)

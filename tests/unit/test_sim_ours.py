@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from slurm_colo.cli import app
 from slurm_colo.config import PlacementConfig
-from slurm_colo.contracts.enums import LeftBehind
+from slurm_colo.contracts.enums import LeftBehind, Undo
 from slurm_colo.gavel import GavelData
 from slurm_colo.scores import PairScore
 from slurm_colo.sim.engine import Sim, SimConfig
@@ -99,7 +99,11 @@ def test_without_undo_a_wrong_pair_runs_on_and_is_learned_from_its_probe() -> No
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     sched = PolicyScheduler(
-        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="none"
+        "ours-submit",
+        wrong,
+        replace(CFG, probe_s=60, undo=Undo.OFF),
+        learn=True,
+        submit_time=True,
     )
     tr = [job(0, 0, 600, "a"), job(1, 1, 600, "x"), job(2, 5000, 100, "x")]
     sim = run(tr, sched)
@@ -139,7 +143,7 @@ def test_requeue_undo_loses_the_work_and_keeps_the_shard_type() -> None:
     wrong = oracle_scores(data())
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     sched = PolicyScheduler(
-        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="requeue"
+        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True
     )
     # two GPUs on one node: 0 (v100_s0) and 1 (v100_s1). x joins a on GPU 1 (b holds 0).
     tr = [job(0, 0, 5000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x")]
@@ -195,7 +199,6 @@ def test_a_requeued_job_takes_no_new_partner_once_it_runs_again() -> None:
         replace(CFG, probe_s=60),
         learn=True,
         submit_time=True,
-        undo="requeue",
         hold=True,
     )
     tr = [job(0, 0, 20000, "b"), job(1, 1, 5000, "a"), job(2, 2, 1000, "x"), job(3, 5100, 100, "c")]
@@ -218,7 +221,7 @@ def test_a_job_is_requeued_at_most_once_as_the_agent_does() -> None:
     wrong.pairs[("a", "x")] = PairScore(0.95, 0.95, 0.01, observed=False)
     wrong.pairs[("x", "z")] = PairScore(0.95, 0.95, 0.01, observed=False)
     sched = PolicyScheduler(
-        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True, undo="requeue"
+        "ours-submit", wrong, replace(CFG, probe_s=60), learn=True, submit_time=True
     )
     tr = [job(0, 0, 20000, "b"), job(1, 1, 200, "a"), job(2, 2, 1000, "x"), job(3, 70, 5000, "z")]
     sim = Sim(tr, Truth(d), SimConfig(gpus=2, gpus_per_node=2), sched).run()
@@ -239,10 +242,9 @@ def test_a_held_job_goes_to_the_first_gpu_that_takes_it() -> None:
         sched = PolicyScheduler(
             "ours-submit",
             oracle_scores(data()),
-            CFG,
+            replace(CFG, undo=Undo.OFF),
             learn=False,
             submit_time=True,
-            undo="none",
             hold=hold,
         )
         sim = run(tr, sched, gpus=2, gpus_per_node=2)
@@ -289,10 +291,9 @@ def test_a_job_held_at_arrival_gets_a_drained_gpu() -> None:
         sched = PolicyScheduler(
             "ours-submit",
             oracle_scores(data()),
-            replace(cfg, reserve_after_h=after_h),
+            replace(cfg, reserve_after_h=after_h, undo=Undo.OFF),
             learn=False,
             submit_time=True,
-            undo="none",
             hold=True,
         )
         sim = run(tr, sched)
