@@ -104,7 +104,16 @@ def register(app: typer.Typer) -> None:
         aggressive_share: float = typer.Option(
             0.0, help="Share of jobs submitted with --colocate=aggressive."
         ),
-        policies: str = typer.Option(",".join(_policies()), help="Comma-separated policies."),
+        policies: str = typer.Option(
+            ",".join(_policies()),
+            help="Comma-separated policies. Also known: oracle-error, the oracle with "
+            "every measured throughput off by up to --oracle-error.",
+        ),
+        oracle_error: float = typer.Option(
+            1.0,
+            help="Error of the oracle-error policy, percent: each measured throughput "
+            "it knows is off by a seeded factor within ± this.",
+        ),
         cross_user: str = typer.Option(
             "",
             help="Override placement.cross_user: never (MPS, "
@@ -148,15 +157,19 @@ def register(app: typer.Typer) -> None:
         by side on one trace; print makespan, JCT, slowdown, GPU-hours and harmful sharing."""
         from ..sim.engine import SimConfig, SimError
         from ..sim.metrics import table, versus
-        from ..sim.run import POLICIES, Setup
+        from ..sim.run import KNOWN_POLICIES, Setup
         from ..sim.run import simulate as run_all
         from ..sim.spread import parse_seeds, per_seed_table, seed_rows, spread_table
         from ..sim.trace import offered_load, philly_trace, read_philly, read_sacct
 
         names = [p.strip() for p in policies.split(",") if p.strip()]
-        bad = [p for p in names if p not in POLICIES]
+        bad = [p for p in names if p not in KNOWN_POLICIES]
         if bad:
-            raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(POLICIES)}")
+            raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(KNOWN_POLICIES)}")
+        if not 0 <= oracle_error < 100:
+            raise SimError(
+                f"--oracle-error {oracle_error:g}: give a percentage from 0 to below 100"
+            )
         pcfg = load_config(config, missing_ok=False).placement if config else PlacementConfig()
         if cross_user:
             pcfg = replace(pcfg, cross_user=_word(CrossUser, "--cross-user", cross_user))
@@ -217,6 +230,7 @@ def register(app: typer.Typer) -> None:
                 ),
                 pcfg,
                 hidden_share=hidden_share,
+                oracle_error=oracle_error / 100,
             )
             typer.echo(
                 f"{len(trace)} jobs on {gpus} GPUs, offered load "
@@ -257,6 +271,8 @@ def register(app: typer.Typer) -> None:
                 f"--hidden-share {hidden_share:g} --policies {','.join(names)} "
                 f"--gpu {shlex.quote(gpu)}"
             )
+            if "oracle-error" in names:
+                cmd.append(f"--oracle-error {oracle_error:g}")
             if gavel:
                 cmd.append(f"--gavel {shlex.quote(str(gavel))}")
             if scores:

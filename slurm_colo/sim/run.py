@@ -29,6 +29,10 @@ POLICIES = (
     "ours-submit",
     "oracle",
 )
+#: policies run only when named: ``oracle-error`` is the oracle with every measured pair
+#: off by up to ``Setup.oracle_error`` (how much one seed tells, docs/simulator.md)
+EXTRA_POLICIES = ("oracle-error",)
+KNOWN_POLICIES = POLICIES + EXTRA_POLICIES
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class Setup:
     placement: PlacementConfig
     #: share of the measured pairs hidden from the model (it predicts them)
     hidden_share: float = 0.3
+    #: the ``oracle-error`` policy's error on each measured throughput (0.01: ±1 %)
+    oracle_error: float = 0.01
 
 
 def predicted_scores(data: GavelData, train: list[tuple[str, str]], seed: int) -> ScoreTable:
@@ -103,7 +109,12 @@ def make_scheduler(
         )  # all GPUs shared
     if name == "oracle":
         return PolicyScheduler("oracle", oracle_scores(data), setup.placement, learn=False)
-    raise SimError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    if name == "oracle-error":
+        if not 0.0 <= setup.oracle_error < 1.0:
+            raise SimError(f"oracle error {setup.oracle_error:g}: give a share from 0 to below 1")
+        scores = oracle_scores(data, setup.oracle_error, setup.sim.seed)
+        return PolicyScheduler("oracle-error", scores, setup.placement, learn=False)
+    raise SimError(f"unknown policy {name!r}; known: {', '.join(KNOWN_POLICIES)}")
 
 
 def simulate(

@@ -57,14 +57,26 @@ class Truth:
         return self.pairs.get((a, b))
 
 
-def oracle_scores(data: GavelData) -> ScoreTable:
-    """A score table that knows the truth: every measured pair, no uncertainty."""
+def oracle_scores(data: GavelData, error: float = 0.0, seed: int = 0) -> ScoreTable:
+    """A score table that knows the truth: every measured pair, no uncertainty.
+
+    ``error`` > 0: each measured throughput is off by a seeded uniform factor within
+    ``1 ± error`` (0.01: ±1 %), which pairs cannot run together stays exact. This is an
+    oracle that is almost right, to measure how far a near-perfect prediction moves one
+    seed's results from the exact oracle's."""
+    if not 0.0 <= error < 1.0:
+        raise ValueError(f"oracle error {error:g}: give a share from 0 to below 1")
+    rng = random.Random(f"oracle-error {seed}")
+
+    def off(n: float) -> float:
+        return n * (1.0 + rng.uniform(-error, error)) if error else n
+
     t = ScoreTable(id=f"oracle-{data.gpu}", gpu_model=data.gpu, prior_n=0.0, prior_sd=1.0)
     for c in data.classes:
         t.classes[c] = ClassInfo(solo_rate=data.solo[c])
     for (a, b), (na, nb) in data.pairs.items():
         if a <= b:
-            t.pairs[(a, b)] = PairScore(na, nb, 0.0, observed=True)
+            t.pairs[(a, b)] = PairScore(off(na), off(nb), 0.0, observed=True)
     for a, b in data.never:
         if a <= b:
             t.pairs[(a, b)] = PairScore(0.0, 0.0, 0.0, observed=True, never=True)

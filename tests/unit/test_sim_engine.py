@@ -9,7 +9,7 @@ from slurm_colo.sim.engine import Sim, SimConfig, SimError
 from slurm_colo.sim.metrics import summarize
 from slurm_colo.sim.policies import ExclusiveFifo, SlurmShard
 from slurm_colo.sim.trace import SimJob
-from slurm_colo.sim.truth import Truth
+from slurm_colo.sim.truth import Truth, oracle_scores
 
 
 def data() -> GavelData:
@@ -84,3 +84,36 @@ def test_a_job_larger_than_the_cluster_is_an_error() -> None:
             SimConfig(gpus=2),
             ExclusiveFifo(),
         )
+
+
+def test_the_oracle_with_an_error_is_off_by_at_most_that_error_and_seeded() -> None:
+    d = data()
+    exact = oracle_scores(d)
+    off = oracle_scores(d, error=0.01, seed=3)
+    for k, p in exact.pairs.items():
+        q = off.pairs[k]
+        if p.never:
+            assert q.never and (q.n_a, q.n_b) == (p.n_a, p.n_b)
+        else:
+            assert abs(q.n_a / p.n_a - 1) <= 0.01 and abs(q.n_b / p.n_b - 1) <= 0.01
+    moved = [
+        k for k, p in exact.pairs.items() if (p.n_a, p.n_b) != (off.pairs[k].n_a, off.pairs[k].n_b)
+    ]
+    assert len(moved) == 3  # the three measured pairs, each once
+    assert oracle_scores(d, error=0.01, seed=3).pairs == off.pairs
+    assert oracle_scores(d, error=0.01, seed=4).pairs != off.pairs
+    assert oracle_scores(d, error=0.0, seed=3).pairs == exact.pairs
+
+
+def test_an_oracle_error_of_one_or_more_is_refused() -> None:
+    with pytest.raises(ValueError, match="oracle error 1"):
+        oracle_scores(data(), error=1.0)
+
+
+def test_the_simulator_refuses_an_oracle_error_of_one_or_more() -> None:
+    from slurm_colo.config import PlacementConfig
+    from slurm_colo.sim.run import Setup, make_scheduler
+
+    setup = Setup(SimConfig(gpus=1), PlacementConfig(), oracle_error=1.0)
+    with pytest.raises(SimError, match="oracle error 1: give a share from 0 to below 1"):
+        make_scheduler("oracle-error", setup, data(), lambda: oracle_scores(data()))

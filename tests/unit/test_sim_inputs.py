@@ -301,3 +301,25 @@ def test_load_gavel_names_the_file(gavel: Path) -> None:
     assert load_gavel(gavel, "a100").classes == CLASSES
     with pytest.raises(ScoresError, match=str(gavel)):
         load_gavel(gavel, "b200")
+
+
+# ---- the oracle with an error ----------------------------------------------------------
+
+
+def test_the_oracle_with_no_error_decides_as_the_oracle(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    names = "exclusive-fifo,oracle,oracle-error"
+    simulate("--seeds", "1-2", "--policies", names, "--oracle-error", "0", "--out", str(out))
+    rows = json.loads((out / "seeds.json").read_text())
+    span = {(r["seed"], r["policy"]): r["makespan_h"] for r in rows}
+    assert {s for s, _ in span} == {1, 2}
+    for s in (1, 2):
+        assert span[(s, "oracle-error")] == span[(s, "oracle")]
+    assert "--policies exclusive-fifo,oracle,oracle-error" in (out / "seeds.md").read_text()
+    assert "--oracle-error 0" in (out / "seeds.md").read_text()
+
+
+def test_an_oracle_error_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--jobs", "10", "--policies", "oracle-error", "--oracle-error", "100"]
+    code, err = cli(argv, capsys)
+    assert code == 2 and "--oracle-error 100: give a percentage from 0 to below 100" in err
