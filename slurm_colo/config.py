@@ -13,7 +13,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .contracts.enums import CrossUser, Fallback, LeftBehind, RecordsTo, Replan, Undo, Unplaced
+from .contracts.enums import (
+    CrossUser,
+    Fallback,
+    LeftBehind,
+    RecordsTo,
+    Replan,
+    TimeLimit,
+    Undo,
+    Unplaced,
+)
 from .errors import ConfigError
 from .gres_layout import NodeGpus, parse_index_list
 
@@ -116,6 +125,9 @@ class PlacementConfig:
     #: "auto" moves it onto a shared GPU that takes it before a whole GPU frees, where Slurm
     #: can change a pending job's GRES (23.11+); "off" leaves it waiting
     replan: Replan = Replan.AUTO
+    #: a job running on a shared GPU runs slower than alone: "extend" adds the time sharing
+    #: cost it (predicted) to its Slurm time limit as it runs, "keep" leaves the limit alone
+    time_limit: TimeLimit = TimeLimit.EXTEND
 
 
 @dataclass(frozen=True)

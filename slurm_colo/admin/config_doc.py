@@ -131,6 +131,12 @@ HELP: dict[str, str] = {
     "before a whole GPU frees (the agent changes its GPU request to that GPU's shard, oldest "
     "waiting job first), where Slurm can change a pending job's GRES (23.11 and later; on "
     'older Slurm nothing happens); "off" leaves it waiting for its whole GPU.',
+    "placement.time_limit": "A job on a shared GPU runs slower than alone, and Slurm ends it "
+    'at its time limit all the same. "extend": the agent adds the time sharing cost the job '
+    "to its limit as it runs (the wall time it ran times one less its predicted speed in its "
+    "set, in whole minutes, once 10 minutes are owed or sooner when the job nears its end; "
+    'scontrol update TimeLimit=+N, which needs the rights the undo needs). "keep" leaves '
+    "the limit as submitted: a job may then be ended because it shared a GPU.",
     # [store]
     "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
     "postgresql+psycopg://...).",

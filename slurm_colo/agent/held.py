@@ -80,7 +80,8 @@ REQUEUE_SETTLE_S = 2.0
 @dataclass(frozen=True)
 class Action:
     """A change to make in Slurm: ``requeue_hold``, ``aim`` (set ReqNodeList, the shard
-    request of a job held without one, release) or ``admin_hold``."""
+    request of a job held without one, release), ``admin_hold``, ``retarget`` (a re-plan)
+    or ``extend`` (add ``minutes`` to a shared job's time limit)."""
 
     kind: str
     job_id: int
@@ -93,6 +94,8 @@ class Action:
     model: str = ""
     #: the job's comments before (put back if Slurm refuses the requeue)
     restore: tuple[str, str] = ("", "")
+    #: extend: minutes to add to the job's time limit
+    minutes: int = 0
 
 
 class HeldJobs:

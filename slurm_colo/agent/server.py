@@ -119,6 +119,7 @@ class Agent:
             now = time.time()
             actions = self.state.reaim(now) if self.state.held else []
             actions += self.state.replan(now)
+            actions += self.state.extend_limits(now)
         self.run_actions(actions)
 
     def run_actions(self, actions: list[held.Action]) -> None:
@@ -134,6 +135,13 @@ class Agent:
                         self.control.admin_hold(a.job_id)
                     elif a.kind == "retarget":
                         self.control.retarget(a.job_id, a.node, a.admin_comment, a.comment, a.gres)
+                    elif a.kind == "extend":
+                        self.control.extend_time_limit(a.job_id, a.minutes)
+                        log.info(
+                            "job %s: time limit +%d min for the time sharing cost it",
+                            a.job_id,
+                            a.minutes,
+                        )
                     else:
                         self.control.aim_and_release(
                             a.job_id, a.node, a.admin_comment, a.comment, a.gres

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import Config
-from ..contracts.enums import Replan
+from ..contracts.enums import Replan, TimeLimit
 from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
@@ -30,6 +30,7 @@ from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
 from .occupancy import Occupancy
 from .replan import move_waiting, waiting_jobs
+from .time_credit import GUARD_S, TimeCredit, has_limit
 
 __all__ = ["AgentState", "PlacedJob", "nothing"]
 
@@ -70,6 +71,8 @@ class AgentState:
         self._prepared: tuple[Any, ...] | None = None
         #: the view's parts per GPU model's score set, kept between requests
         self._model_views = ModelViews()
+        #: time owed to shared jobs' limits (a few looks at Slurm before a job's end)
+        self.credit = TimeCredit(guard_s=max(GUARD_S, 3 * cfg.agent.refresh_interval_s))
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -371,6 +374,32 @@ class AgentState:
 
         return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book, behind)
 
+    def extend_limits(self, now: float) -> list[Action]:
+        """Add to the time limit of each job the agent placed on a shared GPU the time
+        sharing cost it (agent/time_credit.py), with ``placement.time_limit = "extend"``.
+        A job's speed is its predicted one in the set running on its GPU now."""
+        if self.cfg.placement.time_limit != TimeLimit.EXTEND:
+            return []
+        rates: dict[int, float] = {}
+        for g in self.view.gpus:
+            running = [o for o in g.occupants if not o.pending and o.job_id is not None]
+            if len(running) == 1:
+                speeds = [1.0]
+            else:
+                table = self.book.table(self.book.model_for(g.model))
+                speeds = table.set_throughputs([o.cls for o in running])[0]
+            for o, speed in zip(running, speeds, strict=True):
+                if o.job_id is not None and o.job_id in self.ledger.by_job:
+                    rates[o.job_id] = speed
+        self.credit.observe(rates, now)
+        jobs = self.occupancy.jobs
+        ends = {
+            j: jobs[j].end_time
+            for j in rates
+            if j in jobs and has_limit(jobs[j].start_time, jobs[j].end_time)
+        }
+        return [Action("extend", j, minutes=m) for j, m in self.credit.due(ends, now)]
+
     def _queue_head(self, now: float, gres_type: str | None = None) -> float | None:
         """:func:`~slurm_colo.placement.held.queue_head` among the held jobs that may want a
         GPU of shard type ``gres_type`` (None: any shared GPU), looked for only once a held
@@ -387,6 +416,9 @@ class AgentState:
     def failed(self, action: Action, now: float) -> None:
         """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU
         request, and its placement is forgotten)."""
+        if action.kind == "extend":
+            self.credit.refused(action.job_id)
+            return
         if action.kind == "retarget":
             token = self.ledger.by_job.get(action.job_id)
             if token is not None:

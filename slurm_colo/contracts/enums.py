@@ -51,6 +51,16 @@ class Undo(StrEnum):
     OFF = "off"
 
 
+class TimeLimit(StrEnum):
+    """``placement.time_limit``: what the agent does with the time limit of a job that
+    shares a GPU (it runs slower than alone; Slurm ends it at its limit all the same)."""
+
+    #: add the time sharing cost the job to its limit, as it runs (agent/time_credit.py)
+    EXTEND = "extend"
+    #: leave the limit as submitted
+    KEEP = "keep"
+
+
 class LeftBehind(StrEnum):
     """``placement.left_behind``: what becomes of a harmful set left behind when a job left a
     set its newest member's probe had kept (that member judges it once more)."""

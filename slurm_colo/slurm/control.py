@@ -62,6 +62,8 @@ class JobControl(Protocol):
         self, job_id: int, node: str, admin_comment: str, comment: str, gres: str
     ) -> None: ...
 
+    def extend_time_limit(self, job_id: int, minutes: int) -> None: ...
+
 
 class ScontrolControl:
     """:class:`JobControl` through ``scontrol`` (run as root or SlurmUser)."""
@@ -128,3 +130,8 @@ class ScontrolControl:
                 Comment=comment,
             )
         )
+
+    def extend_time_limit(self, job_id: int, minutes: int) -> None:
+        """Add ``minutes`` to the job's time limit (``TimeLimit=+N``: JobId comes first, as
+        Slurm asks; only root, SlurmUser and operators may raise a limit)."""
+        self.run(update_argv(job_id, TimeLimit=f"+{minutes}"))

@@ -72,3 +72,9 @@ def test_failures_name_the_command_and_slurms_message() -> None:
     with pytest.raises(SlurmError, match=r"failed: Invalid job id specified$"):
         c.run(["sh", "-c", "echo 'Invalid job id specified' >&2; exit 1"])
     c.run(["true"])
+
+
+def test_a_time_limit_is_raised_by_an_increment_after_the_job_id() -> None:
+    c = Recording()
+    c.extend_time_limit(12, 7)
+    assert c.argvs == [["scontrol", "update", "JobId=12", "TimeLimit=+7"]]

@@ -1,0 +1,98 @@
+"""Time a shared job loses to sharing, given back to its time limit.
+
+Slurm ends a job at its time limit (``--time``) whatever its speed, and a job that shares
+a GPU runs slower than it would alone. The agent therefore keeps, for each job running on
+a shared GPU, the time sharing has cost it so far: the wall time it ran times one less its
+predicted speed in its set (0.7 of its solo speed for an hour: 18 minutes), and adds that
+to the job's time limit (``scontrol update JobId=N TimeLimit=+M``, whole minutes, rounded
+up). It gives the time once ``step_s`` is owed, or sooner, whatever is owed, once the job's
+end is within ``guard_s``, so a job is never ended for the time it lost. A job that runs
+alone on a shared GPU, or faster than alone, owes nothing.
+
+Pure: the agent feeds it each snapshot's rates and end times and runs the updates it asks
+for (agent/state.py, agent/server.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: give the time owed once this much is owed (fewer updates of long jobs)
+STEP_S = 600.0
+#: or once the job's end is this near, whatever is owed (Slurm checks limits every 30 s)
+GUARD_S = 180.0
+#: a job whose limit (Slurm's expected end less its start) is this long or longer has none:
+#: Slurm puts the end of a job without a limit (UNLIMITED) a year after its start
+UNLIMITED_S = 365 * 86400.0
+
+
+def has_limit(start: float, end: float) -> bool:
+    """Whether Slurm will end a job started at ``start`` at ``end`` (0: not known)."""
+    return start > 0 and end > start and end - start < UNLIMITED_S
+
+
+@dataclass
+class _Account:
+    #: the job's predicted speed (share of its solo speed) since ``since``
+    rate: float
+    since: float
+    #: seconds owed and not yet given (negative: given ahead, by the rounding up)
+    owed_s: float = 0.0
+    #: minutes given so far
+    given_min: int = 0
+    #: Slurm refused an update: nothing more is asked for this job
+    refused: bool = False
+
+
+class TimeCredit:
+    """The time each running shared job is owed, by job id."""
+
+    def __init__(self, step_s: float = STEP_S, guard_s: float = GUARD_S) -> None:
+        self.step_s = step_s
+        self.guard_s = guard_s
+        self.jobs: dict[int, _Account] = {}
+
+    def observe(self, rates: Mapping[int, float], now: float) -> None:
+        """Each running job on a shared GPU and its predicted speed now. The time since the
+        last look is charged at the speed seen then; jobs no longer listed are forgotten."""
+        for job_id in list(self.jobs):
+            if job_id not in rates:
+                del self.jobs[job_id]
+        for job_id, rate in rates.items():
+            acc = self.jobs.get(job_id)
+            if acc is None:
+                self.jobs[job_id] = _Account(rate=rate, since=now)
+                continue
+            if now > acc.since:
+                acc.owed_s += (now - acc.since) * max(0.0, 1.0 - acc.rate)
+            acc.rate, acc.since = rate, now
+
+    def due(self, ends: Mapping[int, float], now: float) -> list[tuple[int, int]]:
+        """(job id, minutes) to add now: a job owed ``step_s`` or more, or owed anything
+        while its end is within ``guard_s``. ``ends``: Slurm's expected end (start + limit)
+        of each job that has a limit (:func:`has_limit`); others are given nothing. The
+        minutes are counted as given at once (:meth:`refused` stops a job whose update
+        Slurm refused)."""
+        out = []
+        for job_id, acc in self.jobs.items():
+            end = ends.get(job_id)
+            if end is None or acc.refused or acc.owed_s <= 0:
+                continue
+            if acc.owed_s >= self.step_s or end - now <= self.guard_s:
+                minutes = math.ceil(acc.owed_s / 60.0)
+                acc.owed_s -= 60.0 * minutes
+                acc.given_min += minutes
+                out.append((job_id, minutes))
+        return out
+
+    def refused(self, job_id: int) -> None:
+        acc = self.jobs.get(job_id)
+        if acc is not None:
+            acc.refused = True
+
+    def given_min(self, job_id: int) -> int:
+        """Minutes added to the job's time limit so far (0 for a job not known)."""
+        acc = self.jobs.get(job_id)
+        return acc.given_min if acc is not None else 0
