@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from typing import Any
 
 from .vlab import SHARED_GPUS, VersionLab, wait_for
 
@@ -55,6 +56,36 @@ def test_two_compatible_jobs_share_one_gpu(vclean: VersionLab) -> None:
         assert 1 <= int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100, env
     pipes = {lab.job_env(j)["CUDA_MPS_PIPE_DIRECTORY"] for j in (a.job_id, b.job_id)}
     assert len(pipes) == 1  # one MPS daemon: the GPU's
+
+
+def _limit_min(job: dict[str, Any]) -> int:
+    """A job's time limit in minutes, from squeue --json (24.11+: {"set", "number"})."""
+    v = job["time_limit"]
+    return int(v["number"] if isinstance(v, dict) else v)
+
+
+def test_a_shared_jobs_time_limit_grows_by_the_time_sharing_costs_it(vclean: VersionLab) -> None:
+    lab = vclean
+    # two transformer-bs16 jobs run at 0.89 of their solo speed together (the lab's
+    # scores): the first two open the two shared GPUs, the third joins one of them. With 3
+    # minutes a job is near its end from the start, so each minute owed is given at once.
+    args = ("--colocate", "--colocate-class=transformer-bs16", "--gres=gpu:1", "--time=3")
+    subs = [lab.sbatch(*args, script="sleep 60") for _ in range(3)]
+    assert all(s.rc == 0 for s in subs), [s.stderr for s in subs]
+    ids = [s.job_id for s in subs if s.job_id is not None]
+    jobs = lab.wait_running(*ids)
+    on = {j: jobs[j]["gres"][0][3] for j in ids}
+    pair = [j for j in ids if sum(on[k] == on[j] for k in ids) == 2]
+    (alone,) = set(ids) - set(pair)
+
+    def grown() -> dict[int, dict[str, Any]] | None:
+        q = lab.squeue()
+        return q if all(_limit_min(q[j]) >= 4 for j in pair) else None
+
+    q = wait_for(grown, 30, 0.5, f"the time limits of jobs {pair} raised by the agent")
+    assert [_limit_min(q[j]) for j in pair] == [4, 4]
+    assert _limit_min(q[alone]) == 3  # alone on its shared GPU: it owes nothing
+    lab.cancel_all()
 
 
 def test_bad_colocate_value_is_refused_at_submit(vclean: VersionLab) -> None:
