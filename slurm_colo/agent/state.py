@@ -436,7 +436,11 @@ class AgentState:
         return self.ledger.needs_lookup(job_id)
 
     def explain(self, job_id: int, tag_text: str | None = None) -> dict[str, Any]:
-        return self.ledger.explain(job_id, tag_text, self.view)
+        ex = self.ledger.explain(job_id, tag_text, self.view)
+        added = self.credit.given_min(job_id)
+        if added:
+            ex["time_limit_added_min"] = added
+        return ex
 
     def status(self, now: float) -> dict[str, Any]:
         occ, led = self.occupancy, self.ledger

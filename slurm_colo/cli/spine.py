@@ -55,6 +55,11 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
             lines.append(f"  sharing: {ex.get('mechanism')} (time-sliced, no MPS)")
         if ex.get("now_with") is not None:
             lines.append(f"  sharing now with: {', '.join(map(str, ex['now_with'])) or 'nobody'}")
+        if ex.get("time_limit_added_min"):
+            lines.append(
+                f"  time limit raised by {ex['time_limit_added_min']} min so far, "
+                "for the time sharing cost it"
+            )
     else:  # the policy's reasons for a GPU of its own already start with "own GPU:"
         reason = str(ex.get("reason") or "")
         lines.append("  " + (reason if reason.startswith("own GPU") else f"not shared: {reason}"))

@@ -7,6 +7,7 @@ from typing import Any
 
 from .labtools import (
     LAB_DIR,
+    agent_cli,
     gpu_of,
     kind_of,
     sbatch,
@@ -54,5 +55,9 @@ def test_a_shared_job_is_given_the_time_sharing_costs_it_and_a_job_alone_is_not(
     with log.open("rb") as f:
         f.seek(seen)
         text = f.read().decode(errors="replace")
+    shown = agent_cli("explain", str(pair[0]))
+    assert "time limit raised by 1 min so far, for the time sharing cost it" in shown.stdout, (
+        shown.stdout + shown.stderr
+    )
     for j in pair:
         assert f"job {j}: time limit +1 min for the time sharing cost it" in text, text[-2000:]

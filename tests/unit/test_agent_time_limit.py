@@ -141,6 +141,19 @@ def test_each_placed_job_of_a_shared_gpu_is_given_the_time_its_set_costs_it() ->
     ]
 
 
+def test_explain_says_how_much_time_a_job_was_given() -> None:
+    from slurm_colo.cli.spine import _fmt_explain
+
+    s, jobs = _pair()
+    assert "time_limit_added_min" not in s.explain(10)
+    s.extend_limits(3.0)
+    s.apply_snapshot(jobs, [], 2403.0)
+    s.extend_limits(2403.0)
+    ex = s.explain(10)
+    assert ex["time_limit_added_min"] == 10
+    assert "time limit raised by 10 min so far, for the time sharing cost it" in _fmt_explain(ex)
+
+
 def test_a_job_the_agent_did_not_place_is_left_alone_and_a_job_alone_owes_nothing() -> None:
     s, jobs = _pair()
     by_hand = _running(12, "", cls="b")  # a shard job asked for by hand, on the same GPU
