@@ -21,3 +21,22 @@ class QuietSlurm:
 
     def nodes(self) -> list[SlurmNode]:
         return list(self._nodes)
+
+
+class FixedSlurm:
+    """The agent's Slurm gate showing the same ``jobs`` and ``nodes`` at every look."""
+
+    name = "fake"
+
+    def __init__(self, jobs: list[SlurmJob], nodes: list[SlurmNode]) -> None:
+        self._jobs = jobs
+        self._nodes = nodes
+
+    def jobs(self) -> list[SlurmJob]:
+        return self._jobs
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return None
+
+    def nodes(self) -> list[SlurmNode]:
+        return self._nodes

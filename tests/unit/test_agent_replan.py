@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fake_slurm import FixedSlurm
 
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
@@ -171,22 +172,6 @@ class Recording(ScontrolControl):
             raise SlurmError("scontrol update failed: Job is no longer pending execution")
 
 
-class Snapshot:
-    name = "fake"
-
-    def __init__(self, jobs: list[SlurmJob]) -> None:
-        self._jobs = jobs
-
-    def jobs(self) -> list[SlurmJob]:
-        return self._jobs
-
-    def job(self, job_id: int) -> SlurmJob | None:
-        return None
-
-    def nodes(self) -> list[SlurmNode]:
-        return NODES
-
-
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_agent_retargets_the_job_with_scontrol_in_the_installed_form(
     fail: bool, tmp_path: Path
@@ -195,7 +180,7 @@ def test_the_agent_retargets_the_job_with_scontrol_in_the_installed_form(
     cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
     agent = Agent(
         cfg,
-        Snapshot([_running_a(), _waiting(30, "b"), *_whole_gpus_busy()]),
+        FixedSlurm([_running_a(), _waiting(30, "b"), *_whole_gpus_busy()], NODES),
         control,
         learned_file=tmp_path / "learned.json",
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_slurm import FixedSlurm
 
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
@@ -193,22 +194,6 @@ class Control:
             raise SlurmError(f"scontrol update JobId={job_id} failed: Access/permission denied")
 
 
-class Snapshots:
-    name = "test"
-
-    def __init__(self, jobs: list[SlurmJob]) -> None:
-        self._jobs = jobs
-
-    def jobs(self) -> list[SlurmJob]:
-        return self._jobs
-
-    def job(self, job_id: int) -> SlurmJob | None:
-        return None
-
-    def nodes(self) -> list[SlurmNode]:
-        return [SlurmNode("n1", "MIXED")]
-
-
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_server_raises_the_limit_and_stops_asking_when_slurm_refuses(
     fail: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -217,7 +202,7 @@ def test_the_server_raises_the_limit_and_stops_asking_when_slurm_refuses(
     control = Control(fail)
     agent = Agent(
         Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)),
-        Snapshots(jobs),
+        FixedSlurm(jobs, [SlurmNode("n1", "MIXED")]),
         control,  # type: ignore[arg-type]
         learned_file=tmp_path / "learned.json",
     )
