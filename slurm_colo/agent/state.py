@@ -380,17 +380,23 @@ class AgentState:
         A job's speed is its predicted one in the set running on its GPU now."""
         if self.cfg.placement.time_limit != TimeLimit.EXTEND:
             return []
+        placed = self.ledger.by_job
         rates: dict[int, float] = {}
         for g in self.view.gpus:
             running = [o for o in g.occupants if not o.pending and o.job_id is not None]
-            if len(running) == 1:
-                speeds = [1.0]
-            else:
+            mine = [
+                (o.job_id, i)
+                for i, o in enumerate(running)
+                if o.job_id is not None and o.job_id in placed
+            ]
+            if not mine:
+                continue  # no job of the agent's here (or the GPU is idle)
+            speeds = [1.0]
+            if len(running) > 1:
                 table = self.book.table(self.book.model_for(g.model))
                 speeds = table.set_throughputs([o.cls for o in running])[0]
-            for o, speed in zip(running, speeds, strict=True):
-                if o.job_id is not None and o.job_id in self.ledger.by_job:
-                    rates[o.job_id] = speed
+            for job_id, i in mine:
+                rates[job_id] = speeds[i]
         self.credit.observe(rates, now)
         jobs = self.occupancy.jobs
         ends = {
