@@ -450,8 +450,13 @@ class AgentState:
 
     def status(self, now: float) -> dict[str, Any]:
         occ, led = self.occupancy, self.ledger
+        gpus = occ.gpu_rows(self.scores, now)
+        for g in gpus:
+            for o in g["occupants"]:
+                # minutes added to the job's time limit for the time sharing cost it
+                o["time_limit_added_min"] = self.credit.given_min(o["job_id"] or 0)
         return {
-            "gpus": occ.gpu_rows(self.scores, now),
+            "gpus": gpus,
             "pending_placements": led.pending_count(),
             # jobs waiting for a GPU at the last snapshot: the throughput path needs a queue
             "queue": {

@@ -285,7 +285,9 @@ def register(app: typer.Typer) -> None:
                     if o.get("since")
                     else "running"
                 )
+                added = o.get("time_limit_added_min")
                 typer.echo(
                     f"    job {o['job_id'] or o['key']:>8}  {o['user']:<10} {o['cls']:<24} "
                     f"{o['thread_pct']:>3}% {o['mem_limit_gib'] or '-':>6} GiB  {state}"
+                    + (f", time limit +{added} min" if added else "")
                 )

@@ -155,6 +155,23 @@ def test_explain_says_how_much_time_a_job_was_given() -> None:
     assert "time limit raised by 10 min so far, for the time sharing cost it" in _fmt_explain(ex)
 
 
+def test_status_shows_the_minutes_added_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    from slurm_colo.contracts import client
+
+    s, jobs = _pair()
+    s.extend_limits(3.0)
+    s.apply_snapshot(jobs, [], 2403.0)
+    s.extend_limits(2403.0)
+    rows = s.status(2403.0)["gpus"][0]["occupants"]
+    assert {o["job_id"]: o["time_limit_added_min"] for o in rows} == {10: 10, 11: 10}
+    monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(2403.0))
+    out = CliRunner().invoke(app, ["status"]).output
+    assert out.count("s, time limit +10 min\n") == 2, out  # after "running Ns"
+
+
 def test_a_job_the_agent_did_not_place_is_left_alone_and_a_job_alone_owes_nothing() -> None:
     s, jobs = _pair()
     by_hand = _running(12, "", cls="b")  # a shard job asked for by hand, on the same GPU
