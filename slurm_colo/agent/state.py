@@ -73,6 +73,9 @@ class AgentState:
         self._model_views = ModelViews()
         #: time owed to shared jobs' limits (a few looks at Slurm before a job's end)
         self.credit = TimeCredit(guard_s=max(GUARD_S, 3 * cfg.agent.refresh_interval_s))
+        #: members' predicted speeds per (GPU model, classes) for the score book they came from
+        self._speeds_for: ScoreBook | None = None
+        self._speeds: dict[tuple[str, tuple[str, ...]], list[float]] = {}
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -393,8 +396,7 @@ class AgentState:
                 continue  # no job of the agent's here (or the GPU is idle)
             speeds = [1.0]
             if len(running) > 1:
-                table = self.book.table(self.book.model_for(g.model))
-                speeds = table.set_throughputs([o.cls for o in running])[0]
+                speeds = self._set_speeds(g.model, tuple(o.cls for o in running))
             for job_id, i in mine:
                 rates[job_id] = speeds[i]
         self.credit.observe(rates, now)
@@ -405,6 +407,18 @@ class AgentState:
             if j in jobs and has_limit(jobs[j].start_time, jobs[j].end_time)
         }
         return [Action("extend", j, minutes=m) for j, m in self.credit.due(ends, now)]
+
+    def _set_speeds(self, model: str, classes: tuple[str, ...]) -> list[float]:
+        """Each member's predicted speed in a set on a GPU of ``model``, remembered for as
+        long as the score sets stay the same (a site's sets repeat from look to look)."""
+        if self._speeds_for is not self.book or len(self._speeds) > 50_000:
+            self._speeds_for, self._speeds = self.book, {}
+        key = (model, classes)
+        speeds = self._speeds.get(key)
+        if speeds is None:
+            table = self.book.table(self.book.model_for(model))
+            speeds = self._speeds[key] = table.set_throughputs(list(classes))[0]
+        return speeds
 
     def _queue_head(self, now: float, gres_type: str | None = None) -> float | None:
         """:func:`~slurm_colo.placement.held.queue_head` among the held jobs that may want a

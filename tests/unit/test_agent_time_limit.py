@@ -190,6 +190,23 @@ def test_a_job_the_agent_did_not_place_is_left_alone_and_a_job_alone_owes_nothin
     assert s.extend_limits(END - 60.0) == []
 
 
+def test_a_new_score_set_changes_the_speeds_charged_from_then_on() -> None:
+    s, jobs = _pair()
+    s.extend_limits(3.0)
+    s.apply_snapshot(jobs, [], 1203.0)
+    s.extend_limits(1203.0)  # 1200 s at 0.75: 300 s owed each
+    s.scores = table_from_pairs(
+        [("a", "b", 0.5, 0.5), ("a", "a", 0.4, 0.4), ("b", "b", 0.4, 0.4)],
+        classes={"a": ClassInfo(memory_gib=4.0), "b": ClassInfo(memory_gib=4.0)},
+        created="",
+    )
+    s.apply_snapshot(jobs, [], 1803.0)
+    assert s.extend_limits(1803.0) == []  # 600 s more at 0.75 (seen at 1203): 450 s
+    s.apply_snapshot(jobs, [], 2103.0)
+    acts = s.extend_limits(2103.0)  # 300 s at 0.5 (the new set's): 600 s, the step
+    assert sorted((a.job_id, a.minutes) for a in acts) == [(10, 10), (11, 10)]
+
+
 def test_with_time_limit_keep_no_limit_is_touched() -> None:
     s, jobs = _pair(time_limit=TimeLimit.KEEP)
     for t in (3.0, 3003.0, END - 60.0):
