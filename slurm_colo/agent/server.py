@@ -147,6 +147,18 @@ class Agent:
                             a.job_id, a.node, a.admin_comment, a.comment, a.gres
                         )
                 except SlurmError as e:
+                    if a.kind == "extend" and "permission denied" in str(e).lower():
+                        log.error(
+                            "time limits: Slurm refuses the agent a raise of job %s's limit "
+                            "(%s); raising one needs root, SlurmUser or the Operator level "
+                            "(admin guide). No more limits are raised until the agent "
+                            "restarts.",
+                            a.job_id,
+                            e,
+                        )
+                        with self.lock:
+                            self.state.credit.stop(f"Slurm refused the agent the right ({e})")
+                        continue
                     log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:
                         self.state.failed(a, time.time())

@@ -482,6 +482,11 @@ class AgentState:
                 "throughput_path": throughput_open(self.view, self.cfg.placement),
             },
             "reservation": occ.reservation_row(now),
+            # placement.time_limit, and why no limit is raised any more (None: they are)
+            "time_limits": {
+                "setting": str(self.cfg.placement.time_limit),
+                "stopped": self.credit.stopped,
+            },
             "scores": {
                 "id": self.scores.id,
                 "created": self.scores.created,

@@ -53,6 +53,8 @@ class TimeCredit:
         self.step_s = step_s
         self.guard_s = guard_s
         self.jobs: dict[int, _Account] = {}
+        #: why no limit is raised any more (Slurm refused the agent the right), or None
+        self.stopped: str | None = None
 
     def observe(self, rates: Mapping[int, float], now: float) -> None:
         """Each running job on a shared GPU and its predicted speed now. The time since the
@@ -75,7 +77,9 @@ class TimeCredit:
         of each job that has a limit (:func:`has_limit`); others are given nothing. The
         minutes are counted as given at once (:meth:`refused` stops a job whose update
         Slurm refused)."""
-        out = []
+        out: list[tuple[int, int]] = []
+        if self.stopped:
+            return out
         for job_id, acc in self.jobs.items():
             end = ends.get(job_id)
             if end is None or acc.refused or acc.owed_s <= 0:
@@ -86,6 +90,11 @@ class TimeCredit:
                 acc.given_min += minutes
                 out.append((job_id, minutes))
         return out
+
+    def stop(self, why: str) -> None:
+        """Ask for no more updates, of any job (the agent lacks the right to raise a limit:
+        every update would be refused)."""
+        self.stopped = why
 
     def refused(self, job_id: int) -> None:
         acc = self.jobs.get(job_id)

@@ -240,6 +240,9 @@ def register(app: typer.Typer) -> None:
                 + "; sets where a member loses (the throughput path): "
                 + ("open" if q.get("throughput_path") else "closed")
             )
+        tl = st.get("time_limits") or {}
+        if tl.get("stopped"):
+            typer.echo(f"time limits of shared jobs: NOT raised: {tl['stopped']}")
         pr = st.get("probes") or {}
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))

@@ -83,6 +83,9 @@ def test_a_refused_job_is_not_asked_for_again_and_a_gone_job_is_forgotten() -> N
     assert c.due({7: FAR}, 3000.0) == [] and c.given_min(8) == 0
     c.observe({7: 0.5, 8: 0.5}, 3100.0)  # a job id seen again starts afresh
     assert c.given_min(8) == 0
+    c.observe({7: 0.5, 8: 0.5}, 5000.0)
+    c.stop("Slurm refused the agent the right")  # no job is asked for any more
+    assert c.due({7: FAR, 8: FAR}, 5000.0) == [] and c.stopped
 
 
 # ---- the agent: who is owed, at which speed ----------------------------------------------
@@ -218,19 +221,24 @@ def test_with_time_limit_keep_no_limit_is_touched() -> None:
 
 
 class Control:
-    def __init__(self, fail: bool) -> None:
+    """Raises limits, or refuses: ``"denied"`` every job (the agent lacks the right),
+    ``"gone"`` job 10 only (it ended meanwhile)."""
+
+    def __init__(self, fail: str) -> None:
         self.fail = fail
         self.calls: list[tuple[int, int]] = []
 
     def extend_time_limit(self, job_id: int, minutes: int) -> None:
         self.calls.append((job_id, minutes))
-        if self.fail:
+        if self.fail == "denied":
             raise SlurmError(f"scontrol update JobId={job_id} failed: Access/permission denied")
+        if self.fail == "gone" and job_id == 10:
+            raise SlurmError(f"scontrol update JobId={job_id} failed: Invalid job id specified")
 
 
-@pytest.mark.parametrize("fail", [False, True])
-def test_the_server_raises_the_limit_and_stops_asking_when_slurm_refuses(
-    fail: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("fail", "calls"), [("", 4), ("gone", 3), ("denied", 2)])
+def test_the_server_raises_limits_and_stops_asking_when_slurm_refuses(
+    fail: str, calls: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s, jobs = _pair()
     control = Control(fail)
@@ -248,5 +256,19 @@ def test_the_server_raises_the_limit_and_stops_asking_when_slurm_refuses(
     agent.refresh()
     assert sorted(control.calls) == [(10, 10), (11, 10)]
     now[0] = 4803.0
-    agent.refresh()  # 600 s more owed each: given, unless Slurm refused before
-    assert len(control.calls) == (2 if fail else 4)
+    # 600 s more owed each: given, but not to a job Slurm refused, nor to any once Slurm
+    # refused the agent the right
+    agent.refresh()
+    assert len(control.calls) == calls
+    stopped = s.status(4803.0)["time_limits"]["stopped"]
+    assert (stopped is not None) is (fail == "denied")
+    if stopped:
+        assert "Access/permission denied" in stopped
+        from typer.testing import CliRunner
+
+        from slurm_colo.cli import app
+        from slurm_colo.contracts import client
+
+        monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(4803.0))
+        out = CliRunner().invoke(app, ["status"]).output
+        assert "time limits of shared jobs: NOT raised: Slurm refused the agent the right" in out
