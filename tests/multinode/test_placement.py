@@ -4,6 +4,7 @@ remote node's hooks, and job records shipped to the head node's history exactly 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from .mntools import (
     agent_status,
@@ -13,6 +14,7 @@ from .mntools import (
     records_of,
     sbatch,
     spool_pending,
+    squeue,
     wait_done,
     wait_for,
     wait_running,
@@ -107,3 +109,33 @@ def test_records_reach_the_head_history_exactly_once(mclean: None) -> None:
         assert not [f for f in spool_pending(node) if f"_{i}_" in f]  # shipped, nothing left
     time.sleep(2)  # nothing sends them a second time
     assert all(len(records_of(i)) == 1 for i in ids)
+
+
+def test_a_pair_on_a_gpu_node_has_its_time_limits_raised_by_the_head_nodes_agent(
+    mclean: None,
+) -> None:
+    """The agent on colo-head raises, with scontrol, the limits of two jobs sharing GPU 0 of
+    colo-gpu2 by the time sharing costs them (0.89 of solo speed each in the lab's scores),
+    and status says so per job."""
+    args = ("-w", "colo-gpu2", "--colocate", "--colocate-class=transformer-bs16")
+    a = sbatch(*args, "--gres=gpu:1", "--time=3", body="sleep 60")
+    b = sbatch(*args, "--gres=gpu:1", "--time=3", body="sleep 60")
+    q = wait_running(a.job_id, b.job_id)
+    for j in (a.job_id, b.job_id):
+        assert gres_detail(q[j]) == ["shard:1(IDX:0)"], q[j].get("gres_detail")
+
+    def limit(job: dict[str, Any]) -> int:
+        return int(job["time_limit"])  # minutes (Slurm 22.05)
+
+    def grown() -> dict[int, dict[str, Any]] | None:
+        now = squeue()
+        return now if all(limit(now[j]) >= 4 for j in (a.job_id, b.job_id)) else None
+
+    q = wait_for(grown, 30, 0.5, "both time limits raised")
+    # within three minutes of its end from the start: each minute owed is given at once
+    assert limit(q[a.job_id]) == limit(q[b.job_id]) == 4
+    occupants = {
+        o["job_id"]: o for g in agent_status()["gpus"] for o in g["occupants"] if o["job_id"]
+    }
+    assert occupants[a.job_id]["time_limit_added_min"] == 1
+    assert occupants[b.job_id]["time_limit_added_min"] == 1
