@@ -430,6 +430,66 @@ def check_agent(ping: Callable[[], dict[str, Any] | None], socket: str) -> Check
     return Check(name, OK, f"agent answers at {socket}" + (f" ({details})" if details else ""))
 
 
+#: the agent's own changes to jobs that Slurm allows only to root, SlurmUser and operators
+def _changes_jobs(cfg: Config) -> list[str]:
+    from ..contracts.enums import Replan, TimeLimit, Undo, Unplaced
+
+    p = cfg.placement
+    out = []
+    if p.undo != Undo.OFF:
+        out.append("requeue harmful sets (placement.undo)")
+    if p.unplaced != Unplaced.OWN_GPU:
+        out.append("hold and release jobs (placement.unplaced)")
+    if p.replan == Replan.AUTO:
+        out.append("re-plan waiting jobs (placement.replan)")
+    if p.time_limit == TimeLimit.EXTEND:
+        out.append("raise shared jobs' time limits (placement.time_limit)")
+    return out
+
+
+def slurm_user(slurm_conf: str | None) -> str:
+    """slurm.conf's SlurmUser (Slurm's default: root)."""
+    m = re.search(r"^\s*SlurmUser\s*=\s*(\S+)", slurm_conf or "", re.IGNORECASE | re.MULTILINE)
+    return m.group(1) if m else "root"
+
+
+def check_agent_rights(
+    reply: dict[str, Any] | None, slurm_conf: str | None, runner: Runner, cfg: Config
+) -> Check | None:
+    """The agent's user may change jobs in Slurm (root, SlurmUser or the Operator level),
+    where its settings have it do so. None: nothing to check (no agent answered, an agent
+    too old to say its user, or settings that change no job)."""
+    name = "agent rights"
+    user = reply.get("user") if reply else None
+    needs = _changes_jobs(cfg)
+    if not user or not needs:
+        return None
+    what = ", ".join(needs)
+    if user in ("root", slurm_user(slurm_conf)):
+        return Check(name, OK, f"the agent runs as {user}: Slurm lets it {what}")
+    r = runner(["sacctmgr", "-nP", "show", "user", str(user), "format=adminlevel"])
+    level = r.stdout.strip().splitlines()[0].strip() if r.ok and r.stdout.strip() else ""
+    if level in ("Operator", "Administrator"):
+        return Check(name, OK, f"the agent's user {user} has the {level} level: it may {what}")
+    fix = (
+        f"sacctmgr -i add user {user} account=root adminlevel=Operator (with accounting), "
+        "or run the agent as SlurmUser, or turn those settings off (admin guide, "
+        '"Undo: the agent changes jobs in Slurm")'
+    )
+    why = (
+        f"sacctmgr says its level is {level}"
+        if level
+        else f"sacctmgr could not tell its level ({(r.stderr or r.stdout).strip()[:120] or 'no answer'})"
+    )
+    return Check(
+        name,
+        WARN,
+        f"the agent runs as {user}, neither root nor SlurmUser, and {why}: Slurm will "
+        f"refuse it when it tries to {what}",
+        fix,
+    )
+
+
 def check_records(cfg: Config) -> Check:
     """Where this node's job records go (node.records_to, resolved)."""
     from slurm_colo.config import records_to
@@ -585,7 +645,18 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     checks.append(check_lua_socket(sys.lua_socket_globs))
     gres = sys.etc_slurm / "gres.conf"
     checks.append(check_gres_conf(read_text(gres), gres, cfg))
-    checks.append(check_agent(lambda: sys.ping(cfg), cfg.agent.address))
+    answered: list[dict[str, Any] | None] = []
+
+    def ping() -> dict[str, Any] | None:
+        answered.append(sys.ping(cfg))
+        return answered[-1]
+
+    checks.append(check_agent(ping, cfg.agent.address))
+    rights = check_agent_rights(
+        answered[-1] if answered else None, read_text(slurm_conf), sys.runner, cfg
+    )
+    if rights is not None:
+        checks.append(rights)
     checks.append(check_records(cfg))
     checks.append(check_store(sys.store_probe(cfg), cfg.store.url))
     checks.append(check_scores(sys.load_scores, cfg.scores.path, cfg.scores.max_age_h, sys.now))

@@ -46,6 +46,13 @@ PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "RELOAD")
 SWITCH_INTERVAL_S = 0.0005
 
 
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def trusted_uids() -> set[int]:
     """root, the agent's own user and SlurmUser ("slurm") may place and report jobs."""
     uids = {0, os.getuid()}
@@ -236,6 +243,8 @@ class Agent:
             return {
                 "pong": True,
                 "pid": os.getpid(),
+                # whose rights the agent changes jobs with (slurm-colo doctor checks them)
+                "user": _user_name(os.geteuid()),
                 "backend": self.backend.name,
                 "scores": self.state.scores.id,
             }

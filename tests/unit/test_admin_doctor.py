@@ -498,3 +498,55 @@ memory_gib = 32.0
     k, v = doc.check_model_scores(load_scores, model_scores_path, cfg, now)
     assert k.name == "scores (k80)" and v.name == "scores (v100)"
     assert v.status == doc.FAIL and "corrupt" in v.message
+
+
+# ---- the agent's rights in Slurm -------------------------------------------------------
+OPERATOR = {"sacctmgr": Result(("sacctmgr",), 0, "Operator\n")}
+NO_LEVEL = {"sacctmgr": Result(("sacctmgr",), 0, "None\n")}
+
+
+def test_an_agent_running_as_root_or_slurmuser_may_change_jobs():
+    c = doc.check_agent_rights({"user": "root"}, None, FakeRunner({}), cfg())
+    assert c is not None and c.status == doc.OK and "runs as root" in c.message
+    assert "raise shared jobs' time limits (placement.time_limit)" in c.message
+    conf = "ClusterName=x\nSlurmUser=slurm\n"
+    c = doc.check_agent_rights({"user": "slurm"}, conf, FakeRunner({}), cfg())
+    assert c is not None and c.status == doc.OK
+    assert doc.slurm_user(None) == "root" and doc.slurm_user(conf) == "slurm"
+
+
+def test_another_user_needs_the_operator_level():
+    runner = FakeRunner(OPERATOR)
+    c = doc.check_agent_rights({"user": "slurm-colo"}, None, runner, cfg())
+    assert c is not None and c.status == doc.OK and "Operator level" in c.message
+    assert runner.calls == [["sacctmgr", "-nP", "show", "user", "slurm-colo", "format=adminlevel"]]
+    c = doc.check_agent_rights({"user": "slurm-colo"}, None, FakeRunner(NO_LEVEL), cfg())
+    assert c is not None and c.status == doc.WARN
+    assert "sacctmgr says its level is None: Slurm will refuse it" in c.message
+    assert "sacctmgr -i add user slurm-colo account=root adminlevel=Operator" in c.fix
+    # no accounting (sacctmgr absent or failing): it cannot tell, and says so
+    c = doc.check_agent_rights({"user": "slurm-colo"}, None, FakeRunner({}), cfg())
+    assert c is not None and c.status == doc.WARN and "sacctmgr could not tell" in c.message
+
+
+def test_nothing_to_check_without_an_agent_or_a_setting_that_changes_jobs():
+    assert doc.check_agent_rights(None, None, FakeRunner({}), cfg()) is None
+    assert doc.check_agent_rights({"pong": True}, None, FakeRunner({}), cfg()) is None  # older
+    quiet = parse_config(
+        CFG_TOML
+        + '[placement]\nundo = "off"\nunplaced = "own-gpu"\nreplan = "off"\n'
+        + 'time_limit = "keep"\n',
+        "site.toml",
+    )
+    assert doc.check_agent_rights({"user": "nobody"}, None, FakeRunner({}), quiet) is None
+
+
+def test_run_checks_names_the_agents_rights_when_it_says_its_user(tmp_path):
+    from dataclasses import replace
+
+    conf, system = _host(tmp_path)
+    system = replace(system, ping=lambda cfg: {"ok": True, "user": "root"})
+    checks = doc.run_checks(conf, system)
+    names = [c.name for c in checks]
+    assert names[names.index("agent") + 1] == "agent rights"
+    assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]

@@ -164,6 +164,15 @@ def test_server_checks_who_may_place() -> None:
     assert agent.handle(b'JOBEND\t{"nojob": 1}\n', peer_uid=0).startswith(b"ERR\tJOBEND failed")
 
 
+def test_ping_names_the_user_the_agent_changes_jobs_as() -> None:
+    import os
+    import pwd
+
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    reply = parse_reply("PING", agent.handle(b"PING\t{}\n", peer_uid=0).decode())
+    assert reply["user"] == pwd.getpwuid(os.geteuid()).pw_name
+
+
 def test_reported_jobs_are_forgotten_when_slurm_no_longer_lists_them() -> None:
     s = _state()
     s.job_started(6, None, 10.0, "n1", [0])
