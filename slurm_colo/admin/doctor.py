@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, NodeConfig, load_config
+from ..contracts.enums import Replan, TimeLimit, Undo, Unplaced
 from ..errors import ColoError
 from ..gres_layout import expand_hostlist, gres_conf
 from .run import NOT_FOUND, Runner
@@ -432,8 +433,6 @@ def check_agent(ping: Callable[[], dict[str, Any] | None], socket: str) -> Check
 
 #: the agent's own changes to jobs that Slurm allows only to root, SlurmUser and operators
 def _changes_jobs(cfg: Config) -> list[str]:
-    from ..contracts.enums import Replan, TimeLimit, Undo, Unplaced
-
     p = cfg.placement
     out = []
     if p.undo != Undo.OFF:
@@ -449,8 +448,7 @@ def _changes_jobs(cfg: Config) -> list[str]:
 
 def slurm_user(slurm_conf: str | None) -> str:
     """slurm.conf's SlurmUser (Slurm's default: root)."""
-    m = re.search(r"^\s*SlurmUser\s*=\s*(\S+)", slurm_conf or "", re.IGNORECASE | re.MULTILINE)
-    return m.group(1) if m else "root"
+    return parse_slurm_conf(slurm_conf or "").get("slurmuser") or "root"
 
 
 def check_agent_rights(
