@@ -93,6 +93,8 @@ class Agent:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.trusted = trusted_uids()
+        #: whose rights the agent changes jobs with (PING says it; slurm-colo doctor checks)
+        self.user = _user_name(os.geteuid())
         self.req_count = 0
         self.req_seconds = 0.0
         self.score_files = score_files.ScoreFiles(cfg)
@@ -154,21 +156,8 @@ class Agent:
                             a.job_id, a.node, a.admin_comment, a.comment, a.gres
                         )
                 except SlurmError as e:
-                    if a.kind == "extend" and "permission denied" in str(e).lower():
-                        log.error(
-                            "time limits: Slurm refuses the agent a raise of job %s's limit "
-                            "(%s); raising one needs root, SlurmUser or the Operator level "
-                            "(admin guide). No more limits are raised until the agent "
-                            "restarts.",
-                            a.job_id,
-                            e,
-                        )
-                        with self.lock:
-                            self.state.credit.stop(f"Slurm refused the agent the right ({e})")
-                        continue
-                    log.error("job %s: %s failed: %s", a.job_id, a.kind, e)
                     with self.lock:
-                        self.state.failed(a, time.time())
+                        self.state.failed(a, time.time(), str(e))
 
     def _save_learned(self, measured: learned.Learned, changes: int) -> None:
         """Save a copy of the measurements, unless a newer one was saved meanwhile."""
@@ -243,8 +232,7 @@ class Agent:
             return {
                 "pong": True,
                 "pid": os.getpid(),
-                # whose rights the agent changes jobs with (slurm-colo doctor checks them)
-                "user": _user_name(os.geteuid()),
+                "user": self.user,
                 "backend": self.backend.name,
                 "scores": self.state.scores.id,
             }

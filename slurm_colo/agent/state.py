@@ -433,9 +433,22 @@ class AgentState:
         held = list(jobs.values()) if gres_type is None else wanting(gres_type, jobs.values())
         return queue_head(held, self.view)
 
-    def failed(self, action: Action, now: float) -> None:
-        """Slurm refused ``action`` (agent/held.py; a re-plan: the job keeps its whole-GPU
-        request, and its placement is forgotten)."""
+    def failed(self, action: Action, now: float, why: str = "") -> None:
+        """Slurm refused ``action``, saying ``why`` (logged here). A re-aim or undo: see
+        agent/held.py; a re-plan: the job keeps its whole-GPU request, and its placement is
+        forgotten; a time limit: that job is not asked for again, or no job is when Slurm
+        refused the agent the right."""
+        if action.kind == "extend" and "permission denied" in why.lower():
+            log.error(
+                "time limits: Slurm refuses the agent a raise of job %s's limit (%s); raising "
+                "one needs root, SlurmUser or the Operator level (admin guide). No more "
+                "limits are raised until the agent restarts.",
+                action.job_id,
+                why,
+            )
+            self.credit.stop(f"Slurm refused the agent the right ({why})")
+            return
+        log.error("job %s: %s failed: %s", action.job_id, action.kind, why)
         if action.kind == "extend":
             self.credit.refused(action.job_id)
             return
