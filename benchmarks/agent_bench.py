@@ -46,6 +46,21 @@ class _Backend:
         return self._nodes
 
 
+class _NoChanges:
+    """A job control that changes nothing: the benchmark's made-up jobs must never reach
+    a real Slurm (an undo, a release or a time limit the agent asks for is dropped)."""
+
+    def requeue_hold(self, *args: object, **kw: object) -> None: ...
+
+    def aim_and_release(self, *args: object, **kw: object) -> None: ...
+
+    def admin_hold(self, *args: object, **kw: object) -> None: ...
+
+    def retarget(self, *args: object, **kw: object) -> None: ...
+
+    def extend_time_limit(self, *args: object, **kw: object) -> None: ...
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=250)
@@ -87,7 +102,9 @@ def main() -> None:
             )
         )
     agent = Agent(
-        Config(gpus=(layout,)), backend=_Backend(jobs, [SlurmNode(n, "MIXED") for n in names])
+        Config(gpus=(layout,)),
+        backend=_Backend(jobs, [SlurmNode(n, "MIXED") for n in names]),
+        control=_NoChanges(),  # type: ignore[arg-type]
     )
     agent.state.scores = table_from_measurements(data)
     t0 = time.perf_counter()
