@@ -16,16 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from datetime import datetime
 from pathlib import Path
 
 from ..config import Config
-from ..errors import ColoError
-from ..fsutil import atomic_write_bytes
 from ..placement.by_model import ScoreBook
 from ..placement.retract import with_pairs
 from ..scores import PairScore, ScoreTable
+from . import kept
+from .kept import KeptFileError
 
 log = logging.getLogger("slurm_colo.agent")
 
@@ -34,7 +33,7 @@ FORMAT = "slurm-colo-learned/1"
 Learned = dict[tuple[str, str], tuple[PairScore, float]]
 
 
-class LearnedError(ColoError):
+class LearnedError(KeptFileError):
     """The saved probe measurements cannot be read."""
 
 
@@ -77,39 +76,13 @@ def from_json(raw: bytes, source: str) -> Learned:
 
 def save(path: Path, learned: Learned) -> None:
     """Write ``learned`` atomically; a failure is logged (the measurements stay in memory)."""
-    try:
-        atomic_write_bytes(path, to_json(learned), mode=0o644)
-    except OSError as e:
-        log.warning(
-            "cannot save probe measurements to %s: %s (they are kept until the agent stops)",
-            path,
-            e.strerror or e,
-        )
+    kept.save(path, to_json(learned), "probe measurements")
 
 
 def load(path: Path) -> Learned:
     """The saved measurements; none when the file is missing. An unreadable file is set
     aside as ``<name>.bad`` and reported (the agent starts without it)."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        log.warning(
-            "cannot read probe measurements %s: %s; starting without them", path, e.strerror or e
-        )
-        return {}
-    try:
-        return from_json(raw, str(path))
-    except LearnedError as e:
-        bad = path.with_name(path.name + ".bad")
-        try:
-            os.replace(path, bad)
-            where = f"set aside as {bad}"
-        except OSError as err:
-            where = f"could not be set aside ({err.strerror})"
-        log.warning("%s; %s, starting without probe measurements", e, where)
-        return {}
+    return kept.load(path, from_json, "probe measurements") or {}
 
 
 def _timestamp(iso: str) -> float | None:
