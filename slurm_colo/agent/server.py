@@ -33,12 +33,13 @@ from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
 from ..config import Config
+from ..contracts.enums import TimeLimit
 from ..errors import ColoError, ProtocolError, SlurmError
 from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
-from . import held, learned, listeners, score_files
+from . import held, learned, listeners, score_files, time_owed
 from .state import AgentState, nothing
 
 log = logging.getLogger("slurm_colo.agent")
@@ -70,6 +71,7 @@ class Agent:
         backend: SlurmBackend | None = None,
         control: JobControl | None = None,
         learned_file: Path | None = None,
+        owed_file: Path | None = None,
     ) -> None:
         self.cfg = cfg
         self.backend = backend or open_backend(cfg.agent.slurm_backend)
@@ -90,6 +92,18 @@ class Agent:
         self.state.restore_learned(learned.load(self.learned_file))
         self._save_lock = threading.Lock()
         self._saved_changes = 0
+        #: the time-limit accounts survive a restart too (agent/time_owed.py), kept beside
+        #: the probe measurements
+        self.owed_file = owed_file or self.learned_file.with_name(time_owed.FILE_NAME)
+        saved = time_owed.load(self.owed_file)
+        if saved is not None:
+            self.state.credit.restore(*saved)
+            log.info(
+                "time limits: %d shared job account(s) read back from %s",
+                len(saved[1]),
+                self.owed_file,
+            )
+        self._owed_saved_at = 0.0
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.trusted = trusted_uids()
@@ -130,6 +144,22 @@ class Agent:
             actions += self.state.replan(now)
             actions += self.state.extend_limits(now)
         self.run_actions(actions)
+        if (
+            any(a.kind == "extend" for a in actions)
+            or now - self._owed_saved_at >= time_owed.SAVE_S
+        ):
+            self.save_time_owed(now)
+
+    def save_time_owed(self, now: float) -> None:
+        """Save the time-limit accounts (agent/time_owed.py), once the agent has looked."""
+        if self.cfg.placement.time_limit != TimeLimit.EXTEND:
+            return
+        with self.lock:
+            at, jobs = self.state.credit.accounts()
+        if at is not None:
+            with self._save_lock:
+                time_owed.save(self.owed_file, at, jobs)
+            self._owed_saved_at = now
 
     def run_actions(self, actions: list[held.Action]) -> None:
         """Make the changes an undo or a re-aim asked for. A failure is logged; a job whose
@@ -362,6 +392,7 @@ class Agent:
 
     def shutdown(self) -> None:
         self.stop.set()
+        self.save_time_owed(time.time())
         for srv in self._tcp:
             srv.shutdown()
             srv.server_close()

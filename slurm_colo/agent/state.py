@@ -380,7 +380,9 @@ class AgentState:
     def extend_limits(self, now: float) -> list[Action]:
         """Add to the time limit of each job the agent placed on a shared GPU the time
         sharing cost it (agent/time_credit.py), with ``placement.time_limit = "extend"``.
-        A job's speed is its predicted one in the set running on its GPU now."""
+        A job's speed is its predicted one in the set running on its GPU now; a job new to
+        the accounts (started since the last look, or while the agent was down) is charged
+        from its start."""
         if self.cfg.placement.time_limit != TimeLimit.EXTEND:
             return []
         placed = self.ledger.by_job
@@ -399,8 +401,8 @@ class AgentState:
                 speeds = self._set_speeds(g.model, tuple(o.cls for o in running))
             for job_id, i in mine:
                 rates[job_id] = speeds[i]
-        self.credit.observe(rates, now)
         jobs = self.occupancy.jobs
+        self.credit.observe(rates, now, {j: jobs[j].start_time for j in rates if j in jobs})
         ends = {
             j: jobs[j].end_time
             for j in rates

@@ -9,8 +9,13 @@ up). It gives the time once ``step_s`` is owed, or sooner, whatever is owed, onc
 end is within ``guard_s``, so a job is never ended for the time it lost. A job that runs
 alone on a shared GPU, or faster than alone, owes nothing.
 
-Pure: the agent feeds it each snapshot's rates and end times and runs the updates it asks
-for (agent/state.py, agent/server.py).
+The accounts outlive the agent (:meth:`TimeCredit.accounts`, :meth:`TimeCredit.restore`,
+saved by agent/time_owed.py). After a restart the time the agent was down is charged at the
+speed last seen, and a job that started meanwhile is charged from its start: the accounts
+are complete from the last look before the agent stopped.
+
+Pure: the agent feeds it each snapshot's rates, start and end times and runs the updates it
+asks for (agent/state.py, agent/server.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ GUARD_S = 180.0
 #: a job whose limit (Slurm's expected end less its start) is this long or longer has none:
 #: Slurm puts the end of a job without a limit (UNLIMITED) a year after its start
 UNLIMITED_S = 365 * 86400.0
+#: how long a job that left the accounts is remembered (one that comes back, a requeued job
+#: started again, is charged from then, not again from its start)
+GONE_S = 86400.0
 
 
 def has_limit(start: float, end: float) -> bool:
@@ -34,7 +42,7 @@ def has_limit(start: float, end: float) -> bool:
 
 
 @dataclass
-class _Account:
+class Account:
     #: the job's predicted speed (share of its solo speed) since ``since``
     rate: float
     since: float
@@ -52,24 +60,49 @@ class TimeCredit:
     def __init__(self, step_s: float = STEP_S, guard_s: float = GUARD_S) -> None:
         self.step_s = step_s
         self.guard_s = guard_s
-        self.jobs: dict[int, _Account] = {}
+        self.jobs: dict[int, Account] = {}
         #: why no limit is raised any more (Slurm refused the agent the right), or None
         self.stopped: str | None = None
+        #: the accounts hold every job's time from here on (the first look, or the last
+        #: look before a restart); None before the first look
+        self.complete_since: float | None = None
+        #: the time of the last look (what the accounts are charged to)
+        self.last_look: float | None = None
+        #: job id -> when it left the accounts (ended, requeued), for ``GONE_S``
+        self._gone: dict[int, float] = {}
+        self._pruned = 0.0
 
-    def observe(self, rates: Mapping[int, float], now: float) -> None:
+    def observe(
+        self, rates: Mapping[int, float], now: float, starts: Mapping[int, float] | None = None
+    ) -> None:
         """Each running job on a shared GPU and its predicted speed now. The time since the
-        last look is charged at the speed seen then; jobs no longer listed are forgotten."""
+        last look is charged at the speed seen then; jobs no longer listed are forgotten.
+        ``starts``: when each job started in Slurm (its latest start). A job new to the
+        accounts is charged from its start, or from when the accounts are complete if
+        later; without a start, from now."""
+        if self.complete_since is None:
+            self.complete_since = now
         for job_id in list(self.jobs):
             if job_id not in rates:
                 del self.jobs[job_id]
+                self._gone[job_id] = now
+        if now - self._pruned >= 3600.0:
+            self._gone = {j: t for j, t in self._gone.items() if now - t < GONE_S}
+            self._pruned = now
+        starts = starts or {}
         for job_id, rate in rates.items():
+            start = starts.get(job_id, 0.0)
             acc = self.jobs.get(job_id)
             if acc is None:
-                self.jobs[job_id] = _Account(rate=rate, since=now)
-                continue
-            if now > acc.since:
-                acc.owed_s += (now - acc.since) * max(0.0, 1.0 - acc.rate)
+                since = now
+                if start > 0:
+                    since = min(now, max(start, self.complete_since, self._gone.pop(job_id, 0.0)))
+                acc = self.jobs[job_id] = Account(rate=rate, since=since)
+            since = max(acc.since, min(start, now))  # a job started again: from its start
+            if now > since:
+                acc.owed_s += (now - since) * max(0.0, 1.0 - acc.rate)
             acc.rate, acc.since = rate, now
+        self.last_look = now
 
     def due(self, ends: Mapping[int, float], now: float) -> list[tuple[int, int]]:
         """(job id, minutes) to add now: a job owed ``step_s`` or more, or owed anything
@@ -100,6 +133,26 @@ class TimeCredit:
         acc = self.jobs.get(job_id)
         if acc is not None:
             acc.refused = True
+
+    def accounts(self) -> tuple[float | None, list[tuple[int, Account]]]:
+        """What :meth:`restore` takes back after a restart: the time of the last look and a
+        copy of each account then."""
+        return self.last_look, [
+            (j, Account(a.rate, a.since, a.owed_s, a.given_min, a.refused))
+            for j, a in self.jobs.items()
+        ]
+
+    def restore(self, at: float, jobs: Mapping[int, Account]) -> None:
+        """The accounts as saved at the look at ``at``, before the agent's first look.
+        There, jobs no longer running leave them, and the others are charged for the time
+        since at the speed seen then."""
+        self.jobs = dict(jobs)
+        self.complete_since = self.last_look = at
+
+    def owed_s(self, job_id: int) -> float:
+        """Seconds owed and not given yet (0 for a job not known)."""
+        acc = self.jobs.get(job_id)
+        return acc.owed_s if acc is not None else 0.0
 
     def given_min(self, job_id: int) -> int:
         """Minutes added to the job's time limit so far (0 for a job not known)."""

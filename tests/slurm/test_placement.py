@@ -8,6 +8,7 @@ import time
 from slurm_colo.gavel import bundled_path, load_gavel
 
 from .labtools import (
+    LEARNED,
     SHARED_GPUS,
     agent_cli,
     agent_refresh,
@@ -130,7 +131,11 @@ def test_agent_restart_rebuilds_its_view_from_slurm(clean: None) -> None:
     )
     q = wait_running(a.job_id, b.job_id)
     idx = min(gpu_of(q[a.job_id]))
+    agent_refresh()  # the agent has seen both jobs run
     stop_agent()
+    # what each job is owed for its time limit was saved when the agent stopped
+    owed = json.loads(LEARNED.with_name("time_owed.json").read_text())
+    assert {a.job_id, b.job_id} <= {r["job"] for r in owed["jobs"]}, owed
     start_agent()
     st = json.loads(agent_cli("status", "--json").stdout)
     g = next(g for g in st["gpus"] if g["index"] == idx)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from fake_slurm import FixedSlurm
 
+from slurm_colo.agent import time_owed
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.agent.time_credit import UNLIMITED_S, TimeCredit, has_limit
@@ -272,3 +273,111 @@ def test_the_server_raises_limits_and_stops_asking_when_slurm_refuses(
         monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(4803.0))
         out = CliRunner().invoke(app, ["status"]).output
         assert "time limits of shared jobs: NOT raised: Slurm refused the agent the right" in out
+
+
+# ---- across a restart (agent/time_owed.py) ----------------------------------------------
+
+
+def test_a_job_started_while_the_agent_was_down_is_charged_from_its_start() -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({7: 0.5}, 1000.0)
+    at, saved = c.accounts()
+    c = TimeCredit(step_s=600, guard_s=180)  # the agent restarts
+    c.restore(at, dict(saved))  # type: ignore[arg-type]
+    # job 7 ran on at 0.5 while the agent was down (1000 s: 500 s owed); job 8 started at
+    # 1400 s, 600 s before this look, and runs at 0.25 (450 s owed)
+    c.observe({7: 0.9, 8: 0.25}, 2000.0, {7: 500.0, 8: 1400.0})
+    assert c.due({7: FAR, 8: FAR}, 2000.0) == []
+    c.observe({7: 0.9, 8: 0.25}, 2300.0, {7: 500.0, 8: 1400.0})  # +30 s and +225 s
+    assert c.due({7: FAR, 8: FAR}, 2300.0) == [(8, 12)]
+    assert c.owed_s(7) == pytest.approx(530.0)
+
+
+def test_a_job_is_charged_from_the_first_look_or_its_start_whichever_is_later() -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({7: 0.5}, 1000.0, {7: 100.0})  # the agent's first look: nothing before it
+    c.observe({7: 0.5, 8: 0.5}, 1100.0, {7: 100.0, 8: 1090.0})  # 8 started 10 s ago
+    assert c.owed_s(7) == pytest.approx(50.0) and c.owed_s(8) == pytest.approx(5.0)
+    # 8 is requeued and starts again at 1500 s: charged from then, not again from 1090 s
+    c.observe({7: 0.5}, 1200.0, {7: 100.0})
+    c.observe({7: 0.5, 8: 0.5}, 1600.0, {7: 100.0, 8: 1500.0})
+    assert c.owed_s(8) == pytest.approx(50.0)
+
+
+def test_the_agent_keeps_what_jobs_are_owed_across_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, jobs = _pair()
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    control = Control("")
+    now = [3.0]
+    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
+
+    def agent() -> Agent:
+        return Agent(
+            cfg,
+            FixedSlurm(jobs, [SlurmNode("n1", "MIXED")]),
+            control,
+            learned_file=tmp_path / "learned.json",
+        )  # type: ignore[arg-type]
+
+    first = agent()
+    first.state = s
+    first.refresh()
+    now[0] = 1803.0
+    first.refresh()  # 450 s owed each, not given yet
+    first.shutdown()
+    assert control.calls == [] and (tmp_path / "time_owed.json").is_file()
+    now[0] = 4803.0  # down for 3000 s, sharing all the while: 750 s more each
+    again = agent()  # rebuilds the placements from the jobs' tags
+    again.refresh()
+    assert sorted(control.calls) == [(10, 20), (11, 20)]
+    assert again.state.explain(10)["time_limit_added_min"] == 20
+
+
+def test_an_unreadable_file_of_accounts_is_set_aside_and_the_agent_starts_without_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    f = tmp_path / "time_owed.json"
+    f.write_text('{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7}]}')
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    with caplog.at_level("WARNING", logger="slurm_colo.agent"):
+        agent = Agent(
+            cfg,
+            FixedSlurm([], [SlurmNode("n1", "IDLE")]),
+            Control(""),
+            learned_file=tmp_path / "learned.json",
+        )  # type: ignore[arg-type]
+    assert agent.state.credit.jobs == {}
+    assert (tmp_path / "time_owed.json.bad").is_file() and not f.exists()
+    assert "jobs[0] is malformed" in caplog.text and "set aside" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        '{"format": "other/1", "at": 5, "jobs": []}',
+        '{"format": "slurm-colo-time-owed/1", "jobs": []}',
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": 0.5, '
+        '"since": 9, "owed_s": 1, "given_min": 0}]}',  # since after the last look
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": NaN, '
+        '"since": 5, "owed_s": 1, "given_min": 0}]}',
+    ],
+)
+def test_a_malformed_file_of_accounts_is_refused(text: str) -> None:
+    with pytest.raises(time_owed.TimeOwedError):
+        time_owed.from_json(text.encode(), "time_owed.json")
+
+
+def test_the_accounts_read_back_as_saved(tmp_path: Path) -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({7: 0.5, 8: 0.8}, 0.0)
+    c.observe({7: 0.5, 8: 0.8}, 1300.0)
+    c.due({7: FAR}, 1300.0)  # 7 is given 11 min
+    c.refused(8)
+    at, jobs = c.accounts()
+    assert time_owed.save(tmp_path / "time_owed.json", at, jobs)
+    saved = time_owed.load(tmp_path / "time_owed.json")
+    assert saved == (1300.0, dict(jobs))
+    assert saved[1][7].given_min == 11 and saved[1][8].refused
