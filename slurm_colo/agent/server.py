@@ -103,7 +103,8 @@ class Agent:
                 len(saved[1]),
                 self.owed_file,
             )
-        self._owed_saved_at = 0.0
+        #: when the time-limit accounts were last saved (they are, ``time_owed.SAVE_S`` on)
+        self.owed_saved_at = 0.0
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.trusted = trusted_uids()
@@ -144,10 +145,7 @@ class Agent:
             actions += self.state.replan(now)
             actions += self.state.extend_limits(now)
         self.run_actions(actions)
-        if (
-            any(a.kind == "extend" for a in actions)
-            or now - self._owed_saved_at >= time_owed.SAVE_S
-        ):
+        if now - self.owed_saved_at >= time_owed.SAVE_S:
             self.save_time_owed(now)
 
     def save_time_owed(self, now: float) -> None:
@@ -159,7 +157,7 @@ class Agent:
         if at is not None:
             with self._save_lock:
                 time_owed.save(self.owed_file, at, jobs)
-            self._owed_saved_at = now
+            self.owed_saved_at = now
 
     def run_actions(self, actions: list[held.Action]) -> None:
         """Make the changes an undo or a re-aim asked for. A failure is logged; a job whose

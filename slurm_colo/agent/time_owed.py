@@ -3,8 +3,11 @@
 
 The agent saves them at most once a minute (``SAVE_S``) and when it stops; at start it
 reads them back, so a restart does not lose what a job is owed and not given yet, nor the
-time the job shared while the agent was down. A crash loses at most the last minute's
-charge. A file that cannot be read is set aside (``time_owed.json.bad``) with a warning.
+time the job shared while the agent was down. After a crash the accounts are those of up
+to a minute before: that minute's charge is made again at the speed seen then, and minutes
+given in it are given once more (a job's limit then grows by up to ``STEP_S`` too much,
+never too little). A file that cannot be read is set aside (``time_owed.json.bad``) with a
+warning.
 
 The file::
 
@@ -47,7 +50,7 @@ def to_json(at: float | None, jobs: list[tuple[int, Account]]) -> bytes:
         }
         for j, a in sorted(jobs, key=lambda x: x[0])
     ]
-    return json.dumps({"format": FORMAT, "at": at, "jobs": rows}, indent=0).encode() + b"\n"
+    return json.dumps({"format": FORMAT, "at": at, "jobs": rows}).encode() + b"\n"
 
 
 def from_json(raw: bytes, source: str) -> tuple[float, dict[int, Account]]:
