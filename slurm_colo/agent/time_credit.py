@@ -52,6 +52,8 @@ class Account:
     given_min: int = 0
     #: Slurm refused an update: nothing more is asked for this job
     refused: bool = False
+    #: when the job's run started in Slurm (0: not known)
+    start: float = 0.0
 
 
 class TimeCredit:
@@ -68,8 +70,9 @@ class TimeCredit:
         self.complete_since: float | None = None
         #: the time of the last look (what the accounts are charged to)
         self.last_look: float | None = None
-        #: job id -> when it left the accounts (ended, requeued), for ``GONE_S``
-        self._gone: dict[int, float] = {}
+        #: job id -> (when it left the accounts (ended, requeued), its account then), for
+        #: ``GONE_S``
+        self._gone: dict[int, tuple[float, Account]] = {}
         self._pruned = 0.0
 
     def observe(
@@ -84,25 +87,50 @@ class TimeCredit:
             self.complete_since = now
         for job_id in list(self.jobs):
             if job_id not in rates:
-                del self.jobs[job_id]
-                self._gone[job_id] = now
+                self._gone[job_id] = (now, self.jobs.pop(job_id))
         if now - self._pruned >= 3600.0:
-            self._gone = {j: t for j, t in self._gone.items() if now - t < GONE_S}
+            self._gone = {j: g for j, g in self._gone.items() if now - g[0] < GONE_S}
             self._pruned = now
         starts = starts or {}
         for job_id, rate in rates.items():
             start = starts.get(job_id, 0.0)
             acc = self.jobs.get(job_id)
             if acc is None:
-                since = now
-                if start > 0:
-                    since = min(now, max(start, self.complete_since, self._gone.pop(job_id, 0.0)))
-                acc = self.jobs[job_id] = Account(rate=rate, since=since)
+                acc = self.jobs[job_id] = self._open(job_id, rate, start, now)
+            elif start > acc.start:
+                if acc.start > 0:  # requeued and started again since the last look
+                    acc.owed_s = -60.0 * acc.given_min
+                acc.start = start
             since = max(acc.since, min(start, now))  # a job started again: from its start
             if now > since:
                 acc.owed_s += (now - since) * max(0.0, 1.0 - acc.rate)
             acc.rate, acc.since = rate, now
         self.last_look = now
+
+    def _open(self, job_id: int, rate: float, start: float, now: float) -> Account:
+        """The account of a job new to the accounts, charged from its start (from now when
+        not known), but not before the accounts are complete. A job back in the same run
+        (the same start) takes up its account again, charged from when it left. A job back
+        in a new run (requeued) keeps, from its last run, the minutes Slurm kept in its
+        limit: time given ahead for this run (and a refusal)."""
+        since = now
+        gone = self._gone.pop(job_id, None)
+        if start > 0:
+            since = min(now, max(start, self.complete_since or now, gone[0] if gone else 0.0))
+        if gone is None:
+            return Account(rate=rate, since=since, start=start)
+        left, before = gone
+        if start > 0 and start == before.start:
+            before.rate, before.since = rate, max(left, since)
+            return before
+        return Account(
+            rate=rate,
+            since=since,
+            owed_s=-60.0 * before.given_min,
+            given_min=before.given_min,
+            refused=before.refused,
+            start=start,
+        )
 
     def due(self, ends: Mapping[int, float], now: float) -> list[tuple[int, int]]:
         """(job id, minutes) to add now: a job owed ``step_s`` or more, or owed anything
@@ -138,7 +166,7 @@ class TimeCredit:
         """What :meth:`restore` takes back after a restart: the time of the last look and a
         copy of each account then."""
         return self.last_look, [
-            (j, Account(a.rate, a.since, a.owed_s, a.given_min, a.refused))
+            (j, Account(a.rate, a.since, a.owed_s, a.given_min, a.refused, a.start))
             for j, a in self.jobs.items()
         ]
 

@@ -13,7 +13,7 @@ The file::
 
     {"format": "slurm-colo-time-owed/1", "at": <the last look, Unix time>,
      "jobs": [{"job": 12, "rate": 0.75, "since": ..., "owed_s": 42.0,
-               "given_min": 10, "refused": false}, ...]}
+               "given_min": 10, "refused": false, "start": ...}, ...]}
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def to_json(at: float | None, jobs: list[tuple[int, Account]]) -> bytes:
             "owed_s": a.owed_s,
             "given_min": a.given_min,
             "refused": a.refused,
+            "start": a.start,
         }
         for j, a in sorted(jobs, key=lambda x: x[0])
     ]
@@ -72,14 +73,15 @@ def from_json(raw: bytes, source: str) -> tuple[float, dict[int, Account]]:
             rate, since, owed = float(r["rate"]), float(r["since"]), float(r["owed_s"])
             given = int(r["given_min"])
             refused = r.get("refused", False)
+            start = float(r.get("start", 0.0))
         except (KeyError, TypeError, ValueError) as e:
             raise TimeOwedError(
                 f"{source}: jobs[{k}] is malformed ({type(e).__name__}: {e})"
             ) from None
-        finite = all(math.isfinite(v) for v in (at, rate, since, owed))
+        finite = all(math.isfinite(v) for v in (at, rate, since, owed, start))
         if not finite or job <= 0 or rate < 0 or given < 0 or since > at:
             raise TimeOwedError(f"{source}: jobs[{k}] has a value out of range")
-        out[job] = Account(rate, since, owed, given, bool(refused))
+        out[job] = Account(rate, since, owed, given, bool(refused), start)
     return at, out
 
 

@@ -81,10 +81,8 @@ def test_a_refused_job_is_not_asked_for_again_and_a_gone_job_is_forgotten() -> N
     assert sorted(c.due({7: FAR, 8: FAR}, 1300.0)) == [(7, 11), (8, 11)]
     c.refused(7)
     c.observe({7: 0.5}, 3000.0)  # 8 ended
-    assert c.due({7: FAR}, 3000.0) == [] and c.given_min(8) == 0
-    c.observe({7: 0.5, 8: 0.5}, 3100.0)  # a job id seen again starts afresh
-    assert c.given_min(8) == 0
-    c.observe({7: 0.5, 8: 0.5}, 5000.0)
+    assert c.due({7: FAR}, 3000.0) == [] and c.given_min(8) == 0 and 8 not in c.jobs
+    c.observe({7: 0.5}, 5000.0)
     c.stop("Slurm refused the agent the right")  # no job is asked for any more
     assert c.due({7: FAR, 8: FAR}, 5000.0) == [] and c.stopped
 
@@ -293,15 +291,47 @@ def test_a_job_started_while_the_agent_was_down_is_charged_from_its_start() -> N
     assert c.owed_s(7) == pytest.approx(530.0)
 
 
+def test_a_requeued_job_keeps_the_minutes_slurm_kept_in_its_limit_as_time_given_ahead() -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({8: 0.5}, 0.0, {8: 0.0})
+    c.observe({8: 0.5}, 1300.0, {8: 0.0})
+    assert c.due({8: FAR}, 1300.0) == [(8, 11)]  # the limit is now 11 minutes longer
+    c.observe({}, 1400.0)  # requeued (undone): pending, it leaves the accounts
+    # started again at 2000 s: its limit still has the 11 minutes (Slurm keeps a raised
+    # limit across a requeue), and the new run has not lost them yet
+    c.observe({8: 0.5}, 2000.0, {8: 2000.0})
+    assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0)
+    c.observe({8: 0.5}, 3320.0, {8: 2000.0})  # 660 s owed by this run: what it had
+    assert c.due({8: FAR}, 3320.0) == [] and c.owed_s(8) == pytest.approx(0.0)
+    c.observe({8: 0.5}, 4520.0, {8: 2000.0})  # 600 s more: given
+    assert c.due({8: FAR}, 4520.0) == [(8, 10)] and c.given_min(8) == 21
+
+
+def test_a_job_requeued_while_the_agent_was_down_starts_a_new_run() -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({8: 0.5}, 0.0, {8: 1.0})
+    c.observe({8: 0.5}, 1300.0, {8: 1.0})
+    assert c.due({8: FAR}, 1300.0) == [(8, 11)]
+    c.observe({8: 0.5}, 1400.0, {8: 1.0})  # 50 s owed; the agent stops here
+    at, saved = c.accounts()
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.restore(at, dict(saved))  # type: ignore[arg-type]
+    # meanwhile the job was requeued and started again at 2000 s: the 11 minutes in its
+    # limit are this run's, and its time is charged from its new start
+    c.observe({8: 0.5}, 2600.0, {8: 2000.0})
+    assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0 + 300.0)
+
+
 def test_a_job_is_charged_from_the_first_look_or_its_start_whichever_is_later() -> None:
     c = TimeCredit(step_s=600, guard_s=180)
     c.observe({7: 0.5}, 1000.0, {7: 100.0})  # the agent's first look: nothing before it
     c.observe({7: 0.5, 8: 0.5}, 1100.0, {7: 100.0, 8: 1090.0})  # 8 started 10 s ago
     assert c.owed_s(7) == pytest.approx(50.0) and c.owed_s(8) == pytest.approx(5.0)
-    # 8 is requeued and starts again at 1500 s: charged from then, not again from 1090 s
+    # 8 leaves the accounts and comes back with the same start (a job Slurm listed
+    # again): charged from when it left, not again from 1090 s
     c.observe({7: 0.5}, 1200.0, {7: 100.0})
-    c.observe({7: 0.5, 8: 0.5}, 1600.0, {7: 100.0, 8: 1500.0})
-    assert c.owed_s(8) == pytest.approx(50.0)
+    c.observe({7: 0.5, 8: 0.5}, 1600.0, {7: 100.0, 8: 1090.0})
+    assert c.owed_s(8) == pytest.approx(205.0)  # with the 5 s it was owed when it left
 
 
 def test_the_agent_keeps_what_jobs_are_owed_across_a_restart(
