@@ -371,8 +371,11 @@ def _reference(
     return "exclusive", []
 
 
+@pytest.mark.parametrize("full", [False, True])
 @pytest.mark.parametrize("cross_user", ["never", "shard"])
-def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
+def test_place_matches_the_rules_written_out_plainly(cross_user: str, full: bool) -> None:
+    """``full``: every GPU holds a job already, so jobs choose among busy GPUs instead of
+    opening idle ones (the ranking), half the time with the throughput path closed."""
     rng = random.Random(11)
     classes = [f"c{i}" for i in range(7)]
     t = ScoreTable(prior_n=0.7, prior_sd=0.2)
@@ -386,12 +389,13 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
                     na, nb, rng.uniform(0.0, 0.15), observed=rng.random() < 0.6, never=never
                 )
     cfg = PlacementConfig(cross_user=cross_user, explore_rate=0.3)
+    checked = 0
     for trial in range(40):
         gpus = []
         for i in range(rng.randrange(1, 25)):
             g = gpu(i, node=f"n{i // 4}", mem=rng.choice([16.0, 32.0]), slots=rng.randrange(1, 5))
             owner = rng.randrange(3)
-            for k in range(rng.randrange(0, g.slots + 1)):
+            for k in range(rng.randrange(1 if full else 0, g.slots + 1)):
                 uid = owner if cross_user == "never" else rng.randrange(3)
                 g.occupants.append(
                     occ(f"t{trial}g{i}o{k}", rng.choice(classes), uid=uid, mem=rng.uniform(1, 8))
@@ -401,7 +405,7 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
         view = ClusterView(
             gpus,
             queue_per_gpu=rng.choice([None, 0.1, 0.75, 2.0]),
-            queue_drain_h=rng.choice([None, None, 3.0, 24.0, 100.0]),
+            queue_drain_h=rng.choice([None, 3.0] if full else [None, None, 3.0, 24.0, 100.0]),
         )
         for q in range(15):
             j = job(
@@ -416,6 +420,9 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str) -> None:
             assert d.action == action, (trial, q, d.reason)
             if d.shared:
                 assert view.position(d.node or "", d.index or 0) in allowed, (trial, q, d.reason)
+                checked += d.partners != ()
+    # the trials reach what they are for: jobs that join a busy GPU
+    assert checked >= (100 if full else 1)
 
 
 def test_a_table_with_learned_pairs_updates_the_index_to_what_a_rebuild_gives() -> None:
