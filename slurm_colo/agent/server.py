@@ -109,7 +109,7 @@ class Agent:
         self.stop = threading.Event()
         self.trusted = trusted_uids()
         #: whose rights the agent changes jobs with (PING says it; slurm-colo doctor checks)
-        self.user = _user_name(os.geteuid())
+        self.user = self.state.user = _user_name(os.geteuid())
         self.req_count = 0
         self.req_seconds = 0.0
         self.score_files = score_files.ScoreFiles(cfg)
@@ -162,9 +162,19 @@ class Agent:
     def run_actions(self, actions: list[held.Action]) -> None:
         """Make the changes an undo or a re-aim asked for. A failure is logged; a job whose
         requeue failed is forgotten (it runs on), one whose release failed is aimed again at
-        the next look at Slurm."""
+        the next look at Slurm. While Slurm refuses the agent the right, only one change is
+        tried now and then (agent/rights.py); the others are handled as refused."""
         with self._control_lock:
-            for a in actions:
+            with self.lock:
+                was_refused = self.state.rights.refused is not None
+                run, skip = self.state.rights.gate(actions, time.time())
+                for a in skip:
+                    self.state.failed(a, time.time(), made=False)
+            for a in run:
+                if not was_refused and self.state.rights.refused is not None:
+                    with self.lock:  # refused for the right earlier in this batch
+                        self.state.failed(a, time.time(), made=False)
+                    continue
                 try:
                     if a.kind == "requeue_hold":
                         self.control.requeue_hold(a.job_id, a.admin_comment, a.comment, a.restore)
@@ -186,6 +196,16 @@ class Agent:
                 except SlurmError as e:
                     with self.lock:
                         self.state.failed(a, time.time(), str(e))
+                else:
+                    if self.state.rights.refused is not None:
+                        with self.lock:
+                            if self.state.rights.granted():
+                                log.warning(
+                                    "Slurm accepts the agent's changes again (%s of job %s); "
+                                    "it resumes them",
+                                    a.kind,
+                                    a.job_id,
+                                )
 
     def _save_learned(self, measured: learned.Learned, changes: int) -> None:
         """Save a copy of the measurements, unless a newer one was saved meanwhile."""

@@ -30,6 +30,8 @@ from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
 from .occupancy import Occupancy
 from .replan import move_waiting, waiting_jobs
+from .rights import RETRY_S as RIGHTS_RETRY_S
+from .rights import Rights, is_refused_right
 from .time_credit import GUARD_S, TimeCredit, has_limit
 
 __all__ = ["AgentState", "PlacedJob", "nothing"]
@@ -73,6 +75,10 @@ class AgentState:
         self._model_views = ModelViews()
         #: time owed to shared jobs' limits (a few looks at Slurm before a job's end)
         self.credit = TimeCredit(guard_s=max(GUARD_S, 3 * cfg.agent.refresh_interval_s))
+        #: whether Slurm lets the agent change jobs (agent/rights.py), and whose rights
+        #: those are (the server's user, named in the log)
+        self.rights = Rights()
+        self.user = ""
         #: members' predicted speeds per (GPU model, classes) for the score book they came from
         self._speeds_for: ScoreBook | None = None
         self._speeds: dict[tuple[str, tuple[str, ...]], list[float]] = {}
@@ -192,7 +198,9 @@ class AgentState:
             )
             bd = replace(bd, decision=d)
         tag = d.placement(token, cls, mode).to_tag()
-        hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self.occupancy, fields)
+        would_hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self.occupancy, fields)
+        # a held job waits for the agent's release: none while Slurm refuses it the right
+        hold = would_hold and self.rights.refused is None
         if hold:
             # held without a GPU request: the agent sets it when it releases the job onto
             # whichever shared GPU fits it first (agent/held.py, HeldJobs.reaim)
@@ -208,7 +216,10 @@ class AgentState:
                 "the job is released there by the placement agent",
             }
         elif not d.shared:
-            reply = {"action": "exclusive", "comment": f"colo: {d.reason}", "tag": tag}
+            why = f"colo: {d.reason}" + (
+                "; not held: Slurm refuses the agent the right to release it" if would_hold else ""
+            )
+            reply = {"action": "exclusive", "comment": why, "tag": tag}
         else:
             short = f"colo: GPU {d.index} of {d.node}" + (
                 f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}"
@@ -344,7 +355,10 @@ class AgentState:
         return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
 
     def reaim(self, now: float) -> list[Action]:
-        """Aim the held jobs a GPU takes now (agent/held.py)."""
+        """Aim the held jobs a GPU takes now (agent/held.py); none while Slurm refuses
+        the agent the right, until a change is to be tried again (agent/rights.py)."""
+        if self.rights.holding_back(now):
+            return []
         return self.holds.reaim(now, self.ledger, self.occupancy, self.book)
 
     def replan(self, now: float) -> list[Action]:
@@ -352,6 +366,8 @@ class AgentState:
         (agent/replan.py): with ``placement.replan = "auto"`` where Slurm can change a
         pending job's GRES (:attr:`.held.HeldJobs.retype_after_undo`, 23.11+)."""
         if self.cfg.placement.replan != Replan.AUTO or not self.holds.retype_after_undo:
+            return []
+        if self.rights.holding_back(now):
             return []
         occ = self.occupancy
         tags = {}
@@ -435,24 +451,32 @@ class AgentState:
         held = list(jobs.values()) if gres_type is None else wanting(gres_type, jobs.values())
         return queue_head(held, self.view)
 
-    def failed(self, action: Action, now: float, why: str = "") -> None:
-        """Slurm refused ``action``, saying ``why`` (logged here). A re-aim or undo: see
-        agent/held.py; a re-plan: the job keeps its whole-GPU request, and its placement is
-        forgotten; a time limit: that job is not asked for again, or no job is when Slurm
-        refused the agent the right."""
-        if action.kind == "extend" and "permission denied" in why.lower():
+    def failed(self, action: Action, now: float, why: str = "", made: bool = True) -> None:
+        """Slurm refused ``action``, saying ``why`` (logged here), or, ``made`` False, it was
+        not made because Slurm refuses the agent the right (agent/rights.py). A re-aim or
+        undo: see agent/held.py; a re-plan: the job keeps its whole-GPU request, and its
+        placement is forgotten; a time limit: that job is not asked for again, unless the
+        right was refused (its minutes are owed again)."""
+        right = not made or is_refused_right(why)
+        if made and right and self.rights.refuse(why, now):
             log.error(
-                "time limits: Slurm refuses the agent a raise of job %s's limit (%s); raising "
-                "one needs root, SlurmUser or the Operator level (admin guide). No more "
-                "limits are raised until the agent restarts.",
+                "Slurm refuses the agent the right to change jobs (%s of job %s: %s). It "
+                "needs root, SlurmUser or the Operator level (sacctmgr -i add user %s "
+                "adminlevel=Operator; admin guide). Until then it changes no job (one change "
+                "is tried again every %d min), holds no new job, and raises no time limit.",
+                action.kind,
                 action.job_id,
                 why,
+                self.user or "USER",
+                int(RIGHTS_RETRY_S // 60),
             )
-            self.credit.stop(f"Slurm refused the agent the right ({why})")
-            return
-        log.error("job %s: %s failed: %s", action.job_id, action.kind, why)
+        if not right:
+            log.error("job %s: %s failed: %s", action.job_id, action.kind, why)
         if action.kind == "extend":
-            self.credit.refused(action.job_id)
+            if right:
+                self.credit.not_given(action.job_id, action.minutes)
+            else:
+                self.credit.refused(action.job_id)
             return
         if action.kind == "retarget":
             token = self.ledger.by_job.get(action.job_id)
@@ -500,8 +524,14 @@ class AgentState:
             # placement.time_limit, and why no limit is raised any more (None: they are)
             "time_limits": {
                 "setting": str(self.cfg.placement.time_limit),
-                "stopped": self.credit.stopped,
+                "stopped": (
+                    f"Slurm refuses the agent the right ({self.rights.refused})"
+                    if self.rights.refused
+                    else None
+                ),
             },
+            # why the agent changes no job in Slurm (undo, holds, re-plans, time limits)
+            "slurm_changes": {"refused": self.rights.refused, "since": self.rights.since},
             "scores": {
                 "id": self.scores.id,
                 "created": self.scores.created,

@@ -63,8 +63,6 @@ class TimeCredit:
         self.step_s = step_s
         self.guard_s = guard_s
         self.jobs: dict[int, Account] = {}
-        #: why no limit is raised any more (Slurm refused the agent the right), or None
-        self.stopped: str | None = None
         #: the accounts hold every job's time from here on (the first look, or the last
         #: look before a restart); None before the first look
         self.complete_since: float | None = None
@@ -139,8 +137,6 @@ class TimeCredit:
         minutes are counted as given at once (:meth:`refused` stops a job whose update
         Slurm refused)."""
         out: list[tuple[int, int]] = []
-        if self.stopped:
-            return out
         for job_id, acc in self.jobs.items():
             end = ends.get(job_id)
             if end is None or acc.refused or acc.owed_s <= 0:
@@ -152,10 +148,13 @@ class TimeCredit:
                 out.append((job_id, minutes))
         return out
 
-    def stop(self, why: str) -> None:
-        """Ask for no more updates, of any job (the agent lacks the right to raise a limit:
-        every update would be refused)."""
-        self.stopped = why
+    def not_given(self, job_id: int, minutes: int) -> None:
+        """``minutes`` :meth:`due` counted as given were not (the update was not made: the
+        agent lacks the right for now): they are owed again."""
+        acc = self.jobs.get(job_id)
+        if acc is not None:
+            acc.owed_s += 60.0 * minutes
+            acc.given_min -= minutes
 
     def refused(self, job_id: int) -> None:
         acc = self.jobs.get(job_id)

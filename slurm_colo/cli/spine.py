@@ -240,6 +240,13 @@ def register(app: typer.Typer) -> None:
                 + "; sets where a member loses (the throughput path): "
                 + ("open" if q.get("throughput_path") else "closed")
             )
+        refused = (st.get("slurm_changes") or {}).get("refused")
+        if refused:
+            typer.echo(
+                f"changes to jobs in Slurm: NOT made, Slurm refuses the agent the right "
+                f"({refused}): no undo, no new hold, no release, no time limit raised; "
+                "one change is tried again every 10 min (slurm-colo doctor, admin guide)"
+            )
         tl = st.get("time_limits") or {}
         if tl.get("stopped"):
             typer.echo(f"time limits of shared jobs: NOT raised: {tl['stopped']}")

@@ -655,3 +655,37 @@ def test_which_slurm_versions_change_a_pending_jobs_gres() -> None:
 
     assert not can_change_pending_gres((22, 5)) and not can_change_pending_gres(None)
     assert can_change_pending_gres((24, 11)) and can_change_pending_gres((26, 5))
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "scontrol hold 12 failed: Invalid user id for job 12",  # another user's job
+        "scontrol hold 12 failed: Access/permission denied for job 12",
+    ],
+)
+def test_while_slurm_refuses_the_agent_the_right_no_job_is_held(
+    refusal: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = _state(unplaced="hold")
+    a = s.place_request(_req("slow"), 1.0)
+    b = s.place_request(_req("slow"), 1.1)
+    c = s.place_request(_req("slow"), 1.2)
+    assert c["action"] == "hold"
+    # Slurm refuses the administrator's hold for the right: a held job could never be
+    # released, so the next such job keeps its own-GPU request instead
+    lock = agent_held.Action("admin_hold", 12)
+    with caplog.at_level("ERROR", logger="slurm_colo.agent"):
+        s.failed(lock, 2.0, refusal)
+        s.failed(agent_held.Action("aim", 13), 2.1, made=False)  # skipped: not logged
+    assert caplog.text.count("Slurm refuses the agent the right to change jobs") == 1
+    assert "job 13" not in caplog.text
+    d = s.place_request(_req("slow"), 3.0)
+    assert d["action"] == "exclusive" and "gres" not in d
+    assert d["comment"].endswith("; not held: Slurm refuses the agent the right to release it")
+    assert s.status(3.0)["slurm_changes"]["refused"] == refusal
+    assert s.rights.holding_back(3.0) and s.reaim(3.0) == []  # not even worked out
+    # once a change goes through again, jobs are held as before
+    assert s.rights.granted()
+    assert s.place_request(_req("slow"), 4.0)["action"] == "hold"
+    assert (a["action"], b["action"]) == ("share", "share")

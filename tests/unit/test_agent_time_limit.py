@@ -83,8 +83,7 @@ def test_a_refused_job_is_not_asked_for_again_and_a_gone_job_is_forgotten() -> N
     c.observe({7: 0.5}, 3000.0)  # 8 ended
     assert c.due({7: FAR}, 3000.0) == [] and c.given_min(8) == 0 and 8 not in c.jobs
     c.observe({7: 0.5}, 5000.0)
-    c.stop("Slurm refused the agent the right")  # no job is asked for any more
-    assert c.due({7: FAR, 8: FAR}, 5000.0) == [] and c.stopped
+    assert c.due({7: FAR}, 5000.0) == []
 
 
 # ---- the agent: who is owed, at which speed ----------------------------------------------
@@ -235,18 +234,22 @@ class Control:
             raise SlurmError(f"scontrol update JobId={job_id} failed: Invalid job id specified")
 
 
-@pytest.mark.parametrize(("fail", "calls"), [("", 4), ("gone", 3), ("denied", 2)])
-def test_the_server_raises_limits_and_stops_asking_when_slurm_refuses(
-    fail: str, calls: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    s, jobs = _pair()
-    control = Control(fail)
-    agent = Agent(
+def _agent(control: Control, jobs: list[SlurmJob], tmp_path: Path) -> Agent:
+    return Agent(
         Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)),
         FixedSlurm(jobs, [SlurmNode("n1", "MIXED")]),
         control,  # type: ignore[arg-type]
         learned_file=tmp_path / "learned.json",
     )
+
+
+@pytest.mark.parametrize(("fail", "calls"), [("", 4), ("gone", 3)])
+def test_the_server_raises_limits_and_stops_asking_for_a_job_slurm_refused(
+    fail: str, calls: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, jobs = _pair()
+    control = Control(fail)
+    agent = _agent(control, jobs, tmp_path)
     agent.state = s
     now = [3.0]
     monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
@@ -255,22 +258,60 @@ def test_the_server_raises_limits_and_stops_asking_when_slurm_refuses(
     agent.refresh()
     assert sorted(control.calls) == [(10, 10), (11, 10)]
     now[0] = 4803.0
-    # 600 s more owed each: given, but not to a job Slurm refused, nor to any once Slurm
-    # refused the agent the right
-    agent.refresh()
+    agent.refresh()  # 600 s more owed each: given, but not to the job Slurm refused
     assert len(control.calls) == calls
-    stopped = s.status(4803.0)["time_limits"]["stopped"]
-    assert (stopped is not None) is (fail == "denied")
-    if stopped:
-        assert "Access/permission denied" in stopped
-        from typer.testing import CliRunner
+    assert s.status(4803.0)["time_limits"]["stopped"] is None
 
-        from slurm_colo.cli import app
-        from slurm_colo.contracts import client
 
-        monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: s.status(4803.0))
-        out = CliRunner().invoke(app, ["status"]).output
-        assert "time limits of shared jobs: NOT raised: Slurm refused the agent the right" in out
+def test_without_the_right_the_agent_asks_once_in_a_while_and_resumes_once_granted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from typer.testing import CliRunner
+
+    from slurm_colo.agent.rights import RETRY_S
+    from slurm_colo.cli import app
+    from slurm_colo.contracts import client
+
+    s, jobs = _pair()
+    control = Control("denied")
+    agent = _agent(control, jobs, tmp_path)
+    agent.state = s
+    now = [3.0]
+    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
+    agent.refresh()
+    now[0] = 2403.0
+    with caplog.at_level("INFO", logger="slurm_colo.agent"):
+        agent.refresh()
+    # refused for the right: the other job of the batch is not asked for, and neither
+    # job's 10 minutes count as given
+    assert control.calls == [(10, 10)]
+    assert s.credit.given_min(10) == s.credit.given_min(11) == 0
+    assert caplog.text.count("Slurm refuses the agent the right to change jobs") == 1
+    for t in (2408.0, 2413.0):  # the next looks ask nothing of Slurm
+        now[0] = t
+        agent.refresh()
+    assert control.calls == [(10, 10)]
+    st = s.status(2413.0)
+    assert "Access/permission denied" in st["slurm_changes"]["refused"]
+    assert "Access/permission denied" in st["time_limits"]["stopped"]
+    monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: st)
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "changes to jobs in Slurm: NOT made, Slurm refuses the agent the right" in out
+    # one change is tried again after RETRY_S: still refused, then granted
+    now[0] = 2403.0 + RETRY_S
+    agent.refresh()
+    assert len(control.calls) == 2
+    control.fail = ""
+    now[0] = 2403.0 + 2 * RETRY_S
+    with caplog.at_level("INFO", logger="slurm_colo.agent"):
+        agent.refresh()  # the retry goes through: the agent resumes
+        agent.refresh()  # and gives the other job its time at the next look
+    assert "Slurm accepts the agent's changes again" in caplog.text
+    # all of it: 3600 s shared at 0.75, 900 s each
+    assert (2403.0 + 2 * RETRY_S - 3.0) * 0.25 == 900.0
+    assert control.calls[2:] == [(10, 15), (11, 15)]
+    assert s.credit.given_min(10) == s.credit.given_min(11) == 15
+    assert s.status(now[0])["slurm_changes"]["refused"] is None
 
 
 # ---- across a restart (agent/time_owed.py) ----------------------------------------------
