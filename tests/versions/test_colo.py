@@ -9,7 +9,9 @@ import re
 import time
 from typing import Any
 
-from .vlab import SHARED_GPUS, VersionLab, wait_for
+from rights_probe import REFUSALS_SCRIPT, check_refusals
+
+from .vlab import PY, SHARED_GPUS, VersionLab, wait_for
 
 ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE|SLURM_JOB_GPUS|SLURM_GRES)'"
 #: gres_detail of a shard job on 24.11+: allocated/total shards per GPU index
@@ -85,6 +87,19 @@ def test_a_shared_jobs_time_limit_grows_by_the_time_sharing_costs_it(vclean: Ver
     q = wait_for(grown, 30, 0.5, f"the time limits of jobs {pair} raised by the agent")
     assert [_limit_min(q[j]) for j in pair] == [4, 4]
     assert _limit_min(q[alone]) == 3  # alone on its shared GPU: it owes nothing
+    lab.cancel_all()
+
+
+def test_a_change_to_another_users_job_is_refused_for_the_right(vclean: VersionLab) -> None:
+    """Each version's wording of a refusal reads as a missing right (agent/rights.py)."""
+    lab = vclean
+    job = lab.sbatch("--time=5", user="bob", script="sleep 60")
+    assert job.job_id is not None, job.stderr
+    lab.wait_running(job.job_id)
+    p = lab.x("runuser", "-u", "alice", "--", PY, "-c", REFUSALS_SCRIPT, str(job.job_id))
+    assert p.returncode == 0, p.stderr
+    check_refusals(p.stdout)
+    assert _limit_min(lab.squeue()[job.job_id]) == 5
     lab.cancel_all()
 
 
