@@ -6,11 +6,12 @@ start."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import ColoError
 from ..fsutil import atomic_write_bytes
@@ -21,6 +22,17 @@ T = TypeVar("T")
 
 class KeptFileError(ColoError):
     """A file the agent keeps across restarts cannot be read."""
+
+
+def document(raw: bytes, source: str, fmt: str, error: type[ColoError]) -> dict[str, Any]:
+    """The JSON object of a kept file whose ``"format"`` is ``fmt``; ``error`` otherwise."""
+    try:
+        d = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{source}: not JSON ({e})") from None
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise error(f"{source}: not a {fmt} file")
+    return d
 
 
 def save(path: Path, data: bytes, what: str) -> bool:

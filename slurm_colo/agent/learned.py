@@ -50,12 +50,7 @@ def to_json(learned: Learned) -> bytes:
 
 
 def from_json(raw: bytes, source: str) -> Learned:
-    try:
-        d = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LearnedError(f"{source}: not JSON ({e})") from None
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise LearnedError(f"{source}: not a {FORMAT} file")
+    d = kept.document(raw, source, FORMAT, LearnedError)
     out: Learned = {}
     for k, p in enumerate(d.get("pairs") or []):
         try:

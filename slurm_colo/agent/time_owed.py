@@ -56,12 +56,7 @@ def to_json(at: float | None, jobs: list[tuple[int, Account]]) -> bytes:
 
 def from_json(raw: bytes, source: str) -> tuple[float, dict[int, Account]]:
     """(the last look, the accounts by job id) of a saved file."""
-    try:
-        d = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TimeOwedError(f"{source}: not JSON ({e})") from None
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise TimeOwedError(f"{source}: not a {FORMAT} file")
+    d = kept.document(raw, source, FORMAT, TimeOwedError)
     try:
         at = float(d["at"])
     except (KeyError, TypeError, ValueError):

@@ -234,26 +234,31 @@ class Control:
             raise SlurmError(f"scontrol update JobId={job_id} failed: Invalid job id specified")
 
 
-def _agent(control: Control, jobs: list[SlurmJob], tmp_path: Path) -> Agent:
-    return Agent(
+def _agent(
+    control: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[AgentState, Agent, list[float]]:
+    """An agent whose state holds the pair of jobs 10 and 11, and its clock (``now[0]``),
+    after its first look at Slurm at 3 s."""
+    s, jobs = _pair()
+    agent = Agent(
         Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)),
         FixedSlurm(jobs, [SlurmNode("n1", "MIXED")]),
         control,  # type: ignore[arg-type]
         learned_file=tmp_path / "learned.json",
     )
+    agent.state = s
+    now = [3.0]
+    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
+    agent.refresh()
+    return s, agent, now
 
 
 @pytest.mark.parametrize(("fail", "calls"), [("", 4), ("gone", 3)])
 def test_the_server_raises_limits_and_stops_asking_for_a_job_slurm_refused(
     fail: str, calls: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s, jobs = _pair()
     control = Control(fail)
-    agent = _agent(control, jobs, tmp_path)
-    agent.state = s
-    now = [3.0]
-    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
-    agent.refresh()
+    s, agent, now = _agent(control, tmp_path, monkeypatch)
     now[0] = 2403.0
     agent.refresh()
     assert sorted(control.calls) == [(10, 10), (11, 10)]
@@ -272,13 +277,8 @@ def test_without_the_right_the_agent_asks_once_in_a_while_and_resumes_once_grant
     from slurm_colo.cli import app
     from slurm_colo.contracts import client
 
-    s, jobs = _pair()
     control = Control("denied")
-    agent = _agent(control, jobs, tmp_path)
-    agent.state = s
-    now = [3.0]
-    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
-    agent.refresh()
+    s, agent, now = _agent(control, tmp_path, monkeypatch)
     now[0] = 2403.0
     with caplog.at_level("INFO", logger="slurm_colo.agent"):
         agent.refresh()
