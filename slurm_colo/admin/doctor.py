@@ -483,7 +483,8 @@ def check_agent_rights(
         name,
         WARN,
         f"the agent runs as {user}, neither root nor SlurmUser, and {why}: Slurm will "
-        f"refuse it when it tries to {what}",
+        f"refuse it when it tries to {what} (after the first refusal the agent holds no "
+        "job and changes none, trying again every 10 min)",
         fix,
     )
 

@@ -523,6 +523,7 @@ def test_another_user_needs_the_operator_level():
     c = doc.check_agent_rights({"user": "slurm-colo"}, None, FakeRunner(NO_LEVEL), cfg())
     assert c is not None and c.status == doc.WARN
     assert "sacctmgr says its level is None: Slurm will refuse it" in c.message
+    assert "after the first refusal the agent holds no job and changes none" in c.message
     assert "sacctmgr -i add user slurm-colo account=root adminlevel=Operator" in c.fix
     # no accounting (sacctmgr absent or failing): it cannot tell, and says so
     c = doc.check_agent_rights({"user": "slurm-colo"}, None, FakeRunner({}), cfg())
