@@ -521,15 +521,8 @@ class AgentState:
                 "throughput_path": throughput_open(self.view, self.cfg.placement),
             },
             "reservation": occ.reservation_row(now),
-            # placement.time_limit, and why no limit is raised any more (None: they are)
-            "time_limits": {
-                "setting": str(self.cfg.placement.time_limit),
-                "stopped": (
-                    f"Slurm refuses the agent the right ({self.rights.refused})"
-                    if self.rights.refused
-                    else None
-                ),
-            },
+            # placement.time_limit (whether limits are raised now: slurm_changes)
+            "time_limits": {"setting": str(self.cfg.placement.time_limit)},
             # why the agent changes no job in Slurm (undo, holds, re-plans, time limits)
             "slurm_changes": {"refused": self.rights.refused, "since": self.rights.since},
             "scores": {

@@ -83,6 +83,7 @@ class TimeCredit:
         later; without a start, from now."""
         if self.complete_since is None:
             self.complete_since = now
+        complete = self.complete_since
         for job_id in list(self.jobs):
             if job_id not in rates:
                 self._gone[job_id] = (now, self.jobs.pop(job_id))
@@ -94,7 +95,7 @@ class TimeCredit:
             start = starts.get(job_id, 0.0)
             acc = self.jobs.get(job_id)
             if acc is None:
-                acc = self.jobs[job_id] = self._open(job_id, rate, start, now)
+                acc = self.jobs[job_id] = self._open(job_id, rate, start, now, complete)
             elif start > acc.start:
                 if acc.start > 0:  # requeued and started again since the last look
                     acc.owed_s = -60.0 * acc.given_min
@@ -105,16 +106,16 @@ class TimeCredit:
             acc.rate, acc.since = rate, now
         self.last_look = now
 
-    def _open(self, job_id: int, rate: float, start: float, now: float) -> Account:
+    def _open(self, job_id: int, rate: float, start: float, now: float, complete: float) -> Account:
         """The account of a job new to the accounts, charged from its start (from now when
-        not known), but not before the accounts are complete. A job back in the same run
-        (the same start) takes up its account again, charged from when it left. A job back
-        in a new run (requeued) keeps, from its last run, the minutes Slurm kept in its
-        limit: time given ahead for this run (and a refusal)."""
+        not known), but not before the accounts are complete (``complete``). A job back in
+        the same run (the same start) takes up its account again, charged from when it
+        left. A job back in a new run (requeued) keeps, from its last run, the minutes Slurm
+        kept in its limit: time given ahead for this run (and a refusal)."""
         since = now
         gone = self._gone.pop(job_id, None)
         if start > 0:
-            since = min(now, max(start, self.complete_since or now, gone[0] if gone else 0.0))
+            since = min(now, max(start, complete, gone[0] if gone else 0.0))
         if gone is None:
             return Account(rate=rate, since=since, start=start)
         left, before = gone

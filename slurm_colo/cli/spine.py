@@ -247,9 +247,6 @@ def register(app: typer.Typer) -> None:
                 f"({refused}): no undo, no new hold, no release, no time limit raised; "
                 "one change is tried again every 10 min (slurm-colo doctor, admin guide)"
             )
-        tl = st.get("time_limits") or {}
-        if tl.get("stopped"):
-            typer.echo(f"time limits of shared jobs: NOT raised: {tl['stopped']}")
         pr = st.get("probes") or {}
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))

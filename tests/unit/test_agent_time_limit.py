@@ -265,7 +265,7 @@ def test_the_server_raises_limits_and_stops_asking_for_a_job_slurm_refused(
     now[0] = 4803.0
     agent.refresh()  # 600 s more owed each: given, but not to the job Slurm refused
     assert len(control.calls) == calls
-    assert s.status(4803.0)["time_limits"]["stopped"] is None
+    assert s.status(4803.0)["slurm_changes"]["refused"] is None
 
 
 def test_without_the_right_the_agent_asks_once_in_a_while_and_resumes_once_granted(
@@ -293,10 +293,10 @@ def test_without_the_right_the_agent_asks_once_in_a_while_and_resumes_once_grant
     assert control.calls == [(10, 10)]
     st = s.status(2413.0)
     assert "Access/permission denied" in st["slurm_changes"]["refused"]
-    assert "Access/permission denied" in st["time_limits"]["stopped"]
     monkeypatch.setattr(client, "status", lambda cfg, timeout_s=2.0: st)
     out = CliRunner().invoke(app, ["status"]).output
     assert "changes to jobs in Slurm: NOT made, Slurm refuses the agent the right" in out
+    assert "no time limit raised" in out and "time limits of shared jobs" not in out
     # one change is tried again after RETRY_S: still refused, then granted
     now[0] = 2403.0 + RETRY_S
     agent.refresh()
