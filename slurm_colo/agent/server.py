@@ -97,10 +97,10 @@ class Agent:
         self.owed_file = owed_file or self.learned_file.with_name(time_owed.FILE_NAME)
         saved = time_owed.load(self.owed_file)
         if saved is not None:
-            self.state.credit.restore(*saved)
+            self.state.credit.restore(saved)
             log.info(
                 "time limits: %d shared job account(s) read back from %s",
-                len(saved[1]),
+                len(saved.jobs) + len(saved.left),
                 self.owed_file,
             )
         #: when the time-limit accounts were last saved (they are, ``time_owed.SAVE_S`` on)
@@ -153,10 +153,10 @@ class Agent:
         if self.cfg.placement.time_limit != TimeLimit.EXTEND:
             return
         with self.lock:
-            at, jobs = self.state.credit.accounts()
-        if at is not None:
+            saved = self.state.credit.accounts()
+        if saved.at is not None:
             with self._save_lock:
-                time_owed.save(self.owed_file, at, jobs)
+                time_owed.save(self.owed_file, saved)
             self.owed_saved_at = now
 
     def run_actions(self, actions: list[held.Action]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 #: give the time owed once this much is owed (fewer updates of long jobs)
 STEP_S = 600.0
@@ -54,6 +54,20 @@ class Account:
     refused: bool = False
     #: when the job's run started in Slurm (0: not known)
     start: float = 0.0
+
+
+@dataclass
+class Accounts:
+    """The accounts as at a look, what outlives the agent (agent/time_owed.py)."""
+
+    #: the time of that look (None before the first)
+    at: float | None
+    #: each running shared job's account, by job id
+    jobs: dict[int, Account]
+    #: jobs that left the accounts (ended, requeued) within ``GONE_S`` and carry what a
+    #: new run of theirs keeps (minutes given, a refusal): job id -> (when it left, its
+    #: account then)
+    left: dict[int, tuple[float, Account]] = field(default_factory=dict)
 
 
 class TimeCredit:
@@ -162,20 +176,29 @@ class TimeCredit:
         if acc is not None:
             acc.refused = True
 
-    def accounts(self) -> tuple[float | None, list[tuple[int, Account]]]:
-        """What :meth:`restore` takes back after a restart: the time of the last look and a
-        copy of each account then."""
-        return self.last_look, [
-            (j, Account(a.rate, a.since, a.owed_s, a.given_min, a.refused, a.start))
-            for j, a in self.jobs.items()
-        ]
+    def accounts(self) -> Accounts:
+        """What :meth:`restore` takes back after a restart: a copy of the accounts at the
+        last look, with the jobs that left them lately and carry something (a requeued
+        job pending across the restart keeps its minutes)."""
+        at = self.last_look
+        return Accounts(
+            at,
+            {j: replace(a) for j, a in self.jobs.items()},
+            {
+                j: (t, replace(a))
+                for j, (t, a) in self._gone.items()
+                if (at is None or at - t < GONE_S) and (a.given_min or a.refused)
+            },
+        )
 
-    def restore(self, at: float, jobs: Mapping[int, Account]) -> None:
-        """The accounts as saved at the look at ``at``, before the agent's first look.
-        There, jobs no longer running leave them, and the others are charged for the time
-        since at the speed seen then."""
-        self.jobs = dict(jobs)
-        self.complete_since = self.last_look = at
+    def restore(self, saved: Accounts) -> None:
+        """The accounts as saved at a look, before the agent's first look. There, jobs no
+        longer running leave them, and the others are charged for the time since at the
+        speed seen then; a job that left before the save and runs again is taken up as
+        :meth:`observe` would have."""
+        self.jobs = dict(saved.jobs)
+        self._gone = dict(saved.left)
+        self.complete_since = self.last_look = saved.at
 
     def owed_s(self, job_id: int) -> float:
         """Seconds owed and not given yet (0 for a job not known)."""

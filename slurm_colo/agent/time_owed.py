@@ -7,13 +7,18 @@ time the job shared while the agent was down. After a crash the accounts are tho
 to a minute before: that minute's charge is made again at the speed seen then, and minutes
 given in it are given once more (a job's limit then grows by up to ``STEP_S`` too much,
 never too little). A file that cannot be read is set aside (``time_owed.json.bad``) with a
-warning.
+warning. Jobs that left the accounts in the last day (ended, or requeued and pending) are
+kept too when they carry what a new run keeps (minutes given, a refusal): a job requeued
+before a restart and started again after it is not given its minutes again.
 
 The file::
 
     {"format": "slurm-colo-time-owed/1", "at": <the last look, Unix time>,
      "jobs": [{"job": 12, "rate": 0.75, "since": ..., "owed_s": 42.0,
-               "given_min": 10, "refused": false, "start": ...}, ...]}
+               "given_min": 10, "refused": false, "start": ...}, ...],
+     "left": [{"job": 9, "left_at": ..., <the same fields>}, ...]}
+
+``left`` may be missing (none).
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from . import kept
 from .kept import KeptFileError
-from .time_credit import Account
+from .time_credit import Account, Accounts
 
 FORMAT = "slurm-colo-time-owed/1"
 #: beside ``learned.json``, in the directory of ``scores.path``
@@ -38,54 +44,73 @@ class TimeOwedError(KeptFileError):
     """The saved time-limit accounts cannot be read."""
 
 
-def to_json(at: float | None, jobs: list[tuple[int, Account]]) -> bytes:
-    rows = [
-        {
-            "job": j,
-            "rate": a.rate,
-            "since": a.since,
-            "owed_s": a.owed_s,
-            "given_min": a.given_min,
-            "refused": a.refused,
-            "start": a.start,
-        }
-        for j, a in sorted(jobs, key=lambda x: x[0])
-    ]
-    return json.dumps({"format": FORMAT, "at": at, "jobs": rows}).encode() + b"\n"
+def _row(job: int, a: Account) -> dict[str, Any]:
+    return {
+        "job": job,
+        "rate": a.rate,
+        "since": a.since,
+        "owed_s": a.owed_s,
+        "given_min": a.given_min,
+        "refused": a.refused,
+        "start": a.start,
+    }
 
 
-def from_json(raw: bytes, source: str) -> tuple[float, dict[int, Account]]:
-    """(the last look, the accounts by job id) of a saved file."""
+def to_json(saved: Accounts) -> bytes:
+    jobs = [_row(j, a) for j, a in sorted(saved.jobs.items())]
+    left = [_row(j, a) | {"left_at": t} for j, (t, a) in sorted(saved.left.items())]
+    doc = {"format": FORMAT, "at": saved.at, "jobs": jobs, "left": left}
+    return json.dumps(doc).encode() + b"\n"
+
+
+def _account(r: Any, at: float, where: str, source: str) -> tuple[int, Account]:
+    """One row: (job id, account), its times no later than ``at``."""
+    try:
+        job = int(r["job"])
+        rate, since, owed = float(r["rate"]), float(r["since"]), float(r["owed_s"])
+        given = int(r["given_min"])
+        refused = r.get("refused", False)
+        start = float(r.get("start", 0.0))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise TimeOwedError(f"{source}: {where} is malformed ({type(e).__name__}: {e})") from None
+    finite = all(math.isfinite(v) for v in (rate, since, owed, start))
+    if not finite or job <= 0 or rate < 0 or given < 0 or since > at:
+        raise TimeOwedError(f"{source}: {where} has a value out of range")
+    return job, Account(rate, since, owed, given, bool(refused), start)
+
+
+def from_json(raw: bytes, source: str) -> Accounts:
+    """The accounts of a saved file."""
     d = kept.document(raw, source, FORMAT, TimeOwedError)
     try:
         at = float(d["at"])
     except (KeyError, TypeError, ValueError):
         raise TimeOwedError(f"{source}: no time of the last look ('at')") from None
-    out: dict[int, Account] = {}
+    if not math.isfinite(at):
+        raise TimeOwedError(f"{source}: the time of the last look ('at') is not a number")
+    out = Accounts(at, {})
     for k, r in enumerate(d.get("jobs") or []):
+        job, acc = _account(r, at, f"jobs[{k}]", source)
+        out.jobs[job] = acc
+    for k, r in enumerate(d.get("left") or []):
+        where = f"left[{k}]"
         try:
-            job = int(r["job"])
-            rate, since, owed = float(r["rate"]), float(r["since"]), float(r["owed_s"])
-            given = int(r["given_min"])
-            refused = r.get("refused", False)
-            start = float(r.get("start", 0.0))
-        except (KeyError, TypeError, ValueError) as e:
-            raise TimeOwedError(
-                f"{source}: jobs[{k}] is malformed ({type(e).__name__}: {e})"
-            ) from None
-        finite = all(math.isfinite(v) for v in (at, rate, since, owed, start))
-        if not finite or job <= 0 or rate < 0 or given < 0 or since > at:
-            raise TimeOwedError(f"{source}: jobs[{k}] has a value out of range")
-        out[job] = Account(rate, since, owed, given, bool(refused), start)
-    return at, out
+            left_at = float(r["left_at"])
+        except (KeyError, TypeError, ValueError):
+            raise TimeOwedError(f"{source}: {where} has no time it left ('left_at')") from None
+        job, acc = _account(r, left_at, where, source)
+        if not math.isfinite(left_at) or left_at > at:
+            raise TimeOwedError(f"{source}: {where} has a value out of range")
+        out.left[job] = (left_at, acc)
+    return out
 
 
-def save(path: Path, at: float | None, jobs: list[tuple[int, Account]]) -> bool:
+def save(path: Path, saved: Accounts) -> bool:
     """Write the accounts atomically; False (logged) when the file cannot be written."""
-    return kept.save(path, to_json(at, jobs), WHAT)
+    return kept.save(path, to_json(saved), WHAT)
 
 
-def load(path: Path) -> tuple[float, dict[int, Account]] | None:
+def load(path: Path) -> Accounts | None:
     """The saved accounts; None when there are none or the file cannot be read (set aside
     and reported)."""
     return kept.load(path, from_json, WHAT)

@@ -11,7 +11,7 @@ from fake_slurm import FixedSlurm
 from slurm_colo.agent import time_owed
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
-from slurm_colo.agent.time_credit import UNLIMITED_S, TimeCredit, has_limit
+from slurm_colo.agent.time_credit import GONE_S, UNLIMITED_S, Accounts, TimeCredit, has_limit
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.enums import TimeLimit
 from slurm_colo.errors import SlurmError
@@ -320,9 +320,9 @@ def test_without_the_right_the_agent_asks_once_in_a_while_and_resumes_once_grant
 def test_a_job_started_while_the_agent_was_down_is_charged_from_its_start() -> None:
     c = TimeCredit(step_s=600, guard_s=180)
     c.observe({7: 0.5}, 1000.0)
-    at, saved = c.accounts()
+    saved = c.accounts()
     c = TimeCredit(step_s=600, guard_s=180)  # the agent restarts
-    c.restore(at, dict(saved))  # type: ignore[arg-type]
+    c.restore(saved)
     # job 7 ran on at 0.5 while the agent was down (1000 s: 500 s owed); job 8 started at
     # 1400 s, 600 s before this look, and runs at 0.25 (450 s owed)
     c.observe({7: 0.9, 8: 0.25}, 2000.0, {7: 500.0, 8: 1400.0})
@@ -354,13 +354,48 @@ def test_a_job_requeued_while_the_agent_was_down_starts_a_new_run() -> None:
     c.observe({8: 0.5}, 1300.0, {8: 1.0})
     assert c.due({8: FAR}, 1300.0) == [(8, 11)]
     c.observe({8: 0.5}, 1400.0, {8: 1.0})  # 50 s owed; the agent stops here
-    at, saved = c.accounts()
+    saved = c.accounts()
     c = TimeCredit(step_s=600, guard_s=180)
-    c.restore(at, dict(saved))  # type: ignore[arg-type]
+    c.restore(saved)
     # meanwhile the job was requeued and started again at 2000 s: the 11 minutes in its
     # limit are this run's, and its time is charged from its new start
     c.observe({8: 0.5}, 2600.0, {8: 2000.0})
     assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0 + 300.0)
+
+
+def test_a_job_requeued_before_a_restart_keeps_its_minutes_in_its_next_run(
+    tmp_path: Path,
+) -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({8: 0.5, 9: 0.9}, 0.0, {8: 1.0, 9: 1.0})
+    c.observe({8: 0.5, 9: 0.9}, 1300.0, {8: 1.0, 9: 1.0})
+    assert c.due({8: FAR}, 1300.0) == [(8, 11)]
+    c.observe({}, 1400.0)  # 8 requeued and pending, 9 ended: both leave the accounts
+    # saved and read back across the restart; 9 was given nothing and is not kept
+    assert time_owed.save(tmp_path / "time_owed.json", c.accounts())
+    saved = time_owed.load(tmp_path / "time_owed.json")
+    assert saved is not None and set(saved.left) == {8} and saved.jobs == {}
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.restore(saved)
+    # 8 starts again at 2000 s: its limit still holds the 11 minutes of its first run
+    c.observe({8: 0.5}, 2600.0, {8: 2000.0})
+    assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0 + 300.0)
+    # without what was kept, the new run would be owed from nothing and given them again
+    fresh = TimeCredit(step_s=600, guard_s=180)
+    fresh.restore(Accounts(saved.at, {}))
+    fresh.observe({8: 0.5}, 2600.0, {8: 2000.0})
+    assert fresh.given_min(8) == 0 and fresh.owed_s(8) == pytest.approx(300.0)
+
+
+def test_a_job_that_left_more_than_a_day_ago_is_not_kept() -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({8: 0.5}, 0.0, {8: 1.0})
+    c.observe({8: 0.5}, 1300.0, {8: 1.0})
+    c.due({8: FAR}, 1300.0)
+    c.observe({}, 1400.0)
+    assert set(c.accounts().left) == {8}
+    c.observe({}, 1400.0 + GONE_S)
+    assert c.accounts().left == {}
 
 
 def test_a_job_is_charged_from_the_first_look_or_its_start_whichever_is_later() -> None:
@@ -434,6 +469,11 @@ def test_an_unreadable_file_of_accounts_is_set_aside_and_the_agent_starts_withou
         '"since": 9, "owed_s": 1, "given_min": 0}]}',  # since after the last look
         '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": NaN, '
         '"since": 5, "owed_s": 1, "given_min": 0}]}',
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [], "left": [{"job": 7, '
+        '"rate": 0.5, "since": 1, "owed_s": 1, "given_min": 3}]}',  # no time it left
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [], "left": [{"job": 7, '
+        '"left_at": 6, "rate": 0.5, "since": 1, "owed_s": 1, "given_min": 3}]}',  # after 'at'
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [], "left": [7]}',
     ],
 )
 def test_a_malformed_file_of_accounts_is_refused(text: str) -> None:
@@ -447,8 +487,10 @@ def test_the_accounts_read_back_as_saved(tmp_path: Path) -> None:
     c.observe({7: 0.5, 8: 0.8}, 1300.0)
     c.due({7: FAR}, 1300.0)  # 7 is given 11 min
     c.refused(8)
-    at, jobs = c.accounts()
-    assert time_owed.save(tmp_path / "time_owed.json", at, jobs)
+    c.observe({8: 0.8}, 1400.0)  # 7 leaves with its 11 minutes
+    accounts = c.accounts()
+    assert time_owed.save(tmp_path / "time_owed.json", accounts)
     saved = time_owed.load(tmp_path / "time_owed.json")
-    assert saved == (1300.0, dict(jobs))
-    assert saved[1][7].given_min == 11 and saved[1][8].refused
+    assert saved == accounts and saved.at == 1400.0
+    assert saved.left[7] == (1400.0, accounts.left[7][1]) and saved.left[7][1].given_min == 11
+    assert saved.jobs[8].refused
