@@ -6,7 +6,10 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,12 +177,14 @@ def forget_probe_measurements() -> None:
     start_agent()
 
 
-def start_agent_only(config: Path = LAB_CONFIG) -> None:
+def start_agent_only(config: Path = LAB_CONFIG, path_first: Path | None = None) -> None:
     """Start just the agent (up.sh would also re-create a missing score file), optionally
-    with another configuration file."""
+    with another configuration file, and with ``path_first`` ahead in its PATH."""
     from slurm_colo.contracts.client import request
 
     env = dict(os.environ, SLURM_COLO_CONFIG=str(config))
+    if path_first is not None:
+        env["PATH"] = f"{path_first}:{env.get('PATH', '/usr/bin:/bin')}"
     with (LAB_DIR / "agent.log").open("ab") as log:
         p = subprocess.Popen(
             [CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True
@@ -194,6 +199,35 @@ def start_agent_only(config: Path = LAB_CONFIG) -> None:
             return False
 
     wait_for(up, 15, 0.1, "agent answering")
+
+
+@contextmanager
+def agent_with(placement: str = "", scontrol_as: str | None = None) -> Iterator[None]:
+    """The agent restarted with ``placement`` lines added to the lab config's
+    ``[placement]``, and with the lab's own config again afterwards. ``scontrol_as``: every
+    ``scontrol`` the agent runs, runs as that user (an agent whose user Slurm does not let
+    change other users' jobs)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "config.toml"
+        cfg.write_text(
+            LAB_CONFIG.read_text().replace("[placement]\n", f"[placement]\n{placement}", 1)
+        )
+        bin_dir = None
+        if scontrol_as:
+            bin_dir = Path(tmp) / "bin"
+            bin_dir.mkdir()
+            wrapper = bin_dir / "scontrol"
+            real = "/usr/bin/scontrol"
+            wrapper.write_text(f'#!/bin/sh\nexec runuser -u {scontrol_as} -- {real} "$@"\n')
+            wrapper.chmod(0o755)
+            os.chmod(tmp, 0o755)
+        stop_agent()
+        start_agent_only(cfg, bin_dir)
+        try:
+            yield
+        finally:
+            stop_agent()
+            start_agent_only()
 
 
 def agent_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,21 +5,18 @@ held at submission (placement.unplaced = "hold"), released onto any shared GPU."
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
 from .labtools import (
-    LAB_CONFIG,
     LAB_DIR,
     OUT,
     Submitted,
     agent_cli,
     agent_refresh,
+    agent_with,
     forget_probe_measurements,
     gpu_of,
     run,
@@ -163,30 +160,10 @@ def test_a_set_kept_by_its_probe_is_judged_again_when_a_job_leaves_it(fresh_agen
     assert "requeued after its probe" in ex["reason"]
 
 
-@contextmanager
-def _agent_holding(extra: str = "") -> Iterator[None]:
-    """The agent restarted with placement.unplaced = "hold" (plus ``extra`` placement lines),
-    and with the lab's own config again afterwards."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "config.toml"
-        cfg.write_text(
-            LAB_CONFIG.read_text().replace(
-                "[placement]\n", f'[placement]\nunplaced = "hold"\n{extra}', 1
-            )
-        )
-        stop_agent()
-        start_agent_only(cfg)
-        try:
-            yield
-        finally:
-            stop_agent()
-            start_agent_only()
-
-
 def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_released_onto_any_gpu(
     clean: None,
 ) -> None:
-    with _agent_holding():
+    with agent_with('unplaced = "hold"\n'):
         # the two shared GPUs take one incompatible job each; the third fits neither
         a = sbatch(
             "--colocate",
@@ -245,7 +222,7 @@ def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_releas
 
 
 def test_a_job_held_too_long_has_a_gpu_drained_for_it(clean: None) -> None:
-    with _agent_holding("reserve_after_h = 0.002\n"):  # the guard after 7.2 s
+    with agent_with('unplaced = "hold"\nreserve_after_h = 0.002\n'):  # the guard after 7.2 s
         a = sbatch(
             "--colocate",
             "--colocate-class=recommendation-bs512",
@@ -308,7 +285,7 @@ def test_a_job_held_too_long_has_a_gpu_drained_for_it(clean: None) -> None:
 
 
 def test_held_jobs_can_be_released_by_hand_while_the_agent_is_down(clean: None) -> None:
-    with _agent_holding():
+    with agent_with('unplaced = "hold"\n'):
         a = sbatch(
             "--colocate",
             "--colocate-class=recommendation-bs512",
