@@ -121,9 +121,15 @@ def main() -> None:
     t0 = time.perf_counter()
     agent.refresh()  # the next look at the same jobs: what every look costs at steady state
     t_next = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    agent.save_time_owed(time.time())
-    t_save = time.perf_counter() - t0
+    # the fastest of a few: a collection of this big heap can land in any one of them
+    t_save = t_copy = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        agent.save_time_owed(time.time())
+        t_save = min(t_save, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        agent.state.credit.accounts()  # the part of the save made under the agent's lock
+        t_copy = min(t_copy, time.perf_counter() - t0)
     accounts = len(agent.state.credit.jobs)
     shutil.rmtree(kept, ignore_errors=True)
     assert derive_class(classes[0]) == classes[0]
@@ -154,7 +160,10 @@ def main() -> None:
         f"snapshot rebuild {t_refresh * 1000:.0f} ms, the next look {t_next * 1000:.0f} ms"
     )
     if accounts:
-        print(f"saving {accounts} time-limit accounts (once a minute): {t_save * 1000:.0f} ms")
+        print(
+            f"saving {accounts} time-limit accounts (once a minute): {t_save * 1000:.0f} ms, "
+            f"of which the copy made under the agent's lock {t_copy * 1000:.0f} ms"
+        )
     print(
         f"PLACE handling, {a.requests} requests ({shared} shared): median {statistics.median(lat):.0f} us, "
         f"p99 {lat[int(0.99 * len(lat))]:.0f} us, max {lat[-1]:.0f} us (target: well under 1000 us)"

@@ -396,13 +396,15 @@ class AgentState:
     def extend_limits(self, now: float) -> list[Action]:
         """Add to the time limit of each job the agent placed on a shared GPU the time
         sharing cost it (agent/time_credit.py), with ``placement.time_limit = "extend"``.
-        A job's speed is its predicted one in the set running on its GPU now; a job new to
-        the accounts (started since the last look, or while the agent was down) is charged
-        from its start."""
+        A job's speed is its predicted one in the set running on its GPU now (measured, once
+        the set's probe measured it: the set's time so far is then charged again at it); a
+        job new to the accounts (started since the last look, or while the agent was down)
+        is charged from its start."""
         if self.cfg.placement.time_limit != TimeLimit.EXTEND:
             return []
         placed = self.ledger.by_job
         rates: dict[int, float] = {}
+        sets: dict[int, tuple[int, ...]] = {}
         for g in self.view.gpus:
             running = [o for o in g.occupants if not o.pending and o.job_id is not None]
             mine = [
@@ -415,10 +417,13 @@ class AgentState:
             speeds = [1.0]
             if len(running) > 1:
                 speeds = self._set_speeds(g.model, tuple(o.cls for o in running))
+            members = tuple(sorted(o.job_id for o in running if o.job_id is not None))
             for job_id, i in mine:
                 rates[job_id] = speeds[i]
+                sets[job_id] = members
         jobs = self.occupancy.jobs
-        self.credit.observe(rates, now, {j: jobs[j].start_time for j in rates if j in jobs})
+        starts = {j: jobs[j].start_time for j in rates if j in jobs}
+        self.credit.observe(rates, now, starts, sets)
         ends = {
             j: jobs[j].end_time
             for j in rates

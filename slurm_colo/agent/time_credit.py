@@ -7,7 +7,10 @@ predicted speed in its set (0.7 of its solo speed for an hour: 18 minutes), and 
 to the job's time limit (``scontrol update JobId=N TimeLimit=+M``, whole minutes, rounded
 up). It gives the time once ``step_s`` is owed, or sooner, whatever is owed, once the job's
 end is within ``guard_s``, so a job is never ended for the time it lost. A job that runs
-alone on a shared GPU, or faster than alone, owes nothing.
+alone on a shared GPU, or faster than alone, owes nothing. When the same set turns out
+slower than predicted (its probe measured it, or a new score set predicts it so), the time
+the job ran in it so far is charged again at the lower speed; a higher speed counts from
+then on (too much, never too little).
 
 The accounts outlive the agent (:meth:`TimeCredit.accounts`, :meth:`TimeCredit.restore`,
 saved by agent/time_owed.py). After a restart the time the agent was down is charged at the
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 #: give the time owed once this much is owed (fewer updates of long jobs)
 STEP_S = 600.0
@@ -54,6 +57,22 @@ class Account:
     refused: bool = False
     #: when the job's run started in Slurm (0: not known)
     start: float = 0.0
+    #: the jobs of its set at the last look (None: not known), and since when it ran in
+    #: that set as seen: a new prediction for the same set is charged from then
+    members: tuple[int, ...] | None = None
+    set_since: float = 0.0
+
+    def copy(self) -> Account:
+        return Account(
+            self.rate,
+            self.since,
+            self.owed_s,
+            self.given_min,
+            self.refused,
+            self.start,
+            self.members,
+            self.set_since,
+        )
 
 
 @dataclass
@@ -88,13 +107,21 @@ class TimeCredit:
         self._pruned = 0.0
 
     def observe(
-        self, rates: Mapping[int, float], now: float, starts: Mapping[int, float] | None = None
+        self,
+        rates: Mapping[int, float],
+        now: float,
+        starts: Mapping[int, float] | None = None,
+        sets: Mapping[int, tuple[int, ...]] | None = None,
     ) -> None:
         """Each running job on a shared GPU and its predicted speed now. The time since the
         last look is charged at the speed seen then; jobs no longer listed are forgotten.
         ``starts``: when each job started in Slurm (its latest start). A job new to the
         accounts is charged from its start, or from when the accounts are complete if
-        later; without a start, from now."""
+        later; without a start, from now. ``sets``: the job ids of each job's set. A job
+        whose set is the one of the last look but whose speed is lower (its probe measured
+        the set slower than predicted, or a new score set predicts it so) has its time in
+        that set charged again at the lower speed; a higher speed counts from now on
+        (too much, never too little)."""
         if self.complete_since is None:
             self.complete_since = now
         complete = self.complete_since
@@ -108,15 +135,24 @@ class TimeCredit:
         for job_id, rate in rates.items():
             start = starts.get(job_id, 0.0)
             acc = self.jobs.get(job_id)
+            opened = acc is None
             if acc is None:
                 acc = self.jobs[job_id] = self._open(job_id, rate, start, now, complete)
             elif start > acc.start:
                 if acc.start > 0:  # requeued and started again since the last look
                     acc.owed_s = -60.0 * acc.given_min
+                    acc.members = None  # a new run, in a set seen anew
                 acc.start = start
             since = max(acc.since, min(start, now))  # a job started again: from its start
             if now > since:
                 acc.owed_s += (now - since) * max(0.0, 1.0 - acc.rate)
+            members = sets.get(job_id) if sets else None
+            if members is None or members != acc.members:
+                # charged at this set's speed from its start if new here, else from now
+                acc.members, acc.set_since = members, since if opened else now
+            elif rate < acc.rate:  # the same set, found slower: its time so far again
+                lost_now, lost_then = max(0.0, 1.0 - rate), max(0.0, 1.0 - acc.rate)
+                acc.owed_s += (now - acc.set_since) * (lost_now - lost_then)
             acc.rate, acc.since = rate, now
         self.last_look = now
 
@@ -183,9 +219,9 @@ class TimeCredit:
         at = self.last_look
         return Accounts(
             at,
-            {j: replace(a) for j, a in self.jobs.items()},
+            {j: a.copy() for j, a in self.jobs.items()},
             {
-                j: (t, replace(a))
+                j: (t, a.copy())
                 for j, (t, a) in self._gone.items()
                 if (at is None or at - t < GONE_S) and (a.given_min or a.refused)
             },

@@ -15,7 +15,8 @@ The file::
 
     {"format": "slurm-colo-time-owed/1", "at": <the last look, Unix time>,
      "jobs": [{"job": 12, "rate": 0.75, "since": ..., "owed_s": 42.0,
-               "given_min": 10, "refused": false, "start": ...}, ...],
+               "given_min": 10, "refused": false, "start": ...,
+               "members": [12, 15], "set_since": ...}, ...],
      "left": [{"job": 9, "left_at": ..., <the same fields>}, ...]}
 
 ``left`` may be missing (none).
@@ -53,6 +54,8 @@ def _row(job: int, a: Account) -> dict[str, Any]:
         "given_min": a.given_min,
         "refused": a.refused,
         "start": a.start,
+        "members": None if a.members is None else list(a.members),
+        "set_since": a.set_since,
     }
 
 
@@ -71,12 +74,15 @@ def _account(r: Any, at: float, where: str, source: str) -> tuple[int, Account]:
         given = int(r["given_min"])
         refused = r.get("refused", False)
         start = float(r.get("start", 0.0))
+        listed = r.get("members")
+        members = None if listed is None else tuple(int(m) for m in listed)
+        set_since = float(r.get("set_since", since))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TimeOwedError(f"{source}: {where} is malformed ({type(e).__name__}: {e})") from None
-    finite = all(math.isfinite(v) for v in (rate, since, owed, start))
-    if not finite or job <= 0 or rate < 0 or given < 0 or since > at:
+    finite = all(math.isfinite(v) for v in (rate, since, owed, start, set_since))
+    if not finite or job <= 0 or rate < 0 or given < 0 or since > at or set_since > since:
         raise TimeOwedError(f"{source}: {where} has a value out of range")
-    return job, Account(rate, since, owed, given, bool(refused), start)
+    return job, Account(rate, since, owed, given, bool(refused), start, members, set_since)
 
 
 def from_json(raw: bytes, source: str) -> Accounts:

@@ -16,7 +16,7 @@ from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.enums import TimeLimit
 from slurm_colo.errors import SlurmError
 from slurm_colo.gres_layout import NodeGpus
-from slurm_colo.scores import ClassInfo, table_from_pairs
+from slurm_colo.scores import ClassInfo, ScoreTable, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 
 # ---- the account, alone -----------------------------------------------------------------
@@ -191,21 +191,46 @@ def test_a_job_the_agent_did_not_place_is_left_alone_and_a_job_alone_owes_nothin
     assert s.extend_limits(END - 60.0) == []
 
 
-def test_a_new_score_set_changes_the_speeds_charged_from_then_on() -> None:
+def _table(rate: float) -> ScoreTable:
+    return table_from_pairs(
+        [("a", "b", rate, rate), ("a", "a", 0.4, 0.4), ("b", "b", 0.4, 0.4)],
+        classes={"a": ClassInfo(memory_gib=4.0), "b": ClassInfo(memory_gib=4.0)},
+        created="",
+    )
+
+
+def test_a_set_found_slower_is_charged_again_from_its_start_and_one_found_faster_from_now() -> None:
     s, jobs = _pair()
     s.extend_limits(3.0)
     s.apply_snapshot(jobs, [], 1203.0)
     s.extend_limits(1203.0)  # 1200 s at 0.75: 300 s owed each
-    s.scores = table_from_pairs(
-        [("a", "b", 0.5, 0.5), ("a", "a", 0.4, 0.4), ("b", "b", 0.4, 0.4)],
-        classes={"a": ClassInfo(memory_gib=4.0), "b": ClassInfo(memory_gib=4.0)},
-        created="",
-    )
+    # the same set is now predicted (or measured) at 0.5: its 1800 s so far at 0.5
+    s.scores = _table(0.5)
     s.apply_snapshot(jobs, [], 1803.0)
-    assert s.extend_limits(1803.0) == []  # 600 s more at 0.75 (seen at 1203): 450 s
-    s.apply_snapshot(jobs, [], 2103.0)
-    acts = s.extend_limits(2103.0)  # 300 s at 0.5 (the new set's): 600 s, the step
-    assert sorted((a.job_id, a.minutes) for a in acts) == [(10, 10), (11, 10)]
+    acts = s.extend_limits(1803.0)
+    assert sorted((a.job_id, a.minutes) for a in acts) == [(10, 15), (11, 15)]
+    # at 0.75 again: the time already charged stays; 600 s at 0.5 (seen at 1803) now
+    s.scores = _table(0.75)
+    s.apply_snapshot(jobs, [], 2403.0)
+    assert s.extend_limits(2403.0) == [] and s.credit.owed_s(10) == pytest.approx(300.0)
+    s.apply_snapshot(jobs, [], 3003.0)
+    s.extend_limits(3003.0)  # and 600 s at 0.75 after
+    assert s.credit.owed_s(10) == pytest.approx(450.0)
+
+
+def test_a_set_that_changed_is_not_charged_again_for_the_set_before() -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({7: 0.9, 8: 0.9}, 0.0, {7: 0.0, 8: 0.0}, {7: (7, 8), 8: (7, 8)})
+    c.observe({7: 0.9}, 600.0, {7: 0.0}, {7: (7,)})  # 8 left: 7 alone (speed 1 from now)
+    c.observe({7: 0.6, 9: 0.6}, 1200.0, {7: 0.0, 9: 1100.0}, {7: (7, 9), 9: (7, 9)})
+    # 7: 600 s at 0.9, then 600 s at 0.9 (the speed seen at 600 s)
+    assert c.owed_s(7) == pytest.approx(120.0)
+    c.observe({7: 0.5, 9: 0.5}, 1800.0, {7: 0.0, 9: 1100.0}, {7: (7, 9), 9: (7, 9)})
+    # (7, 9) found slower: charged again at 0.5 from when 7 was first charged at its speed
+    # (1200 s), nothing again for the sets before
+    assert c.owed_s(7) == pytest.approx(120.0 + 600.0 * 0.5)
+    # 9, new at 1200 s, was charged at (7, 9)'s speed from its start at 1100 s
+    assert c.owed_s(9) == pytest.approx(700.0 * 0.5)
 
 
 def test_with_time_limit_keep_no_limit_is_touched() -> None:
@@ -436,6 +461,7 @@ def test_the_agent_keeps_what_jobs_are_owed_across_a_restart(
     assert control.calls == [] and (tmp_path / "time_owed.json").is_file()
     now[0] = 4803.0  # down for 3000 s, sharing all the while: 750 s more each
     again = agent()  # rebuilds the placements from the jobs' tags
+    again.state.scores = s.scores  # the same score set as before the restart
     again.refresh()
     assert sorted(control.calls) == [(10, 20), (11, 20)]
     assert again.state.explain(10)["time_limit_added_min"] == 20
@@ -474,6 +500,10 @@ def test_an_unreadable_file_of_accounts_is_set_aside_and_the_agent_starts_withou
         '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [], "left": [{"job": 7, '
         '"left_at": 6, "rate": 0.5, "since": 1, "owed_s": 1, "given_min": 3}]}',  # after 'at'
         '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [], "left": [7]}',
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": 0.5, '
+        '"since": 5, "owed_s": 1, "given_min": 0, "members": ["x"]}]}',
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": 0.5, '
+        '"since": 4, "owed_s": 1, "given_min": 0, "set_since": 5}]}',  # after 'since'
     ],
 )
 def test_a_malformed_file_of_accounts_is_refused(text: str) -> None:
@@ -484,13 +514,14 @@ def test_a_malformed_file_of_accounts_is_refused(text: str) -> None:
 def test_the_accounts_read_back_as_saved(tmp_path: Path) -> None:
     c = TimeCredit(step_s=600, guard_s=180)
     c.observe({7: 0.5, 8: 0.8}, 0.0)
-    c.observe({7: 0.5, 8: 0.8}, 1300.0)
+    c.observe({7: 0.5, 8: 0.8}, 1300.0, sets={7: (7, 8), 8: (7, 8)})
     c.due({7: FAR}, 1300.0)  # 7 is given 11 min
     c.refused(8)
-    c.observe({8: 0.8}, 1400.0)  # 7 leaves with its 11 minutes
+    c.observe({8: 0.8}, 1400.0, sets={8: (8, 9)})  # 7 leaves with its 11 minutes
     accounts = c.accounts()
     assert time_owed.save(tmp_path / "time_owed.json", accounts)
     saved = time_owed.load(tmp_path / "time_owed.json")
     assert saved == accounts and saved.at == 1400.0
     assert saved.left[7] == (1400.0, accounts.left[7][1]) and saved.left[7][1].given_min == 11
-    assert saved.jobs[8].refused
+    assert saved.jobs[8].refused and saved.jobs[8].members == (8, 9)
+    assert saved.jobs[8].set_since == 1400.0
