@@ -48,8 +48,9 @@ PROG_E = "slurm\\-colo"  # PROG escaped for roff
 
 
 def esc(text: str) -> str:
-    """Escape text for roff: backslashes, hyphens, and a leading dot or quote."""
-    out = text.replace("\\", "\\e").replace("-", "\\-")
+    """Escape text for roff: backslashes, hyphens, and a leading dot or quote. Help texts
+    are written for the terminal's rich markup, where ``\\[`` is a plain bracket."""
+    out = text.replace("\\[", "[").replace("\\", "\\e").replace("-", "\\-")
     return "\\&" + out if out[:1] in (".", "'") else out
 
 

@@ -20,9 +20,9 @@ ConfigOpt = typer.Option(
     "-c",
     help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
 )
-UrlOpt = typer.Option(None, "--url", help="Database URL (default: [store] url of the config).")
+UrlOpt = typer.Option(None, "--url", help="Database URL (default: \\[store] url of the config).")
 ScoreFileOpt = typer.Option(
-    None, "--file", help="Score file (default: the live set, [scores] path)."
+    None, "--file", help="Score file (default: the live set, \\[scores] path)."
 )
 
 
@@ -186,7 +186,7 @@ def _register_history(app: typer.Typer) -> None:
     @hist.command("ingest")
     def ingest_cmd(
         spool: Path | None = typer.Option(
-            None, "--spool", help="Spool directory (default: [node] spool_dir)."
+            None, "--spool", help="Spool directory (default: \\[node] spool_dir)."
         ),
         delete: bool = typer.Option(
             False, "--delete", help="Delete ingested files instead of moving them to done/."

@@ -16,7 +16,7 @@ _ConfigOpt = typer.Option(
     "-c",
     help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
 )
-_UrlOpt = typer.Option(None, "--url", help="Database URL (default: [store] url of the config).")
+_UrlOpt = typer.Option(None, "--url", help="Database URL (default: \\[store] url of the config).")
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:
@@ -100,7 +100,7 @@ def register_retrain(app: typer.Typer) -> None:
         out: Path | None = typer.Option(
             None,
             "--out",
-            help="Publish here instead of [scores] path (per-model sets next to it).",
+            help="Publish here instead of \\[scores] path (per-model sets next to it).",
         ),
         rebuild: bool = typer.Option(
             False,

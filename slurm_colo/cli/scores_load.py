@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
             "",
             "--gpu-model",
             help="Publish it as this GPU model's own set (live-<model>.json next to "
-            "scores.path; GPUs of that model in [[gpus]] are judged with it) instead of "
+            "scores.path; GPUs of that model in \\[\\[gpus]] are judged with it) instead of "
             "the site default.",
         ),
         config: Path | None = ConfigOpt,

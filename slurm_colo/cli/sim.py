@@ -32,7 +32,7 @@ _CONFIG = typer.Option(
     None,
     "--config",
     "-c",
-    help="Site config whose [placement] section the policy uses (default: built-in defaults).",
+    help="Site config whose \\[placement] section the policy uses (default: built-in defaults).",
 )
 _GAVEL = typer.Option(
     None,
