@@ -220,7 +220,6 @@ def agent_with(placement: str = "", scontrol_as: str | None = None) -> Iterator[
             real = "/usr/bin/scontrol"
             wrapper.write_text(f'#!/bin/sh\nexec runuser -u {scontrol_as} -- {real} "$@"\n')
             wrapper.chmod(0o755)
-            os.chmod(tmp, 0o755)
         stop_agent()
         start_agent_only(cfg, bin_dir)
         try:
