@@ -423,12 +423,13 @@ class AgentState:
                 sets[job_id] = members
         jobs = self.occupancy.jobs
         starts = {j: jobs[j].start_time for j in rates if j in jobs}
-        self.credit.observe(rates, now, starts, sets)
         ends = {
             j: jobs[j].end_time
             for j in rates
             if j in jobs and has_limit(jobs[j].start_time, jobs[j].end_time)
         }
+        limits = {j: end - starts[j] for j, end in ends.items()}
+        self.credit.observe(rates, now, starts, sets, limits)
         return [Action("extend", j, minutes=m) for j, m in self.credit.due(ends, now)]
 
     def _set_speeds(self, model: str, classes: tuple[str, ...]) -> list[float]:

@@ -37,6 +37,9 @@ UNLIMITED_S = 365 * 86400.0
 #: how long a job that left the accounts is remembered (one that comes back, a requeued job
 #: started again, is charged from then, not again from its start)
 GONE_S = 86400.0
+#: a job back in a new run whose limit differs from its last run's by this much or more is
+#: another job under the same id (Slurm's state reset), not a requeue
+SAME_LIMIT_S = 30.0
 
 
 def has_limit(start: float, end: float) -> bool:
@@ -61,6 +64,9 @@ class Account:
     #: that set as seen: a new prediction for the same set is charged from then
     members: tuple[int, ...] | None = None
     set_since: float = 0.0
+    #: the run's limit in Slurm (end less start) as last seen, with the minutes given since
+    #: (0: not known): a job back in a new run with another limit is another job
+    limit_s: float = 0.0
 
     def copy(self) -> Account:
         return Account(
@@ -72,6 +78,7 @@ class Account:
             self.start,
             self.members,
             self.set_since,
+            self.limit_s,
         )
 
 
@@ -112,6 +119,7 @@ class TimeCredit:
         now: float,
         starts: Mapping[int, float] | None = None,
         sets: Mapping[int, tuple[int, ...]] | None = None,
+        limits: Mapping[int, float] | None = None,
     ) -> None:
         """Each running job on a shared GPU and its predicted speed now. The time since the
         last look is charged at the speed seen then; jobs no longer listed are forgotten.
@@ -121,7 +129,8 @@ class TimeCredit:
         whose set is the one of the last look but whose speed is lower (its probe measured
         the set slower than predicted, or a new score set predicts it so) has its time in
         that set charged again at the lower speed; a higher speed counts from now on
-        (too much, never too little)."""
+        (too much, never too little). ``limits``: each job's limit in Slurm (end less
+        start), for the jobs that have one."""
         if self.complete_since is None:
             self.complete_since = now
         complete = self.complete_since
@@ -131,18 +140,21 @@ class TimeCredit:
         if now - self._pruned >= 3600.0:
             self._gone = {j: g for j, g in self._gone.items() if now - g[0] < GONE_S}
             self._pruned = now
-        starts = starts or {}
+        starts, limits = starts or {}, limits or {}
         for job_id, rate in rates.items():
-            start = starts.get(job_id, 0.0)
+            start, limit = starts.get(job_id, 0.0), limits.get(job_id, 0.0)
             acc = self.jobs.get(job_id)
+            if acc is not None and start > acc.start > 0:
+                # started again since the last look (requeued, or another job with this
+                # id): as if it had left then
+                self._gone[job_id] = (acc.since, self.jobs.pop(job_id))
+                acc = None
             opened = acc is None
             if acc is None:
-                acc = self.jobs[job_id] = self._open(job_id, rate, start, now, complete)
+                acc = self._open(job_id, rate, start, now, complete, limit)
+                self.jobs[job_id] = acc
             elif start > acc.start:
-                if acc.start > 0:  # requeued and started again since the last look
-                    acc.owed_s = -60.0 * acc.given_min
-                    acc.members = None  # a new run, in a set seen anew
-                acc.start = start
+                acc.start = start  # known now
             since = max(acc.since, min(start, now))  # a job started again: from its start
             if now > since:
                 acc.owed_s += (now - since) * max(0.0, 1.0 - acc.rate)
@@ -154,14 +166,21 @@ class TimeCredit:
                 lost_now, lost_then = max(0.0, 1.0 - rate), max(0.0, 1.0 - acc.rate)
                 acc.owed_s += (now - acc.set_since) * (lost_now - lost_then)
             acc.rate, acc.since = rate, now
+            if limit > 0:
+                acc.limit_s = limit
         self.last_look = now
 
-    def _open(self, job_id: int, rate: float, start: float, now: float, complete: float) -> Account:
+    def _open(
+        self, job_id: int, rate: float, start: float, now: float, complete: float, limit: float
+    ) -> Account:
         """The account of a job new to the accounts, charged from its start (from now when
         not known), but not before the accounts are complete (``complete``). A job back in
         the same run (the same start) takes up its account again, charged from when it
         left. A job back in a new run (requeued) keeps, from its last run, the minutes Slurm
-        kept in its limit: time given ahead for this run (and a refusal)."""
+        kept in its limit: time given ahead for this run (and a refusal), if its limit
+        (``limit``) is the one its last run had with them. Otherwise it is taken for
+        another job that reuses the id (Slurm's state was reset), with an account of its
+        own: too much, never too little."""
         since = now
         gone = self._gone.pop(job_id, None)
         if start > 0:
@@ -172,6 +191,8 @@ class TimeCredit:
         if start > 0 and start == before.start:
             before.rate, before.since = rate, max(left, since)
             return before
+        if not (limit > 0 and abs(limit - before.limit_s) < SAME_LIMIT_S):
+            return Account(rate=rate, since=since, start=start)  # another job, this id
         return Account(
             rate=rate,
             since=since,
@@ -196,6 +217,8 @@ class TimeCredit:
                 minutes = math.ceil(acc.owed_s / 60.0)
                 acc.owed_s -= 60.0 * minutes
                 acc.given_min += minutes
+                if acc.limit_s > 0:
+                    acc.limit_s += 60.0 * minutes
                 out.append((job_id, minutes))
         return out
 
@@ -206,6 +229,8 @@ class TimeCredit:
         if acc is not None:
             acc.owed_s += 60.0 * minutes
             acc.given_min -= minutes
+            if acc.limit_s > 0:
+                acc.limit_s -= 60.0 * minutes
 
     def refused(self, job_id: int) -> None:
         acc = self.jobs.get(job_id)

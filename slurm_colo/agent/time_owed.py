@@ -9,14 +9,15 @@ given in it are given once more (a job's limit then grows by up to ``STEP_S`` to
 never too little). A file that cannot be read is set aside (``time_owed.json.bad``) with a
 warning. Jobs that left the accounts in the last day (ended, or requeued and pending) are
 kept too when they carry what a new run keeps (minutes given, a refusal): a job requeued
-before a restart and started again after it is not given its minutes again.
+before a restart and started again after it is not given its minutes again (if its limit,
+``limit_s``, is still the one it had with them).
 
 The file::
 
     {"format": "slurm-colo-time-owed/1", "at": <the last look, Unix time>,
      "jobs": [{"job": 12, "rate": 0.75, "since": ..., "owed_s": 42.0,
                "given_min": 10, "refused": false, "start": ...,
-               "members": [12, 15], "set_since": ...}, ...],
+               "members": [12, 15], "set_since": ..., "limit_s": 3600.0}, ...],
      "left": [{"job": 9, "left_at": ..., <the same fields>}, ...]}
 
 ``left`` may be missing (none).
@@ -56,6 +57,7 @@ def _row(job: int, a: Account) -> dict[str, Any]:
         "start": a.start,
         "members": None if a.members is None else list(a.members),
         "set_since": a.set_since,
+        "limit_s": a.limit_s,
     }
 
 
@@ -77,12 +79,14 @@ def _account(r: Any, at: float, where: str, source: str) -> tuple[int, Account]:
         listed = r.get("members")
         members = None if listed is None else tuple(int(m) for m in listed)
         set_since = float(r.get("set_since", since))
+        limit = float(r.get("limit_s", 0.0))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TimeOwedError(f"{source}: {where} is malformed ({type(e).__name__}: {e})") from None
-    finite = all(math.isfinite(v) for v in (rate, since, owed, start, set_since))
-    if not finite or job <= 0 or rate < 0 or given < 0 or since > at or set_since > since:
+    finite = all(math.isfinite(v) for v in (rate, since, owed, start, set_since, limit))
+    if not finite or job <= 0 or min(rate, given, limit) < 0 or not set_since <= since <= at:
         raise TimeOwedError(f"{source}: {where} has a value out of range")
-    return job, Account(rate, since, owed, given, bool(refused), start, members, set_since)
+    acc = Account(rate, since, owed, given, bool(refused), start, members, set_since, limit)
+    return job, acc
 
 
 def from_json(raw: bytes, source: str) -> Accounts:

@@ -357,34 +357,38 @@ def test_a_job_started_while_the_agent_was_down_is_charged_from_its_start() -> N
     assert c.owed_s(7) == pytest.approx(530.0)
 
 
+#: a job's limit in its first run (60 min), and in a run after 11 minutes were added
+FIRST, RAISED = {8: 3600.0}, {8: 4260.0}
+
+
 def test_a_requeued_job_keeps_the_minutes_slurm_kept_in_its_limit_as_time_given_ahead() -> None:
     c = TimeCredit(step_s=600, guard_s=180)
-    c.observe({8: 0.5}, 0.0, {8: 0.0})
-    c.observe({8: 0.5}, 1300.0, {8: 0.0})
+    c.observe({8: 0.5}, 0.0, {8: 0.0}, limits=FIRST)
+    c.observe({8: 0.5}, 1300.0, {8: 0.0}, limits=FIRST)
     assert c.due({8: FAR}, 1300.0) == [(8, 11)]  # the limit is now 11 minutes longer
     c.observe({}, 1400.0)  # requeued (undone): pending, it leaves the accounts
     # started again at 2000 s: its limit still has the 11 minutes (Slurm keeps a raised
     # limit across a requeue), and the new run has not lost them yet
-    c.observe({8: 0.5}, 2000.0, {8: 2000.0})
+    c.observe({8: 0.5}, 2000.0, {8: 2000.0}, limits=RAISED)
     assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0)
-    c.observe({8: 0.5}, 3320.0, {8: 2000.0})  # 660 s owed by this run: what it had
+    c.observe({8: 0.5}, 3320.0, {8: 2000.0}, limits=RAISED)  # 660 s owed by this run: what it had
     assert c.due({8: FAR}, 3320.0) == [] and c.owed_s(8) == pytest.approx(0.0)
-    c.observe({8: 0.5}, 4520.0, {8: 2000.0})  # 600 s more: given
+    c.observe({8: 0.5}, 4520.0, {8: 2000.0}, limits=RAISED)  # 600 s more: given
     assert c.due({8: FAR}, 4520.0) == [(8, 10)] and c.given_min(8) == 21
 
 
 def test_a_job_requeued_while_the_agent_was_down_starts_a_new_run() -> None:
     c = TimeCredit(step_s=600, guard_s=180)
-    c.observe({8: 0.5}, 0.0, {8: 1.0})
-    c.observe({8: 0.5}, 1300.0, {8: 1.0})
+    c.observe({8: 0.5}, 0.0, {8: 1.0}, limits=FIRST)
+    c.observe({8: 0.5}, 1300.0, {8: 1.0}, limits=FIRST)
     assert c.due({8: FAR}, 1300.0) == [(8, 11)]
-    c.observe({8: 0.5}, 1400.0, {8: 1.0})  # 50 s owed; the agent stops here
+    c.observe({8: 0.5}, 1400.0, {8: 1.0}, limits=RAISED)  # 50 s owed; the agent stops here
     saved = c.accounts()
     c = TimeCredit(step_s=600, guard_s=180)
     c.restore(saved)
     # meanwhile the job was requeued and started again at 2000 s: the 11 minutes in its
     # limit are this run's, and its time is charged from its new start
-    c.observe({8: 0.5}, 2600.0, {8: 2000.0})
+    c.observe({8: 0.5}, 2600.0, {8: 2000.0}, limits=RAISED)
     assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0 + 300.0)
 
 
@@ -392,8 +396,8 @@ def test_a_job_requeued_before_a_restart_keeps_its_minutes_in_its_next_run(
     tmp_path: Path,
 ) -> None:
     c = TimeCredit(step_s=600, guard_s=180)
-    c.observe({8: 0.5, 9: 0.9}, 0.0, {8: 1.0, 9: 1.0})
-    c.observe({8: 0.5, 9: 0.9}, 1300.0, {8: 1.0, 9: 1.0})
+    c.observe({8: 0.5, 9: 0.9}, 0.0, {8: 1.0, 9: 1.0}, limits=FIRST)
+    c.observe({8: 0.5, 9: 0.9}, 1300.0, {8: 1.0, 9: 1.0}, limits=FIRST)
     assert c.due({8: FAR}, 1300.0) == [(8, 11)]
     c.observe({}, 1400.0)  # 8 requeued and pending, 9 ended: both leave the accounts
     # saved and read back across the restart; 9 was given nothing and is not kept
@@ -403,13 +407,41 @@ def test_a_job_requeued_before_a_restart_keeps_its_minutes_in_its_next_run(
     c = TimeCredit(step_s=600, guard_s=180)
     c.restore(saved)
     # 8 starts again at 2000 s: its limit still holds the 11 minutes of its first run
-    c.observe({8: 0.5}, 2600.0, {8: 2000.0})
+    c.observe({8: 0.5}, 2600.0, {8: 2000.0}, limits=RAISED)
     assert c.given_min(8) == 11 and c.owed_s(8) == pytest.approx(-660.0 + 300.0)
     # without what was kept, the new run would be owed from nothing and given them again
     fresh = TimeCredit(step_s=600, guard_s=180)
     fresh.restore(Accounts(saved.at, {}))
-    fresh.observe({8: 0.5}, 2600.0, {8: 2000.0})
+    fresh.observe({8: 0.5}, 2600.0, {8: 2000.0}, limits=RAISED)
     assert fresh.given_min(8) == 0 and fresh.owed_s(8) == pytest.approx(300.0)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_new_job_under_an_old_job_id_is_not_a_requeue(restart: bool, tmp_path: Path) -> None:
+    # job 8 (limit 60 min) is given 11 minutes, then ends
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({8: 0.5}, 0.0, {8: 1.0}, limits=FIRST)
+    c.observe({8: 0.5}, 1300.0, {8: 1.0}, limits=FIRST)
+    assert c.due({8: FAR}, 1300.0) == [(8, 11)]
+    c.observe({}, 1400.0)
+    if restart:  # the agent restarts meanwhile, its accounts saved and read back
+        assert time_owed.save(tmp_path / "time_owed.json", c.accounts())
+        saved = time_owed.load(tmp_path / "time_owed.json")
+        assert saved is not None and saved.left[8][1].limit_s == 3600.0 + 660.0
+        c = TimeCredit(step_s=600, guard_s=180)
+        c.restore(saved)
+    # Slurm's state was reset: another job gets id 8, with a limit of its own (60 min, not
+    # the 71 its namesake had): it is given its own time, nothing counts as given ahead
+    c.observe({8: 0.5}, 2600.0, {8: 2000.0}, limits=FIRST)
+    assert c.given_min(8) == 0 and c.owed_s(8) == pytest.approx(300.0)
+    # while the same job requeued, its limit kept at 71 min, keeps its minutes
+    twin = TimeCredit(step_s=600, guard_s=180)
+    twin.observe({8: 0.5}, 0.0, {8: 1.0}, limits=FIRST)
+    twin.observe({8: 0.5}, 1300.0, {8: 1.0}, limits=FIRST)
+    twin.due({8: FAR}, 1300.0)
+    twin.observe({}, 1400.0)
+    twin.observe({8: 0.5}, 2600.0, {8: 2000.0}, limits=RAISED)
+    assert twin.given_min(8) == 11 and twin.owed_s(8) == pytest.approx(-660.0 + 300.0)
 
 
 def test_a_job_that_left_more_than_a_day_ago_is_not_kept() -> None:
@@ -504,6 +536,8 @@ def test_an_unreadable_file_of_accounts_is_set_aside_and_the_agent_starts_withou
         '"since": 5, "owed_s": 1, "given_min": 0, "members": ["x"]}]}',
         '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": 0.5, '
         '"since": 4, "owed_s": 1, "given_min": 0, "set_since": 5}]}',  # after 'since'
+        '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [{"job": 7, "rate": 0.5, '
+        '"since": 4, "owed_s": 1, "given_min": 0, "limit_s": -60}]}',
     ],
 )
 def test_a_malformed_file_of_accounts_is_refused(text: str) -> None:
