@@ -21,13 +21,7 @@ from ..admin.run import run_command
 from ..admin.spank_build import InstallError, build_spank, spank_source_dir
 from ..config import Config, config_path, load_config
 from ..errors import ColoError
-
-ConfigOpt = typer.Option(
-    None,
-    "--config",
-    "-c",
-    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
-)
+from .options import ConfigOpt
 
 
 def read_shims() -> dict[str, str]:

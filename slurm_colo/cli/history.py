@@ -12,15 +12,9 @@ import typer
 
 from ..config import Config, load_config
 from ..errors import ColoError, ModelError
+from .options import ConfigOpt, UrlOpt
 from .retrain import register_retrain
 
-ConfigOpt = typer.Option(
-    None,
-    "--config",
-    "-c",
-    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
-)
-UrlOpt = typer.Option(None, "--url", help="Database URL (default: \\[store] url of the config).")
 ScoreFileOpt = typer.Option(
     None, "--file", help="Score file (default: the live set, \\[scores] path)."
 )

@@ -9,14 +9,7 @@ from typing import Any
 import typer
 
 from ..config import Config, load_config
-
-_ConfigOpt = typer.Option(
-    None,
-    "--config",
-    "-c",
-    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
-)
-_UrlOpt = typer.Option(None, "--url", help="Database URL (default: \\[store] url of the config).")
+from .options import ConfigOpt, UrlOpt
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:
@@ -108,8 +101,8 @@ def register_retrain(app: typer.Typer) -> None:
             help="Rebuild every co-location episode "
             "from the job records (default: only those of new records).",
         ),
-        url: str | None = _UrlOpt,
-        config: Path | None = _ConfigOpt,
+        url: str | None = UrlOpt,
+        config: Path | None = ConfigOpt,
     ) -> None:
         """Retrain compatibility scores from the history (nightly); publish only if they validate."""
         from slurm_colo.train.by_model import retrain_site

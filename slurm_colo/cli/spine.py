@@ -15,13 +15,7 @@ from slurm_colo.contracts.placement import Placement, held_for_text
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
-
-ConfigOpt = typer.Option(
-    None,
-    "--config",
-    "-c",
-    help="Config file (default: $SLURM_COLO_CONFIG or /etc/slurm-colo/config.toml).",
-)
+from .options import ConfigOpt
 
 
 def _fmt_explain(ex: dict[str, Any]) -> str:
