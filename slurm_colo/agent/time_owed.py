@@ -108,8 +108,8 @@ def from_json(raw: bytes, source: str) -> Accounts:
             left_at = float(r["left_at"])
         except (KeyError, TypeError, ValueError):
             raise TimeOwedError(f"{source}: {where} has no time it left ('left_at')") from None
-        job, acc = _account(r, left_at, where, source)
-        if not math.isfinite(left_at) or left_at > at:
+        job, acc = _account(r, left_at, where, source)  # refuses a left_at that is not a number
+        if left_at > at:
             raise TimeOwedError(f"{source}: {where} has a value out of range")
         out.left[job] = (left_at, acc)
     return out
