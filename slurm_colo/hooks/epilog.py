@@ -9,8 +9,12 @@ database or a dead agent never fails the Epilog, and it waits for neither.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .common import env_int, exit_status, guarded, log
+
+if TYPE_CHECKING:
+    from slurm_colo.config import Config
 
 
 def main() -> int:
@@ -24,10 +28,7 @@ def main() -> int:
     cfg = load_config()
     mine = os.path.isdir(os.path.join(cfg.node.run_dir, "jobs", str(job_id)))
     if not mine and not pending_jobs(cfg.node.run_dir, job_id):
-        if "SPANK_COLOCATE" in os.environ:
-            from slurm_colo.contracts.client import job_ended
-
-            job_ended(cfg, job_id, _node(), exit_status()[0])
+        _tell_agent(cfg, job_id, exit_status()[0], recorded=False, mine=False)
         return 0  # a job the Prolog left alone, and nothing to recover
     from ..node.lifecycle import Handoff, job_end, recover, start_handoff
 
@@ -37,11 +38,21 @@ def main() -> int:
     recovered = recover(cfg, skip=job_id, handoff=handoff)
     handoff.ingest = rec is not None or bool(recovered)
     start_handoff(cfg, handoff)
-    if rec is not None or "SPANK_COLOCATE" in os.environ:
+    _tell_agent(cfg, job_id, code, recorded=rec is not None, mine=mine)
+    return 0
+
+
+def _tell_agent(cfg: Config, job_id: int, code: int, recorded: bool, mine: bool) -> None:
+    """The job's end, to the agent: a ``--colocate`` job's or a recorded one's; and a job
+    we did not place that held a shared GPU whole (the Prolog announced its start)."""
+    if recorded or "SPANK_COLOCATE" in os.environ:
         from slurm_colo.contracts.client import job_ended
 
         job_ended(cfg, job_id, _node(), code)
-    return 0
+    elif not mine:
+        from .prolog import announce_end_if_on_shared_gpu
+
+        announce_end_if_on_shared_gpu(cfg, job_id, code)
 
 
 def _node() -> str:

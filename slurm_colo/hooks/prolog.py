@@ -52,14 +52,23 @@ def job_class() -> str:
         return derive_class(name)
 
 
-def announce_if_on_shared_gpu(cfg: Config, job_id: int) -> None:
-    """A job we did not place that holds a GPU of the shared pool (an untyped exclusive
-    request can take an idle one): tell the agent at once, so it aims no new job there
-    before its next look at Slurm. Best effort, short time limit."""
+def shared_gpus_held(cfg: Config) -> tuple[str, list[int]] | None:
+    """(node, GPUs) of a job holding a GPU of the node's shared pool, else None (a job we
+    did not place can take an idle one with an untyped exclusive request)."""
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     layout = cfg.layout_for(node)
     gpus = job_gpus()
     if layout is None or not any(layout.is_shared(g) for g in gpus):
+        return None
+    return node, gpus
+
+
+def announce_if_on_shared_gpu(cfg: Config, job_id: int) -> None:
+    """A job we did not place that holds a GPU of the shared pool: tell the agent at once,
+    so it aims no new job there before its next look at Slurm (the Epilog tells it when
+    the job ends, :func:`announce_end_if_on_shared_gpu`). Best effort, short time limit."""
+    held = shared_gpus_held(cfg)
+    if held is None:
         return
     from slurm_colo.contracts.client import job_started
 
@@ -67,12 +76,23 @@ def announce_if_on_shared_gpu(cfg: Config, job_id: int) -> None:
     job_started(
         cfg,
         job_id,
-        node,
-        gpus,
+        held[0],
+        held[1],
         os.environ.get("SLURM_JOB_USER", ""),
         -1 if uid is None else uid,
         timeout_s=0.2,
     )
+
+
+def announce_end_if_on_shared_gpu(cfg: Config, job_id: int, exit_code: int) -> None:
+    """The end of such a job: the agent may place on its GPU at once, not only once its
+    next look at Slurm no longer lists the job. Best effort, short time limit."""
+    held = shared_gpus_held(cfg)
+    if held is None:
+        return
+    from slurm_colo.contracts.client import job_ended
+
+    job_ended(cfg, job_id, held[0], exit_code, timeout_s=0.2)
 
 
 def pending_jobs(run_dir: str, job_id: int) -> bool:

@@ -254,3 +254,36 @@ def test_epilog_record_reaches_the_database_through_the_detached_ingest(cfg: Con
         time.sleep(0.05)
         spooled = list(Path(cfg.node.spool_dir).glob("*.json"))
     assert spooled == []  # moved to done/
+
+
+def test_a_job_we_did_not_place_on_a_shared_gpu_is_announced_at_start_and_end(
+    tmp_path: Path,
+) -> None:
+    """An untyped exclusive request can take an idle shared GPU: the Prolog tells the agent
+    it is taken and the Epilog that it is free again, so the agent need not wait for its
+    next look at Slurm either way. A job on a GPU outside the shared pool is not told."""
+    from fake_agent import FakeAgent
+
+    from slurm_colo.config import load_config
+
+    node_config(tmp_path)
+    text = (tmp_path / "config.toml").read_text()
+    text = text.replace(f"{tmp_path}/no-agent.sock", f"{tmp_path}/a.sock")
+    text += '[[gpus]]\nnodes = "n1"\ncount = 2\nmodel = "v100"\nshared = "0"\n'
+    (tmp_path / "config.toml").write_text(text)
+    cfg = load_config(tmp_path / "config.toml")
+    agent = FakeAgent(tmp_path / "a.sock", b'OK\t{"placement":null}\n')
+    try:
+        for hook_name in ("prolog", "epilog"):
+            for job, gpu in ((7, "0"), (8, "1")):
+                done = hook(cfg, hook_name, job, SLURM_JOB_GPUS=gpu, SLURM_JOB_EXIT_CODE="0")
+                assert done.returncode == 0, done.stderr
+    finally:
+        agent.close()
+    sent = [r.rstrip("\n").split("\t", 1) for r in agent.requests]
+    assert [(verb, json.loads(body)["job"]) for verb, body in sent] == [
+        ("JOBSTART", 7),
+        ("JOBEND", 7),
+    ]
+    assert json.loads(sent[1][1]) == {"job": 7, "node": "n1", "exit_code": 0}
+    assert not (Path(cfg.node.run_dir) / "jobs").exists()  # otherwise left alone
