@@ -42,6 +42,7 @@ class Occupancy:
         self.view = ClusterView()
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
         self.snapshot_time: float = 0.0
+        self._asked: float | None = None
         #: GPUs that the node hooks reported as taken by jobs we did not place
         self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
         #: shared GPUs drained for a job waiting too long (placement/guard.py)
@@ -55,23 +56,30 @@ class Occupancy:
         self.trend = QueueTrend()
 
     # ---- Slurm and the hooks ---------------------------------------------------------
-    def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
-        """A new Slurm snapshot (``nodes`` empty: keep the last node list)."""
+    def take(
+        self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float, asked: float | None = None
+    ) -> None:
+        """A new Slurm snapshot (``nodes`` empty: keep the last node list); ``asked``: when
+        it was asked for, if known (Slurm was read after that)."""
         self.jobs = {j.job_id: j for j in jobs}
         if nodes:
             self.nodes = {n.name: n for n in nodes}
         self.snapshot_time = now
+        self._asked = asked
 
     def forget_reported(self, now: float) -> None:
-        """Forget reported jobs Slurm shows ended, or no longer shows at all (after a grace
-        period: the report may be newer than the snapshot)."""
+        """Forget reported jobs Slurm shows ended, or no longer shows at all: at once when
+        the report is older than the snapshot (it lists every running job), else after a
+        grace period (the report may be newer than the snapshot)."""
         grace = 3 * self.cfg.agent.refresh_interval_s
-        for job_id in [
-            k
-            for k, (_, _, t) in self.unplaced_gpus.items()
-            if (k in self.jobs and not self.jobs[k].active)
-            or (k not in self.jobs and now - t > grace)
-        ]:
+        asked = self._asked
+
+        def gone(job_id: int, reported: float) -> bool:
+            if job_id in self.jobs:
+                return not self.jobs[job_id].active
+            return (asked is not None and reported < asked) or now - reported > grace
+
+        for job_id in [k for k, (_, _, t) in self.unplaced_gpus.items() if gone(k, t)]:
             del self.unplaced_gpus[job_id]
 
     def report_unplaced(self, job_id: int, node: str, gpus: Sequence[int], now: float) -> None:

@@ -130,6 +130,7 @@ class Agent:
                 score_files.apply(self.state.live, files)
 
     def refresh(self) -> None:
+        asked = time.time()
         try:
             if self.snapshots is not None:
                 jobs, nodes = self.snapshots.take()
@@ -139,7 +140,7 @@ class Agent:
             log.warning("slurm refresh failed, keeping the previous view: %s", e)
             return
         with self.lock:
-            self.state.apply_snapshot(jobs, nodes, time.time())
+            self.state.apply_snapshot(jobs, nodes, time.time(), asked)
             now = time.time()
             actions = self.state.reaim(now) if self.state.held else []
             actions += self.state.replan(now)

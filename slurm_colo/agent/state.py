@@ -111,9 +111,12 @@ class AgentState:
         return self.holds.jobs
 
     # ---- Slurm snapshots and the view --------------------------------------------------
-    def apply_snapshot(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
+    def apply_snapshot(
+        self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float, asked: float | None = None
+    ) -> None:
+        """A new Slurm snapshot, taken at ``now``; ``asked``: when it was asked for."""
         occ = self.occupancy
-        occ.take(jobs, nodes, now)
+        occ.take(jobs, nodes, now, asked)
         tags: dict[int, Placement] = {}
         for j in jobs:
             tag = Placement.from_tag(j.admin_comment)

@@ -182,6 +182,17 @@ def test_reported_jobs_are_forgotten_when_slurm_no_longer_lists_them() -> None:
     assert s.view.gpus[0].exclusive_job is None
 
 
+def test_a_reported_job_a_later_snapshot_does_not_list_is_forgotten_at_once() -> None:
+    """A snapshot asked for after the report lists every job still running: one it does not
+    list has ended (its Epilog's word may have been lost), however recent the report."""
+    s = _state()
+    s.job_started(6, None, 10.0, "n1", [0])
+    s.apply_snapshot([], [], 11.0, asked=9.5)  # Slurm read before the report: keep it
+    assert s.view.gpus[0].exclusive_job == 6
+    s.apply_snapshot([], [], 11.5, asked=10.5)
+    assert s.view.gpus[0].exclusive_job is None
+
+
 def _fresh_decision(s: AgentState, token: str, req: dict[str, str]):  # type: ignore[no-untyped-def]
     from slurm_colo.placement import JobRequest, place
 
