@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 from slurm_colo.gavel import bundled_path, load_gavel
@@ -185,3 +186,28 @@ def test_an_exclusive_job_on_an_idle_shared_gpu_keeps_shared_jobs_away(clean: No
     c = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")
     qc = wait_running(c.job_id)
     assert gpu_of(qc[c.job_id]).isdisjoint(held)
+
+
+def test_an_idle_shared_gpu_an_exclusive_job_took_is_open_again_when_it_ends(
+    clean: None,
+) -> None:
+    """Its Epilog tells the agent: the GPU takes shared jobs again at once, not only once the
+    agent's looks at Slurm have missed the job for three refresh intervals (6 s here) after
+    its start was reported, which a job that ran a few seconds would wait out."""
+    ex = sbatch("--gres=gpu:1", sleep=60)
+    held = gpu_of(wait_running(ex.job_id)[ex.job_id])
+    assert held <= SHARED_GPUS
+
+    def agent_holds_it_closed() -> bool:
+        st = json.loads(agent_cli("status", "--json").stdout)
+        return any(g["exclusive_job"] == ex.job_id for g in st["gpus"] if g["index"] in held)
+
+    wait_for(agent_holds_it_closed, 5, 0.1, "agent sees the exclusive job")
+    subprocess.run(["scancel", str(ex.job_id)], check=True)
+    wait_for(lambda: not agent_holds_it_closed(), 3, 0.1, "agent sees the exclusive job end")
+    # two jobs that cannot share a GPU (two users, under MPS) take both shared GPUs
+    a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")
+    qa = wait_running(a.job_id)
+    b = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="bob")
+    qb = wait_running(b.job_id)
+    assert gpu_of(qa[a.job_id]) | gpu_of(qb[b.job_id]) == SHARED_GPUS
