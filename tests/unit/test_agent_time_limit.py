@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,14 @@ from fake_slurm import FixedSlurm
 from slurm_colo.agent import time_owed
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
-from slurm_colo.agent.time_credit import GONE_S, UNLIMITED_S, Accounts, TimeCredit, has_limit
+from slurm_colo.agent.time_credit import (
+    GONE_S,
+    UNLIMITED_S,
+    Account,
+    Accounts,
+    TimeCredit,
+    has_limit,
+)
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.enums import TimeLimit
 from slurm_colo.errors import SlurmError
@@ -559,3 +567,17 @@ def test_the_accounts_read_back_as_saved(tmp_path: Path) -> None:
     assert saved.left[7] == (1400.0, accounts.left[7][1]) and saved.left[7][1].given_min == 11
     assert saved.jobs[8].refused and saved.jobs[8].members == (8, 9)
     assert saved.jobs[8].set_since == 1400.0
+
+
+def test_an_accounts_copy_keeps_every_field() -> None:
+    """``Account.copy`` names the fields by hand (for speed, under the agent's lock): a field
+    added later and left out of it would be lost from every saved ``time_owed.json``."""
+    defaults = Account(1.0, 0.0)
+    acc = Account(0.8, 10.0, 42.5, 3, True, 5.0, (7, 8), 6.0, 3600.0)
+    changed = [
+        f.name
+        for f in dataclasses.fields(Account)
+        if getattr(acc, f.name) == getattr(defaults, f.name)
+    ]
+    assert changed == [], f"set these fields in the test too: {changed}"
+    assert acc.copy() == acc and acc.copy() is not acc
