@@ -7,7 +7,7 @@ and K80 data of the bundled Gavel file and on a synthetic campaign with few gain
 tables and writes them into docs/simulator.md between its ``<!-- tables -->`` markers (the
 rest of the page is left alone), so the figures there are always the code's::
 
-    .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~12 min
+    .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~18 min (2 cores)
     .venv/bin/python benchmarks/simulator_tables.py --seeds 1-2 --jobs 2000 --gpus 64 --no-write
     .venv/bin/python benchmarks/simulator_tables.py --gavel FILE --campaigns p100 --no-write
     .venv/bin/python benchmarks/simulator_tables.py --check --seeds 1 --loads 1.5
