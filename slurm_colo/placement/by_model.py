@@ -27,6 +27,7 @@ from typing import Any
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
+from .index import PlacementIndex
 from .policy import index_for, place
 from .view import ClusterView, Decision, GpuView, JobRequest
 
@@ -69,7 +70,9 @@ class ModelViews:
     placement index. When the view changes (its version moves) the GPUs whose occupants or
     state changed are found by comparing a cheap print of each GPU (about 2 ms for 2,000
     GPUs) and marked changed in their part, whose index then updates those rows only; a
-    new view, a new book, or GPUs replaced or of another model build the parts afresh."""
+    new view, a new book, or GPUs replaced or of another model build the parts afresh,
+    each part's index carried over to its new part where it holds the same GPUs
+    (:meth:`~.index.PlacementIndex.rebase`)."""
 
     def __init__(self) -> None:
         self._view: ClusterView | None = None
@@ -96,7 +99,13 @@ class ModelViews:
             m = book.model_for(g.model)
             groups.setdefault(m, []).append(g)
             self._part_of.append(m)
-        self._parts = {m: view.part(gs) for m, gs in groups.items()}
+        parts = {m: view.part(gs) for m, gs in groups.items()}
+        for m, part in parts.items():  # a view built afresh: keep each part's index
+            old = self._parts.get(m)
+            idx = old.policy_state if old is not None else None
+            if isinstance(idx, PlacementIndex) and old is not None and idx.rebase(old, part):
+                part.policy_state = idx
+        self._parts = parts
         self._prints = _prints(view)
 
     def _sync(self, view: ClusterView) -> bool:

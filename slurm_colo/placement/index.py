@@ -173,6 +173,27 @@ class PlacementIndex:
             self._put(np.array(pos, dtype=np.int64), self._row(key))
         return True
 
+    def rebase(self, old: ClusterView, view: ClusterView) -> bool:
+        """Serve ``view``, built afresh for the same GPUs as ``old``, the view this index
+        serves (the agent builds a new view at every look at Slurm and every job start and
+        end): only the GPUs that differ from ``old``'s, or that changed on it since the index
+        last looked, are recomputed, giving the numbers a new index would. False, leaving
+        the index as it was, when the two views do not list the same GPUs in order."""
+        if old.gpus is not self.gpus or len(view.gpus) != len(self.gpus):
+            return False
+        pairs = list(zip(self.gpus, view.gpus, strict=True))
+        if any((a.node, a.index, a.gres_type) != (b.node, b.index, b.gres_type) for a, b in pairs):
+            return False
+        stale = set(old.dirty)
+        stale.update(i for i, (a, b) in enumerate(pairs) if a != b)
+        self.gpus = view.gpus
+        for i in sorted(stale):
+            self.update(i)
+        if old.policy_state is self:  # it serves ``view`` now
+            old.policy_state = None
+            old.dirty.clear()
+        return True
+
     def _matrices(self) -> tuple[Any, ...]:
         """The class matrices, as ``_SHARED["matrices"]`` keeps them."""
         return (self.N, self.S2, self.NEVER, self.KNOWN, self.OBS, self.NT, self._lists)

@@ -234,3 +234,22 @@ def test_each_models_part_sees_the_sites_queue() -> None:
     view.queue_per_gpu = 0.1  # a short queue, the same parts: no set where a member loses
     r = place_by_model(job(), view, book, CFG, cache)
     assert not r.decision.shared and "few jobs wait" in r.decision.reason
+
+
+def test_a_view_built_afresh_carries_each_parts_index_over() -> None:
+    """The agent builds a new view at every look at Slurm: each part's index is carried to
+    the new part of the same GPUs, and answers as a new one would."""
+    from slurm_colo.placement.policy import index_for
+
+    cache = ModelViews()
+    book = ScoreBook(BAD, {"v100": GOOD, "k80": BAD})
+    first = cache.parts(mixed(), book)
+    prepared = {m: index_for(p, book.table(m), CFG) for m, p in first.items()}
+    again = mixed_with_x()  # afresh, and the V100 GPU has one job more
+    parts = cache.parts(again, book)
+    assert parts is not first
+    for m, p in parts.items():
+        assert index_for(p, book.table(m), CFG) is prepared[m]
+        assert first[m].policy_state is None  # it serves the new part now
+    r = place_by_model(job(), again, book, CFG, cache)
+    assert r.decision == place_by_model(job(), mixed_with_x(), book, CFG).decision

@@ -459,3 +459,82 @@ def test_a_table_with_learned_pairs_updates_the_index_to_what_a_rebuild_gives() 
         assert place(j, view, t, cfg) == place(j, ClusterView(copy.deepcopy(view.gpus)), t, cfg)
     # every new table was taken in place: the cluster's classes were all in the index
     assert rescored == 60
+
+
+_INDEX_ARRAYS = (
+    "open",
+    "count",
+    "free",
+    "unprofiled",
+    "owner",
+    "closed_for",
+    "before",
+    "new_rate",
+    "min_rate",
+    "sum_rate",
+    "var",
+    "never",
+    "known",
+    "unproven",
+    "acc_all",
+    "acc_explore_all",
+    "acc_delta",
+    "acc_explore_delta",
+)
+
+
+def test_an_index_carried_to_a_view_built_afresh_gives_what_a_new_index_gives() -> None:
+    """The agent builds a new view at every look at Slurm and every job start and end; its
+    index is carried over (``rebase``), recomputing only the GPUs that differ, and those
+    changed by hand on the old view since the index last looked."""
+    from slurm_colo.placement.policy import index_for
+
+    rng = random.Random(11)
+    classes = ["a", "b", "c", "d"]
+    cfg = PlacementConfig(cross_user="shard", explore_rate=0.2)
+    view = ClusterView([gpu(i, node=f"n{i // 4}", slots=3) for i in range(16)])
+    idx = index_for(view, SCORES, cfg)
+    carried = 0
+    for step in range(80):
+        if step % 4 == 1:  # changed by hand after the index looked: dirty on the old view
+            g = view.gpus[rng.randrange(len(view.gpus))]
+            if g.free_slots > 0:
+                view.add_occupant(g, occ(f"h{step}", rng.choice(classes)))
+        fresh_gpus = copy.deepcopy(view.gpus)
+        for g in rng.sample(fresh_gpus, 3):  # what the new snapshot changed
+            what = rng.randrange(5)
+            if what == 0 and g.occupants:
+                g.occupants.pop(rng.randrange(len(g.occupants)))
+            elif what == 1 and g.free_slots > 0:
+                g.occupants.append(occ(f"s{step}", rng.choice([*classes, "new"])))
+            elif what == 2:
+                g.available = not g.available
+            elif what == 3:
+                g.closed_for = None if g.closed_for else 100 + step
+            else:
+                g.exclusive_job = None if g.exclusive_job else 200 + step
+        new_view = ClusterView(fresh_gpus)
+        old_view = view
+        assert idx.rebase(old_view, new_view)
+        new_view.policy_state = idx
+        carried += index_for(new_view, SCORES, cfg) is idx
+        assert old_view.policy_state is None  # the index serves the new view now
+        want = index_for(ClusterView(copy.deepcopy(new_view.gpus)), SCORES, cfg)
+        for name in _INDEX_ARRAYS:
+            got = getattr(idx, name)
+            ref = getattr(want, name)
+            if got.ndim == 2:  # class rows: the two indexes may order their classes apart
+                for c in want.cix:
+                    assert got[idx.cix[c]].tolist() == ref[want.cix[c]].tolist(), (step, name, c)
+            else:
+                assert got.tolist() == ref.tolist(), (step, name)
+        assert idx.n_closed == want.n_closed
+        j = job(f"q{step}", rng.choice(classes))
+        assert place(j, new_view, SCORES, cfg) == place(
+            j, ClusterView(copy.deepcopy(new_view.gpus)), SCORES, cfg
+        )
+        view = new_view
+    assert carried == 80
+    # another GPU list: not carried, the index left as it was
+    other = ClusterView(copy.deepcopy(view.gpus[:-1]))
+    assert not idx.rebase(view, other) and idx.gpus is view.gpus
