@@ -12,6 +12,7 @@ from ..config import Config
 from ..gres_layout import NodeGpus, expand_hostlist
 from ..placement import ClusterView, Decision, GpuView
 from ..placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
+from ..placement.index import PlacementIndex
 from ..placement.policy import index_for
 from ..placement.trend import QueueTrend
 from ..scores import ScoreTable
@@ -166,6 +167,9 @@ class Occupancy:
         if plan_at is not None:
             self._plan_reservation(view, plan_at, waits)
         self._close_reserved(view)
+        idx = self.view.policy_state
+        if isinstance(idx, PlacementIndex) and idx.rebase(self.view, view):
+            view.policy_state = idx  # only the GPUs that changed are recomputed
         self.view = view
         index_for(self.view, scores, self.cfg.placement)  # built here, off the request path
 

@@ -82,6 +82,8 @@ class AgentState:
         #: members' predicted speeds per (GPU model, classes) for the score book they came from
         self._speeds_for: ScoreBook | None = None
         self._speeds: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+        #: each admin comment of the last snapshot and the tag parsed from it
+        self._parsed_tags: dict[str, Placement | None] = {}
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -117,16 +119,28 @@ class AgentState:
         """A new Slurm snapshot, taken at ``now``; ``asked``: when it was asked for."""
         occ = self.occupancy
         occ.take(jobs, nodes, now, asked)
-        tags: dict[int, Placement] = {}
-        for j in jobs:
-            tag = Placement.from_tag(j.admin_comment)
-            if tag:
-                tags[j.job_id] = tag
+        tags = self._tags_of(jobs)
         self.ledger.sync(occ.jobs, tags, now)
         occ.forget_reported(now)
         self.holds.sync(occ.jobs, tags, self.ledger, now)
         self.live.apply()
         self.rebuild(plan_at=now)
+
+    def _tags_of(self, jobs: list[SlurmJob]) -> dict[int, Placement]:
+        """The placement tags of the snapshot's jobs, by job id. A tag's text is parsed once:
+        the next snapshot lists the same comments (a Placement is immutable)."""
+        last, seen = self._parsed_tags, {}
+        tags: dict[int, Placement] = {}
+        for j in jobs:
+            text = j.admin_comment
+            if not text:
+                continue
+            tag = last[text] if text in last else Placement.from_tag(text)
+            seen[text] = tag
+            if tag:
+                tags[j.job_id] = tag
+        self._parsed_tags = seen
+        return tags
 
     def rebuild(self, plan_at: float | None = None) -> None:
         """The view afresh; with ``plan_at`` (a new snapshot) the starvation guard too."""

@@ -268,3 +268,38 @@ def test_explain_text_gives_the_reason_once() -> None:
         }
     )
     assert "  not shared: --colocate=off: job left as submitted" in off
+
+
+def test_each_look_at_slurm_keeps_the_placement_index_and_parses_each_tag_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 10,000 jobs, parsing every tag and building the index afresh were most of each
+    look's time under the agent's lock (benchmarks/agent_bench.py --placed)."""
+    from slurm_colo.contracts.placement import Placement
+
+    s = _state()
+    s.place_request(_req("good"), 1.0)  # an index, and a placement with its tag
+    (p,) = s.ledger.placements.values()
+    tag = p.decision.placement(p.token, p.request.cls, p.request.mode).to_tag()
+    parsed: list[str | None] = []
+    real = Placement.from_tag.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Placement], text: str | None) -> Placement | None:
+        parsed.append(text)
+        return real(cls, text)
+
+    monkeypatch.setattr(Placement, "from_tag", classmethod(counting))
+    index = s.view.policy_state
+    jobs = [_job(7, tag, "RUNNING", p.decision.index or 0)]
+    for look in range(3):
+        s.apply_snapshot(jobs, [SlurmNode("n1", "MIXED")], 2.0 + look)
+        assert s.view.policy_state is index  # carried to the new view, not built again
+        assert s.ledger.by_job.get(7) == p.token
+    assert parsed == [tag]  # read at the first look only
+    fresh = _state()
+    fresh.apply_snapshot(jobs, [SlurmNode("n1", "MIXED")], 5.0)
+    reply, _ = s.decide(_req("good", user="bob", uid=1001), 6.0)
+    want, _ = fresh.decide(_req("good", user="bob", uid=1001), 6.0)
+    assert {k: v for k, v in reply.items() if k != "tag"} == {
+        k: v for k, v in want.items() if k != "tag"
+    }
