@@ -176,6 +176,25 @@ class Ledger:
             no_partners=p.request.takes_no_partner,
         )
 
+    def occupant_key(self, j: SlurmJob, scores: ScoreTable) -> tuple[Any, ...]:
+        """Everything :meth:`occupant_for_job` reads for ``j``: an equal key gives an equal
+        occupant, so a view built again may reuse the last one (occupants are never
+        changed once built)."""
+        token = self.by_job.get(j.job_id)
+        p = self.placements.get(token) if token else None
+        if p is not None:
+            return (
+                p,
+                p.request,
+                p.decision,
+                p.created,
+                p.job_id,
+                p.running,
+                p.started,
+                j.start_time,
+            )
+        return (None, j.job_id, j.name, j.user, j.uid, j.start_time, scores)
+
     def occupant_for_job(self, j: SlurmJob, scores: ScoreTable) -> Occupant:
         token = self.by_job.get(j.job_id)
         if token and token in self.placements:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import Config
 from ..gres_layout import NodeGpus, expand_hostlist
-from ..placement import ClusterView, Decision, GpuView
+from ..placement import ClusterView, Decision, GpuView, Occupant
 from ..placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
 from ..placement.index import PlacementIndex
 from ..placement.policy import index_for
@@ -44,6 +44,8 @@ class Occupancy:
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
         self.snapshot_time: float = 0.0
         self._asked: float | None = None
+        #: each running shard job's occupant in the last view, with what it was built from
+        self._occupants: dict[int, tuple[tuple[Any, ...], Occupant]] = {}
         #: GPUs that the node hooks reported as taken by jobs we did not place
         self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
         #: shared GPUs drained for a job waiting too long (placement/guard.py)
@@ -122,6 +124,7 @@ class Occupancy:
                     available=sn.usable if sn else not self.nodes,
                 )
         placed: set[str] = set()
+        built, now_built = self._occupants, {}
         for j in self.jobs.values():
             if not j.active or j.nodes not in self.layouts or j.job_id in held:
                 continue  # (a held job is being requeued: it is leaving its GPU)
@@ -135,10 +138,17 @@ class Occupancy:
                     idx = alloc.indices[0] if alloc.indices else ng.index_for_type(alloc.type)
                     g = gpus.get((j.nodes, idx)) if idx is not None else None
                     if g is not None:
-                        g.occupants.append(ledger.occupant_for_job(j, scores))
+                        key = ledger.occupant_key(j, scores)
+                        last = built.get(j.job_id)
+                        occ = last[1] if last is not None and last[0] == key else None
+                        if occ is None:
+                            occ = ledger.occupant_for_job(j, scores)
+                        g.occupants.append(occ)
+                        now_built[j.job_id] = (key, occ)
                         token = ledger.by_job.get(j.job_id)
                         if token:
                             placed.add(token)
+        self._occupants = now_built
         for job_id, (node, idxs, _) in self.unplaced_gpus.items():
             if job_id in self.jobs and self.jobs[job_id].active:
                 continue  # the snapshot already knows this job

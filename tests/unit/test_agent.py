@@ -303,3 +303,43 @@ def test_each_look_at_slurm_keeps_the_placement_index_and_parses_each_tag_once(
     assert {k: v for k, v in reply.items() if k != "tag"} == {
         k: v for k, v in want.items() if k != "tag"
     }
+
+
+def test_a_view_built_again_reuses_only_occupants_whose_inputs_did_not_change() -> None:
+    """Each view reuses the last view's occupant of a running job when nothing it is built
+    from changed (its placement, the job's start, the score set): the view is the one built
+    without any reuse, after every kind of change."""
+    import copy
+
+    s = _state()
+    for k in range(3):
+        s.place_request(_req("good"), 1.0 + k)
+    placed = list(s.ledger.placements.values())
+    tags = [p.decision.placement(p.token, p.request.cls, p.request.mode).to_tag() for p in placed]
+    jobs = [_job(20 + k, tags[k], "RUNNING", placed[k].decision.index or 0) for k in range(3)]
+    jobs.append(_job(30, "", "RUNNING", 1))  # a shard job the agent did not place
+
+    def check() -> None:
+        want = copy.deepcopy(s.view.gpus)
+        s.occupancy._occupants = {}  # no reuse
+        s.rebuild()
+        assert s.view.gpus == want
+
+    s.apply_snapshot(jobs, [SlurmNode("n1", "MIXED")], 5.0)
+    check()
+    s.job_started(21, tags[1], 6.0)  # a placement's running flag and start
+    check()
+    later = [
+        SlurmJob(**{**j.__dict__, "start_time": 9.0}) if j.job_id in (20, 30) else j for j in jobs
+    ]
+    s.apply_snapshot(later, [SlurmNode("n1", "MIXED")], 10.0)  # new starts
+    check()
+    s.scores = table_from_pairs(
+        [("good", "good", 0.9, 0.9)],
+        classes={c: ClassInfo(memory_gib=2.0) for c in ("good", "default")},
+    )
+    s.rebuild()  # another score set: the unplaced job's memory is read again
+    check()
+    s.job_ended(20)
+    check()
+    assert s.occupancy._occupants.keys() == {21, 22, 30}
