@@ -43,7 +43,7 @@ HELP: dict[str, str] = {
     "hooks accept only replies signed by root or this user.",
     "agent.request_timeout_ms": "Hard time limit, in milliseconds, of one placement round trip "
     "from the Lua hook. A slower answer is ignored and the job gets the fallback. A request "
-    "waits while the agent takes in a look at Slurm (85-95 ms with 10,000 running jobs on "
+    "waits while the agent takes in a look at Slurm (60-80 ms with 10,000 running jobs on "
     "2,000 shared GPUs): on a larger site, raise this above that time.",
     "agent.retry_after_s": "After a failed round trip the Lua hook does not ask the agent again "
     "for this many seconds (circuit breaker), so a dead agent never slows submission.",
