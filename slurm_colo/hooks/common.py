@@ -11,7 +11,12 @@ from slurm_colo.logsetup import setup_logging
 
 log = logging.getLogger("slurm_colo.hooks")
 
-__all__ = ["env_int", "exit_status", "guarded", "job_gpus", "log", "setup_logging"]
+__all__ = ["env_int", "exit_status", "guarded", "job_gpus", "log", "node_name", "setup_logging"]
+
+
+def node_name() -> str:
+    """This node's name as Slurm knows it: SLURMD_NODENAME, else the short host name."""
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def env_int(name: str, default: int | None = None) -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .common import env_int, exit_status, guarded, log
+from .common import env_int, exit_status, guarded, log, node_name
 
 if TYPE_CHECKING:
     from slurm_colo.config import Config
@@ -48,15 +48,11 @@ def _tell_agent(cfg: Config, job_id: int, code: int, recorded: bool, mine: bool)
     if recorded or "SPANK_COLOCATE" in os.environ:
         from slurm_colo.contracts.client import job_ended
 
-        job_ended(cfg, job_id, _node(), code)
+        job_ended(cfg, job_id, node_name(), code)
     elif not mine:
         from .prolog import announce_end_if_on_shared_gpu
 
         announce_end_if_on_shared_gpu(cfg, job_id, code)
-
-
-def _node() -> str:
-    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def run() -> int:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from slurm_colo.config import Config
 
 from . import REFUSE
-from .common import env_int, guarded, job_gpus, log
+from .common import env_int, guarded, job_gpus, log, node_name
 
 
 def placement_for(
@@ -55,7 +55,7 @@ def job_class() -> str:
 def shared_gpus_held(cfg: Config) -> tuple[str, list[int]] | None:
     """(node, GPUs) of a job holding a GPU of the node's shared pool, else None (a job we
     did not place can take an idle one with an untyped exclusive request)."""
-    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    node = node_name()
     layout = cfg.layout_for(node)
     gpus = job_gpus()
     if layout is None or not any(layout.is_shared(g) for g in gpus):
@@ -125,7 +125,7 @@ def main() -> int:
         return 0  # not a co-location job: untouched
     from ..node.lifecycle import JobInfo, job_start
 
-    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    node = node_name()
     user = os.environ.get("SLURM_JOB_USER", "")
     uid = env_int("SLURM_JOB_UID", -1)
     uid = -1 if uid is None else uid
