@@ -12,7 +12,7 @@ from ..config import Config
 from ..gres_layout import NodeGpus, expand_hostlist
 from ..placement import ClusterView, Decision, GpuView, Occupant
 from ..placement.guard import HeldWait, Reservation, drained, end_times, kept, reserve, reserve_held
-from ..placement.index import PlacementIndex
+from ..placement.index import carry_index
 from ..placement.policy import index_for
 from ..placement.trend import QueueTrend
 from ..scores import ScoreTable
@@ -43,7 +43,6 @@ class Occupancy:
         self.view = ClusterView()
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
         self.snapshot_time: float = 0.0
-        self._asked: float | None = None
         #: each running shard job's occupant in the last view, with what it was built from
         self._occupants: dict[int, tuple[tuple[Any, ...], Occupant]] = {}
         #: GPUs that the node hooks reported as taken by jobs we did not place
@@ -59,23 +58,19 @@ class Occupancy:
         self.trend = QueueTrend()
 
     # ---- Slurm and the hooks ---------------------------------------------------------
-    def take(
-        self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float, asked: float | None = None
-    ) -> None:
-        """A new Slurm snapshot (``nodes`` empty: keep the last node list); ``asked``: when
-        it was asked for, if known (Slurm was read after that)."""
+    def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
+        """A new Slurm snapshot (``nodes`` empty: keep the last node list)."""
         self.jobs = {j.job_id: j for j in jobs}
         if nodes:
             self.nodes = {n.name: n for n in nodes}
         self.snapshot_time = now
-        self._asked = asked
 
-    def forget_reported(self, now: float) -> None:
+    def forget_reported(self, now: float, asked: float | None = None) -> None:
         """Forget reported jobs Slurm shows ended, or no longer shows at all: at once when
-        the report is older than the snapshot (it lists every running job), else after a
-        grace period (the report may be newer than the snapshot)."""
+        the report is older than the snapshot, asked for at ``asked`` (it lists every
+        running job), else after a grace period (the report may be newer than the
+        snapshot)."""
         grace = 3 * self.cfg.agent.refresh_interval_s
-        asked = self._asked
 
         def gone(job_id: int, reported: float) -> bool:
             if job_id in self.jobs:
@@ -140,9 +135,11 @@ class Occupancy:
                     if g is not None:
                         key = ledger.occupant_key(j, scores)
                         last = built.get(j.job_id)
-                        occ = last[1] if last is not None and last[0] == key else None
-                        if occ is None:
-                            occ = ledger.occupant_for_job(j, scores)
+                        occ = (
+                            last[1]
+                            if last is not None and last[0] == key
+                            else ledger.occupant_for_job(j, scores)
+                        )
                         g.occupants.append(occ)
                         now_built[j.job_id] = (key, occ)
                         token = ledger.by_job.get(j.job_id)
@@ -177,9 +174,7 @@ class Occupancy:
         if plan_at is not None:
             self._plan_reservation(view, plan_at, waits)
         self._close_reserved(view)
-        idx = self.view.policy_state
-        if isinstance(idx, PlacementIndex) and idx.rebase(self.view, view):
-            view.policy_state = idx  # only the GPUs that changed are recomputed
+        carry_index(self.view, view)  # only the GPUs that changed are recomputed
         self.view = view
         index_for(self.view, scores, self.cfg.placement)  # built here, off the request path
 

@@ -118,10 +118,10 @@ class AgentState:
     ) -> None:
         """A new Slurm snapshot, taken at ``now``; ``asked``: when it was asked for."""
         occ = self.occupancy
-        occ.take(jobs, nodes, now, asked)
+        occ.take(jobs, nodes, now)
         tags = self._tags_of(jobs)
         self.ledger.sync(occ.jobs, tags, now)
-        occ.forget_reported(now)
+        occ.forget_reported(now, asked)
         self.holds.sync(occ.jobs, tags, self.ledger, now)
         self.live.apply()
         self.rebuild(plan_at=now)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..config import PlacementConfig
 from ..scores import ScoreTable
-from .index import PlacementIndex
+from .index import carry_index
 from .policy import index_for, place
 from .view import ClusterView, Decision, GpuView, JobRequest
 
@@ -101,10 +101,7 @@ class ModelViews:
             self._part_of.append(m)
         parts = {m: view.part(gs) for m, gs in groups.items()}
         for m, part in parts.items():  # a view built afresh: keep each part's index
-            old = self._parts.get(m)
-            idx = old.policy_state if old is not None else None
-            if isinstance(idx, PlacementIndex) and old is not None and idx.rebase(old, part):
-                part.policy_state = idx
+            carry_index(self._parts.get(m), part)
         self._parts = parts
         self._prints = _prints(view)
 

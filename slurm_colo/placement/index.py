@@ -454,3 +454,12 @@ def changed_classes(old: ScoreTable, new: ScoreTable) -> set[str] | None:
     for k in a.keys() - b.keys():
         out.update(k)
     return out
+
+
+def carry_index(old: ClusterView | None, view: ClusterView) -> None:
+    """Give ``view``, built afresh for the same GPUs as ``old``, ``old``'s placement index
+    (:meth:`PlacementIndex.rebase`), if it has one that fits; else ``view`` gets a new
+    index at its first use."""
+    idx = old.policy_state if old is not None else None
+    if old is not None and isinstance(idx, PlacementIndex) and idx.rebase(old, view):
+        view.policy_state = idx
