@@ -116,8 +116,8 @@ def _client() -> int:
         text = b"".join(chunks).decode(errors="replace").rstrip("\n")
         if text:
             out_lines.append(text)
-        if text.startswith(("Unknown command", "Invalid arguments")):
-            rc = 1
+        if text.startswith("Invalid arguments"):
+            rc = 1  # an unknown command exits 0, as NVIDIA's program does
     if out_lines:
         sys.stdout.write("\n".join(out_lines) + "\n")
     _trace("cmd", sent)

@@ -58,12 +58,14 @@ class Daemon:
         self.uuid = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
 
     # -- logging ---------------------------------------------------------------------------
-    def log(self, msg: str, file: str = "control.log") -> None:
+    def log(self, msg: str, file: str = "control.log", who: str = "") -> None:
+        """One line as NVIDIA's daemon writes it: ``[time Control   PID] msg`` in
+        control.log, ``[time Server   PID] msg`` (``who``) in server.log."""
         t = time.time()
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
         try:
             with open(os.path.join(self.log_dir, file), "a") as f:
-                f.write(f"[{stamp} Control {os.getpid()}] {msg}\n")
+                f.write(f"[{stamp} {who or f'Control {os.getpid():5d}'}] {msg}\n")
         except OSError:
             pass
 
@@ -104,7 +106,10 @@ class Daemon:
         for pid, s in list(self.servers.items()):
             s["clients"] = {c for c in s["clients"] if _alive(c)}
             if s["status"] == "FAULT" and not s["clients"]:
-                self._stop_server(pid, status=1)
+                # as on a real GPU: the server outlives the fault; once the clients it
+                # tore down are gone it drops its context and serves new clients again
+                s["status"] = "ACTIVE"
+                self.log("Destroy server context on device 0", "server.log", f"Server {pid:5d}")
         busy = any(s["clients"] for s in self.servers.values())
         if self.queue and not busy:
             uid = self.queue[0][0]
@@ -123,8 +128,8 @@ class Daemon:
             if any(s["clients"] and s["uid"] != uid for s in self.servers.values()):
                 self.queue.append((uid, cpid))
                 self.log(
-                    f"NEW CLIENT {cpid} from user {uid}: Server already exists for "
-                    "another user, push client to pending list"
+                    f"NEW CLIENT {cpid} from user {uid}: Server is not ready, push client "
+                    "to pending list"
                 )
                 return "QUEUED"
             for pid in [p for p, s in self.servers.items() if s["uid"] != uid]:
@@ -142,7 +147,8 @@ class Daemon:
         if not words:
             return ""
         cmd, args = words[0], words[1:]
-        self.log(f"Cmd:{line.strip()}")
+        if not cmd.startswith("emu_"):  # the emulator's own hooks are not NVIDIA commands
+            self.log(f"Cmd:{line.strip()}")
         try:
             if cmd == "get_server_list":
                 return "\n".join(str(p) for p in self.servers)
@@ -168,7 +174,11 @@ class Daemon:
                 clients = sorted(
                     c for p in pids for c in self.servers.get(p, {}).get("clients", ())
                 )
-                return f"{self.uuid} " + " ".join(map(str, clients)) if clients else ""
+                # a header per device, then a PID.context line per client (context 1:
+                # a CUDA client's first context on the device)
+                return "\n".join(
+                    [f"[0] 00:00.0, MPS emulator {self.uuid}", *(f"{c}.1" for c in clients)]
+                )
             if cmd == "set_default_active_thread_percentage":
                 self.default_pct = max(0.0, min(100.0, float(args[0])))
                 return f"{self.default_pct:.1f}"
@@ -220,7 +230,7 @@ class Daemon:
                 )
         except (IndexError, ValueError, KeyError):
             return f"Invalid arguments for {cmd}"
-        return f"Unknown command: {cmd}"
+        return f'Unknown command "{cmd}"'
 
     def _fault(self, kind: str) -> str:
         if kind == "hang":
@@ -234,10 +244,18 @@ class Daemon:
             for pid, s in self.servers.items():
                 if s["clients"]:
                     s["status"] = "FAULT"
-                    self.log(
-                        f"Server {pid} received a fatal GPU exception from a client; "
-                        f"terminating clients {' '.join(map(str, sorted(s['clients'])))}"
-                    )
+                    clients = sorted(s["clients"])
+                    for msg in (
+                        f"Client {{PID: {clients[0]}, Context: 1}} encountered a fatal GPU error.",
+                        "Server is handling a fatal GPU error.",
+                        *(
+                            f"Client {{PID: {c}, Context ID: 1}} on device 0 to be torn down"
+                            for c in clients
+                        ),
+                        "The following client process have a sticky error set:",
+                        *(str(c) for c in clients),
+                    ):
+                        self.log(msg, "server.log", who=f"Server {pid:5d}")
                     if kind == "client_fatal":
                         for c in s["clients"]:
                             _kill(c)

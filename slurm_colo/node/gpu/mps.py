@@ -18,6 +18,8 @@ from slurm_colo.errors import MPSError
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 _NOT_RUNNING_MARKERS = ("cannot find mps control daemon", "connection refused")
+#: the control program answers a command it does not know with this and exit status 0
+_UNKNOWN_COMMAND = "Unknown command"
 
 
 class MpsNotRunning(MPSError):
@@ -67,22 +69,40 @@ def parse_server_status(text: str) -> str:
     return word if word in ("ACTIVE", "FAULT", "INITIALIZING") else "UNKNOWN"
 
 
-def parse_device_client_list(text: str) -> dict[str, list[int]]:
-    """``get_device_client_list``: ``<device UUID> <client PID> ...`` per line."""
-    out: dict[str, list[int]] = {}
+def parse_device_client_list(text: str) -> dict[int, list[int]]:
+    """``get_device_client_list``: per device the daemon sees, the PIDs of its clients.
+
+    The reply is a header per device, ``[<index>] <PCI bus>, <name>``, followed by one
+    ``<client PID>.<context>`` line per client context (index as the daemon numbers its
+    visible devices: 0 for a daemon of one GPU). A PID with several contexts is listed once.
+    """
+    out: dict[int, list[int]] = {}
+    device: int | None = None
     for line in text.splitlines():
-        words = line.replace(":", " ").split()
-        if words and not words[0].isdigit():
-            out.setdefault(words[0], []).extend(int(w) for w in words[1:] if w.isdigit())
+        line = line.strip()
+        if line.startswith("["):
+            index = line[1 : line.find("]")]
+            device = int(index) if index.isdigit() else None
+            if device is not None:
+                out.setdefault(device, [])
+            continue
+        pid = line.partition(".")[0]
+        if device is not None and pid.isdigit() and int(pid) not in out[device]:
+            out[device].append(int(pid))
     return out
 
 
 def parse_fault_lines(log_text: str) -> list[str]:
-    """Lines of ``control.log`` that report a fatal fault or a server dying with an error."""
+    """Lines of ``control.log`` or ``server.log`` that report a fatal fault or a server
+    dying with an error, one line per event.
+
+    A fatal GPU error shows in ``server.log`` as ``Client {PID: …} encountered a fatal GPU
+    error.``, followed by ``Server is handling a fatal GPU error.`` (the same event, left
+    out here) and the clients torn down; the server itself keeps running."""
     out = []
     for line in log_text.splitlines():
         low = line.lower()
-        fault = "fatal" in low or " fault" in low
+        fault = ("fatal" in low or " fault" in low) and "server is handling" not in low
         died = "exited with status" in low and not low.rstrip().endswith("status 0")
         if fault or died:
             out.append(line.strip())
@@ -177,10 +197,11 @@ class MpsControl:
         out = cp.stdout.strip()
         if any(m in (out + cp.stderr).lower() for m in _NOT_RUNNING_MARKERS):
             raise MpsNotRunning(f"no MPS control daemon answers on {self.pipe_dir}")
-        if cp.returncode != 0:
+        refused = next((r for r in out.splitlines() if r.startswith(_UNKNOWN_COMMAND)), "")
+        if cp.returncode != 0 or refused:
             raise MPSError(
                 f"MPS control '{'; '.join(x.strip() for x in lines)}' failed (exit "
-                f"{cp.returncode}): {(out or cp.stderr).strip()[:200]}"
+                f"{cp.returncode}): {(refused or out or cp.stderr).strip()[:200]}"
             )
         return out
 
@@ -221,7 +242,7 @@ class MpsControl:
     def client_list(self, server_pid: int) -> list[int]:
         return parse_pid_list(self.command(f"get_client_list {server_pid}"))
 
-    def device_clients(self) -> dict[str, list[int]]:
+    def device_clients(self) -> dict[int, list[int]]:
         return parse_device_client_list(self.command("get_device_client_list"))
 
     def start_server(self, uid: int) -> None:
