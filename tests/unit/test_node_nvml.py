@@ -42,6 +42,19 @@ def test_recorded_v100_readings_through_the_real_gate() -> None:
     assert not g.lost and g.errors == []
 
 
+def test_captured_h200_under_mps_through_the_real_gate() -> None:
+    """Captured on an H200 (driver 580.159.04) with an MPS server and two clients: the
+    compute processes list the server and each client with its own memory; the SM samples
+    name only the server."""
+    g = NvmlGate(FakePynvml.load("h200_mps_node.json"), "recorded").gpu(0)
+    assert g.name() == "NVIDIA H200" and g.uuid() == "GPU-45b790c7-e483-7e6c-dcc1-4fbc9e64ad21"
+    assert g.memory() == (3922526208, 150754820096)
+    assert g.processes() == {624: 69206016, 643: 1530920960, 642: 1667235840}
+    assert g.process_sm_util(0) == {624: 71}
+    assert g.utilization() == (100, 26) and g.power_w() == pytest.approx(666.435)
+    assert g.compute_mode() == COMPUTE_DEFAULT and g.errors == []
+
+
 def test_not_supported_and_not_found_are_values() -> None:
     g = NvmlGate(FakePynvml.load(), "recorded").gpu(1)
     assert g.power_w() is NOT_SUPPORTED
