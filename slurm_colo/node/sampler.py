@@ -113,6 +113,7 @@ class Sampler:
                 elif isinstance(v, (int, float)):
                     dest.append(float(v))
             ps = g.processes()
+            mine: list[int] = []
             if ps is not None:
                 mine = [used for pid, used in ps.items() if self._mine(pid)]
                 if mine:
@@ -121,7 +122,12 @@ class Sampler:
             if pu is NOT_SUPPORTED:
                 self.not_supported.add("process_utilization")
             elif isinstance(pu, dict) and pu:
-                jsm.append(sum(v for pid, v in pu.items() if self._mine(pid)))
+                mine_sm = [v for pid, v in pu.items() if self._mine(pid)]
+                # under MPS NVML lists the clients' memory but samples only the server's
+                # SM use: a job whose processes are on the GPU but not in the samples has
+                # no reading of its own (None), only a job with no process there has 0
+                if mine_sm or not mine:
+                    jsm.append(sum(mine_sm))
         self._since_us = int(time.time() * 1e6) - int(2e6)
 
         def avg(xs: list[float]) -> float | None:

@@ -10,6 +10,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from slurm_colo.emulators.nvml_scenario import ScenarioNvml
 from slurm_colo.fsutil import atomic_write_json, read_json
 from slurm_colo.node import journal
@@ -178,3 +180,29 @@ def test_sampler_process_stops_on_sigterm(tmp_path: Path) -> None:
     assert p.wait(timeout=10) == 0
     prof = read_json(lay.job_dir(6) / "profile.json")
     assert prof["final"] is True and prof["samples"] >= 1
+
+
+def test_under_mps_a_job_has_its_memory_but_no_sm_share_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML on a real GPU under MPS (tests/fixtures/nvml/h200_mps_node.json): the compute
+    processes are the server (624) and its two clients with their memory, but the SM
+    samples name only the server. A client's job gets its memory and no SM figure (not
+    0 %); a job with no process on the GPU gets 0 %."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nvml"))
+    from fake_pynvml import FakePynvml
+
+    from slurm_colo.node import procs
+
+    monkeypatch.setattr(procs, "job_of_pid", {643: 7, 642: 8}.get)
+    lay = NodeLayout(tmp_path / "run", tmp_path / "spool")
+    out = {}
+    for job in (7, 9):
+        _state(lay, job, [0])
+        s = Sampler(NvmlGate(FakePynvml.load("h200_mps_node.json"), "recorded"), [0], job, lay, 1.0)
+        s.tick()
+        out[job] = s.summary()
+    assert out[7]["job_mem_peak_gib"] == round(1530920960 / GIB, 3)
+    assert out[7]["job_sm_util_mean"] is None
+    assert out[9]["job_mem_peak_gib"] is None and out[9]["job_sm_util_mean"] == 0.0
+    assert out[7]["sm_util_mean"] == 100.0 and out[7]["gpu_name"] == "NVIDIA H200"
