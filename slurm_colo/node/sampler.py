@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any
 
+from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.jobstate import JobState
 from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 
@@ -65,9 +66,17 @@ class _Journals:
 
 class Sampler:
     def __init__(
-        self, gate: NvmlGate, gpus: list[int], job_id: int, layout: NodeLayout, interval_s: float
+        self,
+        gate: NvmlGate,
+        gpus: list[int],
+        job_id: int,
+        layout: NodeLayout,
+        interval_s: float,
+        under_mps: bool = False,
     ) -> None:
         self.gate, self.job_id, self.layout = gate, job_id, layout
+        #: the job is an MPS client: NVML's SM samples are its server's, not its own
+        self.under_mps = under_mps
         self.gpus: list[Gpu] = [gate.gpu(i) for i in gpus]
         #: the NVML product name of the job's first GPU ("" if NVML did not say)
         self.gpu_name = next((n for n in (g.name() for g in self.gpus[:1]) if n), "")
@@ -121,7 +130,7 @@ class Sampler:
             pu = g.process_sm_util(self._since_us)
             if pu is NOT_SUPPORTED:
                 self.not_supported.add("process_utilization")
-            elif isinstance(pu, dict) and pu:
+            elif isinstance(pu, dict) and pu and not self.under_mps:
                 mine_sm = [v for pid, v in pu.items() if self._mine(pid)]
                 # under MPS NVML lists the clients' memory but samples only the server's
                 # SM use: a job whose processes are on the GPU but not in the samples has
@@ -176,7 +185,8 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
-    s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s)
+    under_mps = st.mechanism == Mechanism.MPS and any(o.state == "ok" for o in st.mps.values())
+    s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s, under_mps)
     shared = st.placement is not None and st.placement.shared
     s.prober = (
         Prober(cfg, lay, job_id, gpus, st.placement.probe_s)

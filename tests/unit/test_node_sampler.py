@@ -206,3 +206,36 @@ def test_under_mps_a_job_has_its_memory_but_no_sm_share_of_its_own(
     assert out[7]["job_sm_util_mean"] is None
     assert out[9]["job_mem_peak_gib"] is None and out[9]["job_sm_util_mean"] == 0.0
     assert out[7]["sm_util_mean"] == 100.0 and out[7]["gpu_name"] == "NVIDIA H200"
+
+
+@pytest.mark.parametrize("mps_state", ["ok", "refused", None])
+def test_an_mps_client_job_gets_no_sm_share_of_its_own(
+    tmp_path: Path, mps_state: str | None
+) -> None:
+    """The run loop tells the sampler whether the job runs as an MPS client (placed with
+    MPS and its daemon answered): then the per-process SM samples are the server's and the
+    job gets no SM share, even in ticks where its own pid is sampled or absent."""
+    from slurm_colo.contracts.enums import Mechanism
+    from slurm_colo.contracts.jobstate import GpuMpsStart, JobState
+    from slurm_colo.node import jobstate
+
+    job_proc = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "5"})
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{job_proc.pid}/comm").read_text().strip() != "sleep":
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        procs = [{"pid": job_proc.pid, "used_mib": 1024, "sm_util": 40}]
+        gpu = {"uuid": "GPU-0", "sm_util": 80, "memory_used_mib": 2048, "processes": procs}
+        cfg = node_config(tmp_path, interval_s=0.01, scenario=[gpu])
+        lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
+        mps = {0: GpuMpsStart(mps_state)} if mps_state else {}
+        mech = Mechanism.MPS if mps_state else Mechanism.SHARD
+        jobstate.write_state(lay, JobState(5, gpus=[0], start=time.time(), mechanism=mech, mps=mps))
+        assert run(cfg, 5, max_ticks=5) == 0
+    finally:
+        job_proc.kill()
+        job_proc.wait()
+    prof = read_json(lay.job_dir(5) / "profile.json")
+    assert prof["job_mem_peak_gib"] == 1.0
+    assert prof["job_sm_util_mean"] == (None if mps_state == "ok" else 40.0)
