@@ -88,6 +88,7 @@ def _client() -> int:
     path = os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), SOCKET)
     rc = 0
     out_lines: list[str] = []
+    not_running = False
     sent = 0
     for line in sys.stdin:
         if not line.strip():
@@ -104,7 +105,7 @@ def _client() -> int:
                     break
                 chunks.append(chunk)
         except OSError:
-            out_lines.append(NOT_RUNNING)
+            not_running = True
             rc = 1
             break
         finally:
@@ -120,6 +121,8 @@ def _client() -> int:
             rc = 1  # an unknown command exits 0, as NVIDIA's program does
     if out_lines:
         sys.stdout.write("\n".join(out_lines) + "\n")
+    if not_running:  # on stderr, as NVIDIA's program prints it
+        sys.stderr.write(NOT_RUNNING + "\n")
     _trace("cmd", sent)
     return rc
 

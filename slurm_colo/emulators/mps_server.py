@@ -377,7 +377,7 @@ def _run_daemon(background: bool) -> int:
     for d in (pipe_dir, log_dir):
         os.makedirs(d, exist_ok=True)
     if _daemon_running(pipe_dir):
-        print("An instance of this daemon is already running", file=sys.stderr)
+        print("An instance of this daemon is already running")  # on stdout, as NVIDIA's
         return 1
     if not background:
         _set_name("nvidia-cuda-mps-control")

@@ -279,7 +279,7 @@ def test_command_path_imports_only_what_a_small_binary_would_need(tmp_path: Path
         env={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)},
         check=False,
     )
-    assert cp.returncode == 1 and cp.stdout.strip() == "Cannot find MPS control daemon process"
+    assert cp.returncode == 1 and cp.stderr.endswith("Cannot find MPS control daemon process\n")
     imported = {
         line.rsplit("|", 1)[-1].strip()
         for line in cp.stderr.splitlines()
@@ -293,3 +293,33 @@ def test_front_and_daemon_module_agree_on_names() -> None:
 
     assert mps_control.PID_FILE == mps_server.PID_FILE
     assert mps_control.SOCKET == mps_server.SOCKET
+
+
+def test_emulator_prints_what_the_real_program_printed(tmp_path: Path) -> None:
+    """Reply texts, streams and exit statuses as captured from NVIDIA's program on a real GPU
+    (tests/fixtures/mps)."""
+    fix = REPO / "tests" / "fixtures" / "mps"
+    env = {
+        "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log"),
+    }
+
+    def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        cp = subprocess.run(
+            [*emulator_argv(), *args], input=stdin, capture_output=True, text=True, env=env
+        )
+        return cp.returncode, cp.stdout, cp.stderr
+
+    assert run(stdin="get_server_list\n") == (1, "", (fix / "not_running.txt").read_text())
+    assert run("-d")[0] == 0
+    try:
+        assert run("-d") == (1, (fix / "daemon_already_running.txt").read_text(), "")
+        for name, stdin in (
+            ("get_server_list_empty", "get_server_list"),
+            ("get_default_active_thread_percentage", "get_default_active_thread_percentage"),
+            ("get_server_status_unknown", "get_server_status 1"),
+            ("unknown_command", "no_such_command"),
+        ):
+            assert run(stdin=stdin + "\n") == (0, (fix / f"{name}.txt").read_text(), ""), name
+    finally:
+        run(stdin="quit\n")
