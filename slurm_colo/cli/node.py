@@ -116,6 +116,32 @@ def register(app: typer.Typer) -> None:
                     + (f"; killed stale {killed}" if killed else "")
                 )
 
+    @node.command("selftest")
+    def selftest(
+        gpu: int = typer.Option(0, "--gpu", help="the GPU index to test"),
+        keep_compute_mode: bool = typer.Option(
+            False,
+            "--keep-compute-mode",
+            help="leave the GPU's compute mode as it is (the Prolog sets EXCLUSIVE_PROCESS)",
+        ),
+        as_json: bool = typer.Option(False, "--json", help="machine-readable"),
+    ) -> None:
+        """Test one idle GPU of this node end to end, as root, before it takes shared jobs:
+        NVML, a CUDA client alone, the MPS daemon the Prolog would start (in a scratch
+        directory), a client with a thread percentage and a memory limit as a job gets them,
+        the logs, and the stop. Exits 1 if a step failed."""
+        from ..admin.doctor import Check, exit_code, format_check
+        from ..node.selftest import run_selftest
+
+        steps = run_selftest(load_config(), gpu, not keep_compute_mode)
+        checks = [Check(s.name, s.status, s.message, s.fix) for s in steps]
+        if as_json:
+            typer.echo(json.dumps([vars(c) for c in checks], indent=2))
+        else:
+            for c in checks:
+                typer.echo(format_check(c))
+        raise typer.Exit(exit_code(checks))
+
     @spool.command("ingest")
     def ingest(
         busy_timeout: float = typer.Option(None, help="seconds to wait on a locked DB"),

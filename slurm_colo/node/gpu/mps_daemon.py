@@ -70,6 +70,9 @@ class GpuMps:
     #: opens the NVML view of this GPU lazily (only needed to start/stop a daemon)
     open_gpu: Callable[[int], Gpu]
     extra_env: tuple[tuple[str, str], ...] = ()
+    #: False leaves the GPU's compute mode as it is (``slurm-colo node selftest
+    #: --keep-compute-mode``); the hooks always set it
+    set_compute_mode: bool = True
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict:
@@ -285,6 +288,8 @@ class GpuMps:
         return self.open_gpu(self.index).compute_mode() == COMPUTE_EXCLUSIVE_PROCESS
 
     def _set_mode(self, mode: int, gpu: Gpu | None = None) -> bool:
+        if not self.set_compute_mode:
+            return True
         g = gpu or self.open_gpu(self.index)
         ok = g.set_compute_mode(mode)
         if not ok:

@@ -1,0 +1,118 @@
+"""``slurm-colo node selftest`` against the MPS emulator and the NVML scenario backend (the
+real GPU run is in docs/node.md): the steps, an idle-GPU guard, a daemon that cannot start,
+and the verdict on a client's limits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from slurm_colo.config import Config, load_config
+from slurm_colo.node import journal, procs
+from slurm_colo.node.layout import NodeLayout
+from slurm_colo.node.selftest import FAIL, OK, SKIP, _limits, run_selftest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_node_lifecycle import node_config
+
+
+def _statuses(steps: list) -> dict[str, str]:
+    return {s.name: s.status for s in steps}
+
+
+def _modes(cfg: Config) -> dict:
+    path = Path(cfg.node.run_dir) / "nvml-scenario-state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_an_idle_gpu_passes_and_nothing_is_left(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, gpus=1)
+    steps = run_selftest(cfg, 0)
+    got = _statuses(steps)
+    assert list(got) == [
+        "nvml", "gpu idle", "readings", "cuda alone", "mps daemon", "compute mode",
+        "mps client", "limits", "mps logs", "mps stop",
+    ]  # fmt: skip
+    # no CUDA driver here: the client's own checks are skipped, the rest must pass
+    assert got["cuda alone"] == got["limits"] == SKIP
+    assert all(v == OK for k, v in got.items() if k not in ("cuda alone", "limits")), steps
+    assert "compute mode DEFAULT" in steps[-1].message
+    assert _modes(cfg) == {"GPU-test-0": 0}  # set while the daemon ran, reset after
+    assert not (Path(cfg.node.run_dir) / "selftest").exists()
+    assert procs.mps_processes(str(Path(cfg.node.run_dir) / "selftest")) == []
+
+
+def test_keep_compute_mode_leaves_it_alone(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, gpus=1)
+    got = _statuses(run_selftest(cfg, 0, set_compute_mode=False))
+    assert "compute mode" not in got and got["mps stop"] == OK
+    assert _modes(cfg) == {}  # never set
+
+
+def test_a_gpu_in_use_is_not_touched(tmp_path: Path) -> None:
+    busy = [{"uuid": "GPU-test-0", "processes": [{"pid": 4242, "used_mib": 800}]}]
+    cfg = node_config(tmp_path, scenario=busy)
+    steps = run_selftest(cfg, 0)
+    assert _statuses(steps) == {"nvml": OK, "gpu idle": FAIL}
+    assert "4242" in steps[-1].message and steps[-1].fix == "drain the node"
+    (tmp_path / "b").mkdir()
+    cfg = node_config(tmp_path / "b", gpus=1)
+    lay = NodeLayout.of_config(cfg)
+    lay.gpu_dir(0).mkdir(parents=True)
+    journal.append(lay.journal(0), {"ev": "start", "job": 7, "cls": "a", "user": "u", "uid": 1})
+    steps = run_selftest(cfg, 0)
+    assert _statuses(steps)["gpu idle"] == FAIL and "jobs [7]" in steps[-1].message
+    assert _modes(cfg) == {}
+
+
+def test_a_daemon_that_cannot_start_fails_and_the_gpu_is_reset(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, gpus=1)
+    node = dataclasses.replace(
+        cfg.node, mps_backend="real", mps_control=str(tmp_path / "no-such-mps-control")
+    )
+    cfg = dataclasses.replace(cfg, node=node)
+    steps = run_selftest(cfg, 0)
+    got = _statuses(steps)
+    assert got["mps daemon"] == FAIL and "did not start" in steps[-2].message
+    assert got["mps stop"] == OK and _modes(cfg) == {"GPU-test-0": 0}
+
+
+def test_no_such_gpu(tmp_path: Path) -> None:
+    steps = run_selftest(node_config(tmp_path, gpus=1), 3)
+    assert [(s.name, s.status) for s in steps] == [("nvml", FAIL)]
+
+
+@pytest.mark.parametrize(
+    "reading,sm,mem",
+    [
+        # as on the H200: 50 % gave 66 of 132 SMs; 0.5 GiB fit, 1 GiB more did not
+        ({"sm_count": 66, "alloc": "ok", "alloc_more": "CUDA_ERROR_OUT_OF_MEMORY"}, OK, OK),
+        ({"sm_count": 132, "alloc": "ok", "alloc_more": "ok"}, FAIL, FAIL),
+        ({"sm_count": 20, "alloc": "CUDA_ERROR_OUT_OF_MEMORY", "alloc_more": "x"}, FAIL, FAIL),
+    ],
+)
+def test_limits_verdict(reading: dict, sm: str, mem: str) -> None:
+    steps = _limits({"sm_count": 132, "total_gib": 139.8}, reading)
+    assert [(s.name, s.status) for s in steps] == [
+        ("thread percentage", sm),
+        ("pinned memory limit", mem),
+    ]
+    assert _limits({"sm_count": 132}, {"error": "cuInit: CUDA_ERROR_NO_DEVICE"})[0].status == FAIL
+
+
+def test_cli_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_colo.cli import app
+
+    node_config(tmp_path, gpus=1)
+    monkeypatch.setenv("SLURM_COLO_CONFIG", str(tmp_path / "config.toml"))
+    r = CliRunner().invoke(app, ["node", "selftest", "--gpu", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    assert {c["name"]: c["status"] for c in json.loads(r.output)}["mps client"] == OK
+    r = CliRunner().invoke(app, ["node", "selftest", "--gpu", "5"])
+    assert r.exit_code == 1 and "[FAIL] nvml" in r.output
+    assert load_config(tmp_path / "config.toml").node.mps_backend == "emulator"
