@@ -175,6 +175,7 @@ def job_start(
                     )
     jobstate.write_task(lay, info.job_id, info.uid, task)
     if launch_sampler and cfg.node.profile != "none":
+        jobstate.write_state(lay, state)  # first: the sampler reads the MPS outcome in it
         state.sampler_pid = start_sampler(cfg, info.job_id)
     jobstate.write_state(lay, state)
     res.task = task

@@ -185,7 +185,9 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
-    under_mps = st.mechanism == Mechanism.MPS and any(o.state == "ok" for o in st.mps.values())
+    # as the Prolog decides whether the job gets the MPS environment (all its GPUs ok)
+    outs = [o.state for o in st.mps.values()]
+    under_mps = st.mechanism == Mechanism.MPS and bool(outs) and all(o == "ok" for o in outs)
     s = Sampler(gate, gpus, job_id, lay, cfg.node.sampler_interval_s, under_mps)
     shared = st.placement is not None and st.placement.shared
     s.prober = (

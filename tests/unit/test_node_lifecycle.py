@@ -243,3 +243,25 @@ def test_handoff_arguments() -> None:
     assert parse_args([]) == ([], False)
     assert parse_args(["--stop"]) is None and parse_args(["--stop", "x"]) is None
     assert parse_args(["--nope"]) is None
+
+
+def test_the_sampler_starts_after_the_state_holds_the_mps_outcome(
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sampler reads the job's state once at its start to know whether the job is an
+    MPS client (its SM samples are then the server's): the state must already say so."""
+    from slurm_colo.node import jobstate, lifecycle
+
+    seen = []
+
+    def fake_start(c: Config, job_id: int) -> int:
+        st = jobstate.read_state(NodeLayout.of_config(c), job_id)
+        assert st is not None
+        seen.append({g: o.state for g, o in st.mps.items()})
+        return 12345
+
+    monkeypatch.setattr(lifecycle, "start_sampler", fake_start)
+    job_start(cfg, mps_job(1))
+    assert seen == [{0: "ok"}]
+    st = jobstate.read_state(NodeLayout.of_config(cfg), 1)
+    assert st is not None and st.sampler_pid == 12345

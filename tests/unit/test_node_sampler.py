@@ -208,7 +208,7 @@ def test_under_mps_a_job_has_its_memory_but_no_sm_share_of_its_own(
     assert out[7]["sm_util_mean"] == 100.0 and out[7]["gpu_name"] == "NVIDIA H200"
 
 
-@pytest.mark.parametrize("mps_state", ["ok", "refused", None])
+@pytest.mark.parametrize("mps_state", ["ok", "refused", "ok,refused", None])
 def test_an_mps_client_job_gets_no_sm_share_of_its_own(
     tmp_path: Path, mps_state: str | None
 ) -> None:
@@ -229,7 +229,7 @@ def test_an_mps_client_job_gets_no_sm_share_of_its_own(
         gpu = {"uuid": "GPU-0", "sm_util": 80, "memory_used_mib": 2048, "processes": procs}
         cfg = node_config(tmp_path, interval_s=0.01, scenario=[gpu])
         lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
-        mps = {0: GpuMpsStart(mps_state)} if mps_state else {}
+        mps = {g: GpuMpsStart(x) for g, x in enumerate(mps_state.split(","))} if mps_state else {}
         mech = Mechanism.MPS if mps_state else Mechanism.SHARD
         jobstate.write_state(lay, JobState(5, gpus=[0], start=time.time(), mechanism=mech, mps=mps))
         assert run(cfg, 5, max_ticks=5) == 0
