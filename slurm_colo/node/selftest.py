@@ -19,9 +19,10 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from slurm_colo.fsutil import ensure_dir, locked
 from slurm_colo.node import journal, procs
 from slurm_colo.node.gpu.mps import format_mem_limit, parse_fault_lines
-from slurm_colo.node.gpu.mps_daemon import GpuMps, gpu_mps
+from slurm_colo.node.gpu.mps_daemon import GpuMps, gpu_mps, lock_wait
 from slurm_colo.node.gpu.nvml import (
     COMPUTE_DEFAULT,
     COMPUTE_EXCLUSIVE_PROCESS,
@@ -116,16 +117,38 @@ def check_readings(g: Gpu) -> Step:
 
 def run_selftest(cfg: Config, index: int, set_compute_mode: bool = True) -> list[Step]:
     """The steps, in order; stops early when a step makes the rest meaningless."""
-    steps: list[Step] = []
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
     if not gate.available:
         return [Step("nvml", FAIL, gate.reason, "install nvidia-ml-py and the NVIDIA driver")]
-    g = gate.gpu(index)
+    try:
+        return _on_gpu(cfg, gate.gpu(index), index, set_compute_mode, gate.source)
+    finally:
+        gate.close()
+
+
+def _on_gpu(cfg: Config, g: Gpu, index: int, set_compute_mode: bool, source: str) -> list[Step]:
+    steps: list[Step] = []
     uuid, name = g.uuid(), g.name()
     if uuid is None:
         return [Step("nvml", FAIL, f"GPU {index}: {'; '.join(g.errors) or 'no such GPU'}")]
-    steps.append(Step("nvml", OK, f"GPU {index}: {name} {uuid} ({gate.source})"))
+    steps.append(Step("nvml", OK, f"GPU {index}: {name} {uuid} ({source})"))
     live = NodeLayout.of_config(cfg)
+    ensure_dir(live.gpu_dir(index), 0o700)
+    # the GPU's lock, as the hooks take it: a Prolog arriving meanwhile waits for the test
+    try:
+        with locked(live.gpu_lock(index), timeout_s=lock_wait(cfg)):
+            steps += _idle_gpu(cfg, live, g, index, uuid, set_compute_mode)
+    except TimeoutError:
+        steps.append(
+            Step("gpu idle", FAIL, f"a slurm-colo hook holds GPU {index}", "drain the node")
+        )
+    return steps
+
+
+def _idle_gpu(
+    cfg: Config, live: NodeLayout, g: Gpu, index: int, uuid: str, set_compute_mode: bool
+) -> list[Step]:
+    steps: list[Step] = []
     busy = [s.job for s in journal.active(journal.read(live.journal(index)))]
     ps = g.processes() or {}
     if busy or ps:
@@ -169,7 +192,6 @@ def run_selftest(cfg: Config, index: int, set_compute_mode: bool = True) -> list
             )
         )
         shutil.rmtree(scratch.run_dir, ignore_errors=True)
-        gate.close()
     return steps
 
 

@@ -70,6 +70,28 @@ def test_a_gpu_in_use_is_not_touched(tmp_path: Path) -> None:
     assert _modes(cfg) == {}
 
 
+def test_the_gpu_lock_is_held_and_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test holds the GPU's lock as a hook does: while a hook holds it, the test waits
+    (here 0.2 s) and then gives up without touching the GPU."""
+    from slurm_colo.fsutil import try_lock, unlock
+    from slurm_colo.node import selftest
+
+    cfg = node_config(tmp_path, gpus=1)
+    lay = NodeLayout.of_config(cfg)
+    lay.gpu_dir(0).mkdir(parents=True)
+    monkeypatch.setattr(selftest, "lock_wait", lambda c: 0.2)
+    token = try_lock(lay.gpu_lock(0), 1)
+    try:
+        steps = run_selftest(cfg, 0)
+    finally:
+        unlock(token)
+    assert [(s.name, s.status) for s in steps] == [("nvml", OK), ("gpu idle", FAIL)]
+    assert "holds GPU 0" in steps[-1].message and _modes(cfg) == {}
+    assert _statuses(run_selftest(cfg, 0))["mps stop"] == OK  # once it is free
+
+
 def test_a_daemon_that_cannot_start_fails_and_the_gpu_is_reset(tmp_path: Path) -> None:
     cfg = node_config(tmp_path, gpus=1)
     node = dataclasses.replace(
