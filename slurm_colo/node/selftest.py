@@ -191,7 +191,10 @@ def _idle_gpu(
                 + ("; compute mode DEFAULT" if set_compute_mode else ""),
             )
         )
-        shutil.rmtree(scratch.run_dir, ignore_errors=True)
+        if any(s.status == FAIL for s in steps):  # the daemon's logs, for the admin
+            steps[-1].message += f" (the MPS logs are kept in {scratch.run_dir / 'mps'})"
+        else:
+            shutil.rmtree(scratch.run_dir, ignore_errors=True)
     return steps
 
 

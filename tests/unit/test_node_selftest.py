@@ -102,6 +102,9 @@ def test_a_daemon_that_cannot_start_fails_and_the_gpu_is_reset(tmp_path: Path) -
     got = _statuses(steps)
     assert got["mps daemon"] == FAIL and "did not start" in steps[-2].message
     assert got["mps stop"] == OK and _modes(cfg) == {"GPU-test-0": 0}
+    kept = Path(cfg.node.run_dir) / "selftest" / "mps"
+    assert f"the MPS logs are kept in {kept}" in steps[-1].message
+    assert [p.name for p in kept.glob("*/log")] == ["log"]
 
 
 def test_no_such_gpu(tmp_path: Path) -> None:
