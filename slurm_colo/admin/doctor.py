@@ -589,7 +589,12 @@ def check_mps(node: NodeConfig, which: Callable[[str], str | None], gpu_node: bo
         )
     found = which(node.mps_control)
     if found:
-        return Check(name, OK, f"{node.mps_control} found at {found}")
+        return Check(
+            name,
+            OK,
+            f"{node.mps_control} found at {found}; to test the GPUs with it, drain the node "
+            "and run `slurm-colo node selftest --gpu N` as root",
+        )
     msg = f"{node.mps_control} not found on PATH"
     if not gpu_node:
         return Check(

@@ -305,6 +305,7 @@ def test_mps_check():
     )
     found = doc.check_mps(NodeConfig(), lambda n: f"/usr/bin/{n}", True)
     assert found.status == doc.OK and "/usr/bin/nvidia-cuda-mps-control" in found.message
+    assert "slurm-colo node selftest" in found.message
     assert doc.check_mps(NodeConfig(), lambda n: None, True).status == doc.FAIL
     assert doc.check_mps(NodeConfig(), lambda n: None, False).status == doc.WARN
 
