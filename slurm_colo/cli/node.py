@@ -118,7 +118,9 @@ def register(app: typer.Typer) -> None:
 
     @node.command("selftest")
     def selftest(
-        gpu: int = typer.Option(0, "--gpu", help="the GPU index to test"),
+        gpu: list[int] = typer.Option(
+            None, "--gpu", help="a GPU index to test; repeat for several (default: every GPU)"
+        ),
         keep_compute_mode: bool = typer.Option(
             False,
             "--keep-compute-mode",
@@ -126,15 +128,20 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="machine-readable"),
     ) -> None:
-        """Test one idle GPU of this node end to end, as root, before it takes shared jobs:
-        NVML, a CUDA client alone, the MPS daemon the Prolog would start (in a scratch
-        directory), a client with a thread percentage and a memory limit as a job gets them,
-        the logs, and the stop. Exits 1 if a step failed."""
+        """Test the idle GPUs of this node end to end, one after the other, as root, before
+        they take shared jobs: NVML, a CUDA client alone, the MPS daemon the Prolog would
+        start (in a scratch directory), a client with a thread percentage and a memory limit
+        as a job gets them, the logs, and the stop. Exits 1 if a step failed."""
         from ..admin.doctor import Check, exit_code, format_check
-        from ..node.selftest import run_selftest
+        from ..node.selftest import node_gpus, run_selftest
 
-        steps = run_selftest(load_config(), gpu, not keep_compute_mode)
-        checks = [Check(s.name, s.status, s.message, s.fix) for s in steps]
+        cfg = load_config()
+        indices = gpu or node_gpus(cfg) or [0]  # no GPU listed: GPU 0's step says why
+        checks = [
+            Check(f"GPU {g} {s.name}", s.status, s.message, s.fix)
+            for g in indices
+            for s in run_selftest(cfg, g, not keep_compute_mode)
+        ]
         if as_json:
             typer.echo(json.dumps([vars(c) for c in checks], indent=2))
         else:

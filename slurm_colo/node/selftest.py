@@ -115,6 +115,15 @@ def check_readings(g: Gpu) -> Step:
     )
 
 
+def node_gpus(cfg: Config) -> list[int]:
+    """Every GPU index NVML lists on this node (none when NVML does not start)."""
+    gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)
+    try:
+        return list(range(gate.device_count()))
+    finally:
+        gate.close()
+
+
 def run_selftest(cfg: Config, index: int, set_compute_mode: bool = True) -> list[Step]:
     """The steps, in order; stops early when a step makes the rest meaningless."""
     gate = open_nvml(cfg.node.nvml_backend, cfg.node.nvml_scenario, cfg.node.run_dir)

@@ -130,14 +130,17 @@ def test_limits_verdict(reading: dict, sm: str, mem: str) -> None:
     assert _limits({"sm_count": 132}, {"error": "cuInit: CUDA_ERROR_NO_DEVICE"})[0].status == FAIL
 
 
-def test_cli_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_tests_every_gpu_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from slurm_colo.cli import app
 
-    node_config(tmp_path, gpus=1)
+    node_config(tmp_path, gpus=2)
     monkeypatch.setenv("SLURM_COLO_CONFIG", str(tmp_path / "config.toml"))
-    r = CliRunner().invoke(app, ["node", "selftest", "--gpu", "0", "--json"])
+    r = CliRunner().invoke(app, ["node", "selftest", "--json"])
     assert r.exit_code == 0, r.output
-    assert {c["name"]: c["status"] for c in json.loads(r.output)}["mps client"] == OK
-    r = CliRunner().invoke(app, ["node", "selftest", "--gpu", "5"])
-    assert r.exit_code == 1 and "[FAIL] nvml" in r.output
+    got = {c["name"]: c["status"] for c in json.loads(r.output)}
+    assert got["GPU 0 mps client"] == got["GPU 1 mps client"] == OK
+    assert got["GPU 1 mps stop"] == OK
+    r = CliRunner().invoke(app, ["node", "selftest", "--gpu", "1", "--gpu", "5"])
+    assert r.exit_code == 1 and "[OK  ] GPU 1 mps stop" in r.output
+    assert "[FAIL] GPU 5 nvml" in r.output and "GPU 0" not in r.output
     assert load_config(tmp_path / "config.toml").node.mps_backend == "emulator"
