@@ -92,7 +92,8 @@ def _first_line(p: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
         sel.register(p.stdout, selectors.EVENT_READ)
         if not sel.select(timeout_s):
             return {"error": f"the client under MPS said nothing within {timeout_s:.0f}s"}
-    return _reading_of(p.stdout.readline() or "{}")
+    line = p.stdout.readline()
+    return _reading_of(line) if line else {"error": "the client under MPS exited, no reading"}
 
 
 def check_readings(g: Gpu) -> Step:

@@ -130,6 +130,22 @@ def test_limits_verdict(reading: dict, sm: str, mem: str) -> None:
     assert _limits({"sm_count": 132}, {"error": "cuInit: CUDA_ERROR_NO_DEVICE"})[0].status == FAIL
 
 
+def test_a_client_that_says_nothing_is_an_error() -> None:
+    import subprocess
+
+    from slurm_colo.node.selftest import _first_line
+
+    for code, want in (("pass", "exited, no reading"), ("import time; time.sleep(5)", "nothing")):
+        p = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True
+        )
+        try:
+            assert want in _first_line(p, 0.5)["error"]
+        finally:
+            p.kill()
+            p.communicate()
+
+
 def test_cli_tests_every_gpu_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from slurm_colo.cli import app
 
