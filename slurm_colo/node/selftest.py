@@ -36,9 +36,12 @@ if TYPE_CHECKING:
     from slurm_colo.config import Config
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
-#: the client's limits: half the SMs, 1 GiB of memory (it allocates 0.5, then 1 more)
+#: the client's limits: half the SMs, 2 GiB of memory. The limit counts the client's own
+#: context (on an H200 a fresh context saw 1.5 of 2 GiB free), so the client allocates a
+#: little (FIRST_GIB, must fit) and then the whole limit more (must be refused)
 THREAD_PCT = 50
-MEM_LIMIT_GIB = 1.0
+MEM_LIMIT_GIB = 2.0
+FIRST_GIB = 0.25
 
 
 @dataclass
@@ -238,9 +241,8 @@ def _with_daemon(
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(THREAD_PCT),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": format_mem_limit(MEM_LIMIT_GIB),
     }
-    half = MEM_LIMIT_GIB / 2
     p = subprocess.Popen(
-        client_argv(cfg, half, MEM_LIMIT_GIB, True),
+        client_argv(cfg, FIRST_GIB, MEM_LIMIT_GIB, True),
         env=_client_env(device, mps_env),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -280,7 +282,12 @@ def _limits(alone: dict | None, reading: dict[str, Any]) -> list[Step]:
     full, got = int(alone["sm_count"]), int(reading["sm_count"])
     want = full * THREAD_PCT / 100
     sm_ok = got < full and abs(got - want) <= max(2, 0.1 * full)
-    mem_ok = reading.get("alloc") == "ok" and reading.get("alloc_more") not in (None, "ok")
+    free = float(reading.get("free_gib", 0.0))
+    mem_ok = (
+        free <= MEM_LIMIT_GIB
+        and reading.get("alloc") == "ok"
+        and reading.get("alloc_more") not in (None, "ok")
+    )
     return [
         Step(
             "thread percentage",
@@ -290,7 +297,8 @@ def _limits(alone: dict | None, reading: dict[str, Any]) -> list[Step]:
         Step(
             "pinned memory limit",
             OK if mem_ok else FAIL,
-            f"{MEM_LIMIT_GIB:g} GiB limit: {MEM_LIMIT_GIB / 2:g} GiB {reading.get('alloc')}, "
+            f"{MEM_LIMIT_GIB:g} GiB limit: {free:g} GiB free in the client, "
+            f"{FIRST_GIB:g} GiB {reading.get('alloc')}, "
             f"{MEM_LIMIT_GIB:g} GiB more {reading.get('alloc_more')}",
         ),
     ]

@@ -115,10 +115,13 @@ def test_no_such_gpu(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "reading,sm,mem",
     [
-        # as on the H200: 50 % gave 66 of 132 SMs; 0.5 GiB fit, 1 GiB more did not
-        ({"sm_count": 66, "alloc": "ok", "alloc_more": "CUDA_ERROR_OUT_OF_MEMORY"}, OK, OK),
-        ({"sm_count": 132, "alloc": "ok", "alloc_more": "ok"}, FAIL, FAIL),
-        ({"sm_count": 20, "alloc": "CUDA_ERROR_OUT_OF_MEMORY", "alloc_more": "x"}, FAIL, FAIL),
+        # as on the H200: 50 % gave 66 of 132 SMs; the context saw 1.5 of 2 GiB free,
+        # a little fit, the limit more did not
+        ({"sm_count": 66, "free_gib": 1.5, "alloc": "ok", "alloc_more": "OOM"}, OK, OK),
+        ({"sm_count": 132, "free_gib": 139.2, "alloc": "ok", "alloc_more": "ok"}, FAIL, FAIL),
+        ({"sm_count": 20, "free_gib": 1.5, "alloc": "OOM", "alloc_more": "x"}, FAIL, FAIL),
+        # refused for another reason while the memory the client sees is not limited
+        ({"sm_count": 66, "free_gib": 139.2, "alloc": "ok", "alloc_more": "OOM"}, OK, FAIL),
     ],
 )
 def test_limits_verdict(reading: dict, sm: str, mem: str) -> None:
