@@ -88,6 +88,7 @@ class Daemon:
         return pid
 
     def _stop_server(self, pid: int, status: int = 0) -> None:
+        self.log(f"Try shutting down server {pid}, backoff is disabled")
         try:
             os.kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
@@ -142,6 +143,7 @@ class Daemon:
     # -- commands --------------------------------------------------------------------------
     def handle(self, line: str) -> str | None:
         """The reply to one command; None means quit after replying."""
+        self._reap()  # a server that died is gone from every reply, as NVIDIA's daemon knows
         self._housekeeping()
         words = line.split()
         if not words:
@@ -335,8 +337,10 @@ class Daemon:
                 if pid == 0:
                     break
                 if pid in self.servers:
+                    # as NVIDIA's daemon logs a server that died unasked (killed, say):
+                    # status 0, with no "Try shutting down" before it
                     self.servers.pop(pid)
-                    self.log(f"Server {pid} exited with status {os.waitstatus_to_exitcode(status)}")
+                    self.log(f"Server {pid} exited with status 0")
         except ChildProcessError:
             pass
 

@@ -174,6 +174,35 @@ def test_fatal_client_fault_is_the_pairs_outcome(cfg: Config, clients: list) -> 
     assert set(spooled(cfg)) == {1, 2, 3, 4}
 
 
+def test_a_killed_mps_server_is_the_pairs_outcome(cfg: Config, clients: list) -> None:
+    """Expected: an MPS server killed under a pair (its daemon logs "exited with status 0",
+    as NVIDIA's did on a real GPU, but with no "Try shutting down" before it) flags both
+    jobs of the pair and not a job on another GPU; the next job on the GPU gets a new server
+    from the same daemon."""
+    job_start(cfg, mps_job(3, gpu=1), launch_sampler=False)
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    job_start(cfg, mps_job(2, cls="lm"), launch_sampler=False)
+    gm = gpu_mps(cfg, 0)
+    ctl = gm.control(gm.state())
+    (server,) = ctl.server_list()
+    os.kill(server, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while ctl.server_list() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ctl.server_list() == [] and "exited with status 0" in ctl.log_text()
+    r1 = job_end(cfg, 1, 1, detach_stop=False)
+    job_start(cfg, mps_job(4), launch_sampler=False)  # joins the same daemon
+    p = subprocess.Popen(["sleep", "60"])
+    clients.append(p)
+    assert ctl.command(f"emu_client_connect 1000 {p.pid}").startswith("OK ")
+    assert len(ctl.server_list()) == 1 and ctl.server_list() != [server]
+    r2 = job_end(cfg, 2, 1, detach_stop=False)
+    r3 = job_end(cfg, 3, 0, detach_stop=False)
+    r4 = job_end(cfg, 4, 0, detach_stop=False)
+    assert r1 is not None and r2 is not None and r3 is not None and r4 is not None
+    assert r1.mps_fault and r2.mps_fault and not r3.mps_fault and not r4.mps_fault
+
+
 def test_stale_daemon_from_a_crashed_node_is_cleaned_at_next_prolog(cfg: Config) -> None:
     """Expected: a daemon and server left behind with no state file (e.g. slurmd and the
     run dir state lost) are found by their pipe directory and killed before a new start."""

@@ -69,6 +69,15 @@ def test_a_fatal_fault_is_found_in_server_log_once_per_event() -> None:
     )
 
 
+def test_a_killed_server_is_a_fault_though_logged_with_status_0() -> None:
+    """Captured: SIGKILL to the server gave "Server 590 exited with status 0", as `quit`'s
+    stop of server 633 did; only the stop had "Try shutting down server 633" before it."""
+    faults = parse_fault_lines(_read("control_server_killed.log"))
+    assert [f.split("] ", 1)[1] for f in faults] == ["Server 590 exited with status 0"]
+    # the control logs of stopped servers only (quit, a switch to another user's server)
+    assert parse_fault_lines(_read("control.log")) == []
+
+
 def _replaying(tmp_path: Path, name: str, rc: int = 0, stream: str = "stdout") -> MpsControl:
     """A control gate whose program prints one captured reply (ignoring its stdin)."""
     code = f"import sys; sys.{stream}.write(open({str(FIX / name)!r}).read()); sys.exit({rc})"

@@ -94,16 +94,28 @@ def parse_device_client_list(text: str) -> dict[int, list[int]]:
 
 def parse_fault_lines(log_text: str) -> list[str]:
     """Lines of ``control.log`` or ``server.log`` that report a fatal fault or a server
-    dying with an error, one line per event.
+    that died, one line per event.
 
     A fatal GPU error shows in ``server.log`` as ``Client {PID: …} encountered a fatal GPU
     error.``, followed by ``Server is handling a fatal GPU error.`` (the same event, left
-    out here) and the clients torn down; the server itself keeps running."""
+    out here) and the clients torn down; the server itself keeps running. A server that
+    dies (killed, crashed) shows in ``control.log`` as ``Server PID exited with status 0``
+    like one that was stopped: only a stopped one has ``Try shutting down server PID``
+    logged before it, so an exit without that line, or with a non-zero status, is a fault.
+    """
     out = []
+    asked: set[str] = set()
     for line in log_text.splitlines():
         low = line.lower()
+        words = low.replace(",", " ").split()
+        if "try shutting down server" in low and len(words) > words.index("server") + 1:
+            asked.add(words[words.index("server") + 1])
+            continue
         fault = ("fatal" in low or " fault" in low) and "server is handling" not in low
-        died = "exited with status" in low and not low.rstrip().endswith("status 0")
+        died = False
+        if "exited with status" in low and "] server " in low:
+            pid = words[words.index("exited") - 1]
+            died = not low.rstrip().endswith("status 0") or pid not in asked
         if fault or died:
             out.append(line.strip())
     return out
