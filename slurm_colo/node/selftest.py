@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from slurm_colo.errors import MPSError
 from slurm_colo.fsutil import ensure_dir, locked
 from slurm_colo.node import journal, procs
 from slurm_colo.node.gpu.mps import format_mem_limit, parse_fault_lines
@@ -186,6 +187,8 @@ def _idle_gpu(
     )
     try:
         steps += _with_daemon(cfg, gm, g, device, alone if cuda else None, set_compute_mode)
+    except MPSError as e:  # a control call failed or timed out after the start
+        steps.append(Step("mps daemon", FAIL, str(e), "see docs/troubleshooting-node.md"))
     finally:
         st = gm.state()
         problems = gm.stop(st) if st else []

@@ -44,7 +44,7 @@ def test_an_idle_gpu_passes_and_nothing_is_left(tmp_path: Path) -> None:
     assert "compute mode DEFAULT" in steps[-1].message
     assert _modes(cfg) == {"GPU-test-0": 0}  # set while the daemon ran, reset after
     assert not (Path(cfg.node.run_dir) / "selftest").exists()
-    assert procs.mps_processes(str(Path(cfg.node.run_dir) / "selftest")) == []
+    assert procs.mps_processes(str(Path(cfg.node.run_dir) / "selftest/mps/GPU-test-0/pipe")) == []
 
 
 def test_keep_compute_mode_leaves_it_alone(tmp_path: Path) -> None:
@@ -105,6 +105,23 @@ def test_a_daemon_that_cannot_start_fails_and_the_gpu_is_reset(tmp_path: Path) -
     kept = Path(cfg.node.run_dir) / "selftest" / "mps"
     assert f"the MPS logs are kept in {kept}" in steps[-1].message
     assert [p.name for p in kept.glob("*/log")] == ["log"]
+
+
+def test_a_control_call_that_times_out_is_a_fail_and_the_daemon_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_colo.node.gpu.mps import MpsControl, MpsHung
+
+    def hung(self: MpsControl) -> list[int]:
+        raise MpsHung("MPS control 'get_server_list' timed out after 2.0s")
+
+    cfg = node_config(tmp_path, gpus=1)
+    monkeypatch.setattr(MpsControl, "server_list", hung)
+    steps = run_selftest(cfg, 0)
+    got = _statuses(steps)
+    assert got["mps daemon"] == FAIL and "timed out" in steps[-2].message
+    assert got["mps stop"] == OK and _modes(cfg) == {"GPU-test-0": 0}
+    assert procs.mps_processes(str(Path(cfg.node.run_dir) / "selftest/mps/GPU-test-0/pipe")) == []
 
 
 def test_no_such_gpu(tmp_path: Path) -> None:
