@@ -29,6 +29,10 @@ def test_the_readme_demo_runs_on_the_multinode_lab(fresh: None) -> None:  # noqa
     k80 = [int(i) for i in re.findall(r"^  \w+ +(\d+) +sbatch .*-p k80", out, re.MULTILINE)]
     q = squeue()
     assert len(k80) == 2 and all(q[i]["nodes"] == "colo-gpu3" for i in k80), k80
+    # the shared job ran as an MPS client: its node started the daemon (the lab's emulator
+    # must be one the node sees, whatever directory the demo was started from)
+    assert "did not start" not in out, out[-3000:]
+    assert "CUDA_MPS_PIPE_DIRECTORY=/run/slurm-colo/mps/GPU-" in out, out[-3000:]
     assert "placed on GPU" in out and "own GPU" in out  # explain: shared and unshared jobs
     assert "multi-GPU/multi-node jobs are never shared" in out
     # the probe-and-undo act across the lab's network: requeued, run again, alone

@@ -147,7 +147,9 @@ files)
   # 2. hook shims, the MPS emulator wrapper, one NVML scenario per GPU model (2 GPUs a node)
   install -d -m 0755 "$LIBEXEC"
   for h in prolog epilog taskprolog taskepilog; do install -m 0755 "$REPO/prolog/slurm-colo-$h" "$LIBEXEC/"; done
-  emu=$("$PY" -c 'import slurm_colo.emulators.mps_control as m; print(m.__file__)')
+  # -I: the installed copy, not the checkout the cwd would put first (a node's /tmp is its
+  # own, so a checkout under /tmp is not there)
+  emu=$("$PY" -I -c 'import slurm_colo.emulators.mps_control as m; print(m.__file__)')
   printf '#!/bin/sh\n# lab stand-in for nvidia-cuda-mps-control (the slurm-colo MPS emulator)\nexec %s -I -S %s "$@"\n' \
     "$PY" "$emu" > "$LIBEXEC/nvidia-cuda-mps-control"
   chmod 0755 "$LIBEXEC/nvidia-cuda-mps-control"
