@@ -11,6 +11,7 @@ through ctypes): where no driver exists (the emulator) the client's own checks a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_colo.errors import MPSError
 from slurm_colo.fsutil import ensure_dir, locked
 from slurm_colo.node import journal, procs
-from slurm_colo.node.gpu.mps import format_mem_limit, parse_fault_lines
+from slurm_colo.node.gpu.mps import control_argv, format_mem_limit, parse_fault_lines
 from slurm_colo.node.gpu.mps_daemon import GpuMps, gpu_mps, lock_wait
 from slurm_colo.node.gpu.nvml import (
     COMPUTE_DEFAULT,
@@ -58,7 +59,7 @@ def client_argv(cfg: Config, alloc_gib: float, more_gib: float, hold: bool) -> l
     argv += ["--alloc-gib", str(alloc_gib), "--more-gib", str(more_gib)]
     argv += ["--hold"] if hold else []
     if cfg.node.mps_backend == "emulator":  # the emulator's stand-in for a CUDA client
-        argv = [*gpu_mps(cfg, 0).argv, "run", "--", *argv]
+        argv = [*control_argv(cfg.node.mps_backend, cfg.node.mps_control), "run", "--", *argv]
     return argv
 
 
@@ -181,9 +182,12 @@ def _idle_gpu(
     scratch = NodeLayout(live.run_dir / "selftest", live.run_dir / "selftest" / "spool")
     shutil.rmtree(scratch.run_dir, ignore_errors=True)
     scratch.gpu_dir(index).mkdir(parents=True)
-    base = gpu_mps(cfg, index)
-    gm = GpuMps(
-        scratch, index, base.argv, base.timeout_s, lambda i: g, base.extra_env, set_compute_mode
+    # the daemon as the Prolog runs it, in the scratch directory, on the GPU already open
+    gm = dataclasses.replace(
+        gpu_mps(cfg, index),
+        layout=scratch,
+        open_gpu=lambda i: g,
+        set_compute_mode=set_compute_mode,
     )
     try:
         steps += _with_daemon(cfg, gm, g, device, alone if cuda else None, set_compute_mode)
