@@ -87,7 +87,7 @@ class Daemon:
         self.log(f"Starting new server {pid} for user {uid}")
         return pid
 
-    def _stop_server(self, pid: int, status: int = 0) -> None:
+    def _stop_server(self, pid: int) -> None:
         self.log(f"Try shutting down server {pid}, backoff is disabled")
         try:
             os.kill(pid, signal.SIGTERM)
@@ -95,7 +95,7 @@ class Daemon:
         except (ProcessLookupError, ChildProcessError):
             pass
         self.servers.pop(pid, None)
-        self.log(f"Server {pid} exited with status {status}")
+        self.log(f"Server {pid} exited with status 0")
 
     def _server_for(self, uid: int) -> int | None:
         return next(
