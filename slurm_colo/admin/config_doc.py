@@ -46,7 +46,9 @@ HELP: dict[str, str] = {
     "waits while the agent takes in a look at Slurm (60-80 ms with 10,000 running jobs on "
     "2,000 shared GPUs): on a larger site, raise this above that time.",
     "agent.retry_after_s": "After a failed round trip the Lua hook does not ask the agent again "
-    "for this many seconds (circuit breaker), so a dead agent never slows submission.",
+    "for this many seconds (circuit breaker), so a dead agent never slows submission. An "
+    "agent that is not there or answers garbage trips it at once; a timeout only when it is "
+    "the second in a row, so one slow answer costs one job its placement.",
     "agent.refresh_interval_s": "How often, in seconds, the agent re-reads job and node state "
     "from Slurm.",
     "agent.pending_ttl_s": "A placement the agent handed out but has not yet seen in Slurm "

@@ -253,7 +253,16 @@ class Agent:
                 self.lock.release()
                 raise
             self.req_count += 1
-            self.req_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.req_seconds += dt
+            if dt * 1000 > self.cfg.agent.request_timeout_ms:
+                log.warning(
+                    "PLACE for %s took %.0f ms, longer than the Lua hook waits "
+                    "(agent.request_timeout_ms = %d): the job got the fallback",
+                    payload.get("name") or "a job",
+                    dt * 1000,
+                    self.cfg.agent.request_timeout_ms,
+                )
 
             def after() -> None:
                 try:

@@ -18,7 +18,7 @@
 local CONF = {
   socket = "@SOCKET@",
   timeout_s = @TIMEOUT_S@,       -- whole round trip, seconds
-  retry_after_s = @RETRY_AFTER_S@, -- circuit breaker after a failure
+  retry_after_s = @RETRY_AFTER_S@, -- circuit breaker after a failure (timeouts: two in a row)
   fallback = "@FALLBACK@",        -- "exclusive" (leave as is) or "shard" (untargeted sharing)
   -- GRES in TRES strings: Slurm 22.05 writes (and needs) gres:gpu:1, 23.11+ gres/gpu:1 and
   -- rejects the colon form. The hook writes the form of the job's own request; this one
@@ -32,6 +32,7 @@ local have_socket, unix = pcall(require, "socket.unix")
 local have_clock, socket_core = pcall(require, "socket")
 local down_until = 0
 local down_reason = nil
+local timeouts = 0  -- round trips in a row that ran out of time
 
 local function now()
   if have_clock and socket_core.gettime then return socket_core.gettime() end
@@ -216,8 +217,15 @@ end
 
 local function fallback(job_desc, req, why, skipped)
   if not skipped then  -- a real failure opens the breaker; skips must not keep it open
-    down_until = now() + CONF.retry_after_s
-    down_reason = why
+    -- An agent that is not there or answers garbage fails at once: skip it now. A timeout
+    -- may be one pause of a working agent, so only the second in a row opens the breaker:
+    -- a lone pause costs one job its placement, not every job's for retry_after_s, and a
+    -- hung agent costs slurmctld two timeouts per retry_after_s instead of one.
+    if why:find("timeout", 1, true) then timeouts = timeouts + 1 else timeouts = 0 end
+    if timeouts ~= 1 then
+      down_until = now() + CONF.retry_after_s
+      down_reason = why
+    end
   end
   if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" then
     set_gres(job_desc, req, "gres" .. req.sep .. "shard:1")
@@ -302,6 +310,7 @@ local function place(job_desc, submit_uid)
     return fallback(job_desc, req, "unknown action " .. clean(ans.action):sub(1, 40))
   end
   down_until = 0
+  timeouts = 0
   if ans.comment and ans.comment ~= "" then add_comment(job_desc, ans.comment) end
   if ans.tag and ans.tag ~= "" then job_desc.admin_comment = ans.tag end
   if ans.user_msg and ans.user_msg ~= "" then slurm.log_user("%s", ans.user_msg) end

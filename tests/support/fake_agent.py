@@ -1,5 +1,6 @@
 """A stand-in agent on a unix socket that answers every request with a fixed reply
-(or nothing), for the tests of the hook's fault handling."""
+(or nothing), for the tests of the hook's fault handling. Each connection is served by a
+thread of its own, so a slow answer on one does not hold up the next."""
 
 from __future__ import annotations
 
@@ -12,12 +13,20 @@ from pathlib import Path
 
 class FakeAgent:
     def __init__(
-        self, path: Path, reply: bytes | None, delay: float = 0.0, keep_open: bool = False
+        self,
+        path: Path,
+        reply: bytes | None,
+        delay: float = 0.0,
+        keep_open: bool = False,
+        delays: list[float] | None = None,
     ) -> None:
+        """``delays``: the wait before the answer to the first, second, ... request (the
+        last one for every request after them); ``delay`` for all of them otherwise."""
         self.path = Path(path)
         self.keep_open = keep_open
         self.connections = 0
-        self.reply, self.delay = reply, delay
+        self.reply = reply
+        self.delays = delays or [delay]
         self.requests: list[str] = []
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(self.path))
@@ -35,21 +44,25 @@ class FakeAgent:
             except OSError:
                 continue
             self.connections += 1
-            with c:
-                c.settimeout(2)
-                try:
-                    while True:
-                        data = c.recv(65536)
-                        if not data:
-                            break
-                        self.requests.append(data.decode("utf-8", "replace"))
-                        time.sleep(self.delay)
-                        if self.reply is not None:
-                            c.sendall(self.reply)
-                        if not self.keep_open:
-                            break
-                except OSError:
-                    pass
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        with c:
+            c.settimeout(2)
+            try:
+                while True:
+                    data = c.recv(65536)
+                    if not data:
+                        break
+                    n = len(self.requests)
+                    self.requests.append(data.decode("utf-8", "replace"))
+                    time.sleep(self.delays[min(n, len(self.delays) - 1)])
+                    if self.reply is not None:
+                        c.sendall(self.reply)
+                    if not self.keep_open:
+                        break
+            except OSError:
+                pass
 
     def close(self) -> None:
         self.stop.set()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import Any
+
 import pytest
 from fake_slurm import QuietSlurm
 
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
-from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.config import AgentConfig, Config, PlacementConfig
 from slurm_colo.contracts.protocol import format_request, parse_reply, parse_request
 from slurm_colo.errors import ProtocolError
 from slurm_colo.gres_layout import NodeGpus
@@ -246,6 +250,35 @@ def test_server_answers_place_before_recording_it() -> None:
     assert agent.lock.locked() and not agent.state.ledger.placements  # recorded only by `after`
     after()
     assert not agent.lock.locked() and len(agent.state.ledger.placements) == 1
+
+
+def test_a_place_slower_than_the_hook_waits_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """slurmctld's log says only "receive: timeout": the agent's log says how long it took."""
+    agent = Agent(
+        Config(gpus=LAYOUT, agent=AgentConfig(request_timeout_ms=150)), backend=QuietSlurm("n1")
+    )
+    agent.state.scores = SCORES
+    agent.refresh()
+    line = format_request(
+        "PLACE", {"uid": "1000", "user": "alice", "name": "j1", "mode": "auto", "class": "good"}
+    )
+    with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
+        _, after = agent.answer(line, peer_uid=0)
+        after()
+        assert "took" not in caplog.text  # a quick answer says nothing
+        decide = agent.state.decide
+
+        def slow(*a: Any, **k: Any) -> Any:
+            time.sleep(0.2)
+            return decide(*a, **k)
+
+        monkeypatch.setattr(agent.state, "decide", slow)
+        reply, after = agent.answer(line.replace(b"j1", b"j2"), peer_uid=0)
+        after()
+    assert reply.startswith(b"OK\taction=")
+    assert "PLACE for j2 took" in caplog.text and "request_timeout_ms = 150" in caplog.text
 
 
 def test_explain_text_gives_the_reason_once() -> None:

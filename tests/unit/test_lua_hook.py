@@ -267,6 +267,35 @@ def test_missing_socket_falls_back_fast_and_breaker_skips_agent(
     assert dt < 1.0
 
 
+def test_a_lone_timeout_costs_one_job_and_keeps_the_breaker_closed(
+    tmp_path: Path, cfg: Config
+) -> None:
+    """A pause of a working agent (a slow answer now and then) must not turn the jobs after
+    it exclusive: the breaker opens only on the second timeout in a row."""
+    slow, fast = 0.4, 0.0  # the hook waits 0.15 s
+    a = FakeAgent(tmp_path / "a.sock", SHARE, delays=[slow, fast, slow, fast])
+    try:
+        out, err, _ = _run(tmp_path, BATCH, COLO, cfg, calls=4)
+    finally:
+        a.close()
+    assert err.count("fallback=exclusive reason=receive: timeout") == 2, err
+    assert "agent skipped" not in err and len(a.requests) == 4
+    assert out["tres_per_node"] == "gres:shard:v100_s1:1" and out["rc"] == "0"
+
+
+def test_a_hung_agent_opens_the_breaker_after_two_timeouts(tmp_path: Path, cfg: Config) -> None:
+    a = FakeAgent(tmp_path / "a.sock", SHARE, delay=1.0)
+    try:
+        out, err, dt = _run(tmp_path, BATCH, COLO, cfg, calls=4)
+    finally:
+        a.close()
+    assert err.count("reason=receive: timeout") == 2, err
+    assert err.count("reason=agent skipped after failure: receive: timeout") == 2, err
+    assert len(a.requests) == 2  # the last two jobs did not wait for it
+    assert out["tres_per_node"] == "gres:gpu:1" and out["rc"] == "0"
+    assert dt < 1.0
+
+
 def test_shard_fallback_is_untargeted_sharing(tmp_path: Path, cfg: Config) -> None:
     c = replace(cfg, placement=PlacementConfig(fallback="shard"))
     out, err, _ = _run(tmp_path, BATCH, COLO, c)
