@@ -225,6 +225,7 @@ local function fallback(job_desc, req, why, skipped)
     if timeouts ~= 1 then
       down_until = now() + CONF.retry_after_s
       down_reason = why
+      timeouts = 0  -- each opening counts afresh
     end
   end
   if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" then

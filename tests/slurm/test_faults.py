@@ -85,6 +85,29 @@ def test_agent_hung(restore_agent: None) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
+def test_agent_paused_once(restore_agent: None) -> None:
+    """One pause of a working agent costs the job submitted during it, not the next ones."""
+    pid = lt.agent_pid()
+    assert pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        mark = lt.ctld_log_mark()
+        _submit_and_check(mark, "f-paused", "timeout")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    r = lt.sbatch(
+        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-J", "f-after", sleep=1
+    )
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    job = lt.squeue()[r.job_id]
+    assert "shard" in job["tres_per_node"] and "agent unavailable" not in job["comment"], (
+        job["tres_per_node"],
+        job["comment"],
+        lt.ctld_log_since(mark)[-1500:],
+    )
+    assert "f-after fallback" not in lt.ctld_log_since(mark)
+
+
 @pytest.mark.parametrize(
     "reply,reason",
     [
