@@ -8,7 +8,9 @@ LAB_DIR=${LAB_DIR:-/var/lib/slurm-colo-lab}
 bash "$HERE/up.sh"
 # start from the lab's own scores: forget pairs an earlier run's probes measured
 if [ -f "$LAB_DIR/state/learned.json" ]; then
-  [ -f "$LAB_DIR/agent.pid" ] && kill "$(cat "$LAB_DIR/agent.pid")" 2>/dev/null && sleep 1
+  # wait for the agent's exit: up.sh starts none while the old one still runs
+  . "$HERE/../proc-lib.sh"
+  lab_stop "$LAB_DIR/agent.pid" >/dev/null
   rm -f "$LAB_DIR/state/learned.json"
   bash "$HERE/up.sh" >/dev/null
 fi

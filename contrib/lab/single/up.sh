@@ -146,8 +146,7 @@ log "slurmctld $(cat /run/slurmctld.pid), slurmd $(cat /run/slurmd.pid), node $N
 
 # 10. the agent (restarted when the package was reinstalled)
 if [ $reinstalled -eq 1 ] && lab_pidfile_alive "$LAB_DIR/agent.pid"; then
-  kill "$(cat "$LAB_DIR/agent.pid")"
-  for _ in $(seq 1 50); do lab_pidfile_alive "$LAB_DIR/agent.pid" || break; sleep 0.1; done
+  lab_stop "$LAB_DIR/agent.pid" >/dev/null
 fi
 if ! lab_pidfile_alive "$LAB_DIR/agent.pid"; then
   nohup "$VENV/bin/slurm-colo" agent >>"$LAB_DIR/agent.log" 2>&1 &
