@@ -17,11 +17,37 @@ from ..config import load_config
 from ..errors import AgentError, SlurmError
 from .options import ConfigOpt
 
+#: the notes job_submit.lua writes in a job's comment itself, without the agent's answer
+HOOK_NOTES = (
+    "colo: agent unavailable",
+    "colo: interactive job",
+    "colo: not shared (",
+    "colo: multi-GPU/multi-node jobs are never shared",
+)
+
+
+def _hook_note(comment: str) -> str:
+    """Why the agent has no placement for a job: the Lua hook's own note in its comment
+    (it never asked the agent, or the agent did not answer in time); "" if there is none."""
+    at = [i for i in (comment.find(n) for n in HOOK_NOTES) if i >= 0]
+    if not at:
+        return ""
+    note = comment[min(at) :].split(" | ")[0]
+    text = f'not placed by the agent; the submit hook noted "{note}"'
+    if "agent unavailable" in note:
+        text += (
+            " (the agent was down or did not answer within agent.request_timeout_ms:"
+            " slurmctld's log gives the reason)"
+        )
+    return text
+
 
 def _fmt_explain(ex: dict[str, Any]) -> str:
     job = ex.get("job_id")
     if not ex.get("known"):
-        return f"job {job}: {ex.get('reason')}"
+        return f"job {job}: " + (
+            _hook_note(str(ex.get("slurm_comment") or "")) or str(ex.get("reason"))
+        )
     lines = [
         f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"
     ]

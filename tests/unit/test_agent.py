@@ -281,6 +281,28 @@ def test_a_place_slower_than_the_hook_waits_is_logged(
     assert "PLACE for j2 took" in caplog.text and "request_timeout_ms = 150" in caplog.text
 
 
+def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
+    from importlib.resources import files
+
+    from slurm_colo.cli.spine import HOOK_NOTES, _fmt_explain
+
+    lua = (files("slurm_colo") / "data" / "job_submit.lua").read_text()
+    assert all(n in lua for n in HOOK_NOTES)  # the notes the hook writes itself
+    unknown = {"job_id": 7, "known": False, "reason": "no placement recorded: x"}
+    late = _fmt_explain(dict(unknown, slurm_comment="mine | colo: agent unavailable, own GPU"))
+    assert late.startswith('job 7: not placed by the agent; the submit hook noted "colo: agent')
+    assert "did not answer within agent.request_timeout_ms" in late and "mine" not in late
+    big = _fmt_explain(
+        dict(unknown, slurm_comment="colo: multi-GPU/multi-node jobs are never shared")
+    )
+    assert big.endswith('noted "colo: multi-GPU/multi-node jobs are never shared"')
+    # the agent's own note (a placement it has forgotten) and no note keep the reason
+    for comment in ("colo: GPU 0 of vm (opened for sharing)", "", None):
+        assert (
+            _fmt_explain(dict(unknown, slurm_comment=comment)) == "job 7: no placement recorded: x"
+        )
+
+
 def test_explain_text_gives_the_reason_once() -> None:
     from slurm_colo.cli.spine import _fmt_explain
 
