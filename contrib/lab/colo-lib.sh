@@ -8,7 +8,9 @@ colo_config() {
 # slurm-colo lab configuration (written by contrib/lab/single/up.sh)
 [agent]
 socket = "/run/slurm-colo/agent.sock"
-request_timeout_ms = 150
+# the labs share one small machine with each other and the tests, where a pause of the
+# agent can pass the default 150 ms (meant for a head node of its own)
+request_timeout_ms = 400
 retry_after_s = 2
 refresh_interval_s = 2.0
 metrics_listen = "127.0.0.1:9464"

@@ -57,7 +57,8 @@ sleep 6
 
 echo
 echo "== who runs where, read back from Slurm (squeue --json gres_detail) =="
-"$VENV/bin/python" - <<'EOP'
+"$VENV/bin/python" - "$DEMO_OUT/shared-job" <<'EOP'
+import sys
 from collections import defaultdict
 from slurm_colo.slurm.json_backend import JsonBackend
 from slurm_colo.contracts.placement import Placement
@@ -75,19 +76,25 @@ for j in sorted(JsonBackend().jobs(), key=lambda j: j.job_id):
             by_gpu[(j.nodes, i)].append(line)
     else:
         waiting.append(f"{j.state.lower():<8} {line}")
+joined = ""  # a job that joined another on a shared GPU: explained, its environment shown
 for (node, i), lines in sorted(by_gpu.items()):
     print(f"GPU {i} of {node}:" + ("   <- shared" if len(lines) > 1 else ""))
     for l in lines:
         print("    " + l)
+    if len(lines) > 1 and not joined:
+        joined = lines[1].split()[1]
 for l in waiting:
     print(l)
+with open(sys.argv[1], "w") as f:
+    f.write(joined)
 EOP
 
 echo
 echo "== the agent's view (slurm-colo status) =="
 "$CLI" status
-shared_job=$(squeue -h -u alice -n r18-b -o %i | head -n1)
-for name in r18-b r50 bob-r18; do
+shared_job=$(cat "$DEMO_OUT/shared-job") shared_name=""
+[ -z "$shared_job" ] || shared_name=$(squeue -h -j "$shared_job" -o %j 2>/dev/null || true)
+for name in $(printf '%s\n' $shared_name r50 bob-r18 | awk '!seen[$0]++'); do
   id=$(squeue -h -n "$name" -o %i | head -n1)
   [ -n "$id" ] || continue
   echo
@@ -101,7 +108,7 @@ for _ in $(seq 1 $((DEMO_SECONDS + 60))); do
   sleep 1
 done
 if [ -n "$shared_job" ] && [ -f "$DEMO_OUT/$shared_job.out" ]; then
-  echo "environment seen by the shared job $shared_job (r18-b):"
+  echo "environment seen by the shared job $shared_job ($shared_name):"
   sed 's/^/    /' "$DEMO_OUT/$shared_job.out"
 fi
 echo

@@ -56,7 +56,9 @@ listen = ["unix:/run/slurm-colo/agent.sock", "tcp:$head_addr:$AGENT_PORT"]
 address = "unix:/run/slurm-colo/agent.sock"
 user = "root"
 cluster = "$MN_CLUSTER"
-request_timeout_ms = 150
+# the labs share one small machine with each other and the tests, where a pause of the
+# agent can pass the default 150 ms (meant for a head node of its own)
+request_timeout_ms = 400
 retry_after_s = 2
 refresh_interval_s = 2.0
 slurm_backend = "json"
