@@ -8,7 +8,7 @@ serves. Snapshot shape::
                               "pending": False, "thread_pct": 50}],
                "predicted_delta": 1.3, "observed_slowdown": 1.1}],
      "decisions": {"share:compatible": 12},   # "<action>:<reason_code>" -> count
-     "fallbacks": {"agent_timeout": 1},       # reason -> count
+     "fallbacks": {"agent_unavailable": 1},   # reason -> count
      "scores": {"id": "2026-11-22T03", "age_s": 3600.0},  # or "created": ISO time
      "requests_total": 40,
      "request_seconds": {"sum": 0.8, "count": 40}}

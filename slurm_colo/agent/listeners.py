@@ -24,7 +24,9 @@ log = logging.getLogger("slurm_colo.agent")
 IDLE_CONNECTION_S = 300.0
 MAX_LINE = 64 * 1024
 
-Answer = Callable[[bytes, "int | None"], "tuple[bytes, Callable[[], None]]"]
+#: a request line and the caller's uid -> the reply, and what to run once it is sent (told
+#: whether it was delivered)
+Answer = Callable[[bytes, "int | None"], "tuple[bytes, Callable[[bool], None]]"]
 
 
 def peer_uid(sock: socket.socket) -> int | None:
@@ -72,12 +74,14 @@ def unix_server(path: Path, answer: Answer, stop: threading.Event) -> socketserv
                 if not line:
                     return
                 reply, after = answer(line, uid)
+                delivered = False
                 try:
-                    self.wfile.write(reply)
+                    self.wfile.write(reply)  # to a caller that gave up: EPIPE
+                    delivered = True
                 except OSError:
                     return
                 finally:
-                    after()
+                    after(delivered)
 
     server = _UnixServer(str(path), Handler)
     os.chmod(path, 0o666)

@@ -40,7 +40,7 @@ from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
 from . import held, learned, listeners, score_files, time_owed
-from .state import AgentState, nothing
+from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "RELOAD")
@@ -62,6 +62,10 @@ def trusted_uids() -> set[int]:
     except KeyError:
         pass
     return uids
+
+
+def _nothing_after(delivered: bool = True) -> None:
+    """The ``after`` of a request with no bookkeeping to run."""
 
 
 class Agent:
@@ -226,8 +230,9 @@ class Agent:
         after()
         return reply
 
-    def answer(self, line: bytes, peer_uid: int | None) -> tuple[bytes, Callable[[], None]]:
-        """The reply to one request line, and what must run right after it is sent.
+    def answer(self, line: bytes, peer_uid: int | None) -> tuple[bytes, Callable[[bool], None]]:
+        """The reply to one request line, and what must run right after it is sent (told
+        whether the reply was delivered).
 
         A PLACE request is answered first and recorded afterwards, so slurmctld (which
         waits, holding its locks) gets its answer before the bookkeeping runs; the agent's
@@ -238,9 +243,11 @@ class Agent:
         try:
             verb, payload = parse_request(line)
         except ProtocolError as e:
-            return format_error(str(e)), nothing
+            return format_error(str(e)), _nothing_after
         if verb in PRIVILEGED_VERBS and peer_uid is not None and peer_uid not in self.trusted:
-            return format_error(f"{verb} is reserved to slurmctld and the node hooks"), nothing
+            return format_error(
+                f"{verb} is reserved to slurmctld and the node hooks"
+            ), _nothing_after
         if verb == "PLACE":
             self.lock.acquire()
             try:
@@ -248,25 +255,37 @@ class Agent:
             except (ColoError, KeyError, ValueError, TypeError) as e:
                 self.lock.release()
                 log.warning("PLACE failed: %s", e)
-                return format_error(f"PLACE failed: {e}"), nothing
+                return format_error(f"PLACE failed: {e}"), _nothing_after
             except BaseException:
                 self.lock.release()
                 raise
             self.req_count += 1
             dt = time.perf_counter() - t0
             self.req_seconds += dt
-            if dt * 1000 > self.cfg.agent.request_timeout_ms:
+            name = payload.get("name") or "a job"
+            # the hook has given up on an answer this late: the job gets the fallback, and
+            # the placement, never to appear in Slurm, must not hold a slot on its GPU
+            late = dt * 1000 > self.cfg.agent.request_timeout_ms
+            if late:
                 log.warning(
                     "PLACE for %s took %.0f ms, longer than the Lua hook waits "
-                    "(agent.request_timeout_ms = %d): the job got the fallback",
-                    payload.get("name") or "a job",
+                    "(agent.request_timeout_ms = %d): the job got the fallback; "
+                    "placement dropped",
+                    name,
                     dt * 1000,
                     self.cfg.agent.request_timeout_ms,
                 )
 
-            def after() -> None:
+            def after(delivered: bool = True) -> None:
                 try:
-                    record()
+                    if delivered and not late:
+                        record()
+                    elif not late:
+                        log.warning(
+                            "PLACE for %s: the Lua hook was gone before the answer "
+                            "(it timed out): placement dropped",
+                            name,
+                        )
                 except Exception:  # bookkeeping must never take the agent down
                     log.exception("recording a placement failed")
                 finally:
@@ -277,12 +296,12 @@ class Agent:
             reply = self._dispatch(verb, payload)
         except (ColoError, KeyError, ValueError, TypeError) as e:
             log.warning("%s failed: %s", verb, e)
-            return format_error(f"{verb} failed: {e}"), nothing
+            return format_error(f"{verb} failed: {e}"), _nothing_after
         dt = time.perf_counter() - t0
         with self.lock:
             self.req_count += 1
             self.req_seconds += dt
-        return format_reply(verb, reply), nothing
+        return format_reply(verb, reply), _nothing_after
 
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()

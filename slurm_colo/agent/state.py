@@ -18,6 +18,7 @@ from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
 from ..errors import OptionError
+from ..lua import FALLBACK_NOTE
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
 from ..placement.candidates import throughput_open
@@ -84,6 +85,8 @@ class AgentState:
         self._speeds: dict[tuple[str, tuple[str, ...]], list[float]] = {}
         #: each admin comment of the last snapshot and the tag parsed from it
         self._parsed_tags: dict[str, Placement | None] = {}
+        #: jobs of the last snapshot that the Lua hook gave the fallback (counted once)
+        self._fell_back: set[int] = set()
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -120,6 +123,7 @@ class AgentState:
         occ = self.occupancy
         occ.take(jobs, nodes, now)
         tags = self._tags_of(jobs)
+        self._count_fallbacks(jobs)
         self.ledger.sync(occ.jobs, tags, now)
         occ.forget_reported(now, asked)
         self.holds.sync(occ.jobs, tags, self.ledger, now)
@@ -141,6 +145,13 @@ class AgentState:
                 tags[j.job_id] = tag
         self._parsed_tags = seen
         return tags
+
+    def _count_fallbacks(self, jobs: list[SlurmJob]) -> None:
+        """Count each job the Lua hook gave the fallback (its note in the job's comment:
+        the agent was down, or did not answer in time) once, for ``fallbacks_total``."""
+        fell_back = {j.job_id for j in jobs if FALLBACK_NOTE in j.comment}
+        self.ledger.fallbacks["agent_unavailable"] += len(fell_back - self._fell_back)
+        self._fell_back = fell_back
 
     def rebuild(self, plan_at: float | None = None) -> None:
         """The view afresh; with ``plan_at`` (a new snapshot) the starvation guard too."""

@@ -15,15 +15,8 @@ from slurm_colo.contracts.placement import Placement, held_for_text
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
+from ..lua import FALLBACK_NOTE, HOOK_NOTES
 from .options import ConfigOpt
-
-#: the notes job_submit.lua writes in a job's comment itself, without the agent's answer
-HOOK_NOTES = (
-    "colo: agent unavailable",
-    "colo: interactive job",
-    "colo: not shared (",
-    "colo: multi-GPU/multi-node jobs are never shared",
-)
 
 
 def _hook_note(comment: str) -> str:
@@ -34,7 +27,7 @@ def _hook_note(comment: str) -> str:
         return ""
     note = comment[min(at) :].split(" | ")[0]
     text = f'not placed by the agent; the submit hook noted "{note}"'
-    if "agent unavailable" in note:
+    if note.startswith(FALLBACK_NOTE):
         text += (
             " (the agent was down or did not answer within agent.request_timeout_ms:"
             " slurmctld's log gives the reason)"

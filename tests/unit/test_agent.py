@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +20,7 @@ from slurm_colo.config import AgentConfig, Config, PlacementConfig
 from slurm_colo.contracts.protocol import format_request, parse_reply, parse_request
 from slurm_colo.errors import ProtocolError
 from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.metrics import render
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 
@@ -252,10 +258,11 @@ def test_server_answers_place_before_recording_it() -> None:
     assert not agent.lock.locked() and len(agent.state.ledger.placements) == 1
 
 
-def test_a_place_slower_than_the_hook_waits_is_logged(
+def test_a_place_slower_than_the_hook_waits_is_logged_and_dropped(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """slurmctld's log says only "receive: timeout": the agent's log says how long it took."""
+    """slurmctld's log says only "receive: timeout": the agent's log says how long it took.
+    The job got the fallback, so its placement must not hold a slot on the GPU."""
     agent = Agent(
         Config(gpus=LAYOUT, agent=AgentConfig(request_timeout_ms=150)), backend=QuietSlurm("n1")
     )
@@ -266,8 +273,9 @@ def test_a_place_slower_than_the_hook_waits_is_logged(
     )
     with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
         _, after = agent.answer(line, peer_uid=0)
-        after()
+        after(True)
         assert "took" not in caplog.text  # a quick answer says nothing
+        assert len(agent.state.ledger.placements) == 1
         decide = agent.state.decide
 
         def slow(*a: Any, **k: Any) -> Any:
@@ -276,15 +284,69 @@ def test_a_place_slower_than_the_hook_waits_is_logged(
 
         monkeypatch.setattr(agent.state, "decide", slow)
         reply, after = agent.answer(line.replace(b"j1", b"j2"), peer_uid=0)
-        after()
+        after(True)
     assert reply.startswith(b"OK\taction=")
     assert "PLACE for j2 took" in caplog.text and "request_timeout_ms = 150" in caplog.text
+    assert len(agent.state.ledger.placements) == 1 and not agent.lock.locked()
+
+
+def test_a_place_answer_the_hook_did_not_get_is_dropped(tmp_path: Path) -> None:
+    """The hook closes its connection when it gives up: the reply cannot be delivered, and
+    the placement is not recorded."""
+    from slurm_colo.agent import listeners
+
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    agent.state.scores = SCORES
+    agent.refresh()
+    answered = threading.Event()
+
+    def answer_late(line: bytes, uid: int | None) -> tuple[bytes, Callable[[bool], None]]:
+        time.sleep(0.3)  # the client below has given up and closed by now
+        reply, after = agent.answer(line, uid)
+        answered.set()
+        return reply, after
+
+    stop = threading.Event()
+    server = listeners.unix_server(tmp_path / "a.sock", answer_late, stop)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(str(tmp_path / "a.sock"))
+            c.sendall(
+                format_request(
+                    "PLACE",
+                    {"uid": "1000", "user": "alice", "name": "j", "mode": "auto", "class": "good"},
+                )
+            )
+        assert answered.wait(5)
+        deadline = time.time() + 5
+        while agent.lock.locked() and time.time() < deadline:
+            time.sleep(0.01)
+        assert not agent.lock.locked() and not agent.state.ledger.placements
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_jobs_the_hook_gave_the_fallback_are_counted_once() -> None:
+    s = _state()
+    fell_back = replace(_job(5, "", state="PENDING"), comment="colo: agent unavailable, own GPU")
+    placed = replace(_job(6, "", state="PENDING"), comment="colo: GPU 0 of n1")
+    nodes = [SlurmNode("n1", "IDLE")]
+    s.apply_snapshot([fell_back, placed], nodes, 1.0)
+    s.apply_snapshot([fell_back, placed], nodes, 2.0)  # the same job at the next look
+    assert s.status(2.0)["fallbacks"] == {"agent_unavailable": 1}
+    s.apply_snapshot([fell_back, replace(fell_back, job_id=7)], nodes, 3.0)
+    text = render(s.status(3.0), 3.0)
+    assert 'slurm_colo_fallbacks_total{reason="agent_unavailable"} 2' in text
 
 
 def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
     from importlib.resources import files
 
-    from slurm_colo.cli.spine import HOOK_NOTES, _fmt_explain
+    from slurm_colo.cli.spine import _fmt_explain
+    from slurm_colo.lua import HOOK_NOTES
 
     lua = (files("slurm_colo") / "data" / "job_submit.lua").read_text()
     assert all(n in lua for n in HOOK_NOTES)  # the notes the hook writes itself
