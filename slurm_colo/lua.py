@@ -11,15 +11,6 @@ from pathlib import Path
 from .config import Config
 
 TEMPLATE = Path(__file__).parent / "data" / "job_submit.lua"
-#: the note the hook writes in the comment of a job it gave the fallback (agent down or slow)
-FALLBACK_NOTE = "colo: agent unavailable"
-#: every note the hook writes in a job's comment itself, without the agent's answer
-HOOK_NOTES = (
-    FALLBACK_NOTE,
-    "colo: interactive job",
-    "colo: not shared (",
-    "colo: multi-GPU/multi-node jobs are never shared",
-)
 
 
 def _lua_string(s: str) -> str:

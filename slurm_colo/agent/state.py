@@ -14,11 +14,11 @@ from typing import Any
 
 from ..config import Config
 from ..contracts.enums import Replan, TimeLimit
+from ..contracts.hook_notes import FALLBACK_NOTE
 from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
 from ..errors import OptionError
-from ..lua import FALLBACK_NOTE
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
 from ..placement.candidates import throughput_open

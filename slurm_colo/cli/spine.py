@@ -10,12 +10,12 @@ from typing import Any
 
 import typer
 
+from slurm_colo.contracts.hook_notes import FALLBACK_NOTE, HOOK_NOTES
 from slurm_colo.contracts.placement import Placement, held_for_text
 
 from .. import __version__
 from ..config import load_config
 from ..errors import AgentError, SlurmError
-from ..lua import FALLBACK_NOTE, HOOK_NOTES
 from .options import ConfigOpt
 
 

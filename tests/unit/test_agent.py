@@ -346,7 +346,7 @@ def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
     from importlib.resources import files
 
     from slurm_colo.cli.spine import _fmt_explain
-    from slurm_colo.lua import HOOK_NOTES
+    from slurm_colo.contracts.hook_notes import HOOK_NOTES
 
     lua = (files("slurm_colo") / "data" / "job_submit.lua").read_text()
     assert all(n in lua for n in HOOK_NOTES)  # the notes the hook writes itself
