@@ -20,13 +20,14 @@ from .options import ConfigOpt
 
 
 def _hook_note(comment: str) -> str:
-    """Why the agent has no placement for a job: the Lua hook's own note in its comment
-    (it never asked the agent, or the agent did not answer in time); "" if there is none."""
+    """Why the agent has no placement for a job: the note in its comment that the Lua hook
+    writes on its own (it never asked the agent, or the agent did not answer in time) or
+    for input the agent refused; "" if there is none."""
     at = [i for i in (comment.find(n) for n in HOOK_NOTES) if i >= 0]
     if not at:
         return ""
     note = comment[min(at) :].split(" | ")[0]
-    text = f'not placed by the agent; the submit hook noted "{note}"'
+    text = f'not placed by the agent; its comment says "{note}"'
     if note.startswith(FALLBACK_NOTE):
         text += (
             " (the agent was down or did not answer within agent.request_timeout_ms:"

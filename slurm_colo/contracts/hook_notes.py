@@ -5,7 +5,8 @@ from __future__ import annotations
 
 #: a job the hook gave the fallback: the agent was down, or did not answer in time
 FALLBACK_NOTE = "colo: agent unavailable"
-#: every note the hook writes on its own
+#: every note the hook writes on its own (the agent's answer to input it refuses also
+#: starts "colo: not shared (")
 HOOK_NOTES = (
     FALLBACK_NOTE,
     "colo: interactive job",

@@ -352,12 +352,12 @@ def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
     assert all(n in lua for n in HOOK_NOTES)  # the notes the hook writes itself
     unknown = {"job_id": 7, "known": False, "reason": "no placement recorded: x"}
     late = _fmt_explain(dict(unknown, slurm_comment="mine | colo: agent unavailable, own GPU"))
-    assert late.startswith('job 7: not placed by the agent; the submit hook noted "colo: agent')
+    assert late.startswith('job 7: not placed by the agent; its comment says "colo: agent')
     assert "did not answer within agent.request_timeout_ms" in late and "mine" not in late
     big = _fmt_explain(
         dict(unknown, slurm_comment="colo: multi-GPU/multi-node jobs are never shared")
     )
-    assert big.endswith('noted "colo: multi-GPU/multi-node jobs are never shared"')
+    assert big.endswith('says "colo: multi-GPU/multi-node jobs are never shared"')
     # the agent's own note (a placement it has forgotten) and no note keep the reason
     for comment in ("colo: GPU 0 of vm (opened for sharing)", "", None):
         assert (
