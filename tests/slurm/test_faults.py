@@ -8,6 +8,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from fake_agent import FakeAgent
@@ -65,11 +66,20 @@ def test_agent_killed_stale_socket_left(restore_agent: None) -> None:
     _submit_and_check(mark, "f-killed", ("connect:", "receive: closed"))
 
 
-def test_agent_hung(restore_agent: None) -> None:
+@contextmanager
+def _agent_stopped() -> Iterator[None]:
+    """The agent stopped (SIGSTOP): its socket still accepts, nobody answers."""
     pid = lt.agent_pid()
     assert pid
     os.kill(pid, signal.SIGSTOP)
     try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_agent_hung(restore_agent: None) -> None:
+    with _agent_stopped():
         mark = lt.ctld_log_mark()
         _submit_and_check(mark, "f-hung", "timeout")
         # one timeout may be a pause: the next submission asks again and times out too ...
@@ -81,20 +91,13 @@ def test_agent_hung(restore_agent: None) -> None:
         assert "job f-hung3 fallback=exclusive reason=agent skipped after failure" in lt.wait_for(
             lambda: (t := lt.ctld_log_since(mark)) and "f-hung3" in t and t, 5, 0.2, "breaker line"
         )
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def test_agent_paused_once(restore_agent: None) -> None:
     """One pause of a working agent costs the job submitted during it, not the next ones."""
-    pid = lt.agent_pid()
-    assert pid
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with _agent_stopped():
         mark = lt.ctld_log_mark()
         _submit_and_check(mark, "f-paused", "timeout")
-    finally:
-        os.kill(pid, signal.SIGCONT)
     r = lt.sbatch(
         "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-J", "f-after", sleep=1
     )
