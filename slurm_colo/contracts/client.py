@@ -103,6 +103,12 @@ def ping(cfg: Config, timeout_s: float = 1.0) -> dict[str, Any] | None:
     return _quiet(cfg, "PING", {}, timeout_s)
 
 
+#: how long the Prolog waits for the agent's answer to JOBSTART: a job started without its
+#: placement runs without MPS and unprofiled, so a busy agent (a look at Slurm holding its
+#: lock on a loaded head node) is worth a second or two; a dead one refuses at once
+JOBSTART_TIMEOUT_S = 2.0
+
+
 def job_started(
     cfg: Config,
     job_id: int,
@@ -110,7 +116,7 @@ def job_started(
     gpus: list[int],
     user: str,
     uid: int,
-    timeout_s: float = 0.5,
+    timeout_s: float = JOBSTART_TIMEOUT_S,
 ) -> Placement | None:
     """Tell the agent a job starts; returns its placement (None: not placed by the agent,
     or the agent unreachable, or its answer unreadable)."""

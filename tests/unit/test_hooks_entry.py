@@ -287,3 +287,25 @@ def test_a_job_we_did_not_place_on_a_shared_gpu_is_announced_at_start_and_end(
     ]
     assert json.loads(sent[1][1]) == {"job": 7, "node": "n1", "exit_code": 0}
     assert not (Path(cfg.node.run_dir) / "jobs").exists()  # otherwise left alone
+
+
+def test_the_prolog_waits_for_a_busy_agents_placement(tmp_path: Path) -> None:
+    """An agent whose look at Slurm holds it up for a second still places the job: the
+    Prolog that gave up after 0.5 s ran the job without MPS and unprofiled (CI saw it)."""
+    from fake_agent import FakeAgent
+
+    from slurm_colo.config import AgentConfig
+    from slurm_colo.contracts.client import job_started
+    from slurm_colo.contracts.enums import Mechanism, Mode
+    from slurm_colo.contracts.placement import Placement
+
+    placed = Placement("tok", "bert", Mode.AUTO, Mechanism.MPS, "n1", 1, 50, 8.0, 6.0, 1.2)
+    reply = b"OK\t" + json.dumps({"placement": placed.to_wire()}).encode() + b"\n"
+    agent = FakeAgent(tmp_path / "a.sock", reply, delay=1.0)
+    try:
+        sock = tmp_path / "a.sock"
+        cfg = Config(agent=AgentConfig(socket=str(sock), address=f"unix:{sock}"))
+        got = job_started(cfg, 7, "n1", [1], "alice", 1000)
+    finally:
+        agent.close()
+    assert got is not None and got.token == "tok" and got.mechanism == Mechanism.MPS
