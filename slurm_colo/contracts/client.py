@@ -120,13 +120,32 @@ def job_started(
 ) -> Placement | None:
     """Tell the agent a job starts; returns its placement (None: not placed by the agent,
     or the agent unreachable, or its answer unreadable)."""
-    r = _quiet(
+    r = job_start_answer(cfg, job_id, node, gpus, user, uid, timeout_s)
+    return placement_in(r) if r is not None else None
+
+
+def job_start_answer(
+    cfg: Config,
+    job_id: int,
+    node: str,
+    gpus: list[int],
+    user: str,
+    uid: int,
+    timeout_s: float = JOBSTART_TIMEOUT_S,
+) -> dict[str, Any] | None:
+    """The agent's answer to JOBSTART; None when it could not be had (agent down, hung,
+    or an unreadable answer)."""
+    return _quiet(
         cfg,
         "JOBSTART",
         {"job": job_id, "node": node, "gpus": gpus, "user": user, "uid": uid},
         timeout_s,
     )
-    raw = r.get("placement") if r else None
+
+
+def placement_in(answer: dict[str, Any]) -> Placement | None:
+    """The placement in a JOBSTART answer (None: the agent did not place the job)."""
+    raw = answer.get("placement")
     if not raw:
         return None
     try:

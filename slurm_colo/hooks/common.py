@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
+import subprocess
 from collections.abc import Callable
 
 from slurm_colo.logsetup import setup_logging
 
 log = logging.getLogger("slurm_colo.hooks")
 
-__all__ = ["env_int", "exit_status", "guarded", "job_gpus", "log", "node_name", "setup_logging"]
+__all__ = [
+    "admin_comment_tag",
+    "env_int",
+    "exit_status",
+    "guarded",
+    "job_gpus",
+    "log",
+    "node_name",
+    "setup_logging",
+]
 
 
 def node_name() -> str:
@@ -36,6 +48,28 @@ def job_gpus() -> list[int]:
             if out:
                 return out
     return []
+
+
+_TAG_RE = re.compile(r"(?:^|\s)AdminComment=(slurm-colo\[[^\]]*\])")
+
+
+def admin_comment_tag(job_id: int, timeout_s: float = 2.0) -> str:
+    """The placement tag the agent had slurmctld write into the job's AdminComment, read
+    from Slurm (``scontrol show job -o``: the Prolog's environment has the job's Comment
+    only); "" if there is none or Slurm cannot be asked."""
+    scontrol = shutil.which("scontrol") or "/usr/bin/scontrol"
+    try:
+        out = subprocess.run(
+            [scontrol, "show", "job", "-o", str(job_id)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = _TAG_RE.search(out)
+    return m.group(1) if m else ""
 
 
 def exit_status() -> tuple[int, int]:

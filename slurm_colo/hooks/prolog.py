@@ -15,13 +15,15 @@ if TYPE_CHECKING:
     from slurm_colo.config import Config
 
 from . import REFUSE
-from .common import env_int, guarded, job_gpus, log, node_name
+from .common import admin_comment_tag, env_int, guarded, job_gpus, log, node_name
 
 
 def placement_for(
     cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int
 ) -> Placement | None:
-    """The agent's placement for the job, else the tag in its comment, else None.
+    """The agent's placement for the job; else, when the agent cannot be reached, the tag
+    it had written at submission (in the job's AdminComment, read from Slurm); else the
+    tag in its comment; else None.
 
     Only jobs submitted with --colocate (or carrying a tag) are asked about at all.
     """
@@ -29,11 +31,15 @@ def placement_for(
     tag = Placement.from_tag(comment)
     if "SPANK_COLOCATE" not in os.environ and tag is None:
         return None
-    from slurm_colo.contracts.client import job_started
+    from slurm_colo.contracts.client import job_start_answer, placement_in
 
-    p = job_started(cfg, job_id, node, gpus, user, uid)
+    answer = job_start_answer(cfg, job_id, node, gpus, user, uid)
+    p = placement_in(answer) if answer is not None else None
+    if answer is None:
+        tag = Placement.from_tag(admin_comment_tag(job_id)) or tag
+        if tag is not None:
+            log.info("job %d: agent unreachable, using the job's placement tag", job_id)
     if p is None and tag is not None:
-        log.info("job %d: agent unreachable, using the placement tag from the comment", job_id)
         p = tag
     return p
 

@@ -111,6 +111,29 @@ def test_agent_paused_once(restore_agent: None) -> None:
     assert "f-after fallback" not in lt.ctld_log_since(mark)
 
 
+def test_agent_down_when_a_placed_job_starts(restore_agent: None) -> None:
+    """The Prolog cannot ask the agent: it reads the placement tag from the job's
+    AdminComment in Slurm (its environment has the Comment only), and the job still runs
+    as an MPS client of its GPU."""
+    r = lt.sbatch(
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        "-H",
+        "-J",
+        "f-tag",
+        script="env | grep ^CUDA_MPS_PIPE_DIRECTORY= ; sleep 1",
+    )
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    job = lt.squeue()[r.job_id]
+    assert "slurm-colo[" in job["admin_comment"] and "shard" in job["tres_per_node"], job
+    lt.stop_agent()
+    lt.run(["scontrol", "release", str(r.job_id)], check=True)
+    lt.wait_done(r.job_id)
+    out = (lt.OUT / f"{r.job_id}.out").read_text()
+    assert "CUDA_MPS_PIPE_DIRECTORY=/run/slurm-colo/mps/GPU-" in out, out
+
+
 @pytest.mark.parametrize(
     "reply,reason",
     [

@@ -29,8 +29,21 @@ def cfg(tmp_path: Path) -> Iterator[Config]:
     procs.kill_all(leftover_mps(c))
 
 
+#: Slurm's scontrol as the Prolog sees it: the job's AdminComment is FAKE_ADMIN_TAG
+FAKE_SCONTROL = """#!/bin/sh
+[ -n "$FAKE_ADMIN_TAG" ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+echo "JobId=$4 JobName=train AdminComment=$FAKE_ADMIN_TAG MCS_label=N/A Comment=colo: GPU 0 of n1"
+"""
+
+
 def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedProcess[str]:
+    fake_bin = Path(cfg.node.run_dir).parent / "fake-bin"
+    if not fake_bin.exists():
+        fake_bin.mkdir()
+        (fake_bin / "scontrol").write_text(FAKE_SCONTROL)
+        (fake_bin / "scontrol").chmod(0o755)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
+    full["PATH"] = f"{fake_bin}:{full.get('PATH', '/usr/bin:/bin')}"
     full.update(
         {
             "SLURM_COLO_CONFIG": cfg.source,
@@ -68,11 +81,17 @@ def test_job_without_colocate_is_untouched(cfg: Config) -> None:
     assert spool_records(cfg) == [] and leftover_mps(cfg) == []
 
 
-def test_colocated_pair_from_comment_tag_when_agent_is_down(cfg: Config) -> None:
+def test_colocated_pair_from_the_admin_comment_tag_when_agent_is_down(cfg: Config) -> None:
+    """Slurm gives the Prolog the job's Comment only; the tag is in its AdminComment."""
     for job, cls in ((11, "resnet50"), (12, "lm")):
-        p = hook(cfg, "prolog", job, **colocated(cls))
+        env = {
+            "SPANK_COLOCATE": "auto",
+            "SLURM_JOB_COMMENT": "colo: GPU 0 of n1",
+            "FAKE_ADMIN_TAG": TAG.format(cls=cls, mech="mps"),
+        }
+        p = hook(cfg, "prolog", job, **env)
         assert p.returncode == 0, p.stderr
-        assert "placement tag from the comment" in p.stderr
+        assert "agent unreachable, using the job's placement tag" in p.stderr
     out = hook(cfg, "taskprolog", 12, SLURM_STEP_ID="0")
     pipe = Path(cfg.node.run_dir) / "mps" / "GPU-test-0" / "pipe"
     assert out.stdout.splitlines() == [
