@@ -36,14 +36,20 @@ echo "JobId=$4 JobName=train AdminComment=$FAKE_ADMIN_TAG MCS_label=N/A Comment=
 """
 
 
-def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedProcess[str]:
+def hook_env(cfg: Config) -> dict[str, str]:
+    """This process's environment without Slurm's variables, the fake scontrol first."""
     fake_bin = Path(cfg.node.run_dir).parent / "fake-bin"
     if not fake_bin.exists():
         fake_bin.mkdir()
         (fake_bin / "scontrol").write_text(FAKE_SCONTROL)
         (fake_bin / "scontrol").chmod(0o755)
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
-    full["PATH"] = f"{fake_bin}:{full.get('PATH', '/usr/bin:/bin')}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
+    env["PATH"] = f"{fake_bin}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env
+
+
+def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedProcess[str]:
+    full = hook_env(cfg)
     full.update(
         {
             "SLURM_COLO_CONFIG": cfg.source,
@@ -65,7 +71,12 @@ def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedPr
 
 
 def colocated(cls: str = "resnet50", mech: str = "mps") -> dict[str, str]:
-    return {"SPANK_COLOCATE": "auto", "SLURM_JOB_COMMENT": TAG.format(cls=cls, mech=mech)}
+    """A placed --colocate job, the agent down: its tag is in its AdminComment (fake scontrol)."""
+    return {
+        "SPANK_COLOCATE": "auto",
+        "SLURM_JOB_COMMENT": "colo: GPU 0 of n1",
+        "FAKE_ADMIN_TAG": TAG.format(cls=cls, mech=mech),
+    }
 
 
 def spool_records(cfg: Config) -> list[dict]:
@@ -84,12 +95,7 @@ def test_job_without_colocate_is_untouched(cfg: Config) -> None:
 def test_colocated_pair_from_the_admin_comment_tag_when_agent_is_down(cfg: Config) -> None:
     """Slurm gives the Prolog the job's Comment only; the tag is in its AdminComment."""
     for job, cls in ((11, "resnet50"), (12, "lm")):
-        env = {
-            "SPANK_COLOCATE": "auto",
-            "SLURM_JOB_COMMENT": "colo: GPU 0 of n1",
-            "FAKE_ADMIN_TAG": TAG.format(cls=cls, mech="mps"),
-        }
-        p = hook(cfg, "prolog", job, **env)
+        p = hook(cfg, "prolog", job, **colocated(cls))
         assert p.returncode == 0, p.stderr
         assert "agent unreachable, using the job's placement tag" in p.stderr
     out = hook(cfg, "taskprolog", 12, SLURM_STEP_ID="0")
@@ -183,7 +189,7 @@ print("HEAVY:" + ",".join(heavy))
 
 def test_prolog_taskprolog_and_epilog_stay_light(cfg: Config) -> None:
     """The database ingest and the MPS stop (NVML) run in the Epilog's detached helper."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
+    env = hook_env(cfg)
     env.update(
         SLURM_COLO_CONFIG=cfg.source,
         SLURM_JOB_ID="41",
