@@ -109,21 +109,6 @@ def ping(cfg: Config, timeout_s: float = 1.0) -> dict[str, Any] | None:
 JOBSTART_TIMEOUT_S = 2.0
 
 
-def job_started(
-    cfg: Config,
-    job_id: int,
-    node: str,
-    gpus: list[int],
-    user: str,
-    uid: int,
-    timeout_s: float = JOBSTART_TIMEOUT_S,
-) -> Placement | None:
-    """Tell the agent a job starts; returns its placement (None: not placed by the agent,
-    or the agent unreachable, or its answer unreadable)."""
-    r = job_start_answer(cfg, job_id, node, gpus, user, uid, timeout_s)
-    return placement_in(r) if r is not None else None
-
-
 def job_start_answer(
     cfg: Config,
     job_id: int,

@@ -76,10 +76,10 @@ def announce_if_on_shared_gpu(cfg: Config, job_id: int) -> None:
     held = shared_gpus_held(cfg)
     if held is None:
         return
-    from slurm_colo.contracts.client import job_started
+    from slurm_colo.contracts.client import job_start_answer
 
     uid = env_int("SLURM_JOB_UID", -1)
-    job_started(
+    job_start_answer(
         cfg,
         job_id,
         held[0],

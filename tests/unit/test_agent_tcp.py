@@ -83,7 +83,8 @@ def test_a_node_hook_reaches_the_agent_over_tcp(
     assert pong is not None and pong["pong"] is True
     # a reserved verb from root on the node (the Prolog, the Epilog) is accepted
     assert client.request(cfg.agent.address, "JOBEND", {"job": 5, "node": "n2"}, 2.0, cfg) == {}
-    assert client.job_started(cfg, 6, "n1", [2], "alice", 1000) is None  # not ours: GPU noted
+    answer = client.job_start_answer(cfg, 6, "n1", [2], "alice", 1000)
+    assert answer == {"placement": None}  # not ours: GPU noted
     assert a.state.occupancy.unplaced_gpus[6][:2] == ("n1", (2,))
 
 

@@ -320,7 +320,7 @@ def test_the_prolog_waits_for_a_busy_agents_placement(tmp_path: Path) -> None:
     from fake_agent import FakeAgent
 
     from slurm_colo.config import AgentConfig
-    from slurm_colo.contracts.client import job_started
+    from slurm_colo.contracts.client import job_start_answer, placement_in
     from slurm_colo.contracts.enums import Mechanism, Mode
     from slurm_colo.contracts.placement import Placement
 
@@ -330,7 +330,7 @@ def test_the_prolog_waits_for_a_busy_agents_placement(tmp_path: Path) -> None:
     try:
         sock = tmp_path / "a.sock"
         cfg = Config(agent=AgentConfig(socket=str(sock), address=f"unix:{sock}"))
-        got = job_started(cfg, 7, "n1", [1], "alice", 1000)
+        got = placement_in(job_start_answer(cfg, 7, "n1", [1], "alice", 1000) or {})
     finally:
         agent.close()
     assert got is not None and got.token == "tok" and got.mechanism == Mechanism.MPS
