@@ -34,14 +34,12 @@ def placement_for(
     from slurm_colo.contracts.client import job_start_answer, placement_in
 
     answer = job_start_answer(cfg, job_id, node, gpus, user, uid)
-    p = placement_in(answer) if answer is not None else None
-    if answer is None:
-        tag = Placement.from_tag(admin_comment_tag(job_id)) or tag
-        if tag is not None:
-            log.info("job %d: agent unreachable, using the job's placement tag", job_id)
-    if p is None and tag is not None:
-        p = tag
-    return p
+    if answer is not None:
+        return placement_in(answer) or tag
+    tag = Placement.from_tag(admin_comment_tag(job_id)) or tag
+    if tag is not None:
+        log.info("job %d: agent unreachable, using the job's placement tag", job_id)
+    return tag
 
 
 def job_class() -> str:
