@@ -29,6 +29,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from slurm_colo.contracts.client import JOBSTART_TIMEOUT_S
 from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
@@ -43,6 +44,9 @@ from . import held, learned, listeners, score_files, time_owed
 from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
+#: a JOBSTART answered slower than this is logged with where its time went: the Prolog
+#: waits JOBSTART_TIMEOUT_S, then runs the job without its placement's setup
+JOBSTART_SLOW_S = JOBSTART_TIMEOUT_S / 4
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "RELOAD")
 SWITCH_INTERVAL_S = 0.0005
 
@@ -303,6 +307,43 @@ class Agent:
             self.req_seconds += dt
         return format_reply(verb, reply), _nothing_after
 
+    def _job_start(self, p: dict[str, Any], now: float) -> dict[str, Any] | None:
+        """JOBSTART: the placement of a job a node's Prolog starts, or None. Logs where
+        the time went when the answer took over ``JOBSTART_SLOW_S``."""
+        t0 = time.perf_counter()
+        job_id = int(p["job"])
+        with self.lock:
+            t_lock = time.perf_counter()
+            need = self.state.needs_lookup(job_id)
+        tag_text = None
+        if need:  # placed before the last refresh: read its tag from Slurm (outside the lock)
+            j = self.backend.job(job_id)
+            tag_text = j.admin_comment if j else None
+        t_slurm = time.perf_counter()
+        with self.lock:
+            t_lock2 = time.perf_counter()
+            tag = self.state.job_started(
+                job_id,
+                tag_text,
+                now,
+                str(p.get("node", "")),
+                [int(g) for g in p.get("gpus") or []],
+            )
+        dt = time.perf_counter() - t0
+        if dt > JOBSTART_SLOW_S:
+            log.warning(
+                "JOBSTART for job %d took %.0f ms (waiting for the agent's lock %.0f ms, "
+                "reading the job from Slurm %.0f ms, recording the start %.0f ms); the "
+                "Prolog waits %g s for the answer",
+                job_id,
+                dt * 1000,
+                (t_lock - t0 + t_lock2 - t_slurm) * 1000,
+                (t_slurm - t_lock) * 1000,
+                (time.perf_counter() - t_lock2) * 1000,
+                JOBSTART_TIMEOUT_S,
+            )
+        return tag
+
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
         if verb == "PING":
@@ -314,23 +355,7 @@ class Agent:
                 "scores": self.state.scores.id,
             }
         if verb == "JOBSTART":
-            job_id = int(p["job"])
-            with self.lock:
-                need = self.state.needs_lookup(job_id)
-            tag_text = None
-            if need:  # placed before the last refresh: read its tag from Slurm (outside the lock)
-                j = self.backend.job(job_id)
-                tag_text = j.admin_comment if j else None
-            with self.lock:
-                return {
-                    "placement": self.state.job_started(
-                        job_id,
-                        tag_text,
-                        now,
-                        str(p.get("node", "")),
-                        [int(g) for g in p.get("gpus") or []],
-                    )
-                }
+            return {"placement": self._job_start(p, now)}
         if verb == "PROBE":
             report = ProbeReport.from_wire(p)
             with self.lock:

@@ -460,3 +460,37 @@ def test_a_view_built_again_reuses_only_occupants_whose_inputs_did_not_change() 
     s.job_ended(20)
     check()
     assert s.occupancy._occupants.keys() == {21, 22, 30}
+
+
+def test_a_slow_jobstart_is_logged_with_where_its_time_went(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Prolog waits 2 s for JOBSTART: an answer near that says what held it up."""
+    from slurm_colo.agent import server
+
+    monkeypatch.setattr(server, "JOBSTART_SLOW_S", 0.1)
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    agent.state.scores = SCORES
+    agent.refresh()
+    place = {"uid": "1000", "user": "alice", "name": "j1", "mode": "auto", "class": "good"}
+    reply, after = agent.answer(format_request("PLACE", place), peer_uid=0)
+    after(True)
+    tag = reply.decode().split("\ttag=")[1].split("\t")[0]
+    start = format_request("JOBSTART", {"job": "7", "node": "n1", "gpus": "0"})
+    with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
+        monkeypatch.setattr(agent.backend, "job", lambda job_id: _job(job_id, tag))
+        quick, _ = agent.answer(start, peer_uid=0)
+        assert "JOBSTART" not in caplog.text  # a quick answer says nothing
+
+        def slow_lookup(job_id: int) -> SlurmJob:
+            time.sleep(0.25)
+            return _job(job_id, tag)
+
+        monkeypatch.setattr(agent.backend, "job", slow_lookup)
+        agent.state.ledger.by_job.pop(7)  # not linked yet: the agent reads its tag again
+        reply, _ = agent.answer(start.replace(b"7", b"8"), peer_uid=0)
+    assert b'"shared":true' in quick and b'"shared":true' in reply  # both found its placement
+    assert "JOBSTART for job 8 took" in caplog.text
+    msg = next(r.getMessage() for r in caplog.records if "JOBSTART for job 8" in r.getMessage())
+    slurm_ms = int(msg.split("reading the job from Slurm ")[1].split(" ms")[0])
+    assert slurm_ms >= 250 and "the Prolog waits 2 s" in msg
