@@ -22,21 +22,20 @@ def placement_for(
     cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int
 ) -> Placement | None:
     """The agent's placement for the job; else, when the agent cannot be reached, the tag
-    it had written at submission (in the job's AdminComment, read from Slurm); else the
-    tag in its comment; else None.
+    it had written at submission (in the job's AdminComment, read from Slurm, which its
+    user cannot change); else None. A tag in the job's Comment, which its user writes, is
+    never taken.
 
-    Only jobs submitted with --colocate (or carrying a tag) are asked about at all.
+    Only jobs submitted with --colocate are asked about at all.
     """
-    comment = os.environ.get("SLURM_JOB_COMMENT", "")
-    tag = Placement.from_tag(comment)
-    if "SPANK_COLOCATE" not in os.environ and tag is None:
+    if "SPANK_COLOCATE" not in os.environ:
         return None
     from slurm_colo.contracts.client import job_start_answer, placement_in
 
     answer = job_start_answer(cfg, job_id, node, gpus, user, uid)
     if answer is not None:
-        return placement_in(answer) or tag
-    tag = Placement.from_tag(admin_comment_tag(job_id)) or tag
+        return placement_in(answer)
+    tag = Placement.from_tag(admin_comment_tag(job_id))
     if tag is not None:
         log.info("job %d: agent unreachable, using the job's placement tag", job_id)
     return tag
@@ -120,11 +119,7 @@ def main() -> int:
         from ..node.lifecycle import recover
 
         recover(cfg, skip=job_id)
-    if (
-        "SPANK_COLOCATE" not in os.environ
-        and cfg.node.profile != "all"
-        and "slurm-colo[" not in os.environ.get("SLURM_JOB_COMMENT", "")
-    ):
+    if "SPANK_COLOCATE" not in os.environ and cfg.node.profile != "all":
         announce_if_on_shared_gpu(cfg, job_id)
         return 0  # not a co-location job: untouched
     from ..node.lifecycle import JobInfo, job_start

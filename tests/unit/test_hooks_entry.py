@@ -127,6 +127,19 @@ def test_colocated_pair_from_the_admin_comment_tag_when_agent_is_down(cfg: Confi
     assert list((run / "jobs").iterdir()) == [] and list((run / "trash").iterdir()) == []
 
 
+def test_a_placement_tag_in_the_jobs_own_comment_is_never_taken(cfg: Config) -> None:
+    """A user writes the Comment (``--comment``): a tag there must not buy an MPS set-up.
+    Only the agent's answer or the AdminComment (slurmctld's) counts."""
+    forged = TAG.format(cls="resnet50", mech="mps")
+    for job, env in ((31, {"SPANK_COLOCATE": "auto"}), (32, {})):
+        p = hook(cfg, "prolog", job, SLURM_JOB_COMMENT=forged, **env)
+        assert p.returncode == 0, p.stderr
+        assert "using the job's placement tag" not in p.stderr
+        out = hook(cfg, "taskprolog", job, SLURM_STEP_ID="0")
+        assert out.returncode == 0 and "CUDA_MPS" not in out.stdout
+    assert leftover_mps(cfg) == []
+
+
 def test_shard_job_exports_only_the_progress_file(cfg: Config) -> None:
     assert hook(cfg, "prolog", 21, **colocated(mech="shard")).returncode == 0
     out = hook(cfg, "taskprolog", 21)
