@@ -126,6 +126,33 @@ def test_job_record_reaches_the_history(vclean: VersionLab) -> None:
     assert rec["node"] == lab.node and rec["shared"], rec
 
 
+def test_with_the_agent_down_the_prolog_reads_the_placement_from_the_admin_comment(
+    vclean: VersionLab,
+) -> None:
+    """The Prolog's fallback parses `scontrol show job -o` of this version: the job still
+    runs as an MPS client of the GPU it was placed on."""
+    lab = vclean
+    args = ("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-H")
+    r = lab.sbatch(*args, script=f"{ENV}; sleep 1")
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    tag = lab.jobs(r.job_id)[r.job_id]["admin_comment"]
+    assert tag.startswith("slurm-colo[") and " gpu=" in tag, tag
+    read = (
+        "import sys; from slurm_colo.hooks.common import admin_comment_tag as t; "
+        "print(t(int(sys.argv[1])))"
+    )
+    assert lab.x(PY, "-c", read, str(r.job_id), check=True).stdout.strip() == tag
+    lab.stop_agent()
+    try:
+        lab.x("scontrol", "release", str(r.job_id), check=True)
+        lab.wait_done(r.job_id)
+        env = lab.job_env(r.job_id)
+    finally:
+        lab.restart_agent()
+    assert "/mps/GPU-" in env.get("CUDA_MPS_PIPE_DIRECTORY", ""), env
+    assert 1 <= int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100, env
+
+
 def test_doctor_is_green_but_for_the_mps_emulator(vclean: VersionLab) -> None:
     p = vclean.cli("doctor", "--json")
     checks = json.loads(p.stdout)
