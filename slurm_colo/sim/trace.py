@@ -28,7 +28,7 @@ import random
 import re
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -116,6 +116,22 @@ def philly_trace(
                 mode,
             )
         )
+    return out
+
+
+def jittered(trace: Sequence[SimJob], seconds: float, seed: int) -> list[SimJob]:
+    """``trace`` with each arrival moved later by a seeded draw from ``[0, seconds)`` (and
+    never before the job ahead of it, so the order and the ids stay): the same jobs,
+    told apart only by when within a second or so each came. It measures how much one
+    seed's figures owe to chance (``benchmarks/makespan_jitter.py``)."""
+    if seconds < 0:
+        raise TraceError(f"jitter {seconds:g} s: give 0 or more seconds")
+    rng = random.Random(seed)
+    out: list[SimJob] = []
+    last = -math.inf
+    for j in trace:
+        last = max(last, j.arrival + rng.random() * seconds)
+        out.append(replace(j, arrival=last))
     return out
 
 

@@ -8,8 +8,10 @@ import pytest
 
 from slurm_colo.gavel import bundled_path
 from slurm_colo.sim.trace import (
+    SimJob,
     TraceError,
     class_for_name,
+    jittered,
     offered_load,
     philly_trace,
     read_philly,
@@ -74,3 +76,29 @@ def test_class_for_name_is_stable() -> None:
     assert class_for_name("my_experiment.sh", CLASSES) == class_for_name(
         "my_experiment.sh", CLASSES
     )
+
+
+def test_jittered_moves_each_arrival_by_under_the_given_seconds_and_keeps_the_order() -> None:
+    trace = philly_trace(ROWS, CLASSES, jobs=400, gpus=16, load=1.5, seed=4)
+    moved = jittered(trace, 1.0, seed=7)
+    assert moved == jittered(trace, 1.0, seed=7)
+    assert moved != jittered(trace, 1.0, seed=8)
+    shifts = [b.arrival - a.arrival for a, b in zip(trace, moved, strict=True)]
+    assert all(0.0 <= s < 1.0 for s in shifts) and len(set(shifts)) > 300
+    assert all(a.arrival <= b.arrival for a, b in itertools.pairwise(moved))
+    same = [(j.id, j.work_s, j.cls, j.user, j.gpus) for j in trace]
+    assert [(j.id, j.work_s, j.cls, j.user, j.gpus) for j in moved] == same
+    assert jittered(trace, 0.0, seed=7) == trace
+
+
+def test_jittered_never_puts_a_job_before_the_one_ahead_of_it() -> None:
+    tied = [SimJob(i, 100.0, 60.0, "a3c", "u", 1) for i in range(50)]
+    moved = jittered(tied, 5.0, seed=1)
+    assert [j.id for j in moved] == list(range(50))
+    assert all(a.arrival <= b.arrival for a, b in itertools.pairwise(moved))
+    assert moved[-1].arrival > 100.0
+
+
+def test_jittered_refuses_a_negative_jitter() -> None:
+    with pytest.raises(TraceError, match="0 or more seconds"):
+        jittered([], -1.0, seed=1)
