@@ -41,7 +41,7 @@ from slurm_colo.sim.engine import SimConfig
 from slurm_colo.sim.metrics import render
 from slurm_colo.sim.run import Setup, simulate
 from slurm_colo.sim.spread import parse_seeds
-from slurm_colo.sim.trace import philly_trace, read_philly
+from slurm_colo.sim.trace import SimJob, philly_trace, read_philly
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 BEGIN, END = "<!-- tables: begin -->", "<!-- tables: end -->"
@@ -91,25 +91,33 @@ class Task:
     gavel: str = ""
 
 
-def run(task: Task) -> tuple[Task, list[dict[str, Any]], float]:
-    data = campaign(task.campaign, task.gavel)
+def prepared(
+    name: str, load: float, seed: int, jobs: int, gpus: int, gavel: str = ""
+) -> tuple[GavelData, list[SimJob], Setup]:
+    """One run's campaign, trace and setup: Philly-like jobs capped at 48 h, each GPU its
+    model's memory, users may share a GPU, the default placement settings."""
+    data = campaign(name, gavel)
     trace = philly_trace(
         read_philly(bundled_path("philly_job_distribution.csv")),
         data.classes,
-        jobs=task.jobs,
-        gpus=task.gpus,
-        load=task.load,
-        seed=task.seed,
+        jobs=jobs,
+        gpus=gpus,
+        load=load,
+        seed=seed,
         max_duration_s=48 * 3600,
     )
     setup = Setup(
         SimConfig(
-            gpus=task.gpus,
-            gpu_memory_gib=gpu_memory_gib(data.gpu),
-            gpu_model=data.gpu,
-            seed=task.seed,
+            gpus=gpus, gpu_memory_gib=gpu_memory_gib(data.gpu), gpu_model=data.gpu, seed=seed
         ),
         PlacementConfig(cross_user=CrossUser.SHARD),
+    )
+    return data, trace, setup
+
+
+def run(task: Task) -> tuple[Task, list[dict[str, Any]], float]:
+    data, trace, setup = prepared(
+        task.campaign, task.load, task.seed, task.jobs, task.gpus, task.gavel
     )
     t0 = time.perf_counter()
     results = simulate(trace, data, setup, POLICIES)
