@@ -45,3 +45,37 @@ def test_a_stale_or_missing_row_is_named_and_fails_the_check(tmp_path: Path) -> 
     page.write_text(text.replace("### K80 data, load 1.5", "### K80, load 1.5"), "utf-8")
     gone = tables(*SMALL, "--doc", str(page), "--check")
     assert gone.returncode == 1 and "page: (no such row)" in gone.stdout
+
+
+JITTER = REPO / "benchmarks" / "makespan_jitter.py"
+
+
+def test_the_jitter_table_is_written_between_its_markers(tmp_path: Path) -> None:
+    page = tmp_path / "simulator.md"
+    page.write_text("before\n<!-- jitter: begin -->\nold\n<!-- jitter: end -->\nafter\n", "utf-8")
+    small = ["--campaigns", "k80", "--loads", "1.5", "--seeds", "1", "--jobs", "300"]
+    cmd = [sys.executable, str(JITTER), *small, "--gpus", "16", "--policies", "oracle,ours"]
+    r = subprocess.run(
+        [*cmd, "--doc", str(page), "--write"], capture_output=True, text=True, timeout=280
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = page.read_text("utf-8")
+    assert text.startswith("before\n<!-- jitter: begin -->\nWritten by `python benchmarks/")
+    assert "old" not in text and text.endswith("<!-- jitter: end -->\nafter\n")
+    row = next(line for line in text.splitlines() if line.startswith("| K80 data | 1.5 | 1 |"))
+    oracle, ours, gap = row.split(" | ")[3:6]
+    (o0, o1), (u0, u1) = (
+        [float(x) for x in cell.split(" (")[0].split(" → ")] for cell in (oracle, ours)
+    )
+    as_drawn, moved = (float(x) for x in gap.removesuffix(" % |").split(" / "))
+    for g, u, o in ((as_drawn, u0, o0), (moved, u1, o1)):
+        assert abs(g - 100 * (u / o - 1)) < 0.25  # from the unrounded makespans
+    assert "- `oracle`: makespan moved by" in text and "- `ours` more than 3 % above" in text
+    assert "--write" not in text  # the command written is the one that prints it
+
+    page.write_text("no markers\n", "utf-8")
+    bad = subprocess.run(
+        [*cmd, "--doc", str(page), "--write"], capture_output=True, text=True, timeout=280
+    )
+    assert bad.returncode == 1 and "no <!-- jitter: begin -->" in bad.stderr
+    assert page.read_text("utf-8") == "no markers\n"
