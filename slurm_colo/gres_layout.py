@@ -115,6 +115,16 @@ class NodeGpus:
             raise ValueError("memory_gib must be positive")
         if "{index}" not in self.device_template:
             raise ValueError("device_template must contain {index}")
+        runs = [t for t, _ in self.type_runs()]
+        if len(runs) != len(set(runs)):
+            raise ValueError(
+                f"shared pool {compress_indices(self.shared)} of {self.count} GPUs splits the "
+                f"whole GPUs (type {self.gres_type(self.exclusive()[0])}) in two: Slurm numbers "
+                "a node's GPUs in the order of the types in slurm.conf's Gres= and adds up a "
+                "type named twice, so it would give a job another GPU than the one slurm-colo "
+                "placed it on. Keep the whole GPUs one block of consecutive indices (the shared pool "
+                "at the node's lowest or highest indices)"
+            )
 
     @property
     def node_names(self) -> list[str]:
@@ -130,6 +140,23 @@ class NodeGpus:
         if index in self.shared:
             return f"{self.model}_s{index}" if self.model else f"s{index}"
         return self.model or "excl"
+
+    def exclusive(self) -> list[int]:
+        """The GPUs outside the shared pool, lowest index first."""
+        return [i for i in range(self.count) if i not in self.shared]
+
+    def type_runs(self) -> list[tuple[str, int]]:
+        """``(type, count)`` of the node's GPUs in device index order, consecutive GPUs of
+        one type counted together: the order slurm.conf's ``Gres=`` must list them in, as
+        Slurm numbers a node's GPUs by it."""
+        runs: list[tuple[str, int]] = []
+        for i in range(self.count):
+            t = self.gres_type(i)
+            if runs and runs[-1][0] == t:
+                runs[-1] = (t, runs[-1][1] + 1)
+            else:
+                runs.append((t, 1))
+        return runs
 
     def shard_request(self, index: int, slurm_version: tuple[int, int] | None = None) -> str:
         """The ``tres_per_node`` string that targets shared GPU ``index``, in the form of
@@ -149,26 +176,18 @@ class NodeGpus:
             f"shared pool {compress_indices(self.shared) or 'none'}, "
             f"{self.shards_per_gpu} shards per shared GPU"
         ]
-        for i in self.shared:
+        for i in range(self.count):  # device index order, as in slurm.conf's Gres=
             dev = self.device_template.format(index=i)
             lines.append(f"NodeName={self.nodes} Name=gpu Type={self.gres_type(i)} File={dev}")
-        excl = [i for i in range(self.count) if i not in self.shared]
-        for i in excl:
-            dev = self.device_template.format(index=i)
-            lines.append(f"NodeName={self.nodes} Name=gpu Type={self.gres_type(i)} File={dev}")
-        for i in self.shared:
+        for i in sorted(self.shared):
             dev = self.device_template.format(index=i)
             lines.append(f"NodeName={self.nodes} Name=shard Count={self.shards_per_gpu} File={dev}")
         return lines
 
     def node_gres(self) -> str:
-        """The ``Gres=`` value of the slurm.conf NodeName line."""
-        parts = [f"gpu:{self.gres_type(i)}:1" for i in self.shared]
-        excl = self.count - len(self.shared)
-        if excl:
-            parts.append(
-                f"gpu:{self.gres_type(next(i for i in range(self.count) if i not in self.shared))}:{excl}"
-            )
+        """The ``Gres=`` value of the slurm.conf NodeName line: the GPU types in device
+        index order (:meth:`type_runs`), then the shards."""
+        parts = [f"gpu:{t}:{n}" for t, n in self.type_runs()]
         if self.shared:
             parts.append(f"shard:{self.shards_per_gpu * len(self.shared)}")
         return ",".join(parts)

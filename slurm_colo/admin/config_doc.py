@@ -192,8 +192,10 @@ HELP: dict[str, str] = {
     "gpus.model": "GPU model used in GRES type names (lower-case letters, digits and '.'), "
     'e.g. "v100". Empty gives types such as "s1" and "excl".',
     "gpus.memory_gib": "GPU memory per GPU, in GiB.",
-    "gpus.shared": 'GPU indices in the shared pool, e.g. "0-1,3". The default is every GPU; '
-    '"" shares none.',
+    "gpus.shared": 'GPU indices in the shared pool, e.g. "0-1" or "6-7". The GPUs outside it '
+    "must be consecutive indices (the pool at the node's lowest or highest indices): Slurm "
+    "numbers a node's GPUs in the order of the types in slurm.conf's Gres= and adds up a type "
+    'named twice. The default is every GPU; "" shares none.',
     "gpus.shards_per_gpu": "gres/shard count per shared GPU, which bounds how many jobs can "
     "share it (1-64).",
     "gpus.device_template": "Device file of a GPU; {index} is replaced by its index.",

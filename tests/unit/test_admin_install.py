@@ -103,7 +103,7 @@ def test_slurm_conf_has_every_setting_the_suite_needs():
         assert want in settings
     # one NodeName Gres= line per node set, from the gres layout
     assert "# NodeName=gpu[01-02] ... Gres=gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2,shard:8" in text
-    assert "# NodeName=dgx[1-2] ... Gres=gpu:a100_s6:1,gpu:a100_s7:1,gpu:a100:6,shard:16" in text
+    assert "# NodeName=dgx[1-2] ... Gres=gpu:a100:6,gpu:a100_s6:1,gpu:a100_s7:1,shard:16" in text
 
 
 def test_plugstack_line_is_optional():

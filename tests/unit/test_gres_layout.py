@@ -32,6 +32,26 @@ def test_generated_lines() -> None:
     assert NodeGpus("vm", 2, "v100", shared=()).node_gres() == "gpu:v100:2"
 
 
+def test_gpus_are_listed_in_device_index_order_wherever_the_shared_pool_is() -> None:
+    """Slurm numbers a node's GPUs in the order of the types in slurm.conf's Gres=: a
+    shared pool at the top listed first gave a job placed on GPU 6 the GPU numbered 0."""
+    top = NodeGpus("dgx", 8, "a100", 80, (6, 7), 8)
+    assert top.node_gres() == "gpu:a100:6,gpu:a100_s6:1,gpu:a100_s7:1,shard:16"
+    files = [line.split("File=/dev/nvidia")[1] for line in top.gres_conf_lines() if "=gpu " in line]
+    assert files == [str(i) for i in range(8)]
+    ends = NodeGpus("n", 4, "v100", 32, (0, 3), 4)
+    assert ends.node_gres() == "gpu:v100_s0:1,gpu:v100:2,gpu:v100_s3:1,shard:8"
+    assert NodeGpus("n", 2, "v100", 32, (0, 1), 4).type_runs() == [("v100_s0", 1), ("v100_s1", 1)]
+
+
+@pytest.mark.parametrize("shared", [(1,), (1, 2), (0, 2)])
+def test_a_shared_pool_that_splits_the_whole_gpus_is_refused(shared: tuple[int, ...]) -> None:
+    """Slurm adds up a type named twice in Gres= (gpu:v100:1,...,gpu:v100:2 is gpu:v100:3)."""
+    with pytest.raises(ValueError, match="splits the whole GPUs .type v100. in two") as e:
+        NodeGpus("n", 4, "v100", 32, shared, 4)
+    assert "lowest or highest indices" in str(e.value)
+
+
 @pytest.mark.parametrize(
     "expr,names",
     [

@@ -103,11 +103,11 @@ nodes = "gpu[01-02]"
 count = 8
 model = "a100"
 memory_gib = 80
-shared = "0-3,6"
+shared = "0-3,6-7"
 """)
     assert cfg.agent.refresh_interval_s == 3.0
     ng = cfg.layout_for("gpu02")
-    assert ng is not None and ng.shared == (0, 1, 2, 3, 6) and ng.gres_type(6) == "a100_s6"
+    assert ng is not None and ng.shared == (0, 1, 2, 3, 6, 7) and ng.gres_type(6) == "a100_s6"
     assert cfg.layout_for("gpu03") is None
 
 
@@ -121,6 +121,10 @@ shared = "0-3,6"
         ("[frobnicate]\nx = 1", "unknown section [frobnicate]"),
         ("[[gpus]]\nnodes = 'n1'", "lacks required key 'count'"),
         ("[[gpus]]\nnodes = 'n1'\ncount = 4\nshared = '0-9'", "outside 0-3"),
+        (
+            "[[gpus]]\nnodes = 'n1'\ncount = 4\nshared = '1'",
+            "gpus[0]: shared pool 1 of 4 GPUs splits",
+        ),
         ("[[gpus]]\nnodes = 'n1'\ncount = 4\nmodel = 'A 100'", "model"),
         ("not toml [", "not valid TOML"),
     ],
