@@ -124,6 +124,63 @@ def check_slurm_conf(text: str | None, path: Path) -> list[Check]:
     return out
 
 
+def node_gres_lines(text: str) -> dict[str, str]:
+    """The ``Gres=`` of each node named on slurm.conf's NodeName lines (hostlists
+    expanded; a node on no line, or on a line without Gres=, is absent)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        fields = dict(
+            (k.lower(), v) for k, _, v in (f.partition("=") for f in raw.split("#", 1)[0].split())
+        )
+        if "nodename" in fields and "gres" in fields:
+            for node in expand_hostlist(fields["nodename"]):
+                out[node] = fields["gres"]
+    return out
+
+
+def check_node_gres(text: str | None, path: Path, cfg: Config) -> Check:
+    """Each configured node's ``Gres=`` lists its GPU types in device index order, as
+    slurm-colo generates it: slurmctld numbers a node's GPUs in that order."""
+    name = "Gres="
+    fix = (
+        f"replace the Gres= of those NodeName lines in {path} with the ones in "
+        "slurm.conf.snippet from `slurm-colo install --write DIR`, then restart slurmctld and slurmd"
+    )
+    if text is None or not cfg.gpus:
+        return Check(name, WARN, "no slurm.conf or no [[gpus]]: Gres= not checked", fix)
+    lines = node_gres_lines(text)
+    wrong, unseen, seen = [], [], 0
+    for ng in cfg.gpus:
+        want = [p for p in ng.node_gres().split(",") if p.startswith("gpu:")]
+        for node in ng.node_names:
+            if node not in lines:
+                unseen.append(node)
+                continue
+            seen += 1
+            have = [p for p in lines[node].lower().split(",") if p.startswith("gpu:")]
+            if have != [p.lower() for p in want]:
+                wrong.append(f"{node}: Gres={lines[node]}, expected {ng.node_gres()}")
+    if wrong:
+        return Check(
+            name,
+            FAIL,
+            f"{len(wrong)} node(s) list their GPUs otherwise than the [[gpus]] layout in "
+            "device index order (slurmctld numbers a node's GPUs in the order of Gres=, so "
+            "jobs would get other GPUs than slurm-colo placed them on), e.g. "
+            + "; ".join(wrong[:3]),
+            fix,
+        )
+    if unseen:
+        return Check(
+            name,
+            WARN,
+            f"no NodeName line with Gres= for {', '.join(unseen[:5])} in {path} (an Include?): "
+            "not checked",
+            fix,
+        )
+    return Check(name, OK, f"Gres= of {seen} node(s) lists the GPUs as the layout, in device order")
+
+
 # ---- node hooks -----------------------------------------------------------------------
 HOOK_KEYS = (
     ("prolog", "Prolog"),
@@ -649,6 +706,7 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     checks.append(check_lua_socket(sys.lua_socket_globs))
     gres = sys.etc_slurm / "gres.conf"
     checks.append(check_gres_conf(read_text(gres), gres, cfg))
+    checks.append(check_node_gres(read_text(slurm_conf), slurm_conf, cfg))
     answered: list[dict[str, Any] | None] = []
 
     def ping() -> dict[str, Any] | None:

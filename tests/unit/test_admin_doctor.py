@@ -253,6 +253,27 @@ def test_gres_conf_inconsistent(tmp_path):
     assert doc.check_gres_conf("", tmp_path / "g", parse_config("", "x")).status == doc.WARN
 
 
+def test_node_gres_must_list_the_gpus_in_device_index_order(tmp_path):
+    """slurmctld numbers a node's GPUs in the order of Gres=: the layout's order is the
+    device order (gpu01's GPU 0 is whole, GPU 1 shared)."""
+    c, p = cfg(), tmp_path / "slurm.conf"
+    good = (
+        "ClusterName=x\nNodeName=gpu[01-02] CPUs=8 Gres=gpu:v100:1,gpu:v100_s1:1,shard:4 "
+        "State=UNKNOWN\nNodeName=login1 CPUs=4  # no GPUs\n"
+    )
+    ok = doc.check_node_gres(good, p, c)
+    assert ok.status == doc.OK and "2 node(s)" in ok.message
+    pool_first = good.replace("gpu:v100:1,gpu:v100_s1:1", "gpu:v100_s1:1,gpu:v100:1")
+    bad = doc.check_node_gres(pool_first, p, c)
+    assert bad.status == doc.FAIL and "2 node(s)" in bad.message
+    assert "gpu01: Gres=gpu:v100_s1:1,gpu:v100:1,shard:4, expected gpu:v100:1" in bad.message
+    assert "slurm-colo install" in bad.fix
+    one_line = "NodeName=gpu01 Gres=gpu:v100:1,gpu:v100_s1:1,shard:4\n"
+    partial = doc.check_node_gres(one_line, p, c)
+    assert partial.status == doc.WARN and "gpu02" in partial.message
+    assert doc.check_node_gres(None, p, c).status == doc.WARN
+
+
 # ---- agent, store, scores, MPS -----------------------------------------------------------
 def test_agent_check():
     assert doc.check_agent(lambda: {"ok": True, "scores": "s1"}, "/s").status == doc.OK
@@ -333,6 +354,7 @@ def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
             f"{k}={shims}/slurm-colo-{k.lower()}\n"
             for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog")
         )
+        + "".join(f"NodeName={ng.nodes} CPUs=8 Gres={ng.node_gres()}\n" for ng in c.gpus)
     )
     (etc / "gres.conf").write_text(gres_conf(c.gpus))
     (etc / "job_submit.lua").write_text(render_job_submit_lua(c))
@@ -365,6 +387,7 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
         "job_submit.lua",
         "lua-socket",
         "gres.conf",
+        "Gres=",
         "agent",
         "records",
         "database",
@@ -423,7 +446,7 @@ def test_cli_doctor_reports_and_exits_non_zero(tmp_path):
     assert lines[0].startswith("[OK  ] config:")
     assert any(ln.startswith("[FAIL] agent:") and "none.sock" in ln for ln in lines)
     assert "[OK  ] gres.conf:" in r.output and "[OK  ] job_submit.lua:" in r.output
-    assert lines[-1].startswith("14 checks: ")
+    assert lines[-1].startswith("15 checks: ")
 
 
 def test_cli_doctor_json(tmp_path):
