@@ -122,8 +122,8 @@ class NodeGpus:
                 f"whole GPUs (type {self.gres_type(self.exclusive()[0])}) in two: Slurm numbers "
                 "a node's GPUs in the order of the types in slurm.conf's Gres= and adds up a "
                 "type named twice, so it would give a job another GPU than the one slurm-colo "
-                "placed it on. Keep the whole GPUs one block of consecutive indices (the shared pool "
-                "at the node's lowest or highest indices)"
+                "placed it on. Keep the whole GPUs one block of consecutive indices (the "
+                "shared pool at the node's lowest or highest indices)"
             )
 
     @property

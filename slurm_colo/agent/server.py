@@ -322,7 +322,7 @@ class Agent:
         t_slurm = time.perf_counter()
         with self.lock:
             t_lock2 = time.perf_counter()
-            tag = self.state.job_started(
+            placement = self.state.job_started(
                 job_id,
                 tag_text,
                 now,
@@ -342,7 +342,7 @@ class Agent:
                 (time.perf_counter() - t_lock2) * 1000,
                 JOBSTART_TIMEOUT_S,
             )
-        return tag
+        return placement
 
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
