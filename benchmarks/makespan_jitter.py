@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import simulator_tables
 from simulator_tables import DOC, label, prepared
 
 from slurm_colo.sim.metrics import render
@@ -34,14 +35,11 @@ BAR = 3.0  # per cent above the oracle
 
 
 @dataclass(frozen=True)
-class Task:
-    campaign: str
-    load: float
-    seed: int
-    jobs: int
-    gpus: int
-    jitter_s: float
-    policies: tuple[str, ...]
+class Task(simulator_tables.Task):
+    """One run of the tables (campaign, load, seed, size) and what to measure on it."""
+
+    jitter_s: float = 1.0
+    policies: tuple[str, ...] = ()
 
 
 #: makespan in hours of each policy: (as drawn, jittered)
@@ -49,7 +47,9 @@ Makespans = dict[str, tuple[float, float]]
 
 
 def run(task: Task) -> tuple[Task, Makespans]:
-    data, trace, setup = prepared(task.campaign, task.load, task.seed, task.jobs, task.gpus)
+    data, trace, setup = prepared(
+        task.campaign, task.load, task.seed, task.jobs, task.gpus, task.gavel
+    )
     moved = jittered(trace, task.jitter_s, JITTER_SEED + task.seed)
     a = {r.policy: r.makespan_h for r in simulate(trace, data, setup, task.policies)}
     b = {r.policy: r.makespan_h for r in simulate(moved, data, setup, task.policies)}
@@ -138,7 +138,7 @@ def main() -> None:
     a = ap.parse_args()
     policies = tuple(p.strip() for p in a.policies.split(",") if p.strip())
     tasks = [
-        Task(c.strip(), float(ld), s, a.jobs, a.gpus, a.jitter_s, policies)
+        Task(c.strip(), float(ld), s, a.jobs, a.gpus, jitter_s=a.jitter_s, policies=policies)
         for c in a.campaigns.split(",")
         if c.strip()
         for ld in a.loads.split(",")
