@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 
 import typer
 
@@ -32,7 +34,10 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
             "mps_uid": st.get("uid"),
             "mps_alive": procs.alive(st.get("pid")) if st.get("pid") else None,
             "pipe_dir": st.get("pipe_dir"),
-            "faults": [e.get("detail") for e in events if e["ev"] == "fault"][-3:],
+            "faults": [
+                {"t": e["t"], "kind": e.get("kind"), "detail": e.get("detail")}
+                for e in journal.recent_faults(events, time.time())[-3:]
+            ],
             "recent_crashes": len(read_json(lay.crashes(g)) or []),
         }
     return {
@@ -53,7 +58,8 @@ def register(app: typer.Typer) -> None:
 
     @node.command("status")
     def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
-        """Per-GPU MPS daemons and jobs on this node, pending records."""
+        """Per-GPU MPS daemons and jobs on this node, the last MPS faults of the last day,
+        pending records."""
         s = _status(load_config())
         if as_json:
             typer.echo(json.dumps(s, indent=2, sort_keys=True))
@@ -70,7 +76,8 @@ def register(app: typer.Typer) -> None:
                 f"GPU {g}: jobs {i['jobs'] or '-'}; {d}; crashes (10 min) {i['recent_crashes']}"
             )
             for f in i["faults"]:
-                typer.echo(f"   fault: {f}")
+                when = datetime.fromtimestamp(float(f["t"]), UTC).strftime("%Y-%m-%d %H:%M:%S")
+                typer.echo(f"   fault {when} UTC {f['kind']}: {f['detail']}")
         typer.echo(f"job state dirs: {s['jobs'] or '-'}; spooled records: {s['spooled_records']}")
 
     @node.command("cleanup")

@@ -9,7 +9,9 @@ line is one event, appended with a single ``write`` under the GPU lock:
   "detail": "..."}``
 
 The pure functions below turn events into co-runner overlap intervals and fault flags; the
-journal is truncated when the last job leaves the GPU and no record is still pending.
+journal is truncated when the last job leaves the GPU and no record is still pending, all
+but the faults of the last :data:`FAULTS_KEPT_S` (at most :data:`FAULTS_KEPT`), which
+``slurm-colo node status`` shows.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import Any
 
 #: a journal larger than this is compacted (ended jobs older than every live job dropped)
 MAX_BYTES = 256 * 1024
+#: faults of this recent past survive compaction, for ``slurm-colo node status``
+FAULTS_KEPT_S = 24 * 3600.0
+FAULTS_KEPT = 20
 
 
 @dataclass(frozen=True)
@@ -127,18 +132,26 @@ def shared_intervals(
     return merged
 
 
-def compact(path: Path, keep_jobs: set[int]) -> None:
+def recent_faults(events: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """The last :data:`FAULTS_KEPT` faults of the last :data:`FAULTS_KEPT_S`, oldest first."""
+    recent = [ev for ev in events if ev["ev"] == "fault" and float(ev["t"]) >= now - FAULTS_KEPT_S]
+    return recent[-FAULTS_KEPT:]
+
+
+def compact(path: Path, keep_jobs: set[int], now: float | None = None) -> None:
     """Rewrite the journal keeping live stays, jobs in ``keep_jobs`` and recent faults.
 
-    Called under the GPU lock. When nothing is live and nothing is kept the file is
-    emptied; otherwise only when it grew past :data:`MAX_BYTES`.
+    Called under the GPU lock. When nothing is live and nothing is kept, only the faults of
+    the last day are left (:func:`recent_faults`); otherwise the file is rewritten only
+    when it grew past :data:`MAX_BYTES`.
     """
     events = read(path)
     live = {s.job for s in active(events)} | keep_jobs
     if live and path.exists() and path.stat().st_size < MAX_BYTES:
         return
+    now = time.time() if now is None else now
     if not live:
-        path.write_bytes(b"")
+        _write(path, recent_faults(events, now))
         return
     all_stays = stays(events)
     oldest = min((s.start for s in all_stays.values() if s.job in live), default=time.time())
@@ -148,6 +161,7 @@ def compact(path: Path, keep_jobs: set[int]) -> None:
         return float("inf") if s is None or s.end is None else s.end
 
     # keep what a live or pending job's record can still need: stays overlapping them
+    shown = {id(ev) for ev in recent_faults(events, now)}
     kept = [
         ev
         for ev in events
@@ -155,10 +169,17 @@ def compact(path: Path, keep_jobs: set[int]) -> None:
             ev["ev"] in ("start", "end")
             and (int(ev["job"]) in live or ends(int(ev["job"])) >= oldest)
         )
-        or (ev["ev"] == "fault" and float(ev["t"]) >= oldest - 60)
+        or (ev["ev"] == "fault" and (float(ev["t"]) >= oldest - 60 or id(ev) in shown))
     ]
+    _write(path, kept)
+
+
+def _write(path: Path, events: list[dict[str, Any]]) -> None:
+    if not events:
+        path.write_bytes(b"")
+        return
     from ..fsutil import atomic_write_bytes
 
     atomic_write_bytes(
-        path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode() for e in kept), fsync=False
+        path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode() for e in events), fsync=False
     )

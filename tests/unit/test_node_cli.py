@@ -57,3 +57,37 @@ def test_cleanup_force_stops_a_daemon_and_resets_the_guard(tmp_path: Path, monke
     out = CliRunner().invoke(app, ["node", "cleanup", "--gpu", "0", "--force"])
     assert out.exit_code == 0 and "GPU 0: clean" in out.output
     assert leftover_mps(cfg) == [] and not gm.state() and not gm.layout.crashes(0).exists()
+
+
+def test_status_shows_a_gpus_faults_of_the_last_day_once_it_is_idle(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The journal is emptied when the last job leaves; its recent faults stay for status."""
+    import time
+
+    from slurm_colo.node import journal
+    from slurm_colo.node.layout import NodeLayout
+
+    cfg = node_config(tmp_path)
+    monkeypatch.setenv("SLURM_COLO_CONFIG", cfg.source)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    old = {"ev": "fault", "t": time.time() - 2 * 86400, "kind": "daemon_dead", "detail": "old"}
+    try:
+        job_start(cfg, mps_job(1), launch_sampler=False)
+        journal.append(lay.journal(0), old)
+        fault = "Client {PID: 4242} encountered a fatal GPU error."
+        now = time.time()
+        journal.append(
+            lay.journal(0), {"ev": "fault", "t": now, "kind": "client_fatal", "detail": fault}
+        )
+        job_end(cfg, 1, 0, detach_stop=False)
+    finally:
+        procs.kill_all(leftover_mps(cfg))
+    out = CliRunner().invoke(app, ["node", "status", "--json"])
+    assert out.exit_code == 0, out.output
+    gpu = json.loads(out.output)["gpus"]["0"]
+    assert gpu["jobs"] == [] and [f["detail"] for f in gpu["faults"]] == [fault]
+    assert gpu["faults"][0]["kind"] == "client_fatal"
+    text = CliRunner().invoke(app, ["node", "status"]).output
+    assert f"UTC client_fatal: {fault}" in text and "old" not in text
+    assert [e["ev"] for e in journal.read(lay.journal(0))] == ["fault"]  # stays are gone

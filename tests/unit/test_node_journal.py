@@ -76,3 +76,20 @@ def test_big_journal_is_compacted_to_what_live_jobs_need(tmp_path: Path) -> None
     assert _t.monotonic() - t < 2.0
     kept = journal.stays(journal.read(p))
     assert set(kept) == {2999, 5000}  # the live job and the one stay overlapping it
+
+
+def test_an_idle_gpus_journal_keeps_the_last_days_faults_only(tmp_path: Path) -> None:
+    now = 100_000.0
+    faults = [
+        {"ev": "fault", "kind": "client_fatal", "t": now - 3600 * h, "detail": str(h)}
+        for h in (30, 23, *range(22, 0, -1))
+    ]
+    p = _j(tmp_path, EVENTS[:2] + faults + [{"ev": "end", "job": 1, "t": now - 10}])
+    journal.append(p, {"ev": "end", "job": 2, "t": now - 5})
+    journal.compact(p, keep_jobs=set(), now=now)
+    kept = journal.read(p)
+    assert all(e["ev"] == "fault" for e in kept)  # no stays: the GPU is idle
+    assert len(kept) == journal.FAULTS_KEPT == 20  # the last 20 of the 23 within a day
+    assert [e["detail"] for e in kept] == [str(h) for h in range(20, 0, -1)]
+    journal.compact(p, keep_jobs=set(), now=now + 2 * 86400)
+    assert journal.read(p) == []
