@@ -97,6 +97,26 @@ def test_daemon_crash_mid_job(cfg: Config) -> None:
     assert set(spooled(cfg)) == {1, 2, 3}
 
 
+def test_a_fault_reading_like_one_kept_from_an_earlier_daemon_is_still_recorded(
+    cfg: Config,
+) -> None:
+    """An idle GPU's journal keeps the faults of the last day: one that reads the same
+    (a daemon PID used again) must not hide this daemon's fault from its job's record."""
+    from slurm_colo.node import journal
+
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    st = gpu_mps(cfg, 0).state()
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    same = f"MPS daemon {st['pid']} on GPU 0 dead"
+    earlier = {"ev": "fault", "kind": "daemon_dead", "t": st["started"] - 3600, "detail": same}
+    journal.append(lay.journal(0), earlier)
+    os.kill(st["pid"], signal.SIGKILL)
+    time.sleep(0.05)
+    rec = job_end(cfg, 1, 1, detach_stop=False)
+    assert rec is not None and rec.mps_fault
+    assert [e["detail"] for e in journal.read(lay.journal(0))] == [same, same]
+
+
 def hang_daemon(cfg: Config, a: int, b: int) -> None:
     """Expected: the next Prolog's probe times out (node.mps_timeout_s), the hung daemon
     and its server are killed, a new daemon serves the new job; the job that was running

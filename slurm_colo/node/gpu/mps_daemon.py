@@ -308,8 +308,9 @@ class GpuMps:
         """Fault events since the offsets in control.log and server.log, a dead daemon,
         and (``query_servers``, used when the job failed) servers in FAULT state.
 
-        New ones are appended to the GPU journal once (deduplicated by their text), so
-        every job that shared the GPU at that moment is flagged, whichever Epilog runs first.
+        New ones are appended to the GPU journal once (deduplicated by their text among
+        this daemon's), so every job that shared the GPU at that moment is flagged,
+        whichever Epilog runs first.
         """
         st = self.state()
         found: list[dict] = []
@@ -348,10 +349,13 @@ class GpuMps:
                             )
                 except MPSError:
                     pass  # a hung daemon is dealt with by the next Prolog's probe
+        # this daemon's faults only: the journal keeps an idle GPU's faults of the last day,
+        # and a later daemon's fault may read the same
+        since = float(st.get("started") or 0.0) - 60
         known = {
             e.get("detail")
             for e in journal.read(self.layout.journal(self.index))
-            if e["ev"] == "fault"
+            if e["ev"] == "fault" and float(e.get("t") or 0.0) >= since
         }
         for ev in found:
             if ev["detail"] not in known:
