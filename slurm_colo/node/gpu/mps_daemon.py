@@ -15,6 +15,7 @@ Outcomes of :func:`ensure_daemon` (never raises for a problem it can handle):
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -352,11 +353,8 @@ class GpuMps:
         # this daemon's faults only: the journal keeps an idle GPU's faults of the last day,
         # and a later daemon's fault may read the same
         since = float(st.get("started") or 0.0) - 60
-        known = {
-            e.get("detail")
-            for e in journal.read(self.layout.journal(self.index))
-            if e["ev"] == "fault" and float(e.get("t") or 0.0) >= since
-        }
+        events = journal.read(self.layout.journal(self.index))
+        known = {e.get("detail") for e in journal.faults(events, since, math.inf)}
         for ev in found:
             if ev["detail"] not in known:
                 journal.append(self.layout.journal(self.index), dict(ev))
