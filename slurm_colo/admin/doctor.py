@@ -698,15 +698,16 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     if cfg is None:
         return checks  # nothing else is meaningful without a valid config
     slurm_conf = sys.etc_slurm / "slurm.conf"
-    checks += check_slurm_conf(read_text(slurm_conf), slurm_conf)
+    slurm_conf_text = read_text(slurm_conf)  # read once: four checks look at it
+    checks += check_slurm_conf(slurm_conf_text, slurm_conf)
     checks += check_spank(sys.etc_slurm / "plugstack.conf", sys.runner)
     gpu_node = cfg.layout_for(sys.hostname) is not None
-    checks.append(check_node_hooks(read_text(slurm_conf), sys.hooks_env, gpu_node))
+    checks.append(check_node_hooks(slurm_conf_text, sys.hooks_env, gpu_node))
     checks.append(check_job_submit_lua(sys.etc_slurm, sys.render_lua(cfg)))
     checks.append(check_lua_socket(sys.lua_socket_globs))
     gres = sys.etc_slurm / "gres.conf"
     checks.append(check_gres_conf(read_text(gres), gres, cfg))
-    checks.append(check_node_gres(read_text(slurm_conf), slurm_conf, cfg))
+    checks.append(check_node_gres(slurm_conf_text, slurm_conf, cfg))
     answered: list[dict[str, Any] | None] = []
 
     def ping() -> dict[str, Any] | None:
@@ -715,7 +716,7 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
 
     checks.append(check_agent(ping, cfg.agent.address))
     rights = check_agent_rights(
-        answered[-1] if answered else None, read_text(slurm_conf), sys.runner, cfg
+        answered[-1] if answered else None, slurm_conf_text, sys.runner, cfg
     )
     if rights is not None:
         checks.append(rights)
