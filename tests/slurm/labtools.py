@@ -152,12 +152,16 @@ def stop_agent() -> None:
         wait_for(lambda: agent_pid() is None, 10, 0.1, "agent exit")
 
 
-def lab_up() -> None:
+def lab_up(shared: str | None = None) -> None:
+    """``up.sh --single``; ``shared``: the GPUs of the lab's shared pool (``LAB_SHARED``,
+    default 0-1)."""
+    env = {**os.environ, "LAB_SHARED": shared} if shared is not None else None
     p = subprocess.run(
         ["bash", str(REPO / "contrib" / "lab" / "up.sh"), "--single"],
         capture_output=True,
         text=True,
         timeout=900,
+        env=env,
     )
     if p.returncode != 0:
         raise RuntimeError(

@@ -4,9 +4,7 @@ them by device index, and a job gets the GPU slurm-colo placed it on."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -18,14 +16,7 @@ ENV = "env | grep -E '^(SLURM_JOB_GPUS|CUDA_MPS_PIPE_DIRECTORY)='"
 
 def _lab_with(shared: str) -> None:
     lt.stop_agent()  # the agent reads the layout at start
-    p = subprocess.run(
-        ["bash", str(lt.REPO / "contrib" / "lab" / "up.sh"), "--single"],
-        env={**os.environ, "LAB_SHARED": shared},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    lt.lab_up(shared)
 
 
 @pytest.fixture()
