@@ -184,6 +184,27 @@ class NodeGpus:
             lines.append(f"NodeName={self.nodes} Name=shard Count={self.shards_per_gpu} File={dev}")
         return lines
 
+    def gres_mismatch(self, reported: str) -> str | None:
+        """Why a node's GRES as Slurm reports it (``gpu:v100_s0:1(S:0),gpu:v100:3,shard:..``)
+        has Slurm number its GPUs otherwise than their devices, as :meth:`type_runs` lists
+        them; None when the GPU types come in that order, or when Slurm reports none."""
+        have = []
+        for part in reported.split(","):
+            fields = part.split("(", 1)[0].strip().lower().split(":")
+            if fields[0] == "gpu" and len(fields) > 1:
+                have.append(":".join(fields))
+        if not have:
+            return None
+        want = [f"gpu:{t}:{n}" for t, n in self.type_runs()]
+        if have == want:
+            return None
+        return (
+            f"Slurm lists its GPUs as {','.join(have)} where the [[gpus]] layout in device "
+            f"index order is {','.join(want)}; Slurm numbers a node's GPUs in the order of "
+            "Gres=, so a job would get another GPU than the one it was placed on "
+            "(use the Gres= of `slurm-colo install --write DIR` and restart slurmctld and slurmd)"
+        )
+
     def node_gres(self) -> str:
         """The ``Gres=`` value of the slurm.conf NodeName line: the GPU types in device
         index order (:meth:`type_runs`), then the shards."""

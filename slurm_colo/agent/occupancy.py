@@ -42,6 +42,8 @@ class Occupancy:
         self.nodes: dict[str, SlurmNode] = {}
         self.view = ClusterView()
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
+        #: nodes closed to placement because Slurm numbers their GPUs otherwise -> why
+        self.gres_refused: dict[str, str] = {}
         self.snapshot_time: float = 0.0
         #: each running shard job's occupant in the last view, with what it was built from
         self._occupants: dict[int, tuple[tuple[Any, ...], Occupant]] = {}
@@ -63,7 +65,23 @@ class Occupancy:
         self.jobs = {j.job_id: j for j in jobs}
         if nodes:
             self.nodes = {n.name: n for n in nodes}
+            self._check_gres()
         self.snapshot_time = now
+
+    def _check_gres(self) -> None:
+        """Close the nodes whose GRES Slurm numbers otherwise than their devices (an old
+        ``Gres=`` order in slurm.conf): a job placed there would get another GPU."""
+        refused = {}
+        for name, sn in self.nodes.items():
+            ng = self.layouts.get(name)
+            why = ng.gres_mismatch(sn.gres) if ng is not None else None
+            if why is not None:
+                refused[name] = why
+                if name not in self.gres_refused:
+                    log.error("node %s: no job is placed there: %s", name, why)
+        for name in self.gres_refused.keys() - refused.keys():
+            log.info("node %s: its GRES is in device order again; placing there", name)
+        self.gres_refused = refused
 
     def forget_reported(self, now: float, asked: float | None = None) -> None:
         """Forget reported jobs Slurm shows ended, or no longer shows at all: at once when
@@ -116,7 +134,9 @@ class Occupancy:
                     memory_gib=ng.memory_gib,
                     slots=ng.shards_per_gpu,
                     model=ng.model,
-                    available=sn.usable if sn else not self.nodes,
+                    available=(sn.usable and node not in self.gres_refused)
+                    if sn
+                    else not self.nodes,
                 )
         placed: set[str] = set()
         built, now_built = self._occupants, {}

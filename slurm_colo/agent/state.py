@@ -589,5 +589,7 @@ class AgentState:
                 for h in sorted(self.held.values(), key=lambda h: h.since)
             ],
             "fallbacks": dict(led.fallbacks),
+            # nodes closed to placement: Slurm numbers their GPUs otherwise than the devices
+            "nodes_refused": dict(occ.gres_refused),
             "snapshot_age_s": now - occ.snapshot_time if occ.snapshot_time else None,
         }

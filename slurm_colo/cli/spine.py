@@ -261,6 +261,8 @@ def register(app: typer.Typer) -> None:
                 f"({refused}): no undo, no new hold, no release, no time limit raised; "
                 "one change is tried again every 10 min (slurm-colo doctor, admin guide)"
             )
+        for node, why in sorted((st.get("nodes_refused") or {}).items()):
+            typer.echo(f"node {node}: NO placement there: {why}")
         pr = st.get("probes") or {}
         if pr:
             typer.echo("probes: " + ", ".join(f"{v} {k}" for k, v in sorted(pr.items())))

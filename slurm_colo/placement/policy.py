@@ -216,10 +216,17 @@ def _why_not(
     )
     busy, unfit = idx.refusal_counts(j.uid, j.est)
     if busy == 0:
+        off = sum(1 for g in view.gpus if not g.available)
         return (
             "no shared GPU with a free slot"
             + (" for this user" if j.uid is not None else "")
             + note
+            + (
+                f"; {off} shared GPU(s) on nodes that are down, drained or closed to "
+                "placement (slurm-colo status)"
+                if off
+                else ""
+            )
         )
     if busy <= 3:
         mask = idx.open & (idx.count > 0)

@@ -72,3 +72,24 @@ def test_index_lists() -> None:
         parse_index_list("2-1", 4)
     with pytest.raises(ValueError):
         parse_index_list("x", 4)
+
+
+def test_slurm_s_gres_of_a_node_is_checked_against_the_device_order() -> None:
+    """As Slurm 22.05-26.05 report a node's GRES: the types in slurm.conf's Gres= order,
+    with socket ranges; a node listed pool first is numbered otherwise than its devices."""
+    top = NodeGpus("vm", 4, "v100", 32, (2, 3), 4)
+    assert (
+        top.gres_mismatch(
+            "gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:v100:0,shard:v100_s2:4,shard:v100_s3:4"
+        )
+        is None
+    )
+    assert top.gres_mismatch("gpu:V100:2(S:0-1),gpu:v100_s2:1(S:0),gpu:v100_s3:1(S:1)") is None
+    why = top.gres_mismatch(
+        "gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2,shard:v100_s2:4,shard:v100_s3:4,shard:v100:0"
+    )
+    assert why is not None
+    assert "Slurm lists its GPUs as gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2 " in why
+    assert "device index order is gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1;" in why
+    assert "gpu:4 where" in (top.gres_mismatch("gpu:4,shard:8") or "")  # untyped: not ours
+    assert top.gres_mismatch("") is None and top.gres_mismatch("(null)") is None  # unknown

@@ -93,6 +93,11 @@ def test_nodes_of_newer_slurm(name: str) -> None:
     )
     assert "shard:v100_s1:1(1/4)" in n.gres_used and n.features == ("colo", "fakegpu")
     assert n.partitions == ("debug",)
+    # the agent's check of Slurm's GPU numbering reads this shape (gres_layout.gres_mismatch)
+    assert NodeGpus(n.name, 4, "v100", 32, (0, 1), 4).gres_mismatch(n.gres) is None
+    assert "gpu:v100:2,gpu:v100_s2:1" in (
+        NodeGpus(n.name, 4, "v100", 32, (2, 3), 4).gres_mismatch(n.gres) or ""
+    )
 
 
 def test_grouped_sinfo_gives_every_host_of_a_group() -> None:
