@@ -1,13 +1,18 @@
 """A node whose shared pool is its highest GPUs (`shared = "2-3"` of 4): Slurm numbers a
 node's GPUs in the order of the types in slurm.conf's `Gres=`, so the generated lines list
-them by device index, and a job gets the GPU slurm-colo placed it on."""
+them by device index, and a job gets the GPU slurm-colo placed it on; a node whose Gres=
+lists them otherwise gets no placement."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 from . import labtools as lt
 
@@ -52,3 +57,40 @@ def test_a_job_gets_the_gpu_it_was_placed_on_when_the_pool_is_the_highest_gpus(
     assert sorted(_output(w.job_id)["SLURM_JOB_GPUS"] for w in whole if w.job_id) == ["0", "1"]
     gres = re.search(r"Gres=(\S+)", open("/etc/slurm/slurm.conf").read())
     assert gres and gres.group(1) == "gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:8"
+
+
+def _slurm_with_gres(line: str) -> None:
+    """Restart slurmctld and slurmd with ``line`` as the node's Gres= (GRES changes need a
+    restart); the agent keeps running and sees it at its next look at Slurm."""
+    conf = Path("/etc/slurm/slurm.conf")
+    conf.write_text(re.sub(r"Gres=\S+", f"Gres={line}", conf.read_text()))
+    lt.run(["bash", str(lt.REPO / "contrib/lab/single/down.sh"), "--slurm-only"], check=True)
+    lt.run(["slurmctld"], check=True)
+    wait_for(lambda: "UP" in lt.run(["scontrol", "ping"]).stdout, 20, 0.2, "slurmctld up")
+    lt.run(["slurmd"], check=True)
+    wait_for(
+        lambda: lt.run(["sinfo", "-h", "-o", "%T"]).stdout.strip() == "idle", 30, 0.2, "node idle"
+    )
+    lt.agent_refresh()
+
+
+def test_a_node_slurm_numbers_pool_first_gets_no_placement_until_fixed(top_pool: None) -> None:
+    """slurm.conf's Gres= listed pool first, as slurm-colo generated it before: Slurm would
+    number shared GPU 2 as 0. The agent reads that from Slurm and places nothing there."""
+    _slurm_with_gres("gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2,shard:8")
+    st = json.loads(lt.agent_cli("status", "--json").stdout)
+    why = st["nodes_refused"][socket.gethostname().split(".")[0]]
+    assert "Slurm lists its GPUs as gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2 " in why, why
+    own = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", script=ENV)
+    assert own.rc == 0 and own.job_id is not None, own.stderr
+    job = lt.squeue()[own.job_id]
+    assert "shard" not in str(job.get("tres_per_node")), job
+    assert "own GPU" in job["comment"] and "closed to placement" in job["comment"], job
+    _slurm_with_gres("gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:8")  # the generated line
+    assert json.loads(lt.agent_cli("status", "--json").stdout)["nodes_refused"] == {}
+    placed = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", script=ENV)
+    assert placed.rc == 0 and placed.job_id is not None, placed.stderr
+    gpu = re.search(r"GPU (\d) of ", placed.stderr)
+    assert gpu and gpu.group(1) in ("2", "3"), placed.stderr
+    lt.wait_done(own.job_id, placed.job_id)
+    assert _output(placed.job_id)["SLURM_JOB_GPUS"] == gpu.group(1)
