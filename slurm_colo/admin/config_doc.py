@@ -192,10 +192,12 @@ HELP: dict[str, str] = {
     "gpus.model": "GPU model used in GRES type names (lower-case letters, digits and '.'), "
     'e.g. "v100". Empty gives types such as "s1" and "excl".',
     "gpus.memory_gib": "GPU memory per GPU, in GiB.",
-    "gpus.shared": 'GPU indices in the shared pool, e.g. "0-1" or "6-7". The GPUs outside it '
-    "must be consecutive indices (the pool at the node's lowest or highest indices): Slurm "
-    "numbers a node's GPUs in the order of the types in slurm.conf's Gres= and adds up a type "
-    'named twice. The default is every GPU; "" shares none.',
+    "gpus.shared": 'GPU indices in the shared pool, e.g. "2-3" of 4 or "6-7" of 8. The GPUs '
+    "outside it must be consecutive indices (the pool at the node's lowest or highest "
+    "indices): Slurm numbers a node's GPUs in the order of the types in slurm.conf's Gres= "
+    "and adds up a type named twice. The highest indices are best: Slurm gives a plain "
+    "--gres=gpu job the lowest free GPU, so a pool at the lowest is taken whole while idle. "
+    'The default is every GPU; "" shares none.',
     "gpus.shards_per_gpu": "gres/shard count per shared GPU, which bounds how many jobs can "
     "share it (1-64).",
     "gpus.device_template": "Device file of a GPU; {index} is replaced by its index.",
@@ -229,7 +231,7 @@ EXAMPLE_GPUS: dict[str, Any] = {
     "count": 4,
     "model": "v100",
     "memory_gib": 16.0,
-    "shared": "0-1",
+    "shared": "2-3",
     "shards_per_gpu": 4,
     "device_template": "/dev/nvidia{index}",
 }

@@ -15,7 +15,7 @@ from typing import Any
 from ..config import Config, NodeConfig, load_config
 from ..contracts.enums import Replan, TimeLimit, Undo, Unplaced
 from ..errors import ColoError
-from ..gres_layout import expand_hostlist, gres_conf
+from ..gres_layout import compress_indices, expand_hostlist, gres_conf
 from .run import NOT_FOUND, Runner
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -178,7 +178,21 @@ def check_node_gres(text: str | None, path: Path, cfg: Config) -> Check:
             "not checked",
             fix,
         )
-    return Check(name, OK, f"Gres= of {seen} node(s) lists the GPUs as the layout, in device order")
+    low = [
+        f"{ng.nodes} ({compress_indices(ng.shared)} of {ng.count})"
+        for ng in cfg.gpus
+        if ng.shared and ng.exclusive() and max(ng.shared) < max(ng.exclusive())
+    ]
+    note = (
+        f"; the shared pool of {', '.join(low)} is below whole GPUs: Slurm gives a plain "
+        "--gres=gpu job the lowest free GPU, so such jobs take shared GPUs whole while they "
+        "are idle (a pool at the highest indices avoids that: docs/gres-layout.md)"
+        if low
+        else ""
+    )
+    return Check(
+        name, OK, f"Gres= of {seen} node(s) lists the GPUs as the layout, in device order" + note
+    )
 
 
 # ---- node hooks -----------------------------------------------------------------------

@@ -220,7 +220,7 @@ def config_page() -> str:
                 'nodes = "gpu[01-04]"',
                 "count = 4",
                 'model = "v100"',
-                'shared = "0-1"',
+                'shared = "2-3"',
             )
         ),
         ".fi",

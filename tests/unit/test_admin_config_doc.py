@@ -39,7 +39,7 @@ def test_example_config_parses_to_the_defaults():
     assert len(cfg.gpus) == 1
     ng = cfg.gpus[0]
     assert ng.nodes == config_doc.EXAMPLE_GPUS["nodes"]
-    assert ng.shared == (0, 1)
+    assert ng.shared == (2, 3)
 
 
 def test_example_config_mentions_every_key():

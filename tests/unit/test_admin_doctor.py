@@ -272,6 +272,17 @@ def test_node_gres_must_list_the_gpus_in_device_index_order(tmp_path):
     partial = doc.check_node_gres(one_line, p, c)
     assert partial.status == doc.WARN and "gpu02" in partial.message
     assert doc.check_node_gres(None, p, c).status == doc.WARN
+    assert "below whole GPUs" not in ok.message  # gpu[01-02]'s pool is GPU 1 of 2
+
+
+def test_node_gres_notes_a_shared_pool_below_whole_gpus(tmp_path):
+    """Slurm gives a plain --gres=gpu job the lowest free GPU: a pool at GPU 0 is taken
+    whole while idle. Right, so OK, with the advice."""
+    c = parse_config(CFG_TOML.replace('shared = "1"', 'shared = "0"'), "site.toml")
+    text = "NodeName=gpu[01-02] CPUs=8 Gres=gpu:v100_s0:1,gpu:v100:1,shard:4\n"
+    chk = doc.check_node_gres(text, tmp_path / "slurm.conf", c)
+    assert chk.status == doc.OK, chk
+    assert "the shared pool of gpu[01-02] (0 of 2) is below whole GPUs" in chk.message
 
 
 # ---- agent, store, scores, MPS -----------------------------------------------------------
