@@ -59,6 +59,7 @@ class PlacementIndex:
         self.owner = np.zeros(n, dtype=np.int64)  # uid; -1 mixed users; -2 idle
         self.closed_for = np.full(n, -1, dtype=np.int64)  # job a GPU is drained for; -1 none
         self.n_closed = 0
+        self.off = np.zeros(n, dtype=bool)  # on a node down, drained or closed to placement
         self._type_rows: dict[str, np.ndarray] = {}
         self.before = np.zeros(n, dtype=float)
         #: whether the throughput path is open (:func:`throughput_open`, set by
@@ -214,6 +215,7 @@ class PlacementIndex:
         closed = -1 if g.closed_for is None else g.closed_for
         self.n_closed += (closed >= 0) - (int(self.closed_for[i]) >= 0)
         self.closed_for[i] = closed
+        self.off[i] = not g.available
         self.free[i] = g.memory_gib * (1.0 - self.cfg.memory_headroom) - g.used_memory_gib()
         self.unprofiled[i] = unprofiled_memory(g.memory_gib, self.cfg)
         uids = {o.uid for o in occ}

@@ -216,7 +216,7 @@ def _why_not(
     )
     busy, unfit = idx.refusal_counts(j.uid, j.est)
     if busy == 0:
-        off = sum(1 for g in view.gpus if not g.available)
+        off = int(idx.off.sum())
         return (
             "no shared GPU with a free slot"
             + (" for this user" if j.uid is not None else "")
