@@ -66,6 +66,33 @@ def _limit_min(job: dict[str, Any]) -> int:
     return int(v["number"] if isinstance(v, dict) else v)
 
 
+def test_a_node_whose_gres_slurm_numbers_otherwise_gets_no_placement(vclean: VersionLab) -> None:
+    """slurm.conf's Gres= lists the whole GPUs first while the pool is GPUs 0-1: this
+    version numbers the node's GPUs in that order (scontrol show nodes --json reports it),
+    not by device, so the agent places nothing there."""
+    lab = vclean
+    try:
+        lab.up(NODE_GRES="gpu:v100:2,gpu:v100_s0:1,gpu:v100_s1:1,shard:8")
+        why = wait_for(
+            lambda: lab.status()["nodes_refused"].get(lab.node), 20, 0.5, "the node closed"
+        )
+        assert "Slurm lists its GPUs as gpu:v100:2,gpu:v100_s0:1,gpu:v100_s1:1 " in why, why
+        r = lab.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1")
+        assert r.rc == 0 and r.job_id is not None, r.stderr
+        job = lab.jobs(r.job_id)[r.job_id]
+        assert "shard" not in job["tres_per_node"], job
+        assert "closed to placement" in job["comment"], job
+    finally:
+        lab.cancel_all()
+        lab.up()  # the generated Gres= again: the lab restarts
+
+    def looked() -> dict[str, Any] | None:
+        st = lab.status()
+        return st if st["snapshot_age_s"] is not None else None
+
+    assert wait_for(looked, 20, 0.5, "the agent's first look")["nodes_refused"] == {}
+
+
 def test_a_shared_jobs_time_limit_grows_by_the_time_sharing_costs_it(vclean: VersionLab) -> None:
     lab = vclean
     # two transformer-bs16 jobs run at 0.89 of their solo speed together (the lab's

@@ -59,14 +59,16 @@ class VersionLab:
         self.root = VERSIONS_ROOT / self.suite
 
     # -- lab life cycle (host side) -------------------------------------------------------
-    def _script(self, name: str, *args: str, timeout: float = 900) -> str:
+    def _script(
+        self, name: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None
+    ) -> str:
         p = subprocess.run(
             ["bash", str(VERSIONS / name), self.suite, *args],
             check=False,
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=_clean_env(),
+            env={**_clean_env(), **(env or {})},
         )
         if p.returncode != 0:
             raise RuntimeError(
@@ -78,8 +80,10 @@ class VersionLab:
     def build(self) -> str:
         return self._script("build-chroot.sh")
 
-    def up(self) -> str:
-        return self._script("up.sh", "--colo")
+    def up(self, **settings: str) -> str:
+        """``up.sh --colo``; ``settings``: its environment settings (``NODE_GRES``), a
+        changed one restarting the lab."""
+        return self._script("up.sh", "--colo", env=settings)
 
     def down(self) -> str:
         return self._script("down.sh", timeout=60)

@@ -96,7 +96,8 @@ colo_install() {
   colo_seed_scores "$c" in_chroot "$CVENV/bin/slurm-colo"
   JOB_SUBMIT_LUA=$c/install/job_submit.lua
   GRES_CONF=$c/install/gres.conf.snippet
-  NODE_GRES=$(in_chroot "$CVENV/bin/python" -c 'from slurm_colo.config import load_config as l; print(l().gpus[0].node_gres())')
+  # the layout's Gres=, unless the caller gives one (a test of a Gres= in another order)
+  NODE_GRES=${NODE_GRES:-$(in_chroot "$CVENV/bin/python" -c 'from slurm_colo.config import load_config as l; print(l().gpus[0].node_gres())')}
   COLO_HOOKS=$CLAB/libexec
   log "config $CCONF, scores $CLAB/state/scores.json, plugin $CLAB/colocate.so, node Gres=$NODE_GRES"
 }

@@ -10,7 +10,8 @@
 #
 #   JOB_SUBMIT_LUA=FILE   install FILE as /etc/slurm/job_submit.lua and set JobSubmitPlugins=lua
 #   EXTRA_SLURM_CONF=...  lines appended to slurm.conf (before the node lines)
-#   NODE_GRES=...         the node's Gres= (default below), GRES_CONF=FILE a gres.conf to use
+#   NODE_GRES=...         the node's Gres= (default below; with --colo the layout's),
+#                         GRES_CONF=FILE a gres.conf to use
 #
 #   up.sh SUITE --colo    also install slurm-colo from this checkout into the chroot and start
 #                         its agent in the lab (colo.sh): SPANK plugin, job_submit.lua,
