@@ -45,6 +45,8 @@ from slurm_colo.sim.trace import SimJob, philly_trace, read_philly
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 BEGIN, END = "<!-- tables: begin -->", "<!-- tables: end -->"
+#: where --held-out writes its summary: seeds no setting was chosen on
+HELD_BEGIN, HELD_END = "<!-- held-out: begin -->", "<!-- held-out: end -->"
 POLICIES = ("exclusive-fifo", "gandiva-random", "ours", "ours-submit", "oracle")
 OURS = ("ours", "ours-submit")
 #: the synthetic campaign: seed of synthetic_like, share of its pairs that gain
@@ -260,7 +262,7 @@ def label(name: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", default="1-10")
+    ap.add_argument("--seeds", default=None, help="default 1-10; 21-30 with --held-out")
     ap.add_argument("--loads", default="1.5,2.0")
     ap.add_argument("--campaigns", default="v100,k80,synthetic")
     ap.add_argument("--jobs", type=int, default=10_000)
@@ -280,8 +282,17 @@ def main() -> None:
         help="write nothing; exit 1 if the page's rows for these seeds are not what the code "
         "gives now",
     )
+    ap.add_argument(
+        "--held-out",
+        action="store_true",
+        help="seeds no setting was chosen on (21-30 unless --seeds): write only the summary and "
+        "the runs worse than Gandiva or the oracle, between the page's held-out markers",
+    )
     ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
     a = ap.parse_args()
+    if a.held_out and a.check:
+        ap.error("--check compares the per-seed tables: not with --held-out")
+    a.seeds = a.seeds or ("21-30" if a.held_out else "1-10")
     seeds = parse_seeds(a.seeds)
     loads = [float(x) for x in a.loads.split(",")]
     names = [c.strip() for c in a.campaigns.split(",") if c.strip()]
@@ -309,17 +320,21 @@ def main() -> None:
             )
         print(f"{a.doc}: every row of these seeds is what the code gives ({minutes:.1f} min)")
         return
-    cmd = "python benchmarks/simulator_tables.py" + "".join(
-        f" --{k} {v}"
-        for k, v, d in (
-            ("seeds", a.seeds, "1-10"),
-            ("loads", a.loads, "1.5,2.0"),
-            ("campaigns", a.campaigns, "v100,k80,synthetic"),
-            ("jobs", a.jobs, 10_000),
-            ("gpus", a.gpus, 256),
-            ("gavel", a.gavel, ""),
+    cmd = (
+        "python benchmarks/simulator_tables.py"
+        + " --held-out" * a.held_out
+        + "".join(
+            f" --{k} {v}"
+            for k, v, d in (
+                ("seeds", a.seeds, "21-30" if a.held_out else "1-10"),
+                ("loads", a.loads, "1.5,2.0"),
+                ("campaigns", a.campaigns, "v100,k80,synthetic"),
+                ("jobs", a.jobs, 10_000),
+                ("gpus", a.gpus, 256),
+                ("gavel", a.gavel, ""),
+            )
+            if v != d
         )
-        if v != d
     )
     parts = [
         (
@@ -332,18 +347,27 @@ def main() -> None:
         "3 % above the oracle's makespan (Gandiva's value, or the oracle's, second):\n\n"
         + missed(grid),
     ]
-    for (name, load), rows in grid.items():
-        parts.append(f"### {label(name)}, load {load:.1f}\n\n" + per_seed_table(rows))
-    text = "\n\n".join(parts)
-    print(text)
+    per_seed = [
+        f"### {label(name)}, load {load:.1f}\n\n" + per_seed_table(rows)
+        for (name, load), rows in grid.items()
+    ]
+    print("\n\n".join(parts + per_seed))
     if a.no_write:
         return
-    doc = a.doc.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(doc):
-        sys.exit(f"{a.doc}: no {BEGIN} ... {END} markers to write between")
-    a.doc.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", doc), encoding="utf-8")
+    if a.held_out:  # the summary only: the per-seed rows were printed
+        parts[1] = parts[1].replace("### Summary\n\n", "", 1)
+        write_between(a.doc, HELD_BEGIN, HELD_END, "\n\n".join(parts))
+    else:
+        write_between(a.doc, BEGIN, END, "\n\n".join(parts + per_seed))
     print(f"tables written into {a.doc}", file=sys.stderr)
+
+
+def write_between(path: Path, begin: str, end: str, text: str) -> None:
+    doc = path.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(doc):
+        sys.exit(f"{path}: no {begin} ... {end} markers to write between")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", doc), encoding="utf-8")
 
 
 if __name__ == "__main__":

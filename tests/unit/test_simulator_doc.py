@@ -47,6 +47,41 @@ def test_a_stale_or_missing_row_is_named_and_fails_the_check(tmp_path: Path) -> 
     assert gone.returncode == 1 and "page: (no such row)" in gone.stdout
 
 
+def test_held_out_seeds_write_their_summary_only_between_their_markers(tmp_path: Path) -> None:
+    """--held-out (seeds 21-30 unless told): the summary and the misses go between the
+    held-out markers; the seeds 1-10 tables are left as they are."""
+    page = tmp_path / "simulator.md"
+    tables_block = "<!-- tables: begin -->\nkept\n<!-- tables: end -->\n"
+    page.write_text(
+        tables_block + "<!-- held-out: begin -->\nold\n<!-- held-out: end -->\n", "utf-8"
+    )
+    small = [
+        "--campaigns",
+        "k80",
+        "--loads",
+        "1.5",
+        "--seeds",
+        "21",
+        "--jobs",
+        "300",
+        "--gpus",
+        "16",
+    ]
+    r = tables("--held-out", *small, "--doc", str(page))
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = page.read_text("utf-8")
+    assert text.startswith(tables_block) and "\nold\n" not in text
+    held = text.split("<!-- held-out: begin -->\n")[1]
+    assert held.startswith(
+        "Written by `python benchmarks/simulator_tables.py --held-out --seeds 21 "
+    )
+    assert "| k80 | 1.5 | ours | " in held and "Where `ours` or `ours-submit` is worse" in held
+    assert "### " not in held  # no per-seed tables on the page...
+    assert "| 21 | ours | " in r.stdout  # ...but printed
+    refused = tables("--held-out", "--check", "--doc", str(page))
+    assert refused.returncode == 2 and "not with --held-out" in refused.stderr
+
+
 JITTER = REPO / "benchmarks" / "makespan_jitter.py"
 
 
