@@ -13,9 +13,10 @@ serves. Snapshot shape::
      "requests_total": 40,
      "request_seconds": {"sum": 0.8, "count": 40}}
 
-Optional, when present: ``slots``, ``exclusive_job`` and ``closed_for`` per GPU,
-``pending_placements``, ``probes`` (verdict -> count) and ``held`` (jobs held for the
-agent to release: requeued by an undo, or held at submission).
+Optional, when present: ``slots``, ``exclusive_job``, ``closed_for`` and ``available``
+per GPU, ``pending_placements``, ``probes`` (verdict -> count), ``held`` (jobs held for the
+agent to release: requeued by an undo, or held at submission) and ``nodes_refused`` (node
+-> why the agent places nothing there).
 Missing keys are treated as empty; ``None`` values produce no sample.
 """
 
@@ -139,6 +140,12 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
         "1 while the shared GPU takes no new partners because a job waiting "
         "for whole GPUs gets it next (starvation guard), else 0.",
     )
+    available = _Family(
+        "gpu_available",
+        "gauge",
+        "1 when the shared GPU's node takes placements, 0 while it is down, drained or "
+        "closed by the agent (see nodes_closed).",
+    )
     for gpu in snapshot.get("gpus") or ():
         gl = {
             "node": gpu.get("node", ""),
@@ -167,6 +174,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
             exclusive.add(gpu["exclusive_job"] is not None, gl)
         if "closed_for" in gpu:
             drained.add(gpu["closed_for"] is not None, gl)
+        if "available" in gpu:
+            available.add(bool(gpu["available"]), gl)
         delta.add(_num(gpu.get("predicted_delta")), gl)
         slowdown.add(_num(gpu.get("observed_slowdown")), gl)
 
@@ -201,6 +210,15 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     if "held" in snapshot:
         held.add(len(snapshot.get("held") or []))
 
+    closed = _Family(
+        "nodes_closed",
+        "gauge",
+        "Nodes the agent places no job on because Slurm numbers their GPUs otherwise than "
+        "their devices (slurm.conf Gres= not in device index order); value 1.",
+    )
+    for node in sorted(snapshot.get("nodes_refused") or {}):
+        closed.add(1, {"node": node})
+
     scores = snapshot.get("scores") or {}
     score_info = _Family("scores_info", "gauge", "The live compatibility score set (value 1).")
     score_age = _Family("scores_age_seconds", "gauge", "Age of the live score set in seconds.")
@@ -230,12 +248,14 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
         slots,
         exclusive,
         drained,
+        available,
         delta,
         slowdown,
         decisions,
         fallbacks,
         probes,
         held,
+        closed,
         score_info,
         score_age,
         pending_total,

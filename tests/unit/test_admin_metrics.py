@@ -85,8 +85,10 @@ SNAPSHOT = {
             "slots": 4,
             "exclusive_job": 77,
             "closed_for": 91,
+            "available": False,
         },
     ],
+    "nodes_refused": {"gpu02": "Slurm lists its GPUs as gpu:v100:1,gpu:v100_s0:1 where ..."},
     "decisions": {"share:compatible": 7, "exclusive:no_partner": 2},
     "fallbacks": {"agent_timeout": 3},
     "scores": {"id": "2026-11-22T03:00", "age_s": 5400.0},
@@ -188,6 +190,19 @@ def test_optional_capacity_exclusive_and_pending():
         ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "1")
     ]
     assert _values(samples, "slurm_colo_pending_placements") == [({}, "2")]
+
+
+def test_a_node_the_agent_closed_is_a_series_to_alert_on():
+    _, samples = parse(render(SNAPSHOT))
+    assert _values(samples, "slurm_colo_nodes_closed") == [({"node": "gpu02"}, "1")]
+    assert _values(samples, "slurm_colo_gpu_available") == [
+        ({"node": "gpu02", "gpu": "0", "gres_type": "v100_s0"}, "0")
+    ]
+    _, none = parse(render({"gpus": [{"node": "n", "index": 1, "available": True}]}))
+    assert _values(none, "slurm_colo_gpu_available") == [
+        ({"node": "n", "gpu": "1", "gres_type": ""}, "1")
+    ]
+    assert _values(none, "slurm_colo_nodes_closed") == []
 
 
 def test_score_age_from_created_time():

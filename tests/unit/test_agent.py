@@ -93,6 +93,7 @@ def test_a_node_slurm_numbers_otherwise_than_its_devices_gets_no_placement(
     assert "2 shared GPU(s) on nodes that are down, drained or closed" in own["comment"]
     assert "gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2" in s.status(1.5)["nodes_refused"]["n1"]
     assert not any(g["available"] for g in s.status(1.5)["gpus"])
+    assert 'slurm_colo_nodes_closed{node="n1"} 1' in render(s.status(1.5)).splitlines()
     fixed = "gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:v100_s2:4,shard:v100_s3:4"
     s.apply_snapshot([], [SlurmNode("n1", "IDLE", gres=fixed)], 2.0)
     assert s.status(2.0)["nodes_refused"] == {}
