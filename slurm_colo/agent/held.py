@@ -153,6 +153,10 @@ class HeldJobs:
             p is None or p.decision.throughput_open,
         )
         live.learn(j.observed, now, at_once=j.verdict != "keep")  # the view is rebuilt below
+        rates = [m.n for m in members if m.measured and m.n > 0]
+        if p is not None and p.decision.node and p.decision.index is not None and rates:
+            jobs = [m.job for m in report.members]
+            occ.observe(p.decision.node, p.decision.index, jobs, round(1 / min(rates), 3))
         what = "probe of the set left behind" if report.again else "probe"
         if j.verdict == "keep":
             ledger.probes["kept"] += 1

@@ -44,6 +44,9 @@ class Occupancy:
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
         #: nodes closed to placement because Slurm numbers their GPUs otherwise -> why
         self.gres_refused: dict[str, str] = {}
+        #: (node, GPU) -> the jobs of the set a probe measured there, and the slowdown of
+        #: its slowest measured member (1 / its normalised throughput)
+        self.observed: dict[tuple[str, int], tuple[frozenset[int], float]] = {}
         self.snapshot_time: float = 0.0
         #: each running shard job's occupant in the last view, with what it was built from
         self._occupants: dict[int, tuple[tuple[Any, ...], Occupant]] = {}
@@ -293,12 +296,18 @@ class Occupancy:
         return self.view.part(gpus)
 
     # ---- reporting ---------------------------------------------------------------------
+    def observe(self, node: str, index: int, jobs: Iterable[int], slowdown: float) -> None:
+        """What a probe measured on GPU ``index`` of ``node``: shown while that set runs."""
+        self.observed[(node, index)] = (frozenset(jobs), slowdown)
+
     def gpu_rows(self, scores: ScoreTable, now: float) -> list[dict[str, Any]]:
         """The GPUs as ``slurm-colo status`` shows them."""
         gpus = []
         for g in self.view.gpus:
             classes = [o.cls for o in g.occupants]
             delta = scores.delta(classes)[0] if len(classes) >= 2 else None
+            seen = self.observed.get((g.node, g.index))
+            running = frozenset(o.job_id for o in g.occupants if o.job_id and not o.pending)
             gpus.append(
                 {
                     "node": g.node,
@@ -309,7 +318,7 @@ class Occupancy:
                     "exclusive_job": g.exclusive_job,
                     "slots": g.slots,
                     "predicted_delta": delta,
-                    "observed_slowdown": None,
+                    "observed_slowdown": seen[1] if seen and seen[0] == running else None,
                     "occupants": [
                         {
                             "job_id": o.job_id,

@@ -289,6 +289,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{head}  exclusive job {g['exclusive_job']}")
                 continue
             delta = f"  delta {g['predicted_delta']:.2f}" if g.get("predicted_delta") else ""
+            if g.get("observed_slowdown"):
+                delta += f"  measured slowdown {g['observed_slowdown']:.2f}"
             typer.echo(
                 f"{head}  {len(occ)}/{g['slots']} slot(s){delta}"
                 + ("" if g.get("available", True) else "  (node unavailable)")

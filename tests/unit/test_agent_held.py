@@ -19,6 +19,7 @@ from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.errors import SlurmError
 from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.metrics import render
 from slurm_colo.placement.retract import undone_floor
 from slurm_colo.scores import ClassInfo, table_from_pairs
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
@@ -95,6 +96,23 @@ def test_a_good_set_is_kept_and_its_measurement_used_from_the_next_look_at_slurm
     p = s.scores.pair("fast", "slow")
     assert p.observed and p.n_a == pytest.approx(0.9) and p.n_b == pytest.approx(0.9)
     assert s.ledger.probes["kept"] == 1 and s.status(600.0)["probes"] == {"kept": 1}
+
+
+def test_a_kept_set_shows_its_measured_slowdown_while_it_runs() -> None:
+    """slow runs at 9 of its 10 alone, fast at 18 of 20: the slowest member is 1/0.9."""
+    s, jobs = _pair()
+    (g0,) = [g for g in s.status(500.0)["gpus"] if g["index"] == 0]
+    assert g0["observed_slowdown"] is None  # not measured yet
+    s.probe(ProbeReport.from_wire(_report(9.0, 18.0)), 600.0)
+    s.apply_snapshot(jobs, [], 602.0)
+    (g0,) = [g for g in s.status(602.0)["gpus"] if g["index"] == 0]
+    assert g0["observed_slowdown"] == pytest.approx(1.111, abs=1e-3)
+    assert 'slurm_colo_gpu_observed_slowdown{node="n1",gpu="0",gres_type="v100_s0"} 1.111' in (
+        render(s.status(602.0))
+    )
+    s.job_ended(11)  # another set now: what was measured is not its
+    (g0,) = [g for g in s.status(603.0)["gpus"] if g["index"] == 0]
+    assert g0["observed_slowdown"] is None
 
 
 def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fits() -> None:
