@@ -128,7 +128,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     slowdown = _Family(
         "gpu_observed_slowdown",
         "gauge",
-        "Observed slowdown of the jobs sharing the GPU versus running alone.",
+        "Slowdown against running alone of the slowest job of the set on the GPU, as the "
+        "set's probe measured it (no sample before that, or once the set changed).",
     )
     slots = _Family("gpu_slots", "gauge", "Jobs a shared GPU can hold (its shards).")
     exclusive = _Family(
