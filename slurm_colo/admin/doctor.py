@@ -151,14 +151,14 @@ def check_node_gres(text: str | None, path: Path, cfg: Config) -> Check:
     lines = node_gres_lines(text)
     wrong, unseen, seen = [], [], 0
     for ng in cfg.gpus:
-        want = [p for p in ng.node_gres().split(",") if p.startswith("gpu:")]
         for node in ng.node_names:
             if node not in lines:
                 unseen.append(node)
                 continue
             seen += 1
-            have = [p for p in lines[node].lower().split(",") if p.startswith("gpu:")]
-            if have != [p.lower() for p in want]:
+            # the agent's check of Slurm's report; a line naming no GPU is wrong here too
+            no_gpu = not any(g.strip().lower().startswith("gpu:") for g in lines[node].split(","))
+            if no_gpu or ng.gres_mismatch(lines[node]) is not None:
                 wrong.append(f"{node}: Gres={lines[node]}, expected {ng.node_gres()}")
     if wrong:
         return Check(

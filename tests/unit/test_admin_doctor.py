@@ -268,6 +268,8 @@ def test_node_gres_must_list_the_gpus_in_device_index_order(tmp_path):
     assert bad.status == doc.FAIL and "2 node(s)" in bad.message
     assert "gpu01: Gres=gpu:v100_s1:1,gpu:v100:1,shard:4, expected gpu:v100:1" in bad.message
     assert "slurm-colo install" in bad.fix
+    no_gpu = good.replace("gpu:v100:1,gpu:v100_s1:1,", "")
+    assert doc.check_node_gres(no_gpu, p, c).status == doc.FAIL  # Gres=shard:4 alone
     one_line = "NodeName=gpu01 Gres=gpu:v100:1,gpu:v100_s1:1,shard:4\n"
     partial = doc.check_node_gres(one_line, p, c)
     assert partial.status == doc.WARN and "gpu02" in partial.message
