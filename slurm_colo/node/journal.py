@@ -17,6 +17,7 @@ but the faults of the last :data:`FAULTS_KEPT_S` (at most :data:`FAULTS_KEPT`), 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -134,8 +135,7 @@ def shared_intervals(
 
 def recent_faults(events: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     """The last :data:`FAULTS_KEPT` faults of the last :data:`FAULTS_KEPT_S`, oldest first."""
-    recent = [ev for ev in events if ev["ev"] == "fault" and float(ev["t"]) >= now - FAULTS_KEPT_S]
-    return recent[-FAULTS_KEPT:]
+    return faults(events, now - FAULTS_KEPT_S, math.inf)[-FAULTS_KEPT:]
 
 
 def compact(path: Path, keep_jobs: set[int], now: float | None = None) -> None:
