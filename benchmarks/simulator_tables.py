@@ -9,8 +9,14 @@ rest of the page is left alone), so the figures there are always the code's::
 
     .venv/bin/python benchmarks/simulator_tables.py                 # the full grid, ~18 min (2 cores)
     .venv/bin/python benchmarks/simulator_tables.py --seeds 1-2 --jobs 2000 --gpus 64 --no-write
-    .venv/bin/python benchmarks/simulator_tables.py --gavel FILE --campaigns p100 --no-write
+    .venv/bin/python benchmarks/simulator_tables.py --gavel FILE --campaigns p100 --summary-into p100
     .venv/bin/python benchmarks/simulator_tables.py --check --seeds 1 --loads 1.5
+
+``--held-out`` runs seeds 21-30 (no setting was chosen on them) and writes only the
+summary, between the ``<!-- held-out -->`` markers; ``--summary-into NAME`` does the same
+for any run, between ``<!-- NAME -->`` markers (the P100 line above: a Gavel file with a
+GPU model the bundled data lacks). ``benchmarks/simulator_doc.py`` runs every writer of the
+page at once.
 
 ``--check`` writes nothing: it measures the seeds asked for and exits 1, naming the rows,
 when a per-seed row the page holds for them is not what the code gives now (the test suite
@@ -45,8 +51,6 @@ from slurm_colo.sim.trace import SimJob, philly_trace, read_philly
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
 BEGIN, END = "<!-- tables: begin -->", "<!-- tables: end -->"
-#: where --held-out writes its summary: seeds no setting was chosen on
-HELD_BEGIN, HELD_END = "<!-- held-out: begin -->", "<!-- held-out: end -->"
 POLICIES = ("exclusive-fifo", "gandiva-random", "ours", "ours-submit", "oracle")
 OURS = ("ours", "ours-submit")
 #: the synthetic campaign: seed of synthetic_like, share of its pairs that gain
@@ -272,7 +276,8 @@ def main() -> None:
         default="",
         metavar="FILE",
         help="Gavel-format file the campaigns other than 'synthetic' come from (default: the "
-        "bundled V100/K80 data); e.g. a held-out GPU model with --campaigns p100 --no-write",
+        "bundled V100/K80 data); e.g. a GPU model the policy was never tuned on with "
+        "--campaigns p100 --summary-into p100",
     )
     ap.add_argument("--workers", type=int, default=2, help="processes at once")
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -288,10 +293,23 @@ def main() -> None:
         help="seeds no setting was chosen on (21-30 unless --seeds): write only the summary and "
         "the runs worse than Gandiva or the oracle, between the page's held-out markers",
     )
+    ap.add_argument(
+        "--summary-into",
+        default="",
+        metavar="NAME",
+        help="write only the summary and the runs worse than Gandiva or the oracle, between the "
+        "page's <!-- NAME: begin/end --> markers (--held-out: 'held-out'); e.g. p100 with "
+        "--gavel FILE --campaigns p100",
+    )
     ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
     a = ap.parse_args()
     if a.held_out and a.check:
         ap.error("--check compares the per-seed tables: not with --held-out")
+    if a.summary_into and a.check:
+        ap.error("--check compares the per-seed tables: not with --summary-into")
+    if a.held_out and a.summary_into not in ("", "held-out"):
+        ap.error("--held-out writes between the held-out markers: not with --summary-into")
+    summary_only = a.summary_into or ("held-out" if a.held_out else "")
     a.seeds = a.seeds or ("21-30" if a.held_out else "1-10")
     seeds = parse_seeds(a.seeds)
     loads = [float(x) for x in a.loads.split(",")]
@@ -323,6 +341,7 @@ def main() -> None:
     cmd = (
         "python benchmarks/simulator_tables.py"
         + " --held-out" * a.held_out
+        + (f" --summary-into {a.summary_into}" if a.summary_into and not a.held_out else "")
         + "".join(
             f" --{k} {v}"
             for k, v, d in (
@@ -331,7 +350,7 @@ def main() -> None:
                 ("campaigns", a.campaigns, "v100,k80,synthetic"),
                 ("jobs", a.jobs, 10_000),
                 ("gpus", a.gpus, 256),
-                ("gavel", a.gavel, ""),
+                ("gavel", Path(a.gavel).name if a.gavel else "", ""),
             )
             if v != d
         )
@@ -342,8 +361,8 @@ def main() -> None:
             f"{a.jobs} single-GPU jobs per seed on {a.gpus} GPUs, users may share a GPU, "
             "each GPU its model's memory, default placement settings."
         ),
-        # the held-out summary sits under the page's own paragraph: no heading
-        ("" if a.held_out else "### Summary\n\n") + summary_table(grid),
+        # a summary on its own sits under the page's own paragraph: no heading
+        ("" if summary_only else "### Summary\n\n") + summary_table(grid),
         "Where `ours` or `ours-submit` is worse than Gandiva-random on a figure, or more than "
         "3 % above the oracle's makespan (Gandiva's value, or the oracle's, second):\n\n"
         + missed(grid),
@@ -355,11 +374,17 @@ def main() -> None:
     print("\n\n".join(parts + per_seed))
     if a.no_write:
         return
-    if a.held_out:  # the summary only: the per-seed rows were printed
-        write_between(a.doc, HELD_BEGIN, HELD_END, "\n\n".join(parts))
+    if summary_only:  # the summary only: the per-seed rows were printed
+        begin, end = markers(summary_only)
+        write_between(a.doc, begin, end, "\n\n".join(parts))
     else:
         write_between(a.doc, BEGIN, END, "\n\n".join(parts + per_seed))
     print(f"tables written into {a.doc}", file=sys.stderr)
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The page's markers of the block ``name``."""
+    return f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
 
 
 def write_between(path: Path, begin: str, end: str, text: str) -> None:

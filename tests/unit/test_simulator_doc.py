@@ -114,3 +114,22 @@ def test_the_jitter_table_is_written_between_its_markers(tmp_path: Path) -> None
     )
     assert bad.returncode == 1 and "no <!-- jitter: begin -->" in bad.stderr
     assert page.read_text("utf-8") == "no markers\n"
+
+
+def test_summary_into_writes_a_named_block_only(tmp_path: Path) -> None:
+    """--summary-into NAME (the P100 block): the summary between that block's markers, the
+    rest of the page untouched; not with --check, nor with --held-out's own block."""
+    page = tmp_path / "simulator.md"
+    rest = "<!-- tables: begin -->\nkept\n<!-- tables: end -->\n"
+    page.write_text(rest + "<!-- p100: begin -->\nold\n<!-- p100: end -->\n", "utf-8")
+    r = tables(*SMALL, "--summary-into", "p100", "--doc", str(page))
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = page.read_text("utf-8")
+    assert text.startswith(rest) and "\nold\n" not in text
+    block = text.split("<!-- p100: begin -->\n")[1]
+    assert block.startswith("Written by `python benchmarks/simulator_tables.py --summary-into p100")
+    assert "| k80 | 1.5 | ours | " in block and "### " not in block
+    assert tables("--summary-into", "p100", "--check").returncode == 2
+    both = tables("--held-out", "--summary-into", "p100", "--doc", str(page))
+    assert both.returncode == 2 and "not with --summary-into" in both.stderr
+
