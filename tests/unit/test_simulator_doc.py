@@ -133,3 +133,36 @@ def test_summary_into_writes_a_named_block_only(tmp_path: Path) -> None:
     both = tables("--held-out", "--summary-into", "p100", "--doc", str(page))
     assert both.returncode == 2 and "not with --summary-into" in both.stderr
 
+
+SENSITIVITY = REPO / "benchmarks" / "seed_sensitivity.py"
+DOC_ALL = REPO / "benchmarks" / "simulator_doc.py"
+
+
+def test_the_drain_and_oracle_error_tables_are_written_between_their_markers(
+    tmp_path: Path,
+) -> None:
+    page = tmp_path / "simulator.md"
+    page.write_text(
+        "a\n<!-- drain-setting: begin -->\nold\n<!-- drain-setting: end -->\n"
+        "b\n<!-- oracle-error: begin -->\nold\n<!-- oracle-error: end -->\nc\n",
+        "utf-8",
+    )
+    small = ["--seeds", "1", "--held-out-seeds", "21", "--loads", "2.0", "--jobs", "300"]
+    cmd = [sys.executable, str(SENSITIVITY), *small, "--gpus", "16", "--doc", str(page)]
+    r = subprocess.run([*cmd, "--write"], capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = page.read_text("utf-8")
+    assert "old" not in text and text.startswith("a\n") and text.endswith("\nc\n")
+    drain = text.split("<!-- drain-setting: begin -->\n")[1].split("<!-- drain-setting: end")[0]
+    assert drain.startswith("Written by `python benchmarks/seed_sensitivity.py --seeds 1 ")
+    assert "--write" not in drain
+    rows = [line for line in drain.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row.split(" | ")[0] for row in rows[1:]] == ["| 23", "| **24**", "| 25"]
+    assert "- `oracle`: one seed's makespan against exclusive moved by up to" in drain
+    error = text.split("<!-- oracle-error: begin -->\n")[1]
+    for name in ("`oracle-error` ±0.5 %", "`oracle-error` ±1 %", "`ours`", "`ours-submit`"):
+        row = next(line for line in error.splitlines() if line.startswith(f"| {name} |"))
+        runs, worst = row.split(" | ")[3:5]
+        assert 0 <= int(runs) <= 2 and "(seed " in worst  # of 2 runs: seed 1 and 21
+    assert "seeds 21, load 2.0" in error and "21–21" not in error
+
