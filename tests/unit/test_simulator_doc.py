@@ -166,3 +166,32 @@ def test_the_drain_and_oracle_error_tables_are_written_between_their_markers(
         assert 0 <= int(runs) <= 2 and "(seed " in worst  # of 2 runs: seed 1 and 21
     assert "seeds 21, load 2.0" in error and "21–21" not in error
 
+
+def test_one_command_checks_every_blocks_markers_before_running_anything(
+    tmp_path: Path,
+) -> None:
+    page = tmp_path / "simulator.md"
+    blocks = ("tables", "held-out", "jitter", "drain-setting", "oracle-error")
+    page.write_text("".join(f"<!-- {b}: begin -->\n<!-- {b}: end -->\n" for b in blocks), "utf-8")
+    cmd = [sys.executable, str(DOC_ALL), "--doc", str(page)]
+    listed = subprocess.run([*cmd, "--print"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stderr.splitlines()
+    assert [line.split("]")[0] + "]" for line in lines] == [
+        "[tables]",
+        "[held-out]",
+        "[jitter]",
+        "[drain-setting]",  # one run writes the oracle-error block too
+    ]
+    assert "makespan_jitter.py --write" in lines[2] and "seed_sensitivity.py --write" in lines[3]
+    gavel = tmp_path / "throughputs.json"
+    gavel.write_text("{}", "utf-8")
+    p100 = subprocess.run(
+        [*cmd, "--print", "--gavel", str(gavel)], capture_output=True, text=True, timeout=60
+    )
+    assert p100.returncode == 1 and "no <!-- p100: begin -->, <!-- p100: end -->" in p100.stderr
+    assert "nothing was run" in p100.stderr and page.read_text("utf-8").count("begin") == 5
+    none = subprocess.run(
+        [*cmd, "--gavel", str(tmp_path / "absent.json")], capture_output=True, text=True
+    )
+    assert none.returncode == 1 and "absent.json: no such file" in none.stderr
