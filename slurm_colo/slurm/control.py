@@ -53,10 +53,20 @@ class JobControl(Protocol):
     ) -> None: ...
 
     def aim_and_release(
-        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str = ""
+        self,
+        job_id: int,
+        node: str,
+        admin_comment: str,
+        comment: str,
+        gres: str = "",
+        start_now: bool = True,
     ) -> None: ...
 
     def admin_hold(self, job_id: int) -> None: ...
+
+    def hold_pending(
+        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+    ) -> None: ...
 
     def retarget(
         self, job_id: int, node: str, admin_comment: str, comment: str, gres: str
@@ -98,24 +108,47 @@ class ScontrolControl:
             raise
 
     def aim_and_release(
-        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str = ""
+        self,
+        job_id: int,
+        node: str,
+        admin_comment: str,
+        comment: str,
+        gres: str = "",
+        start_now: bool = True,
     ) -> None:
         """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
         ``tres_per_node`` string in either form, for a job held without one; none: keep it)
-        and comments, clear the wait after a requeue, release it."""
+        and comments, clear the wait after a requeue (``start_now``; else the job keeps its
+        start time, e.g. a ``--begin``), release it."""
         fields = {"ReqNodeList": node} if node else {}
         if gres:
             fields["TresPerNode"] = tres_gres(gres, self.version)
-        self.run(
-            update_argv(
-                job_id, **fields, AdminComment=admin_comment, Comment=comment, StartTime="now"
-            )
-        )
+        fields |= {"AdminComment": admin_comment, "Comment": comment}
+        if start_now:
+            fields["StartTime"] = "now"
+        self.run(update_argv(job_id, **fields))
         self.run(release_argv(job_id))
 
     def admin_hold(self, job_id: int) -> None:
         """Make the job's hold the administrator's: its user can no longer release it."""
         self.run(hold_argv(job_id))
+
+    def hold_pending(
+        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+    ) -> None:
+        """Mark a pending job held (comments first: a job is never held without its tag),
+        then hold it as the administrator. If the hold fails the comments go back to
+        ``restore`` (admin comment, comment)."""
+        self.run(update_argv(job_id, AdminComment=admin_comment, Comment=comment))
+        try:
+            self.run(hold_argv(job_id))
+        except SlurmError:
+            try:
+                if any(restore):
+                    self.run(update_argv(job_id, AdminComment=restore[0], Comment=restore[1]))
+            except SlurmError:
+                pass  # the job ended meanwhile: nothing left to restore
+            raise
 
     def retarget(self, job_id: int, node: str, admin_comment: str, comment: str, gres: str) -> None:
         """Give a pending job another GPU request (``gres``, e.g. a shard of one GPU) on

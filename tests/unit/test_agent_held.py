@@ -298,12 +298,23 @@ class FakeControl:
             raise SlurmError("scontrol requeuehold 11 failed: Job is not running")
 
     def aim_and_release(
-        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str = ""
+        self,
+        job_id: int,
+        node: str,
+        admin_comment: str,
+        comment: str,
+        gres: str = "",
+        start_now: bool = True,
     ) -> None:
         self.calls.append(("aim", job_id, node))
 
     def admin_hold(self, job_id: int) -> None:
         self.calls.append(("admin_hold", job_id, ""))
+
+    def hold_pending(
+        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+    ) -> None:
+        self.calls.append(("hold_pending", job_id, admin_comment))
 
 
 class NoSlurm:

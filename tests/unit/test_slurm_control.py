@@ -44,6 +44,29 @@ def test_undo_and_aim_are_the_documented_sequences() -> None:
     ]
 
 
+def test_a_pending_job_is_held_after_its_tag_and_released_keeping_its_start_time() -> None:
+    """A job held off a node closed to placement: comments, then the administrator's hold;
+    its release leaves its start time (a --begin) alone."""
+    c = Recording()
+    c.hold_pending(12, "slurm-colo[v=1 tok=t held=v100_s2]", "colo: held: node n1 ...")
+    c.aim_and_release(12, "n1", "slurm-colo[v=1 tok=t gpu=n1:2]", "colo: now", start_now=False)
+    assert [a[1] for a in c.argvs] == ["update", "hold", "update", "release"]
+    assert c.argvs[1] == ["scontrol", "hold", "12"]
+    assert "AdminComment=slurm-colo[v=1 tok=t held=v100_s2]" in c.argvs[0]
+    assert not any(x.startswith("StartTime") for x in c.argvs[2])
+
+    class Refusing(Recording):
+        def run(self, argv: list[str]) -> None:
+            super().run(argv)
+            if argv[1] == "hold":
+                raise SlurmError("scontrol hold 12 failed: Job is not pending")
+
+    r = Refusing()
+    with pytest.raises(SlurmError, match="not pending"):
+        r.hold_pending(12, "held tag", "held", restore=("old tag", "old comment"))
+    assert r.argvs[-1][3:] == ["AdminComment=old tag", "Comment=old comment"]
+
+
 def test_a_failed_requeue_restores_the_comments() -> None:
     class Refusing(Recording):
         def run(self, argv: list[str]) -> None:
