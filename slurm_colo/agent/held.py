@@ -26,6 +26,13 @@ Its tag says ``held=*``; the re-aim places it on the whole view and sets its sha
 when it releases it. Without a GPU request it must not start on its own, so the agent
 turns the user's hold into an administrator's hold (``admin_hold``) at its first look.
 
+A job placed on a node the agent later closes to placement (Slurm numbers the node's GPUs
+otherwise than its devices, :attr:`.occupancy.Occupancy.gres_refused`) that has not started
+is held the same way (:meth:`HeldJobs.withdraw`, ``withdraw``: its tag then says
+``held=``, its comment begins with :data:`~slurm_colo.placement.held.WITHDRAWN`), so it
+cannot start on another GPU than the one it was placed on; it is released like a requeued
+job, but keeps its own start time.
+
 A job is undone at most once (``undone=1`` in its tag): a second bad set runs on and is
 learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone, nor
 jobs whose time limit ends them within ``probe_s`` anyway.
@@ -47,6 +54,7 @@ from ..placement import ClusterView
 from ..placement.by_model import ScoreBook
 from ..placement.guard import HeldWait
 from ..placement.held import (
+    WITHDRAWN,
     HeldJob,
     Newcomer,
     judge_probe,
@@ -59,6 +67,7 @@ from ..placement.held import (
     undo_comment,
     undo_tag,
     waits_behind,
+    withdrawn_comment,
 )
 from ..placement.retract import members_from_report
 from ..slurm.model import SlurmJob
@@ -96,6 +105,9 @@ class Action:
     restore: tuple[str, str] = ("", "")
     #: extend: minutes to add to the job's time limit
     minutes: int = 0
+    #: aim: clear the job's start time (the wait Slurm puts on a requeued job); a job
+    #: held off a closed node keeps its own (``--begin``)
+    start_now: bool = True
 
 
 class HeldJobs:
@@ -252,13 +264,83 @@ class HeldJobs:
                 h.job_id,
                 d.index,
                 d.node,
-                "after its undo" if h.undone else "held at submission",
+                "after its undo"
+                if h.undone
+                else "held while its node was closed"
+                if h.withdrawn
+                else "held at submission",
                 d.reason,
             )
             gres = occ.layouts[d.node].shard_request(d.index or 0) if h.any_gpu else ""
             out.append(
-                Action("aim", h.job_id, r.tag, r.comment, node=d.node, gres=gres, model=h.model)
+                Action(
+                    "aim",
+                    h.job_id,
+                    r.tag,
+                    r.comment,
+                    node=d.node,
+                    gres=gres,
+                    model=h.model,
+                    start_now=not h.withdrawn,
+                )
             )
+        return out
+
+    def withdraw(
+        self, now: float, ledger: Ledger, occ: Occupancy, rebuild: Callable[[], None]
+    ) -> list[Action]:
+        """Hold the pending jobs placed on a node now closed to placement (Slurm numbers
+        its GPUs otherwise than its devices: :attr:`.occupancy.Occupancy.gres_refused`),
+        so none starts on another GPU than the one it was placed on. Each is then a held
+        job like any other (:meth:`reaim`): on Slurm 22.05 it waits for a GPU of its own
+        shard type, so for its node to open again; from 23.11 it may go to any shared GPU
+        of its GPU model, its shard request set anew. Nothing of it is undone: it keeps
+        its own start time and may still be undone once."""
+        if not occ.gres_refused:
+            return []
+        out = []
+        for job_id, token in list(ledger.by_job.items()):
+            p = ledger.placements.get(token)
+            sj = occ.jobs.get(job_id)
+            node = p.decision.node if p is not None else None
+            if (
+                p is None
+                or sj is None
+                or sj.state != "PENDING"
+                or not p.decision.shared
+                or node not in occ.gres_refused
+                or job_id in self.jobs
+            ):
+                continue
+            gres_type = occ.shard_type(p.decision)
+            model = occ.layouts[node].model if self.retype_after_undo else ""
+            if model:  # its shard request is set anew when it is released
+                gres_type = ""
+            why = f"node {node} closed to placement"
+            ledger.drop(token)
+            req = replace(p.request, key=str(job_id), gres_type=gres_type)
+            h = HeldJob(job_id, token, req, now, why, undone=False, model=model, withdrawn=True)
+            self.jobs[job_id] = h
+            ledger.note(token, f"held: {why}")
+            log.warning(
+                "job %s: pending on GPU %s of %s, a node closed to placement; held, to be "
+                "aimed again at %s",
+                job_id,
+                p.decision.index,
+                node,
+                h.waits_for(),
+            )
+            out.append(
+                Action(
+                    "withdraw",
+                    job_id,
+                    undo_tag(token, req, why, h.gres_type, model, undone=False),
+                    withdrawn_comment(node or ""),
+                    restore=(sj.admin_comment, sj.comment),
+                )
+            )
+        if out:
+            rebuild()
         return out
 
     def sync(
@@ -287,6 +369,8 @@ class HeldJobs:
                 why = (
                     "requeued after a harmful probe"
                     if tag.undone
+                    else "its node was closed to placement"
+                    if j.comment.startswith(WITHDRAWN)
                     else f"held at submission until {held_for_text(tag.held, tag.model)} fits"
                 )
                 self.jobs[j.job_id] = HeldJob(
@@ -298,6 +382,7 @@ class HeldJobs:
                     undone=tag.undone,
                     model=tag.model,
                     locked=j.state_reason == "JobHeldAdmin",
+                    withdrawn=not tag.undone and j.comment.startswith(WITHDRAWN),
                 )
         for job_id, h in list(self.jobs.items()):
             sj = jobs.get(job_id)
@@ -318,10 +403,15 @@ class HeldJobs:
         """Slurm refused ``action``. A failed requeue leaves the job running (it is
         forgotten here; the next look at Slurm finds it on its GPU again); a failed release
         puts the job back among the held ones, to be aimed again at the next look; a failed
-        administrator's hold is tried again after :data:`LOCK_RETRY_S`."""
+        administrator's hold is tried again after :data:`LOCK_RETRY_S`. A failed hold of a
+        job pending on a closed node leaves it as it was (its comments put back): it is
+        tried again at the next look, while the job waits."""
         if action.kind == "requeue_hold":
             self.jobs.pop(action.job_id, None)
             ledger.probes["undo_failed"] += 1
+            return
+        if action.kind == "withdraw":
+            self.jobs.pop(action.job_id, None)
             return
         if action.kind == "admin_hold":
             h = self.jobs.get(action.job_id)
@@ -344,6 +434,7 @@ class HeldJobs:
             "its release failed",
             undone=bool(tag and tag.undone),
             model=action.model,
+            withdrawn=not action.start_now,
         )
         rebuild()
 

@@ -150,7 +150,8 @@ class Agent:
         with self.lock:
             self.state.apply_snapshot(jobs, nodes, time.time(), asked)
             now = time.time()
-            actions = self.state.reaim(now) if self.state.held else []
+            actions = self.state.withdraw(now)
+            actions += self.state.reaim(now) if self.state.held else []
             actions += self.state.replan(now)
             actions += self.state.extend_limits(now)
         self.run_actions(actions)
@@ -189,6 +190,8 @@ class Agent:
                         self.control.requeue_hold(a.job_id, a.admin_comment, a.comment, a.restore)
                     elif a.kind == "admin_hold":
                         self.control.admin_hold(a.job_id)
+                    elif a.kind == "withdraw":
+                        self.control.hold_pending(a.job_id, a.admin_comment, a.comment, a.restore)
                     elif a.kind == "retarget":
                         self.control.retarget(a.job_id, a.node, a.admin_comment, a.comment, a.gres)
                     elif a.kind == "extend":
@@ -200,7 +203,7 @@ class Agent:
                         )
                     else:
                         self.control.aim_and_release(
-                            a.job_id, a.node, a.admin_comment, a.comment, a.gres
+                            a.job_id, a.node, a.admin_comment, a.comment, a.gres, a.start_now
                         )
                 except SlurmError as e:
                     with self.lock:

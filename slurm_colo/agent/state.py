@@ -382,6 +382,13 @@ class AgentState:
         """Judge a probe report (agent/held.py): the reply and what to do in Slurm."""
         return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
 
+    def withdraw(self, now: float) -> list[Action]:
+        """Hold the pending jobs placed on a node closed to placement (agent/held.py);
+        none while Slurm refuses the agent the right (they may then start there)."""
+        if not self.occupancy.gres_refused or self.rights.holding_back(now):
+            return []
+        return self.holds.withdraw(now, self.ledger, self.occupancy, self.rebuild)
+
     def reaim(self, now: float) -> list[Action]:
         """Aim the held jobs a GPU takes now (agent/held.py); none while Slurm refuses
         the agent the right, until a change is to be tried again (agent/rights.py)."""

@@ -54,6 +54,8 @@ class HeldJob:
     lock_retry_at: float = 0.0
     #: not released before this time (just requeued: its old run's launch credential)
     release_after: float = 0.0
+    #: pending on a node closed to placement when held (keeps its own start time)
+    withdrawn: bool = False
 
     @property
     def any_gpu(self) -> bool:
@@ -145,13 +147,28 @@ def why_not_undone(cfg: PlacementConfig, n: Newcomer) -> str:
     return ""
 
 
-def undo_tag(token: str, req: JobRequest, reason: str, gres_type: str, model: str = "") -> str:
+def undo_tag(
+    token: str, req: JobRequest, reason: str, gres_type: str, model: str = "", undone: bool = True
+) -> str:
     """The tag of a job requeued by an undo: held for a GPU of ``gres_type`` (``*``: any
-    shared GPU of ``model``, where Slurm can change a pending job's GRES)."""
+    shared GPU of ``model``, where Slurm can change a pending job's GRES). ``undone`` False:
+    a pending job held back from a node closed to placement (nothing of it was undone)."""
     return (
         Decision("exclusive", reason)
-        .placement(token, req.cls, req.mode, undone=True, held=gres_type, model=model)
+        .placement(token, req.cls, req.mode, undone=undone, held=gres_type, model=model)
         .to_tag()
+    )
+
+
+#: how the comment of a pending job held back from a node closed to placement begins
+WITHDRAWN = "colo: held: node "
+
+
+def withdrawn_comment(node: str) -> str:
+    """The comment of a pending job held back from a node closed to placement."""
+    return (
+        f"{WITHDRAWN}{node} is closed to placement (slurm-colo status); "
+        "released onto a shared GPU once one takes it"
     )
 
 
@@ -279,6 +296,14 @@ class Release:
 def release(h: HeldJob, d: Decision) -> Release:
     """What to tell Slurm and ``slurm-colo explain`` when ``h`` goes to ``d``'s GPU."""
     tag = d.placement(h.token, h.request.cls, h.request.mode, undone=h.undone).to_tag()
+    if h.withdrawn:
+        return Release(
+            h.job_id,
+            d,
+            tag,
+            f"colo: held off a node closed to placement; now GPU {d.index} of {d.node}",
+            f"held while its node was closed to placement ({h.reason}); then {d.reason}",
+        )
     if h.undone:
         return Release(
             h.job_id,
