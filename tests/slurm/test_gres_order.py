@@ -76,8 +76,21 @@ def _slurm_with_gres(line: str) -> None:
 
 def test_a_node_slurm_numbers_pool_first_gets_no_placement_until_fixed(top_pool: None) -> None:
     """slurm.conf's Gres= listed pool first, as slurm-colo generated it before: Slurm would
-    number shared GPU 2 as 0. The agent reads that from Slurm and places nothing there."""
+    number shared GPU 2 as 0. The agent reads that from Slurm and places nothing there; a
+    job it had placed there that has not started yet is held until the node is fixed, then
+    released onto its GPU, its own start time (--begin) kept."""
+    later = lt.sbatch(
+        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "--begin=now+3600"
+    )
+    assert later.rc == 0 and later.job_id is not None, later.stderr
+    at = re.search(r"GPU (\d) of ", later.stderr)
+    assert at and at.group(1) in ("2", "3"), later.stderr
+    begin = lt.squeue()[later.job_id]["start_time"]
     _slurm_with_gres("gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2,shard:8")
+    held = lt.squeue()[later.job_id]
+    assert held["job_state"] == "PENDING" and held["state_reason"] == "JobHeldAdmin", held
+    assert f"held=v100_s{at.group(1)}" in held["admin_comment"], held
+    assert held["comment"].startswith("colo: held: node "), held
     st = json.loads(lt.agent_cli("status", "--json").stdout)
     why = st["nodes_refused"][socket.gethostname().split(".")[0]]
     assert "Slurm lists its GPUs as gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2 " in why, why
@@ -88,6 +101,12 @@ def test_a_node_slurm_numbers_pool_first_gets_no_placement_until_fixed(top_pool:
     assert "own GPU" in job["comment"] and "closed to placement" in job["comment"], job
     _slurm_with_gres("gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:8")  # the generated line
     assert json.loads(lt.agent_cli("status", "--json").stdout)["nodes_refused"] == {}
+    back = lt.squeue()[later.job_id]
+    assert back["job_state"] == "PENDING" and back["state_reason"] != "JobHeldAdmin", back
+    assert back["start_time"] >= begin - 60, back  # not made to start now
+    assert f"gpu={socket.gethostname().split('.')[0]}:{at.group(1)}" in back["admin_comment"]
+    assert "held=" not in back["admin_comment"], back
+    lt.run(["scancel", str(later.job_id)], check=True)
     placed = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", script=ENV)
     assert placed.rc == 0 and placed.job_id is not None, placed.stderr
     gpu = re.search(r"GPU (\d) of ", placed.stderr)

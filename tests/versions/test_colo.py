@@ -93,6 +93,49 @@ def test_a_node_whose_gres_slurm_numbers_otherwise_gets_no_placement(vclean: Ver
     assert wait_for(looked, 20, 0.5, "the agent's first look")["nodes_refused"] == {}
 
 
+def test_a_job_pending_on_a_node_that_closes_is_held_until_a_gpu_takes_it(
+    vclean: VersionLab,
+) -> None:
+    """A job the agent placed that has not started (--begin) when Slurm comes back with the
+    whole GPUs listed first: held, so it cannot start on another GPU, and released onto a
+    shared GPU (its shard request set anew: this version can) once the node is fixed, its
+    start time kept."""
+    lab = vclean
+    generated = open(lab.host_path("/etc/slurm/slurm.conf")).read()
+    gres = re.search(r"Gres=(\S+)", generated)
+    assert gres and gres.group(1).startswith("gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2"), generated
+    r = lab.sbatch(
+        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "--begin=now+3600"
+    )
+    assert r.rc == 0 and r.job_id is not None and "slurm-colo: GPU" in r.stderr, r.stderr
+    begin = lab.jobs(r.job_id)[r.job_id]["start_time"]
+    try:
+        lab.restart_slurm("gpu:v100:2,gpu:v100_s0:1,gpu:v100_s1:1,shard:8")
+
+        def held() -> dict[str, Any] | None:
+            j = lab.jobs(r.job_id)[r.job_id]
+            return j if j["state_reason"] == "JobHeldAdmin" else None
+
+        j = wait_for(held, 30, 0.5, "the job held by the agent")
+        assert "held=*" in j["admin_comment"] and "model=v100" in j["admin_comment"], j
+        assert j["comment"].startswith(f"colo: held: node {lab.node} is closed"), j
+        assert lab.node in lab.status()["nodes_refused"]
+        lab.restart_slurm(gres.group(1))
+
+        def released() -> dict[str, Any] | None:
+            j = lab.jobs(r.job_id)[r.job_id]
+            return j if j["state_reason"] != "JobHeldAdmin" else None
+
+        j = wait_for(released, 30, 0.5, "the job released by the agent")
+        assert j["state"] == "PENDING" and "held=" not in j["admin_comment"], j
+        idx = int(re.search(rf"gpu={lab.node}:(\d)", j["admin_comment"]).group(1))  # type: ignore[union-attr]
+        assert idx in SHARED_GPUS and j["tres_per_node"] == f"gres/shard:v100_s{idx}:1", j
+        assert j["start_time"] >= begin - 60, j  # not made to start now
+    finally:
+        lab.cancel_all()
+        lab.up()  # slurm.conf as generated, a fresh cluster
+
+
 def test_a_shared_jobs_time_limit_grows_by_the_time_sharing_costs_it(vclean: VersionLab) -> None:
     lab = vclean
     # two transformer-bs16 jobs run at 0.89 of their solo speed together (the lab's

@@ -88,6 +88,30 @@ class VersionLab:
     def down(self) -> str:
         return self._script("down.sh", timeout=60)
 
+    def restart_slurm(self, gres: str) -> None:
+        """Restart slurmctld and slurmd in place with ``gres`` as the node's ``Gres=`` (a
+        GRES change needs a restart), keeping the jobs: ``up`` would start a fresh
+        cluster. The next :meth:`up` sees the changed slurm.conf and starts afresh."""
+        conf = self.host_path("/etc/slurm/slurm.conf")
+        conf.write_text(re.sub(r"Gres=\S+", f"Gres={gres}", conf.read_text()))
+        for daemon in ("slurmd", "slurmctld"):
+            self.x("pkill", "-x", daemon)
+            wait_for(
+                lambda d=daemon: self.x("pgrep", "-x", d).returncode != 0,
+                30,
+                0.2,
+                f"{daemon} gone",
+            )
+        self.x("slurmctld", check=True)
+        wait_for(lambda: "UP" in self.x("scontrol", "ping").stdout, 30, 0.2, "slurmctld up")
+        self.x("slurmd", check=True)
+        wait_for(
+            lambda: self.x("sinfo", "-h", "-n", self.node, "-o", "%T").stdout.strip() == "idle",
+            40,
+            0.2,
+            f"{self.node} idle",
+        )
+
     def host_path(self, inside: str) -> Path:
         return self.root / inside.lstrip("/")
 
