@@ -44,6 +44,8 @@ class Occupancy:
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
         #: nodes closed to placement because Slurm numbers their GPUs otherwise -> why
         self.gres_refused: dict[str, str] = {}
+        #: each node's GRES as Slurm reported it at the last check, and what that check found
+        self._gres_seen: dict[str, tuple[str, str | None]] = {}
         #: (node, GPU) -> the jobs of the set a probe measured there, and the slowdown of
         #: its slowest measured member (1 / its normalised throughput)
         self.observed: dict[tuple[str, int], tuple[frozenset[int], float]] = {}
@@ -74,10 +76,15 @@ class Occupancy:
     def _check_gres(self) -> None:
         """Close the nodes whose GRES Slurm numbers otherwise than their devices (an old
         ``Gres=`` order in slurm.conf): a job placed there would get another GPU."""
-        refused = {}
+        refused, seen = {}, {}
         for name, sn in self.nodes.items():
             ng = self.layouts.get(name)
-            why = ng.gres_mismatch(sn.gres) if ng is not None else None
+            if ng is None:
+                continue
+            last = self._gres_seen.get(name)
+            # a node's GRES changes only with a restart of slurmctld: checked once per text
+            why = last[1] if last is not None and last[0] == sn.gres else ng.gres_mismatch(sn.gres)
+            seen[name] = (sn.gres, why)
             if why is not None:
                 refused[name] = why
                 if name not in self.gres_refused:
@@ -85,6 +92,7 @@ class Occupancy:
         for name in self.gres_refused.keys() - refused.keys():
             log.info("node %s: its GRES is in device order again; placing there", name)
         self.gres_refused = refused
+        self._gres_seen = seen
 
     def forget_reported(self, now: float, asked: float | None = None) -> None:
         """Forget reported jobs Slurm shows ended, or no longer shows at all: at once when

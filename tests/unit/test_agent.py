@@ -101,6 +101,31 @@ def test_a_node_slurm_numbers_otherwise_than_its_devices_gets_no_placement(
     assert a["action"] == "share" and a["gres"] == "gres:shard:v100_s2:1"
 
 
+def test_a_nodes_gres_is_checked_once_per_text_slurm_reports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each look at Slurm lists every node's GRES; the same text is not parsed again (it
+    changes only with a restart of slurmctld), a changed one is."""
+    calls: list[str] = []
+    check = NodeGpus.gres_mismatch
+
+    def counted(self: NodeGpus, reported: str) -> str | None:
+        calls.append(reported)
+        return check(self, reported)
+
+    monkeypatch.setattr(NodeGpus, "gres_mismatch", counted)
+    top = (NodeGpus("n1", 4, "v100", 32.0, (2, 3), 4),)
+    s = AgentState(Config(gpus=top, placement=PlacementConfig(explore_rate=0.0)), SCORES)
+    old = "gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2,shard:8"
+    for t in (0.0, 1.0, 2.0):
+        s.apply_snapshot([], [SlurmNode("n1", "IDLE", gres=old)], t)
+    assert calls == [old] and "n1" in s.status(2.0)["nodes_refused"]
+    fixed = "gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:8"
+    for t in (3.0, 4.0):
+        s.apply_snapshot([], [SlurmNode("n1", "IDLE", gres=fixed)], t)
+    assert calls == [old, fixed] and s.status(4.0)["nodes_refused"] == {}
+
+
 def test_bad_input_gives_own_gpu_not_an_error() -> None:
     s = _state()
     assert s.place_request(_req("bad class!"), 1.0)["action"] == "exclusive"
