@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import simulator_tables
-from simulator_tables import DOC, label, prepared
+from simulator_tables import DOC, label, prepared, processes
 
 from slurm_colo.sim.metrics import render
 from slurm_colo.sim.run import simulate
@@ -151,7 +151,7 @@ def main() -> None:
     args = " ".join(sys.argv[1:])
     text = (
         f"Written by `python benchmarks/makespan_jitter.py{' ' + args if args else ''}` "
-        f"({minutes:.0f} min with {a.workers} processes): each job arrives up to "
+        f"({minutes:.0f} min with {processes(a.workers)}): each job arrives up to "
         f"{a.jitter_s:g} s later in the jittered run.\n\n" + table(results, policies)
     )
     print(text)

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from simulator_tables import DOC, prepared, write_between
+from simulator_tables import DOC, prepared, processes, write_between
 
 from slurm_colo.config import PlacementConfig
 from slurm_colo.sim.metrics import render
@@ -141,7 +141,7 @@ def oracle_error_table(
     defaults = {(t.load, t.seed): m for t, m in runs.items() if t.drain_h == DEFAULT_DRAIN_H}
     names = [*(error_name(e) for e in ERRORS), *OURS]
     cols = [
-        f"mean makespan above the oracle, seeds {fmt_seeds(ss)}, load "
+        f"mean makespan above the oracle, {fmt_seeds(ss)}, load "
         + " / ".join(f"{ld:.1f}" for ld in loads)
         for ss in seed_sets
     ]
@@ -177,10 +177,10 @@ def oracle_error_table(
 
 
 def fmt_seeds(seeds: list[int]) -> str:
-    """1–10 for a run of seeds, else each one."""
+    """ "seeds 1–10" for a run of seeds, else each one ("seed 21", "seeds 1, 3")."""
     if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}–{seeds[-1]}"
-    return ", ".join(map(str, seeds))
+        return f"seeds {seeds[0]}–{seeds[-1]}"
+    return "seed" + "s" * (len(seeds) > 1) + " " + ", ".join(map(str, seeds))
 
 
 def main() -> None:
@@ -211,8 +211,8 @@ def main() -> None:
     cmd = f"python benchmarks/seed_sensitivity.py{' ' + args if args else ''}"
     size = f"{a.jobs} jobs per seed on {a.gpus} GPUs, V100 data"
     drain = (
-        f"Written by `{cmd}` ({minutes:.0f} min with {a.workers} processes, both tables): "
-        f"{size}, load {a.drain_load:.1f}, seeds {fmt_seeds(seeds)}.\n\n"
+        f"Written by `{cmd}` ({minutes:.0f} min with {processes(a.workers)}, both tables): "
+        f"{size}, load {a.drain_load:.1f}, {fmt_seeds(seeds)}.\n\n"
         + drain_table(runs, a.drain_load, seeds)
     )
     error = (

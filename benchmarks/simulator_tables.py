@@ -357,7 +357,7 @@ def main() -> None:
     )
     parts = [
         (
-            f"Written by `{cmd}` ({minutes:.0f} min with {a.workers} processes): "
+            f"Written by `{cmd}` ({minutes:.0f} min with {processes(a.workers)}): "
             f"{a.jobs} single-GPU jobs per seed on {a.gpus} GPUs, users may share a GPU, "
             "each GPU its model's memory, default placement settings."
         ),
@@ -380,6 +380,11 @@ def main() -> None:
     else:
         write_between(a.doc, BEGIN, END, "\n\n".join(parts + per_seed))
     print(f"tables written into {a.doc}", file=sys.stderr)
+
+
+def processes(n: int) -> str:
+    """How many processes a run took, in words: "2 processes", "1 process"."""
+    return f"{n} process" + "es" * (n != 1)
 
 
 def markers(name: str) -> tuple[str, str]:

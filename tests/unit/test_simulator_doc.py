@@ -164,7 +164,7 @@ def test_the_drain_and_oracle_error_tables_are_written_between_their_markers(
         row = next(line for line in error.splitlines() if line.startswith(f"| {name} |"))
         runs, worst = row.split(" | ")[3:5]
         assert 0 <= int(runs) <= 2 and "(seed " in worst  # of 2 runs: seed 1 and 21
-    assert "seeds 21, load 2.0" in error and "21–21" not in error
+    assert "seed 21, load 2.0" in error and "21–21" not in error
 
 
 def test_one_command_checks_every_blocks_markers_before_running_anything(
