@@ -113,11 +113,9 @@ def drain_table(runs: dict[Task, Makespans], load: float, seeds: list[int]) -> s
     for p in ("oracle", *OURS):
         spans = []
         for s in seeds:
-            xs = [
-                vs_exclusive(runs[t], p)
-                for t in runs
-                if t.load == load and t.seed == s and t.drain_h in by_drain
-            ]
+            # in the order of ``drains``, as the line names them
+            at = {t.drain_h: runs[t] for t in runs if t.load == load and t.seed == s}
+            xs = [vs_exclusive(at[d], p) for d in drains]
             spans.append((max(xs) - min(xs), s, xs))
         most, s, xs = max(spans)
         lines.append(

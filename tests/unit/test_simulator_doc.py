@@ -159,6 +159,11 @@ def test_the_drain_and_oracle_error_tables_are_written_between_their_markers(
     rows = [line for line in drain.splitlines() if line.startswith("| ") and "---" not in line]
     assert [row.split(" | ")[0] for row in rows[1:]] == ["| 23", "| **24**", "| 25"]
     assert "- `oracle`: one seed's makespan against exclusive moved by up to" in drain
+    # one seed: each row's mean is that seed's figure, which the line lists in row order
+    oracle_means = [row.split(" | ")[1].split(" / ")[2].removesuffix(" %") for row in rows[1:]]
+    line = next(x for x in drain.splitlines() if x.startswith("- `oracle`"))
+    listed = line.split("(seed 1: ")[1].split(" at 23, 24, 25 h")[0]
+    assert listed == ", ".join(f"{m} %" for m in oracle_means), (line, oracle_means)
     error = text.split("<!-- oracle-error: begin -->\n")[1]
     for name in ("`oracle-error` ±0.5 %", "`oracle-error` ±1 %", "`ours`", "`ours-submit`"):
         row = next(line for line in error.splitlines() if line.startswith(f"| {name} |"))
