@@ -10,7 +10,7 @@ seed tells" that compare single seeds with the oracle.
 Prints both; ``--write`` puts each between its markers in docs/simulator.md
 (``<!-- drain-setting -->``, ``<!-- oracle-error -->``)::
 
-    .venv/bin/python benchmarks/seed_sensitivity.py --write       # ~25 min (2 cores)
+    .venv/bin/python benchmarks/seed_sensitivity.py --write       # ~20 min (2 cores)
     .venv/bin/python benchmarks/seed_sensitivity.py --seeds 1-2 --held-out-seeds 21 --jobs 2000 --gpus 64
 
 The campaigns, trace and settings are :mod:`simulator_tables`' (same directory).
