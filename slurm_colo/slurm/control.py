@@ -96,9 +96,21 @@ class ScontrolControl:
         """Mark the job held (comments first: a job is never held without its tag), then
         requeue it held. If the requeue fails the comments go back to ``restore``
         (admin comment, comment) and the job runs on."""
+        self._tag_then(job_id, admin_comment, comment, requeue_hold_argv(job_id), restore)
+
+    def _tag_then(
+        self,
+        job_id: int,
+        admin_comment: str,
+        comment: str,
+        argv: list[str],
+        restore: tuple[str, str],
+    ) -> None:
+        """Set the job's comments, then run ``argv``; if that fails, put the comments back
+        (``restore``) and raise."""
         self.run(update_argv(job_id, AdminComment=admin_comment, Comment=comment))
         try:
-            self.run(requeue_hold_argv(job_id))
+            self.run(argv)
         except SlurmError:
             try:
                 if any(restore):
@@ -139,16 +151,7 @@ class ScontrolControl:
         """Mark a pending job held (comments first: a job is never held without its tag),
         then hold it as the administrator. If the hold fails the comments go back to
         ``restore`` (admin comment, comment)."""
-        self.run(update_argv(job_id, AdminComment=admin_comment, Comment=comment))
-        try:
-            self.run(hold_argv(job_id))
-        except SlurmError:
-            try:
-                if any(restore):
-                    self.run(update_argv(job_id, AdminComment=restore[0], Comment=restore[1]))
-            except SlurmError:
-                pass  # the job ended meanwhile: nothing left to restore
-            raise
+        self._tag_then(job_id, admin_comment, comment, hold_argv(job_id), restore)
 
     def retarget(self, job_id: int, node: str, admin_comment: str, comment: str, gres: str) -> None:
         """Give a pending job another GPU request (``gres``, e.g. a shard of one GPU) on
