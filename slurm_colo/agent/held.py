@@ -70,6 +70,7 @@ from ..placement.held import (
     withdrawn_comment,
 )
 from ..placement.retract import members_from_report
+from ..placement.view import Decision
 from ..slurm.model import SlurmJob
 from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
@@ -180,11 +181,7 @@ class HeldJobs:
             log.warning("job %s: %s %s; left running: %s", job_id, what, j.reason, j.why_not)
             return j.reply(), []
         assert p is not None and token is not None
-        gres_type = occ.shard_type(p.decision)
-        ng = occ.layouts.get(p.decision.node or "")
-        model = ng.model if ng is not None and self.retype_after_undo else ""
-        if model:  # its shard request is set anew when it is released
-            gres_type = ""
+        gres_type, model = self._held_for(p.decision, occ)
         ledger.drop(token)
         req = requeued(replace(p.request, key=str(job_id)), gres_type, self.cfg.placement)
         h = HeldJob(
@@ -209,6 +206,15 @@ class HeldJobs:
             restore=(sj.admin_comment, sj.comment) if sj else ("", ""),
         )
         return j.reply(), [act]
+
+    def _held_for(self, d: Decision, occ: Occupancy) -> tuple[str, str]:
+        """(shard type, GPU model) a job taken off ``d``'s GPU waits for, held: its own
+        shard type; where Slurm can change a pending job's GRES, any shared GPU of the
+        model (its shard request is set anew when it is released)."""
+        ng = occ.layouts.get(d.node or "")
+        if ng is not None and self.retype_after_undo:
+            return "", ng.model
+        return occ.shard_type(d), ""
 
     def reaim(self, now: float, ledger: Ledger, occ: Occupancy, book: ScoreBook) -> list[Action]:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
@@ -312,10 +318,7 @@ class HeldJobs:
                 or job_id in self.jobs
             ):
                 continue
-            gres_type = occ.shard_type(p.decision)
-            model = occ.layouts[node].model if self.retype_after_undo else ""
-            if model:  # its shard request is set anew when it is released
-                gres_type = ""
+            gres_type, model = self._held_for(p.decision, occ)
             why = f"node {node} closed to placement"
             ledger.drop(token)
             req = replace(p.request, key=str(job_id), gres_type=gres_type)
