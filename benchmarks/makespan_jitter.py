@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import simulator_tables
-from simulator_tables import DOC, label, prepared, processes
+from simulator_tables import label, prepared, processes, run_args
 
 from slurm_colo.sim.metrics import render
 from slurm_colo.sim.run import simulate
@@ -130,11 +130,8 @@ def main() -> None:
     ap.add_argument("--campaigns", default="v100")
     ap.add_argument("--policies", default="oracle,ours,ours-submit")
     ap.add_argument("--jitter-s", type=float, default=1.0, help="most a job arrives later")
-    ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--gpus", type=int, default=256)
-    ap.add_argument("--workers", type=int, default=2, help="processes at once")
     ap.add_argument("--write", action="store_true", help="write the table into --doc")
-    ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
+    run_args(ap)
     a = ap.parse_args()
     policies = tuple(p.strip() for p in a.policies.split(",") if p.strip())
     tasks = [

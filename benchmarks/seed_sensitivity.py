@@ -23,9 +23,8 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from simulator_tables import DOC, prepared, processes, write_between
+from simulator_tables import prepared, processes, run_args, write_between
 
 from slurm_colo.config import PlacementConfig
 from slurm_colo.sim.metrics import render
@@ -188,11 +187,8 @@ def main() -> None:
     ap.add_argument("--loads", default="1.5,2.0", help="loads of the oracle-error table")
     ap.add_argument("--drain-load", type=float, default=2.0, help="load of the drain table")
     ap.add_argument("--drain-h", default="23,25", help="settings besides the default")
-    ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--gpus", type=int, default=256)
-    ap.add_argument("--workers", type=int, default=2, help="processes at once")
     ap.add_argument("--write", action="store_true", help="write both tables into --doc")
-    ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
+    run_args(ap)
     a = ap.parse_args()
     seeds, held = parse_seeds(a.seeds), parse_seeds(a.held_out_seeds)
     loads = [float(x) for x in a.loads.split(",")]

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from simulator_tables import DOC, markers
+from simulator_tables import markers, run_args
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,8 +51,7 @@ def missing_markers(doc: Path, blocks: list[str]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gavel", default="", metavar="FILE", help="a Gavel file with a p100 part")
-    ap.add_argument("--workers", type=int, default=2, help="processes at once")
-    ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
+    run_args(ap, size=False)
     ap.add_argument("--print", action="store_true", help="print the commands, run nothing")
     a = ap.parse_args()
     if a.gavel and not Path(a.gavel).is_file():

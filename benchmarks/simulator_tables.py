@@ -269,8 +269,7 @@ def main() -> None:
     ap.add_argument("--seeds", default=None, help="default 1-10; 21-30 with --held-out")
     ap.add_argument("--loads", default="1.5,2.0")
     ap.add_argument("--campaigns", default="v100,k80,synthetic")
-    ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--gpus", type=int, default=256)
+    run_args(ap)
     ap.add_argument(
         "--gavel",
         default="",
@@ -279,7 +278,6 @@ def main() -> None:
         "bundled V100/K80 data); e.g. a GPU model the policy was never tuned on with "
         "--campaigns p100 --summary-into p100",
     )
-    ap.add_argument("--workers", type=int, default=2, help="processes at once")
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument(
         "--check",
@@ -301,7 +299,6 @@ def main() -> None:
         "page's <!-- NAME: begin/end --> markers (--held-out: 'held-out'); e.g. p100 with "
         "--gavel FILE --campaigns p100",
     )
-    ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
     a = ap.parse_args()
     if a.held_out and a.check:
         ap.error("--check compares the per-seed tables: not with --held-out")
@@ -380,6 +377,16 @@ def main() -> None:
     else:
         write_between(a.doc, BEGIN, END, "\n\n".join(parts + per_seed))
     print(f"tables written into {a.doc}", file=sys.stderr)
+
+
+def run_args(ap: argparse.ArgumentParser, size: bool = True) -> None:
+    """The options every writer of docs/simulator.md takes: the size of each run (unless
+    ``size`` False), the processes at once, the page."""
+    if size:
+        ap.add_argument("--jobs", type=int, default=10_000)
+        ap.add_argument("--gpus", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=2, help="processes at once")
+    ap.add_argument("--doc", type=Path, default=DOC, help="the page (default: docs/simulator.md)")
 
 
 def processes(n: int) -> str:
