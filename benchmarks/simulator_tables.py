@@ -330,8 +330,8 @@ def main() -> None:
             print(line)
         if stale:
             sys.exit(
-                f"{a.doc}: {len(stale)} row(s) stale; write the tables again: "
-                "python benchmarks/simulator_tables.py"
+                f"{a.doc}: {len(stale)} row(s) stale; write the page again (every block "
+                "comes from the same code): python benchmarks/simulator_doc.py"
             )
         print(f"{a.doc}: every row of these seeds is what the code gives ({minutes:.1f} min)")
         return
