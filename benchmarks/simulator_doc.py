@@ -2,7 +2,7 @@
 tables, the held-out seeds' summary, the jitter table, the drain-setting and oracle-error
 tables, and, given a Gavel file with a P100 part, the P100 summary::
 
-    .venv/bin/python benchmarks/simulator_doc.py                     # ~75 min (2 cores)
+    .venv/bin/python benchmarks/simulator_doc.py                     # ~70 min (2 cores)
     .venv/bin/python benchmarks/simulator_doc.py --gavel simulation_throughputs.json
     .venv/bin/python benchmarks/simulator_doc.py --print             # the commands, run nothing
 

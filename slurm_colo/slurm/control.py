@@ -1,4 +1,5 @@
-"""Changing jobs in Slurm: the agent's undo of a harmful placement.
+"""Changing jobs in Slurm: the agent's undo of a harmful placement, its hold of a pending job
+placed on a node it then closed to placement, their release, re-plans and time limits.
 
 Every change is an ``scontrol`` command: built by a pure function (``*_argv``), run in one
 place (:meth:`ScontrolControl.run`, argv list, no shell, timeout). Slurm 22.05 facts this
@@ -9,7 +10,9 @@ after two minutes); node-level fields (``ReqNodeList``) and comments update on a
 pending job's GRES cannot be changed, so a requeued job keeps its shard type; but a
 pending job submitted *without* GRES takes one (``TresPerNode=gres:shard:TYPE:1``) and
 runs on a GPU of that type. ``scontrol hold`` as root turns a user's hold into an
-administrator's, which the user cannot release.
+administrator's, which the user cannot release, and holds a pending job so; a release
+without ``StartTime=now`` leaves a job's ``--begin`` as it was (checked on 22.05, 24.11
+and 26.05: tests/slurm/test_gres_order.py, tests/versions/test_colo.py).
 
 On 24.11 and 26.05 a held job's GRES can be changed in every direction (docs/slurm-versions.md,
 item 4). The GRES goes to ``TresPerNode=`` in the form of the installed Slurm
