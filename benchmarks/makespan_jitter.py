@@ -18,17 +18,15 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import simulator_tables
-from simulator_tables import label, prepared, processes, run_args
+from simulator_tables import label, markers, prepared, processes, run_args, write_between
 
 from slurm_colo.sim.metrics import render
 from slurm_colo.sim.run import simulate
 from slurm_colo.sim.spread import parse_seeds
 from slurm_colo.sim.trace import jittered
 
-BEGIN, END = "<!-- jitter: begin -->", "<!-- jitter: end -->"
 #: the seed of each run's jitter is this plus the trace seed
 JITTER_SEED = 1000
 BAR = 3.0  # per cent above the oracle
@@ -114,15 +112,6 @@ def table(results: list[tuple[Task, Makespans]], policies: tuple[str, ...]) -> s
     return render(head, body) + "\n\n" + "\n".join(lines)
 
 
-def write(doc: Path, text: str) -> None:
-    page = doc.read_text(encoding="utf-8")
-    if BEGIN not in page or END not in page:
-        sys.exit(f"{doc}: no {BEGIN} ... {END} markers to write between")
-    head, rest = page.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1-10")
@@ -153,7 +142,7 @@ def main() -> None:
     )
     print(text)
     if a.write:
-        write(a.doc, text.replace(" --write", ""))
+        write_between(a.doc, *markers("jitter"), text.replace(" --write", ""))
 
 
 if __name__ == "__main__":

@@ -24,15 +24,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
-from simulator_tables import prepared, processes, run_args, write_between
+from simulator_tables import markers, prepared, processes, run_args, write_between
 
 from slurm_colo.config import PlacementConfig
 from slurm_colo.sim.metrics import render
 from slurm_colo.sim.run import simulate
 from slurm_colo.sim.spread import parse_seeds
 
-DRAIN = ("<!-- drain-setting: begin -->", "<!-- drain-setting: end -->")
-ORACLE_ERROR = ("<!-- oracle-error: begin -->", "<!-- oracle-error: end -->")
 BAR = 3.0  # per cent above the oracle
 ERRORS = (0.005, 0.01)
 OURS = ("ours", "ours-submit")
@@ -215,8 +213,8 @@ def main() -> None:
     )
     print(drain + "\n\n" + error)
     if a.write:
-        write_between(a.doc, *DRAIN, drain)
-        write_between(a.doc, *ORACLE_ERROR, error)
+        write_between(a.doc, *markers("drain-setting"), drain)
+        write_between(a.doc, *markers("oracle-error"), error)
         print(f"both tables written into {a.doc}", file=sys.stderr)
 
 

@@ -50,7 +50,6 @@ from slurm_colo.sim.spread import parse_seeds
 from slurm_colo.sim.trace import SimJob, philly_trace, read_philly
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
-BEGIN, END = "<!-- tables: begin -->", "<!-- tables: end -->"
 POLICIES = ("exclusive-fifo", "gandiva-random", "ours", "ours-submit", "oracle")
 OURS = ("ours", "ours-submit")
 #: the synthetic campaign: seed of synthetic_like, share of its pairs that gain
@@ -234,7 +233,7 @@ def section(doc: str, name: str, load: float) -> list[str]:
     if at < 0:
         return []
     body = doc[at + len(head) :]
-    ends = [i for i in (body.find("\n### "), body.find(END)) if i >= 0]
+    ends = [i for i in (body.find("\n### "), body.find(markers("tables")[1])) if i >= 0]
     return body[: min(ends)].splitlines() if ends else body.splitlines()
 
 
@@ -375,7 +374,7 @@ def main() -> None:
         begin, end = markers(summary_only)
         write_between(a.doc, begin, end, "\n\n".join(parts))
     else:
-        write_between(a.doc, BEGIN, END, "\n\n".join(parts + per_seed))
+        write_between(a.doc, *markers("tables"), "\n\n".join(parts + per_seed))
     print(f"tables written into {a.doc}", file=sys.stderr)
 
 
