@@ -25,21 +25,20 @@ from simulator_tables import markers, run_args
 HERE = Path(__file__).resolve().parent
 
 
-def writers(gavel: str, workers: int, doc: Path) -> list[tuple[str, list[str]]]:
-    """(the block it writes, the command) for each writer, in the order they run."""
+def writers(gavel: str, workers: int, doc: Path) -> list[tuple[tuple[str, ...], list[str]]]:
+    """(the blocks it writes, the command) for each writer, in the order they run."""
     common = ["--workers", str(workers), "--doc", str(doc)]
     tables, jitter = str(HERE / "simulator_tables.py"), str(HERE / "makespan_jitter.py")
     sens = str(HERE / "seed_sensitivity.py")
     out = [
-        ("tables", [tables, *common]),
-        ("held-out", [tables, "--held-out", *common]),
-        ("jitter", [jitter, "--write", *common]),
-        ("drain-setting", [sens, "--write", *common]),
-        ("oracle-error", [sens, "--write", *common]),
+        (("tables",), [tables, *common]),
+        (("held-out",), [tables, "--held-out", *common]),
+        (("jitter",), [jitter, "--write", *common]),
+        (("drain-setting", "oracle-error"), [sens, "--write", *common]),
     ]
     if gavel:
         p100 = ["--gavel", gavel, "--campaigns", "p100", "--summary-into", "p100"]
-        out.append(("p100", [tables, *p100, *common]))
+        out.append((("p100",), [tables, *p100, *common]))
     return out
 
 
@@ -57,14 +56,11 @@ def main() -> None:
     if a.gavel and not Path(a.gavel).is_file():
         sys.exit(f"{a.gavel}: no such file (a Gavel-format throughputs file with a p100 part)")
     plan = writers(a.gavel, a.workers, a.doc)
-    gone = missing_markers(a.doc, [b for b, _ in plan])
+    gone = missing_markers(a.doc, [b for blocks, _ in plan for b in blocks])
     if gone:
         sys.exit(f"{a.doc}: no {', '.join(gone)}; nothing was run")
-    seen: set[tuple[str, ...]] = set()
-    for block, args in plan:
-        if tuple(args) in seen:  # one run writes both of seed_sensitivity's blocks
-            continue
-        seen.add(tuple(args))
+    for blocks, args in plan:
+        block = blocks[0]  # named by its first block (seed_sensitivity writes two)
         cmd = [sys.executable, *args]
         print(f"[{block}] {' '.join(cmd)}", file=sys.stderr, flush=True)
         if a.print:
