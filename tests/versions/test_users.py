@@ -5,11 +5,22 @@ with "shard" users mix on a GPU by plain shard sharing, without MPS."""
 from __future__ import annotations
 
 import json
+import uuid
 
 from .vlab import SHARED_GPUS, VersionLab
 
 ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'; sleep 6"
 CLASS = "--colocate-class=resnet18-bs32"
+
+
+def _until(gate: str) -> str:
+    """A job script that prints its environment and runs until the test creates ``gate``
+    (a path inside the lab), or a minute has passed: the test looks at the node while
+    every job is surely running, however slow the machine."""
+    return (
+        "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'; "
+        f"for _ in $(seq 600); do [ -e {gate} ] && exit 0; sleep 0.1; done"
+    )
 
 
 def _gpu(job: dict) -> int:
@@ -19,9 +30,11 @@ def _gpu(job: dict) -> int:
 
 def test_mps_pairs_jobs_of_one_user_only(vclean: VersionLab) -> None:
     lab = vclean
-    a = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="alice", script=ENV)
-    b = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=ENV)
-    c = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=ENV)
+    gate = f"/tmp/users-{uuid.uuid4().hex}"
+    script = _until(gate)
+    a = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="alice", script=script)
+    b = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=script)
+    c = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=script)
     assert a.rc == b.rc == c.rc == 0, (a.stderr, b.stderr, c.stderr)
     q = lab.wait_running(a.job_id, b.job_id, c.job_id)
     assert [q[j]["user"] for j in (a.job_id, b.job_id, c.job_id)] == ["alice", "bob", "bob"]
@@ -32,6 +45,7 @@ def test_mps_pairs_jobs_of_one_user_only(vclean: VersionLab) -> None:
     node = json.loads(lab.cli("node", "status", "--json").stdout)
     assert node["gpus"][str(gb)]["mps_uid"] == int(lab.x("id", "-u", "bob").stdout)
     assert set(node["gpus"][str(gb)]["jobs"]) == {b.job_id, c.job_id}
+    lab.host_path(gate).touch()
     lab.wait_done(a.job_id, b.job_id, c.job_id)
     eb, ec = lab.job_env(b.job_id), lab.job_env(c.job_id)
     assert eb["CUDA_MPS_PIPE_DIRECTORY"] == ec["CUDA_MPS_PIPE_DIRECTORY"]
