@@ -106,9 +106,11 @@ class Action:
     restore: tuple[str, str] = ("", "")
     #: extend: minutes to add to the job's time limit
     minutes: int = 0
-    #: aim: clear the job's start time (the wait Slurm puts on a requeued job); a job
-    #: held off a closed node keeps its own (``--begin``)
-    start_now: bool = True
+    #: aim: clear the job's start time (the two-minute wait Slurm puts on a requeued job);
+    #: a job held at submission or off a closed node keeps its own (``--begin``)
+    start_now: bool = False
+    #: aim of a job held off a node closed to placement (so held again if Slurm refuses)
+    withdrawn: bool = False
 
 
 class HeldJobs:
@@ -287,7 +289,8 @@ class HeldJobs:
                     node=d.node,
                     gres=gres,
                     model=h.model,
-                    start_now=not h.withdrawn,
+                    start_now=h.undone,
+                    withdrawn=h.withdrawn,
                 )
             )
         return out
@@ -437,7 +440,7 @@ class HeldJobs:
             "its release failed",
             undone=bool(tag and tag.undone),
             model=action.model,
-            withdrawn=not action.start_now,
+            withdrawn=action.withdrawn,
         )
         rebuild()
 
@@ -466,6 +469,8 @@ class HeldInSlurm:
     #: the shard type it waits for, ``*`` for any shared GPU (no GPU request while held)
     gres_type: str
     model: str = ""
+    #: requeued by an undo: its release clears the wait Slurm puts on a requeued job
+    undone: bool = False
 
     def waits_for(self) -> str:
         return held_for_text(self.gres_type, self.model)
@@ -491,7 +496,7 @@ def held_in_slurm(jobs: list[SlurmJob]) -> list[HeldInSlurm]:
     for j in jobs:
         tag = Placement.from_tag(j.admin_comment)
         if tag and tag.held and j.state == "PENDING":
-            out.append(HeldInSlurm(j, tag.held, tag.model))
+            out.append(HeldInSlurm(j, tag.held, tag.model, tag.undone))
     return sorted(out, key=lambda x: x.job.job_id)
 
 

@@ -201,7 +201,9 @@ def register(app: typer.Typer) -> None:
             if release:
                 gres = h.release_gres()
                 try:
-                    control.aim_and_release(j.job_id, "", h.unheld_tag(), j.comment, gres)
+                    control.aim_and_release(
+                        j.job_id, "", h.unheld_tag(), j.comment, gres, start_now=h.undone
+                    )
                 except SlurmError as e:  # one refusal must not keep the others held
                     failed += 1
                     typer.echo(f"  not released: {e}", err=True)

@@ -62,7 +62,7 @@ class JobControl(Protocol):
         admin_comment: str,
         comment: str,
         gres: str = "",
-        start_now: bool = True,
+        start_now: bool = False,
     ) -> None: ...
 
     def admin_hold(self, job_id: int) -> None: ...
@@ -129,7 +129,7 @@ class ScontrolControl:
         admin_comment: str,
         comment: str,
         gres: str = "",
-        start_now: bool = True,
+        start_now: bool = False,
     ) -> None:
         """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
         ``tres_per_node`` string in either form, for a job held without one; none: keep it)

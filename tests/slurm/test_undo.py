@@ -221,6 +221,35 @@ def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_releas
         assert "held=" not in done["admin_comment"]
 
 
+def test_a_job_held_at_submission_keeps_its_begin_time_when_released(clean: None) -> None:
+    """A held job is released with its own start time: only a requeued job has its start
+    time cleared (the two-minute wait Slurm puts on a requeue), never a user's --begin."""
+    with agent_with('unplaced = "hold"\n'):
+        a = _alice("recommendation-bs512", "sleep 60")
+        b = _alice("resnet50-bs16", "sleep 8")
+        wait_running(a.job_id, b.job_id)
+        c = _alice("recommendation-bs8192", "sleep 3", "--begin=now+3600")
+        assert c.rc == 0 and "held until a shared GPU fits" in c.stderr, c.stderr
+        begin = squeue()[c.job_id]["start_time"]
+        assert begin >= time.time() + 3000, squeue()[c.job_id]
+        # b ends: c is released onto its GPU, and still waits for its begin time
+        released = wait_for(
+            lambda: (
+                agent_refresh()
+                or (j := squeue()[c.job_id])["priority"] != 0
+                and "held=" not in j["admin_comment"]
+                and j
+            ),
+            40,
+            0.5,
+            "the held job released",
+        )
+        assert released["job_state"] == "PENDING", released
+        assert released["start_time"] >= begin - 60, released  # not made to start now
+        assert "released onto GPU" in released["comment"], released
+        run(["scancel", str(c.job_id)], check=True)
+
+
 def test_a_job_held_too_long_has_a_gpu_drained_for_it(clean: None) -> None:
     with agent_with('unplaced = "hold"\nreserve_after_h = 0.002\n'):  # the guard after 7.2 s
         a = sbatch(

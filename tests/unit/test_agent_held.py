@@ -140,6 +140,7 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     s.apply_snapshot([held], [], 700.0)
     [aim] = s.reaim(700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
+    assert aim.start_now  # the wait Slurm puts on a requeued job is cleared
     t2 = Placement.from_tag(aim.admin_comment)
     assert t2 is not None and t2.undone and t2.held is None and t2.gpu == 0
     assert 11 not in s.held and [o.job_id for o in s.view.gpus[0].occupants] == [11]
@@ -304,7 +305,7 @@ class FakeControl:
         admin_comment: str,
         comment: str,
         gres: str = "",
-        start_now: bool = True,
+        start_now: bool = False,
     ) -> None:
         self.calls.append(("aim", job_id, node))
 
@@ -465,6 +466,7 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert aim.comment.startswith("colo: released onto GPU 1 of n1: opened idle shared GPU 1")
     assert not Placement.from_tag(aim.admin_comment).undone  # type: ignore[union-attr]
     assert "held=" not in aim.admin_comment
+    assert not aim.start_now  # never requeued: its own start time (a --begin) stands
     assert sorted(s.held) == [13]
 
 
@@ -556,7 +558,14 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
     tag = "slurm-colo[v=1 tok=t cls=a mode=auto held=v100_s1]"
     jobs = [
         SlurmJob(7, "j", "alice", 1000, "PENDING", admin_comment=tag),
-        SlurmJob(5, "j", "alice", 1000, "PENDING", admin_comment=tag.replace("s1", "s0")),
+        SlurmJob(
+            5,
+            "j",
+            "alice",
+            1000,
+            "PENDING",
+            admin_comment=tag.replace("s1", "s0").replace(" held", " undone=1 held"),
+        ),
         SlurmJob(6, "j", "alice", 1000, "RUNNING", admin_comment=tag),
         SlurmJob(
             8, "j", "alice", 1000, "PENDING", admin_comment="slurm-colo[v=1 tok=u cls=a mode=auto]"
@@ -588,6 +597,8 @@ def test_held_jobs_are_found_in_slurm_and_released_by_hand_without_their_held_ma
         (9, "*", ""),
     ]
     m, s0, s1, anyg = found
+    # only the requeued one has the wait of a requeue cleared when released by hand
+    assert [h.undone for h in found] == [False, True, False, False]
     assert [h.waits_for() for h in found] == [
         "a shared a100 GPU",
         "a v100_s0 GPU",

@@ -32,7 +32,9 @@ def test_commands() -> None:
 def test_undo_and_aim_are_the_documented_sequences() -> None:
     c = Recording()
     c.requeue_hold(12, "slurm-colo[v=1 tok=t held=v100_s1]", "colo: requeued")
-    c.aim_and_release(12, "gpu07", "slurm-colo[v=1 tok=t undone=1]", "colo: now GPU 1")
+    c.aim_and_release(
+        12, "gpu07", "slurm-colo[v=1 tok=t undone=1]", "colo: now GPU 1", start_now=True
+    )
     assert [a[1] for a in c.argvs] == ["update", "requeuehold", "update", "release"]
     assert "AdminComment=slurm-colo[v=1 tok=t held=v100_s1]" in c.argvs[0]
     assert c.argvs[2][2:] == [
