@@ -1,6 +1,7 @@
 """The agent's own time per placement request (no socket), on a large simulated cluster.
 
     .venv/bin/python benchmarks/agent_bench.py [--nodes 250] [--gpus 8] [--jobs 10000] [--placed]
+        [--closed N]
 
 Builds an agent state for NODES nodes with GPUS shared GPUs each, feeds it a Slurm snapshot
 with JOBS running shard jobs spread over them (classes of the bundled V100 data), then times
@@ -8,19 +9,24 @@ PLACE handling (parse + policy + bookkeeping + reply formatting) for a stream of
 With ``--placed`` the running jobs carry the agent's placement tags, as after an agent
 restart: the look at Slurm then rebuilds their placements and keeps their time-limit
 accounts too, and saving those accounts (``time_owed.json``, once a minute) is timed
-apart. The agent's files go to a temporary directory.
+apart. With ``--closed N``, N nodes are then emptied, jobs placed there at submission
+wait (pending), and the nodes close to placement (their GRES out of device order): the look
+that holds those jobs, and the next, are timed. The agent's files go to a temporary
+directory.
 Target (issue): well under 1 ms per request.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import random
 import shutil
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from slurm_colo.agent.server import Agent
@@ -28,7 +34,7 @@ from slurm_colo.config import Config
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.options import derive_class
 from slurm_colo.contracts.placement import Placement
-from slurm_colo.contracts.protocol import format_request
+from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.seed import table_from_measurements
@@ -79,6 +85,13 @@ def main() -> None:
         action="store_true",
         help="the running jobs carry the agent's placement tags (the agent placed them): "
         "the look at Slurm then also keeps their time-limit accounts",
+    )
+    ap.add_argument(
+        "--closed",
+        type=int,
+        default=0,
+        help="then close this many nodes to placement (their GRES out of device order) "
+        "and time the looks that hold the jobs placed there",
     )
     a = ap.parse_args()
     rng = random.Random(1)
@@ -178,6 +191,79 @@ def main() -> None:
     print(
         f"PLACE handling, {a.requests} requests ({shared} shared): median {statistics.median(lat):.0f} us, "
         f"p99 {lat[int(0.99 * len(lat))]:.0f} us, max {lat[-1]:.0f} us (target: well under 1000 us)"
+    )
+    if a.closed:
+        _closed_nodes(agent, layout, jobs, a.closed, rng, classes)
+
+
+def _closed_nodes(
+    agent: Agent,
+    layout: NodeGpus,
+    running: list[SlurmJob],
+    count: int,
+    rng: random.Random,
+    classes: list[str],
+) -> None:
+    """Time the looks at Slurm once ``count`` nodes list their GPUs out of device order
+    (closed to placement): the look that holds the jobs placed there that have not started,
+    and each later look, which tries every held job on the whole view again."""
+    # ``count`` nodes fall idle; jobs the agent places there at submission wait (a --begin,
+    # say): their tags from PLACE
+    emptied = set(layout.node_names[:count])
+    backend = agent.backend
+    assert isinstance(backend, _Backend)
+    running = [j for j in running if j.nodes not in emptied]
+    backend._jobs = running
+    agent.refresh()
+    pending = []
+    for k in range(4 * count * layout.count):
+        line = format_request(
+            "PLACE",
+            {
+                "v": 1,
+                "uid": 1000,
+                "user": "u0",
+                "name": "later",
+                "mode": "auto",
+                "class": rng.choice(classes),
+            },
+        )
+        reply = parse_reply("PLACE", agent.handle(line, peer_uid=0))
+        tag = Placement.from_tag(reply.get("tag", ""))
+        if tag is None or tag.node is None:
+            continue
+        pending.append(
+            SlurmJob(
+                200000 + k,
+                tag.cls,
+                "u0",
+                1000,
+                "PENDING",
+                admin_comment=reply["tag"],
+                submit_time=time.time(),
+            )
+        )
+    backend._jobs = running + pending
+    agent.refresh()  # the pending jobs matched to their placements
+    by_node = Counter(Placement.from_tag(j.admin_comment).node for j in pending)  # type: ignore[union-attr]
+    closed = [n for n, _ in by_node.most_common(count)]
+    out_of_order = ",".join(f"gpu:{t}:{n}" for t, n in reversed(layout.type_runs()))
+    backend._nodes = [
+        SlurmNode(n.name, n.state, out_of_order if n.name in closed else layout.node_gres())
+        for n in backend._nodes
+    ]
+    logging.getLogger("slurm_colo").setLevel(logging.CRITICAL)  # a line per closed node
+    t0 = time.perf_counter()
+    agent.refresh()
+    t_hold = time.perf_counter() - t0
+    held = len(agent.state.held)
+    t0 = time.perf_counter()
+    agent.refresh()
+    t_after = time.perf_counter() - t0
+    print(
+        f"{len(closed)} nodes closed to placement: the look that holds their {held} pending "
+        f"jobs {t_hold * 1000:.0f} ms, each later look (all held jobs tried again) "
+        f"{t_after * 1000:.0f} ms"
     )
 
 
