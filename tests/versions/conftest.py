@@ -71,7 +71,9 @@ def vlab(request: pytest.FixtureRequest) -> Iterator[VersionLab]:
 
 @pytest.fixture()
 def vclean(vlab: VersionLab) -> Iterator[VersionLab]:
-    """The version lab with an empty queue before and after."""
+    """The version lab with an empty queue before and after, and the agent's view of the
+    shared GPUs empty after."""
     vlab.cancel_all()
     yield vlab
     vlab.cancel_all()
+    vlab.wait_agent_idle()

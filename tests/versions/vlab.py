@@ -250,6 +250,17 @@ class VersionLab:
         recs = [r for r in map(json.loads, out.splitlines()) if r["start_time"] >= since]
         return {r["job_id"]: r for r in sorted(recs, key=lambda r: r["start_time"])}
 
+    def wait_agent_idle(self, timeout: float = 30) -> None:
+        """Wait until the agent's view has no job on any shared GPU (after
+        :meth:`cancel_all`): a job that never ran has no Epilog to report its end, and the
+        agent drops it only at its next look at Slurm, where the next test would find it."""
+        wait_for(
+            lambda: not any(g["occupants"] for g in self.status()["gpus"]),
+            timeout,
+            0.5,
+            f"the agent's view empty on {self.version}",
+        )
+
     def status(self) -> dict[str, Any]:
         """The agent's ``slurm-colo status --json``."""
         p = self.cli("status", "--json")
