@@ -4,10 +4,19 @@ limits in the jobs' environment, the daemon gone after the last job, a record pe
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 
 from .labtools import OUT, agent_cli, gpu_of, run, sbatch, squeue, wait_done, wait_for, wait_running
 
-ENV_DUMP = "env | grep -E '^(CUDA_|SLURM_GRES|SLURM_COLO_)' | sort; sleep 6"
+
+def _until(gate: Path) -> str:
+    """A job script that prints its environment and runs until the test creates ``gate``,
+    or a minute has passed: the test looks at the node while every job surely runs."""
+    return (
+        "env | grep -E '^(CUDA_|SLURM_GRES|SLURM_COLO_)' | sort; "
+        f"for _ in $(seq 600); do [ -e {gate} ] && exit 0; sleep 0.1; done"
+    )
 
 
 def _env(job_id: int) -> dict[str, str]:
@@ -20,21 +29,23 @@ def _node_status() -> dict:
 
 
 def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> None:
+    gate = Path(f"/tmp/node-side-{uuid.uuid4().hex}")
+    script = _until(gate)
     a = sbatch(
         "--colocate",
         "--colocate-class=resnet18-bs32",
         "--gres=gpu:1",
         user="alice",
-        script=ENV_DUMP,
+        script=script,
     )
     b = sbatch(
         "--colocate",
         "--colocate-class=resnet18-bs64",
         "--gres=gpu:1",
         user="alice",
-        script=ENV_DUMP,
+        script=script,
     )
-    plain = sbatch("--gres=gpu:1", user="alice", script=ENV_DUMP)
+    plain = sbatch("--gres=gpu:1", user="alice", script=script)
     q = wait_running(a.job_id, b.job_id, plain.job_id)
     idx = min(gpu_of(q[a.job_id]))
     assert gpu_of(q[b.job_id]) == {idx}
@@ -43,10 +54,15 @@ def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> 
     # previous test's last job has its daemon stopped by the Epilog's detached helper
     try:
         st = wait_for(
-            lambda: (s := _node_status()) and s["gpus"][str(idx)]["mps_alive"] and s,
+            lambda: (
+                (s := _node_status())
+                and s["gpus"][str(idx)]["mps_alive"]
+                and set(s["gpus"][str(idx)]["jobs"]) == {a.job_id, b.job_id}
+                and s
+            ),
             30,
             0.5,
-            "MPS daemon",
+            "the MPS daemon serving both jobs",
         )
     except AssertionError as e:
         raise AssertionError(f"{e}; node status: {json.dumps(_node_status())}") from None
@@ -58,7 +74,11 @@ def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> 
         sum(1 for x in st["gpus"].values() if x["mps_alive"]) == 1
     )  # one daemon, for the GPU in use
 
-    wait_done(a.job_id, b.job_id, plain.job_id)
+    gate.touch()
+    try:
+        wait_done(a.job_id, b.job_id, plain.job_id)
+    finally:
+        gate.unlink()
     ea, eb, ep = _env(a.job_id), _env(b.job_id), _env(plain.job_id)
     for e in (ea, eb):
         assert e["CUDA_MPS_PIPE_DIRECTORY"] == ea["CUDA_MPS_PIPE_DIRECTORY"]  # the GPU's daemon
