@@ -295,9 +295,7 @@ class HeldJobs:
             )
         return out
 
-    def withdraw(
-        self, now: float, ledger: Ledger, occ: Occupancy, rebuild: Callable[[], None]
-    ) -> list[Action]:
+    def withdraw(self, now: float, ledger: Ledger, occ: Occupancy) -> list[Action]:
         """Hold the pending jobs placed on a node now closed to placement (Slurm numbers
         its GPUs otherwise than its devices: :attr:`.occupancy.Occupancy.gres_refused`),
         so none starts on another GPU than the one it was placed on. Each is then a held
@@ -345,8 +343,6 @@ class HeldJobs:
                     restore=(sj.admin_comment, sj.comment),
                 )
             )
-        if out:
-            rebuild()
         return out
 
     def sync(

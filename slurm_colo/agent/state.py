@@ -87,6 +87,9 @@ class AgentState:
         self._parsed_tags: dict[str, Placement | None] = {}
         #: jobs of the last snapshot that the Lua hook gave the fallback (counted once)
         self._fell_back: set[int] = set()
+        #: holds of pending jobs on closed nodes the last snapshot called for, not yet
+        #: handed to the server (:meth:`withdraw`)
+        self._withdrawn: list[Action] = []
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -127,6 +130,8 @@ class AgentState:
         self.ledger.sync(occ.jobs, tags, now)
         occ.forget_reported(now, asked)
         self.holds.sync(occ.jobs, tags, self.ledger, now)
+        # held before the view is built, so that it is built once (:meth:`withdraw`)
+        self._withdrawn += self._hold_off_closed_nodes(now)
         self.live.apply()
         self.rebuild(plan_at=now)
 
@@ -383,11 +388,19 @@ class AgentState:
         return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
 
     def withdraw(self, now: float) -> list[Action]:
-        """Hold the pending jobs placed on a node closed to placement (agent/held.py);
-        none while Slurm refuses the agent the right (they may then start there)."""
+        """The holds of pending jobs placed on a node closed to placement that the last
+        snapshot called for (agent/held.py), each returned once, for Slurm. They are
+        worked out in :meth:`apply_snapshot`, before it builds the view: holding them
+        afterwards would build a large view twice in that look."""
+        out, self._withdrawn = self._withdrawn, []
+        return out
+
+    def _hold_off_closed_nodes(self, now: float) -> list[Action]:
+        """Hold the pending jobs placed on a node closed to placement; none while Slurm
+        refuses the agent the right (they may then start there)."""
         if not self.occupancy.gres_refused or self.rights.holding_back(now):
             return []
-        return self.holds.withdraw(now, self.ledger, self.occupancy, self.rebuild)
+        return self.holds.withdraw(now, self.ledger, self.occupancy)
 
     def reaim(self, now: float) -> list[Action]:
         """Aim the held jobs a GPU takes now (agent/held.py); none while Slurm refuses

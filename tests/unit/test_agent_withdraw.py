@@ -48,6 +48,11 @@ def _pending(job_id: int, tag: str, comment: str = "", begin: float = 0.0) -> Sl
     )
 
 
+def _on_gpus(s: AgentState) -> set[int | None]:
+    """The jobs on the shared GPUs of the agent's view."""
+    return {o.job_id for g in s.view.gpus for o in g.occupants}
+
+
 def test_a_job_pending_on_a_closed_node_is_held_until_its_gpu_opens_again() -> None:
     """Slurm 22.05 cannot change a pending job's GRES: the job waits, held, for a GPU of
     its own shard type, so for its node to be fixed; then it is released there, keeping
@@ -60,8 +65,11 @@ def test_a_job_pending_on_a_closed_node_is_held_until_its_gpu_opens_again() -> N
     run = replace(_pending(21, running["tag"]), state="RUNNING", nodes="n1")
     s.apply_snapshot([job, run], [SlurmNode("n1", "IDLE", gres=IN_ORDER)], 2.0)
     assert s.withdraw(2.0) == []  # the node is in order: nothing to hold
+    assert 20 in _on_gpus(s)
 
     s.apply_snapshot([job, run], [SlurmNode("n1", "IDLE", gres=POOL_FIRST)], 3.0)
+    # held while the snapshot is taken in: the view built for it already lacks the job
+    assert 20 in s.held and 20 not in _on_gpus(s) and 21 in _on_gpus(s)
     [a] = s.withdraw(3.0)
     assert a.kind == "withdraw" and a.job_id == 20
     assert a.restore == (placed["tag"], placed["comment"])
