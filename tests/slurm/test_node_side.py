@@ -7,16 +7,9 @@ import json
 import uuid
 from pathlib import Path
 
+from gate import gated_script
+
 from .labtools import OUT, agent_cli, gpu_of, run, sbatch, squeue, wait_done, wait_for, wait_running
-
-
-def _until(gate: Path) -> str:
-    """A job script that prints its environment and runs until the test creates ``gate``,
-    or a minute has passed: the test looks at the node while every job surely runs."""
-    return (
-        "env | grep -E '^(CUDA_|SLURM_GRES|SLURM_COLO_)' | sort; "
-        f"for _ in $(seq 600); do [ -e {gate} ] && exit 0; sleep 0.1; done"
-    )
 
 
 def _env(job_id: int) -> dict[str, str]:
@@ -30,7 +23,7 @@ def _node_status() -> dict:
 
 def test_colocated_jobs_get_one_daemon_their_limits_and_records(clean: None) -> None:
     gate = Path(f"/tmp/node-side-{uuid.uuid4().hex}")
-    script = _until(gate)
+    script = gated_script("env | grep -E '^(CUDA_|SLURM_GRES|SLURM_COLO_)' | sort", str(gate))
     a = sbatch(
         "--colocate",
         "--colocate-class=resnet18-bs32",

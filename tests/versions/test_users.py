@@ -7,20 +7,12 @@ from __future__ import annotations
 import json
 import uuid
 
+from gate import gated_script
+
 from .vlab import SHARED_GPUS, VersionLab
 
 ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'; sleep 6"
 CLASS = "--colocate-class=resnet18-bs32"
-
-
-def _until(gate: str) -> str:
-    """A job script that prints its environment and runs until the test creates ``gate``
-    (a path inside the lab), or a minute has passed: the test looks at the node while
-    every job is surely running, however slow the machine."""
-    return (
-        "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'; "
-        f"for _ in $(seq 600); do [ -e {gate} ] && exit 0; sleep 0.1; done"
-    )
 
 
 def _gpu(job: dict) -> int:
@@ -31,7 +23,7 @@ def _gpu(job: dict) -> int:
 def test_mps_pairs_jobs_of_one_user_only(vclean: VersionLab) -> None:
     lab = vclean
     gate = f"/tmp/users-{uuid.uuid4().hex}"
-    script = _until(gate)
+    script = gated_script("env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'", gate)
     a = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="alice", script=script)
     b = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=script)
     c = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=script)
