@@ -150,7 +150,7 @@ class Agent:
         with self.lock:
             self.state.apply_snapshot(jobs, nodes, time.time(), asked)
             now = time.time()
-            actions = self.state.withdraw(now)
+            actions = self.state.withdraw()
             actions += self.state.reaim(now) if self.state.held else []
             actions += self.state.replan(now)
             actions += self.state.extend_limits(now)

@@ -387,7 +387,7 @@ class AgentState:
         """Judge a probe report (agent/held.py): the reply and what to do in Slurm."""
         return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
 
-    def withdraw(self, now: float) -> list[Action]:
+    def withdraw(self) -> list[Action]:
         """The holds of pending jobs placed on a node closed to placement that the last
         snapshot called for (agent/held.py), each returned once, for Slurm. They are
         worked out in :meth:`apply_snapshot`, before it builds the view: holding them
@@ -398,7 +398,7 @@ class AgentState:
     def _hold_off_closed_nodes(self, now: float) -> list[Action]:
         """Hold the pending jobs placed on a node closed to placement; none while Slurm
         refuses the agent the right (they may then start there)."""
-        if not self.occupancy.gres_refused or self.rights.holding_back(now):
+        if self.rights.holding_back(now):
             return []
         return self.holds.withdraw(now, self.ledger, self.occupancy)
 

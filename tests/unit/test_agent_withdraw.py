@@ -64,13 +64,13 @@ def test_a_job_pending_on_a_closed_node_is_held_until_its_gpu_opens_again() -> N
     job = _pending(20, placed["tag"], placed["comment"], begin=3600.0)
     run = replace(_pending(21, running["tag"]), state="RUNNING", nodes="n1")
     s.apply_snapshot([job, run], [SlurmNode("n1", "IDLE", gres=IN_ORDER)], 2.0)
-    assert s.withdraw(2.0) == []  # the node is in order: nothing to hold
+    assert s.withdraw() == []  # the node is in order: nothing to hold
     assert 20 in _on_gpus(s)
 
     s.apply_snapshot([job, run], [SlurmNode("n1", "IDLE", gres=POOL_FIRST)], 3.0)
     # held while the snapshot is taken in: the view built for it already lacks the job
     assert 20 in s.held and 20 not in _on_gpus(s) and 21 in _on_gpus(s)
-    [a] = s.withdraw(3.0)
+    [a] = s.withdraw()
     assert a.kind == "withdraw" and a.job_id == 20
     assert a.restore == (placed["tag"], placed["comment"])
     tag = Placement.from_tag(a.admin_comment)
@@ -78,7 +78,7 @@ def test_a_job_pending_on_a_closed_node_is_held_until_its_gpu_opens_again() -> N
     assert a.comment.startswith("colo: held: node n1 is closed to placement")
     assert 20 in s.held and 21 not in s.held
     assert s.explain(20, a.admin_comment)["reason"] == "held: node n1 closed to placement"
-    assert s.withdraw(3.5) == []  # once
+    assert s.withdraw() == []  # once
 
     held = replace(
         job, admin_comment=a.admin_comment, comment=a.comment, state_reason="JobHeldAdmin"
@@ -100,7 +100,7 @@ def test_a_restarted_agent_finds_a_held_job_and_keeps_its_start_time() -> None:
     placed = s.place_request(_req(), 1.0)
     job = _pending(20, placed["tag"], placed["comment"])
     s.apply_snapshot([job], [SlurmNode("n1", "IDLE", gres=POOL_FIRST)], 3.0)
-    [a] = s.withdraw(3.0)
+    [a] = s.withdraw()
     held = replace(
         job, admin_comment=a.admin_comment, comment=a.comment, state_reason="JobHeldAdmin"
     )
@@ -109,7 +109,7 @@ def test_a_restarted_agent_finds_a_held_job_and_keeps_its_start_time() -> None:
     h = restarted.held[20]
     assert h.withdrawn and not h.undone and h.gres_type == "v100_s2"
     assert h.reason == "its node was closed to placement"
-    assert restarted.withdraw(30.0) == []  # held already: not again
+    assert restarted.withdraw() == []  # held already: not again
     restarted.apply_snapshot([held], [SlurmNode("n1", "IDLE", gres=IN_ORDER)], 40.0)
     [aim] = restarted.reaim(40.0)
     assert aim.node == "n1" and not aim.start_now
@@ -125,7 +125,7 @@ def test_where_slurm_changes_a_pending_jobs_gres_it_goes_to_an_open_node_at_once
     job = _pending(20, placed["tag"], placed["comment"])
     nodes = [SlurmNode(node, "IDLE", gres=POOL_FIRST), SlurmNode(other, "IDLE", gres=IN_ORDER)]
     s.apply_snapshot([job], nodes, 3.0)
-    [a] = s.withdraw(3.0)
+    [a] = s.withdraw()
     tag = Placement.from_tag(a.admin_comment)
     assert tag is not None and tag.held == "*" and tag.model == "v100" and not tag.undone
     held = replace(
@@ -142,12 +142,12 @@ def test_a_hold_slurm_refuses_leaves_the_job_to_be_held_at_the_next_look(kind: s
     placed = s.place_request(_req(), 1.0)
     job = _pending(20, placed["tag"], placed["comment"])
     s.apply_snapshot([job], [SlurmNode("n1", "IDLE", gres=POOL_FIRST)], 3.0)
-    [a] = s.withdraw(3.0)
+    [a] = s.withdraw()
     if kind == "refused":  # the job started meanwhile: Slurm holds only pending jobs
         s.failed(a, 3.1, "scontrol hold 20 failed: Job is not pending")
     else:
         s.failed(a, 3.1, made=False)
     assert 20 not in s.held
     s.apply_snapshot([job], [SlurmNode("n1", "IDLE", gres=POOL_FIRST)], 10.0)
-    [again] = s.withdraw(10.0)  # its comments were put back: still placed there, pending
+    [again] = s.withdraw()  # its comments were put back: still placed there, pending
     assert again.job_id == 20 and again.kind == "withdraw"
