@@ -17,6 +17,7 @@ import typer
 
 from ..admin import doctor as doc
 from ..admin import install as inst
+from ..admin.check import FAIL, WARN, exit_code, format_check
 from ..admin.run import run_command
 from ..admin.spank_build import InstallError, build_spank, spank_source_dir
 from ..config import Config, config_path, load_config
@@ -179,13 +180,13 @@ def register(app: typer.Typer) -> None:
         checks = doc.run_checks(config or config_path(), system)
         if json_out:
             typer.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
-            raise typer.Exit(doc.exit_code(checks))
+            raise typer.Exit(exit_code(checks))
         for c in checks:
-            typer.echo(doc.format_check(c))
-        fails = sum(c.status == doc.FAIL for c in checks)
-        warns = sum(c.status == doc.WARN for c in checks)
+            typer.echo(format_check(c))
+        fails = sum(c.status == FAIL for c in checks)
+        warns = sum(c.status == WARN for c in checks)
         typer.echo(f"{len(checks)} checks: {fails} failed, {warns} warnings")
-        raise typer.Exit(doc.exit_code(checks))
+        raise typer.Exit(exit_code(checks))
 
     @app.command()
     def man(

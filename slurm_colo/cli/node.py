@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
         they take shared jobs: NVML, a CUDA client alone, the MPS daemon the Prolog would
         start (in a scratch directory), a client with a thread percentage and a memory limit
         as a job gets them, the logs, and the stop. Exits 1 if a step failed."""
-        from ..admin.doctor import Check, exit_code, format_check
+        from ..admin.check import Check, exit_code, format_check
         from ..node.selftest import node_gpus, run_selftest
 
         cfg = load_config()

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from slurm_colo.admin import doctor as doc
+from slurm_colo.admin import slurm_checks as sc
+from slurm_colo.admin.check import FAIL, OK, WARN, exit_code, format_check
 from slurm_colo.admin.run import NOT_FOUND, Result
 from slurm_colo.config import NodeConfig, parse_config
 from slurm_colo.errors import AgentError, ScoresError, StoreError
@@ -50,25 +52,25 @@ def test_config_ok_warn_fail(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text(CFG_TOML)
     c, loaded = doc.check_config(good)
-    assert c.status == doc.OK and loaded is not None and loaded.gpus
+    assert c.status == OK and loaded is not None and loaded.gpus
 
     empty = tmp_path / "empty.toml"
     empty.write_text("")
     c, loaded = doc.check_config(empty)
-    assert c.status == doc.WARN and "no [[gpus]]" in c.message and loaded is not None
+    assert c.status == WARN and "no [[gpus]]" in c.message and loaded is not None
 
     c, loaded = doc.check_config(tmp_path / "absent.toml")
-    assert c.status == doc.WARN and "not found" in c.message and loaded is not None
+    assert c.status == WARN and "not found" in c.message and loaded is not None
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[placement]\nfallback = "maybe"\n')
     c, loaded = doc.check_config(bad)
-    assert c.status == doc.FAIL and loaded is None and "placement.fallback" in c.message
+    assert c.status == FAIL and loaded is None and "placement.fallback" in c.message
 
 
 # ---- slurm.conf ------------------------------------------------------------------------
 def test_parse_slurm_conf_keys_comments_and_node_lines():
-    conf = doc.parse_slurm_conf(
+    conf = sc.parse_slurm_conf(
         "ClusterName=lab  # comment\njobsubmitplugins=lua,require_timelimit\n"
         "NodeName=gpu01 Gres=gpu:2\n#GresTypes=gpu\nGresTypes = gpu,shard\n"
     )
@@ -80,13 +82,13 @@ def test_parse_slurm_conf_keys_comments_and_node_lines():
 
 def test_slurm_conf_checks(tmp_path):
     p = tmp_path / "slurm.conf"
-    ok = doc.check_slurm_conf("JobSubmitPlugins=lua\nGresTypes=gpu,shard\n", p)
-    assert [c.status for c in ok] == [doc.OK, doc.OK]
-    bad = doc.check_slurm_conf("JobSubmitPlugins=require_timelimit\nGresTypes=gpu\n", p)
-    assert [c.status for c in bad] == [doc.FAIL, doc.FAIL]
+    ok = sc.check_slurm_conf("JobSubmitPlugins=lua\nGresTypes=gpu,shard\n", p)
+    assert [c.status for c in ok] == [OK, OK]
+    bad = sc.check_slurm_conf("JobSubmitPlugins=require_timelimit\nGresTypes=gpu\n", p)
+    assert [c.status for c in bad] == [FAIL, FAIL]
     assert "JobSubmitPlugins=lua" in bad[0].fix and "shard" in bad[1].message
-    missing = doc.check_slurm_conf(None, p)
-    assert missing[0].status == doc.FAIL and str(p) in missing[0].message
+    missing = sc.check_slurm_conf(None, p)
+    assert missing[0].status == FAIL and str(p) in missing[0].message
 
 
 # ---- SPANK -----------------------------------------------------------------------------
@@ -106,28 +108,26 @@ def _plugstack(tmp_path: Path, line: str, so_exists: bool = True) -> Path:
 def test_spank_listed_via_include_and_sbatch_lists_option(tmp_path):
     main = _plugstack(tmp_path, "optional {so}")
     runner = FakeRunner(SBATCH_OK)
-    checks = doc.check_spank(main, runner)
-    assert [c.status for c in checks] == [doc.OK, doc.OK]
+    checks = sc.check_spank(main, runner)
+    assert [c.status for c in checks] == [OK, OK]
     assert runner.calls == [["sbatch", "--help"]]
 
 
 def test_spank_required_is_a_warning(tmp_path):
     main = _plugstack(tmp_path, "required {so}")
-    c = doc.check_spank(main, FakeRunner(SBATCH_OK))[0]
-    assert c.status == doc.WARN and "optional" in c.fix
+    c = sc.check_spank(main, FakeRunner(SBATCH_OK))[0]
+    assert c.status == WARN and "optional" in c.fix
 
 
 def test_spank_missing_file_unlisted_and_not_loaded(tmp_path):
     main = _plugstack(tmp_path, "optional {so}", so_exists=False)
-    checks = doc.check_spank(
-        main, FakeRunner({"sbatch": Result(("sbatch",), 0, "Usage: sbatch\n")})
-    )
-    assert [c.status for c in checks] == [doc.FAIL, doc.FAIL]
+    checks = sc.check_spank(main, FakeRunner({"sbatch": Result(("sbatch",), 0, "Usage: sbatch\n")}))
+    assert [c.status for c in checks] == [FAIL, FAIL]
     assert "missing" in checks[0].message and "install spank" in checks[0].fix
     (tmp_path / "plugstack.conf").write_text("optional /usr/lib/other.so\n")
-    checks = doc.check_spank(tmp_path / "plugstack.conf", FakeRunner({}))
-    assert checks[0].status == doc.FAIL and "not listed" in checks[0].message
-    assert checks[1].status == doc.WARN and "sbatch not found" in checks[1].message
+    checks = sc.check_spank(tmp_path / "plugstack.conf", FakeRunner({}))
+    assert checks[0].status == FAIL and "not listed" in checks[0].message
+    assert checks[1].status == WARN and "sbatch not found" in checks[1].message
 
 
 # ---- node hooks -----------------------------------------------------------------------
@@ -147,52 +147,52 @@ def _hooks_fixture(tmp_path: Path, ours: bool = True) -> tuple[str, Path]:
 
 def test_node_hooks_ok_with_glob_and_single_files(tmp_path):
     conf, env = _hooks_fixture(tmp_path)
-    c = doc.check_node_hooks(conf, env, gpu_node=True)
-    assert c.status == doc.OK and sys.executable in c.message
+    c = sc.check_node_hooks(conf, env, gpu_node=True)
+    assert c.status == OK and sys.executable in c.message
 
 
 def test_node_hooks_unset_foreign_unseen_and_bad_env(tmp_path):
     conf, env = _hooks_fixture(tmp_path, ours=False)
-    c = doc.check_node_hooks(conf, env, gpu_node=True)
-    assert c.status == doc.FAIL and "no slurm-colo shim in Prolog=" in c.message
-    c = doc.check_node_hooks("JobSubmitPlugins=lua\n", env, gpu_node=True)
-    assert c.status == doc.FAIL and "Prolog, Epilog, TaskProlog, TaskEpilog not set" in c.message
+    c = sc.check_node_hooks(conf, env, gpu_node=True)
+    assert c.status == FAIL and "no slurm-colo shim in Prolog=" in c.message
+    c = sc.check_node_hooks("JobSubmitPlugins=lua\n", env, gpu_node=True)
+    assert c.status == FAIL and "Prolog, Epilog, TaskProlog, TaskEpilog not set" in c.message
     elsewhere = "".join(
         f"{k}=/nonexistent/{k}\n" for k in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog")
     )
-    assert doc.check_node_hooks(elsewhere, env, gpu_node=False).status == doc.WARN
-    assert doc.check_node_hooks(elsewhere, env, gpu_node=True).status == doc.FAIL
+    assert sc.check_node_hooks(elsewhere, env, gpu_node=False).status == WARN
+    assert sc.check_node_hooks(elsewhere, env, gpu_node=True).status == FAIL
     good, _ = _hooks_fixture(tmp_path / "b")
     env.write_text("SLURM_COLO_PYTHON=/nonexistent/python\n")
-    c = doc.check_node_hooks(good, env, gpu_node=True)
-    assert c.status == doc.FAIL and "/nonexistent/python" in c.message
-    c = doc.check_node_hooks(good, tmp_path / "absent.env", gpu_node=True)
-    assert c.status == doc.FAIL and "missing" in c.message
+    c = sc.check_node_hooks(good, env, gpu_node=True)
+    assert c.status == FAIL and "/nonexistent/python" in c.message
+    c = sc.check_node_hooks(good, tmp_path / "absent.env", gpu_node=True)
+    assert c.status == FAIL and "missing" in c.message
 
 
 # ---- job_submit.lua --------------------------------------------------------------------
 def test_job_submit_lua_current_stale_merged_missing(tmp_path):
     expected = render_job_submit_lua(cfg())
-    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.FAIL
+    assert sc.check_job_submit_lua(tmp_path, expected).status == FAIL
     main = tmp_path / "job_submit.lua"
     main.write_text(expected)
-    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.OK
+    assert sc.check_job_submit_lua(tmp_path, expected).status == OK
     main.write_text(expected.replace("timeout_s = ", "timeout_s = 9 + "))
-    c = doc.check_job_submit_lua(tmp_path, expected)
-    assert c.status == doc.WARN and "out of date" in c.message
+    c = sc.check_job_submit_lua(tmp_path, expected)
+    assert c.status == WARN and "out of date" in c.message
     main.write_text("function slurm_job_submit() return slurm.SUCCESS end\n")
-    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.FAIL
+    assert sc.check_job_submit_lua(tmp_path, expected).status == FAIL
     # merged layout: ours as job_submit_colo.lua, loaded and called from the site script
     (tmp_path / "job_submit_colo.lua").write_text(expected)
-    c = doc.check_job_submit_lua(tmp_path, expected)
-    assert c.status == doc.FAIL and "neither loads it" in c.message
+    c = sc.check_job_submit_lua(tmp_path, expected)
+    assert c.status == FAIL and "neither loads it" in c.message
     main.write_text(
         'dofile("/etc/slurm/job_submit_colo.lua")\nfunction slurm_job_submit(j, p, u)\n'
         "  pcall(colo_job_submit, j, p, u)\n  return slurm.SUCCESS\nend\n"
     )
-    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.OK
+    assert sc.check_job_submit_lua(tmp_path, expected).status == OK
     (tmp_path / "job_submit_colo.lua").write_text(expected + "-- edited\n")
-    assert doc.check_job_submit_lua(tmp_path, expected).status == doc.WARN
+    assert sc.check_job_submit_lua(tmp_path, expected).status == WARN
 
 
 def _lua_socket(tmp_path: Path) -> Path:
@@ -204,15 +204,15 @@ def _lua_socket(tmp_path: Path) -> Path:
 
 def test_lua_socket_check(tmp_path):
     so = _lua_socket(tmp_path)
-    c = doc.check_lua_socket([str(tmp_path / "lib" / "lua" / "5.*" / "socket" / "unix.so")])
-    assert c.status == doc.OK and str(so) in c.message
-    c = doc.check_lua_socket([str(tmp_path / "nowhere" / "*.so")])
-    assert c.status == doc.WARN and c.fix == "apt-get install lua-socket"
+    c = sc.check_lua_socket([str(tmp_path / "lib" / "lua" / "5.*" / "socket" / "unix.so")])
+    assert c.status == OK and str(so) in c.message
+    c = sc.check_lua_socket([str(tmp_path / "nowhere" / "*.so")])
+    assert c.status == WARN and c.fix == "apt-get install lua-socket"
 
 
 # ---- gres.conf -------------------------------------------------------------------------
 def test_parse_gres_conf_expands_ranges_and_nodeless_lines():
-    recs = doc.parse_gres_conf(
+    recs = sc.parse_gres_conf(
         "AutoDetect=off\nNodeName=n[1-2] Name=gpu Type=v100 File=/dev/nvidia[0-1]\n"
         "Name=shard Count=8 File=/dev/nvidia[2-3]  # no NodeName: every node\n"
         "Name=mps Count=100\n",
@@ -227,7 +227,7 @@ def test_parse_gres_conf_expands_ranges_and_nodeless_lines():
 def test_gres_conf_consistent_with_generated_layout(tmp_path):
     c = cfg()
     p = tmp_path / "gres.conf"
-    assert doc.check_gres_conf(gres_conf(c.gpus), p, c).status == doc.OK
+    assert sc.check_gres_conf(gres_conf(c.gpus), p, c).status == OK
     # the same layout written by hand with per-node lines and a File range
     by_hand = "\n".join(
         [
@@ -239,18 +239,18 @@ def test_gres_conf_consistent_with_generated_layout(tmp_path):
             "NodeName=login1 Name=gpu File=/dev/nvidia0",  # a node outside the config: ignored
         ]
     )
-    assert doc.check_gres_conf(by_hand, p, c).status == doc.OK
+    assert sc.check_gres_conf(by_hand, p, c).status == OK
 
 
 def test_gres_conf_inconsistent(tmp_path):
     c = cfg()
     wrong = gres_conf(c.gpus).replace("Type=v100_s1", "Type=v100")
-    chk = doc.check_gres_conf(wrong, tmp_path / "gres.conf", c)
-    assert chk.status == doc.FAIL
+    chk = sc.check_gres_conf(wrong, tmp_path / "gres.conf", c)
+    assert chk.status == FAIL
     assert "missing" in chk.message and "gpu01 gpu:v100_s1 /dev/nvidia1" in chk.message
     assert "not in the config" in chk.message
-    assert doc.check_gres_conf(None, tmp_path / "gres.conf", c).status == doc.FAIL
-    assert doc.check_gres_conf("", tmp_path / "g", parse_config("", "x")).status == doc.WARN
+    assert sc.check_gres_conf(None, tmp_path / "gres.conf", c).status == FAIL
+    assert sc.check_gres_conf("", tmp_path / "g", parse_config("", "x")).status == WARN
 
 
 def test_node_gres_must_list_the_gpus_in_device_index_order(tmp_path):
@@ -261,19 +261,19 @@ def test_node_gres_must_list_the_gpus_in_device_index_order(tmp_path):
         "ClusterName=x\nNodeName=gpu[01-02] CPUs=8 Gres=gpu:v100:1,gpu:v100_s1:1,shard:4 "
         "State=UNKNOWN\nNodeName=login1 CPUs=4  # no GPUs\n"
     )
-    ok = doc.check_node_gres(good, p, c)
-    assert ok.status == doc.OK and "2 node(s)" in ok.message
+    ok = sc.check_node_gres(good, p, c)
+    assert ok.status == OK and "2 node(s)" in ok.message
     pool_first = good.replace("gpu:v100:1,gpu:v100_s1:1", "gpu:v100_s1:1,gpu:v100:1")
-    bad = doc.check_node_gres(pool_first, p, c)
-    assert bad.status == doc.FAIL and "2 node(s)" in bad.message
+    bad = sc.check_node_gres(pool_first, p, c)
+    assert bad.status == FAIL and "2 node(s)" in bad.message
     assert "gpu01: Gres=gpu:v100_s1:1,gpu:v100:1,shard:4, expected gpu:v100:1" in bad.message
     assert "slurm-colo install" in bad.fix
     no_gpu = good.replace("gpu:v100:1,gpu:v100_s1:1,", "")
-    assert doc.check_node_gres(no_gpu, p, c).status == doc.FAIL  # Gres=shard:4 alone
+    assert sc.check_node_gres(no_gpu, p, c).status == FAIL  # Gres=shard:4 alone
     one_line = "NodeName=gpu01 Gres=gpu:v100:1,gpu:v100_s1:1,shard:4\n"
-    partial = doc.check_node_gres(one_line, p, c)
-    assert partial.status == doc.WARN and "gpu02" in partial.message
-    assert doc.check_node_gres(None, p, c).status == doc.WARN
+    partial = sc.check_node_gres(one_line, p, c)
+    assert partial.status == WARN and "gpu02" in partial.message
+    assert sc.check_node_gres(None, p, c).status == WARN
     assert "below whole GPUs" not in ok.message  # gpu[01-02]'s pool is GPU 1 of 2
 
 
@@ -282,66 +282,64 @@ def test_node_gres_notes_a_shared_pool_below_whole_gpus(tmp_path):
     whole while idle. Right, so OK, with the advice."""
     c = parse_config(CFG_TOML.replace('shared = "1"', 'shared = "0"'), "site.toml")
     text = "NodeName=gpu[01-02] CPUs=8 Gres=gpu:v100_s0:1,gpu:v100:1,shard:4\n"
-    chk = doc.check_node_gres(text, tmp_path / "slurm.conf", c)
-    assert chk.status == doc.OK, chk
+    chk = sc.check_node_gres(text, tmp_path / "slurm.conf", c)
+    assert chk.status == OK, chk
     assert "the shared pool of gpu[01-02] (0 of 2) is below whole GPUs" in chk.message
 
 
 # ---- agent, store, scores, MPS -----------------------------------------------------------
 def test_agent_check():
-    assert doc.check_agent(lambda: {"ok": True, "scores": "s1"}, "/s").status == doc.OK
+    assert doc.check_agent(lambda: {"ok": True, "scores": "s1"}, "/s").status == OK
     assert "scores s1" in doc.check_agent(lambda: {"scores": "s1"}, "/s").message
     down = doc.check_agent(lambda: None, "/run/x.sock")
-    assert down.status == doc.FAIL and "/run/x.sock" in down.message and "systemctl" in down.fix
+    assert down.status == FAIL and "/run/x.sock" in down.message and "systemctl" in down.fix
 
     def boom():
         raise AgentError("garbled answer")
 
-    assert doc.check_agent(boom, "/s").status == doc.FAIL
+    assert doc.check_agent(boom, "/s").status == FAIL
 
 
 def test_store_check():
-    assert doc.check_store(None, "sqlite://").status == doc.WARN
+    assert doc.check_store(None, "sqlite://").status == WARN
     assert doc.check_store(lambda: "schema rev 3", "sqlite://").message == "schema rev 3"
 
     def old():
         raise StoreError("database at revision 1, expected 3", hint="slurm-colo db upgrade")
 
     c = doc.check_store(old, "sqlite://")
-    assert c.status == doc.FAIL and c.fix == "slurm-colo db upgrade"
+    assert c.status == FAIL and c.fix == "slurm-colo db upgrade"
 
 
 def test_scores_fresh_stale_missing_and_undated(tmp_path):
     now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
     p = tmp_path / "live.json"
     c = doc.check_scores(load_scores, str(p), 48.0, now)
-    assert c.status == doc.FAIL and "not found" in c.message
+    assert c.status == FAIL and "not found" in c.message
 
     publish_scores(ScoreTable(id="s1", created=(now - timedelta(hours=5)).isoformat()), p)
     c = doc.check_scores(load_scores, str(p), 48.0, now)
-    assert c.status == doc.OK and "5.0 h old" in c.message
+    assert c.status == OK and "5.0 h old" in c.message
 
     publish_scores(ScoreTable(id="s0", created=(now - timedelta(hours=50)).isoformat()), p)
     c = doc.check_scores(load_scores, str(p), 48.0, now)
-    assert c.status == doc.WARN and "50.0 h old" in c.message and "retrain" in c.fix
+    assert c.status == WARN and "50.0 h old" in c.message and "retrain" in c.fix
 
     publish_scores(ScoreTable(id="s2", created=""), p)
-    assert doc.check_scores(load_scores, str(p), 48.0, now).status == doc.WARN
+    assert doc.check_scores(load_scores, str(p), 48.0, now).status == WARN
 
     p.write_text("{not json")
     c = doc.check_scores(load_scores, str(p), 48.0, now)
-    assert c.status == doc.FAIL and "corrupt" in c.message
+    assert c.status == FAIL and "corrupt" in c.message
 
 
 def test_mps_check():
-    assert (
-        doc.check_mps(NodeConfig(mps_backend="emulator"), lambda n: None, True).status == doc.WARN
-    )
+    assert doc.check_mps(NodeConfig(mps_backend="emulator"), lambda n: None, True).status == WARN
     found = doc.check_mps(NodeConfig(), lambda n: f"/usr/bin/{n}", True)
-    assert found.status == doc.OK and "/usr/bin/nvidia-cuda-mps-control" in found.message
+    assert found.status == OK and "/usr/bin/nvidia-cuda-mps-control" in found.message
     assert "slurm-colo node selftest" in found.message
-    assert doc.check_mps(NodeConfig(), lambda n: None, True).status == doc.FAIL
-    assert doc.check_mps(NodeConfig(), lambda n: None, False).status == doc.WARN
+    assert doc.check_mps(NodeConfig(), lambda n: None, True).status == FAIL
+    assert doc.check_mps(NodeConfig(), lambda n: None, False).status == WARN
 
 
 # ---- everything, on a fixture host -----------------------------------------------------
@@ -407,8 +405,8 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
         "scores",
         "MPS",
     ]
-    assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
-    assert doc.exit_code(checks) == 0
+    assert all(c.status == OK for c in checks), [format_check(c) for c in checks]
+    assert exit_code(checks) == 0
 
 
 def test_run_checks_agent_down_fails_and_sets_exit_code(tmp_path):
@@ -416,10 +414,10 @@ def test_run_checks_agent_down_fails_and_sets_exit_code(tmp_path):
     from dataclasses import replace
 
     checks = doc.run_checks(conf, replace(system, ping=lambda cfg: None))
-    bad = [c for c in checks if c.status != doc.OK]
+    bad = [c for c in checks if c.status != OK]
     assert [c.name for c in bad] == ["agent"]
-    assert doc.exit_code(checks) == 1
-    text = doc.format_check(bad[0])
+    assert exit_code(checks) == 1
+    text = format_check(bad[0])
     assert text.startswith("[FAIL] agent:") and "fix: systemctl start" in text
 
 
@@ -427,7 +425,7 @@ def test_run_checks_stops_at_invalid_config(tmp_path):
     conf, system = _host(tmp_path)
     conf.write_text("[nonsense]\n")
     checks = doc.run_checks(conf, system)
-    assert len(checks) == 1 and checks[0].status == doc.FAIL
+    assert len(checks) == 1 and checks[0].status == FAIL
 
 
 def test_bad_scores_path_fails(tmp_path):
@@ -440,7 +438,7 @@ def test_bad_scores_path_fails(tmp_path):
 
     checks = doc.run_checks(conf, replace(system, load_scores=broken))
     sc = [c for c in checks if c.name == "scores"][0]
-    assert sc.status == doc.FAIL and sc.fix == "slurm-colo retrain"
+    assert sc.status == FAIL and sc.fix == "slurm-colo retrain"
 
 
 # ---- the command -----------------------------------------------------------------------
@@ -485,13 +483,13 @@ def test_doctor_says_where_a_gpu_nodes_records_go() -> None:
 
     node = Config(agent=AgentConfig(address="tcp:head:6830"))
     c = doc.check_records(node)
-    assert c.status == doc.OK and "agent at tcp:head:6830" in c.message
+    assert c.status == OK and "agent at tcp:head:6830" in c.message
     local = Config(
         agent=AgentConfig(address="tcp:head:6830"), node=NodeConfig(records_to=RecordsTo.STORE)
     )
     w = doc.check_records(local)
-    assert w.status == doc.WARN and "never reads" in w.message and "records_to" in (w.fix or "")
-    assert doc.check_records(Config()).status == doc.OK
+    assert w.status == WARN and "never reads" in w.message and "records_to" in (w.fix or "")
+    assert doc.check_records(Config()).status == OK
 
 
 def test_doctor_names_why_the_agent_refused_the_node() -> None:
@@ -501,7 +499,7 @@ def test_doctor_names_why_the_agent_refused_the_node() -> None:
         raise CredentialForeign("munge credential made with another key", hint="copy the key")
 
     c = doc.check_agent(refused, "tcp:head:6830")
-    assert c.status == doc.FAIL and "another key" in c.message and c.fix == "copy the key"
+    assert c.status == FAIL and "another key" in c.message and c.fix == "copy the key"
 
 
 def test_each_gpu_models_own_score_set_is_checked(tmp_path):
@@ -530,11 +528,11 @@ memory_gib = 32.0
     k80 = model_scores_path(live, "k80")
     publish_scores(ScoreTable(id="k80-1", created=(now - timedelta(hours=60)).isoformat()), k80)
     (c,) = doc.check_model_scores(load_scores, model_scores_path, cfg, now)
-    assert c.name == "scores (k80)" and c.status == doc.WARN and "60.0 h old" in c.message
+    assert c.name == "scores (k80)" and c.status == WARN and "60.0 h old" in c.message
     model_scores_path(live, "v100").write_text("{not json")
     k, v = doc.check_model_scores(load_scores, model_scores_path, cfg, now)
     assert k.name == "scores (k80)" and v.name == "scores (v100)"
-    assert v.status == doc.FAIL and "corrupt" in v.message
+    assert v.status == FAIL and "corrupt" in v.message
 
 
 # ---- the agent's rights in Slurm -------------------------------------------------------
@@ -544,27 +542,27 @@ NO_LEVEL = {"sacctmgr": Result(("sacctmgr",), 0, "None\n")}
 
 def test_an_agent_running_as_root_or_slurmuser_may_change_jobs():
     c = doc.check_agent_rights({"user": "root"}, None, FakeRunner({}), cfg())
-    assert c is not None and c.status == doc.OK and "runs as root" in c.message
+    assert c is not None and c.status == OK and "runs as root" in c.message
     assert "raise shared jobs' time limits (placement.time_limit)" in c.message
     conf = "ClusterName=x\nSlurmUser=slurm\n"
     c = doc.check_agent_rights({"user": "slurm"}, conf, FakeRunner({}), cfg())
-    assert c is not None and c.status == doc.OK
+    assert c is not None and c.status == OK
     assert doc.slurm_user(None) == "root" and doc.slurm_user(conf) == "slurm"
 
 
 def test_another_user_needs_the_operator_level():
     runner = FakeRunner(OPERATOR)
     c = doc.check_agent_rights({"user": "slurm-colo"}, None, runner, cfg())
-    assert c is not None and c.status == doc.OK and "Operator level" in c.message
+    assert c is not None and c.status == OK and "Operator level" in c.message
     assert runner.calls == [["sacctmgr", "-nP", "show", "user", "slurm-colo", "format=adminlevel"]]
     c = doc.check_agent_rights({"user": "slurm-colo"}, None, FakeRunner(NO_LEVEL), cfg())
-    assert c is not None and c.status == doc.WARN
+    assert c is not None and c.status == WARN
     assert "sacctmgr says its level is None: Slurm will refuse it" in c.message
     assert "after the first refusal the agent holds no job and changes none" in c.message
     assert "sacctmgr -i add user slurm-colo account=root adminlevel=Operator" in c.fix
     # no accounting (sacctmgr absent or failing): it cannot tell, and says so
     c = doc.check_agent_rights({"user": "slurm-colo"}, None, FakeRunner({}), cfg())
-    assert c is not None and c.status == doc.WARN and "sacctmgr could not tell" in c.message
+    assert c is not None and c.status == WARN and "sacctmgr could not tell" in c.message
 
 
 def test_nothing_to_check_without_an_agent_or_a_setting_that_changes_jobs():
@@ -587,4 +585,4 @@ def test_run_checks_names_the_agents_rights_when_it_says_its_user(tmp_path):
     checks = doc.run_checks(conf, system)
     names = [c.name for c in checks]
     assert names[names.index("agent") + 1] == "agent rights"
-    assert all(c.status == doc.OK for c in checks), [doc.format_check(c) for c in checks]
+    assert all(c.status == OK for c in checks), [format_check(c) for c in checks]

@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from slurm_colo.admin import doctor as doc
+from slurm_colo.admin.check import FAIL, OK
 from slurm_colo.admin.store_probe import probe_store, sqlite_file
 from slurm_colo.errors import StoreError
 from slurm_colo.store.engine import head_revision, make_engine, upgrade
@@ -46,7 +47,7 @@ def test_migrated_database_is_ok_and_unchanged(tmp_path):
     msg = probe_store(url)
     assert "is writable" in msg and head_revision() in msg
     c = doc.check_store(lambda: probe_store(url), url)
-    assert c.status == doc.OK
+    assert c.status == OK
     assert _dump(db) == before  # the no-op write was rolled back: same content
 
 
@@ -55,7 +56,7 @@ def test_read_only_database_fails(tmp_path):
     upgrade(make_engine(f"sqlite:///{db}"))
     ro = f"sqlite:///file:{db}?mode=ro&uri=true"
     c = doc.check_store(lambda: probe_store(ro), ro)
-    assert c.status == doc.FAIL and "readonly" in c.message
+    assert c.status == FAIL and "readonly" in c.message
 
 
 def test_sqlite_file():
