@@ -11,7 +11,8 @@ serves. Snapshot shape::
      "fallbacks": {"agent_unavailable": 1},   # reason -> count
      "scores": {"id": "2026-11-22T03", "age_s": 3600.0},  # or "created": ISO time
      "requests_total": 40,
-     "request_seconds": {"sum": 0.8, "count": 40}}
+     "request_seconds": {"sum": 0.8, "count": 40},
+     "place_lock_wait_seconds": {"sum": 0.1, "count": 40, "max": 0.02}}
 
 Optional, when present: ``slots``, ``exclusive_job``, ``closed_for`` and ``available``
 per GPU, ``pending_placements``, ``probes`` (verdict -> count), ``held`` (jobs held for the
@@ -241,6 +242,20 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
     )
     duration.add(_num(rs.get("sum")), suffix="_sum")
     duration.add(_num(rs.get("count")), suffix="_count")
+    pw = snapshot.get("place_lock_wait_seconds") or {}
+    lock_wait = _Family(
+        "place_lock_wait_seconds",
+        "summary",
+        "Time placement requests waited for the agent's lock (a look at Slurm holds it).",
+    )
+    lock_wait.add(_num(pw.get("sum")), suffix="_sum")
+    lock_wait.add(_num(pw.get("count")), suffix="_count")
+    lock_wait_max = _Family(
+        "place_lock_wait_max_seconds",
+        "gauge",
+        "Longest wait of one placement request for the agent's lock since the agent started.",
+    )
+    lock_wait_max.add(_num(pw.get("max")))
 
     families = [
         occupants,
@@ -262,6 +277,8 @@ def render(snapshot: Mapping[str, Any], now: float | None = None) -> str:
         pending_total,
         requests,
         duration,
+        lock_wait,
+        lock_wait_max,
     ]
     out: list[str] = []
     for fam in families:

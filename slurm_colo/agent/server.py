@@ -120,6 +120,9 @@ class Agent:
         self.user = self.state.user = _user_name(os.geteuid())
         self.req_count = 0
         self.req_seconds = 0.0
+        #: how long PLACE requests waited for the agent's lock (held by a look at Slurm,
+        #: a probe, another request): sum, count and the longest, seconds
+        self.place_wait = {"sum": 0.0, "count": 0, "max": 0.0}
         self.score_files = score_files.ScoreFiles(cfg)
         self._server: socketserver.UnixStreamServer | None = None
         self._tcp: list[socketserver.TCPServer] = []
@@ -257,6 +260,7 @@ class Agent:
             ), _nothing_after
         if verb == "PLACE":
             self.lock.acquire()
+            wait = time.perf_counter() - t0
             try:
                 reply, record = self.state.decide(payload, time.time())
             except (ColoError, KeyError, ValueError, TypeError) as e:
@@ -269,17 +273,23 @@ class Agent:
             self.req_count += 1
             dt = time.perf_counter() - t0
             self.req_seconds += dt
+            pw = self.place_wait
+            pw["sum"] += wait
+            pw["count"] += 1
+            pw["max"] = max(pw["max"], wait)
             name = payload.get("name") or "a job"
             # the hook has given up on an answer this late: the job gets the fallback, and
             # the placement, never to appear in Slurm, must not hold a slot on its GPU
             late = dt * 1000 > self.cfg.agent.request_timeout_ms
             if late:
                 log.warning(
-                    "PLACE for %s took %.0f ms, longer than the Lua hook waits "
-                    "(agent.request_timeout_ms = %d): the job got the fallback; "
-                    "placement dropped",
+                    "PLACE for %s took %.0f ms (%.0f ms of it waiting for the agent's lock, "
+                    "held by a look at Slurm, a probe or another request), longer than the "
+                    "Lua hook waits (agent.request_timeout_ms = %d): the job got the "
+                    "fallback; placement dropped",
                     name,
                     dt * 1000,
+                    wait * 1000,
                     self.cfg.agent.request_timeout_ms,
                 )
 
@@ -394,6 +404,7 @@ class Agent:
                 st = self.state.status(now)
                 st["requests_total"] = self.req_count
                 st["request_seconds"] = {"sum": self.req_seconds, "count": self.req_count}
+                st["place_lock_wait_seconds"] = dict(self.place_wait)
                 return st
         if verb == "RELOAD":
             self.reload_scores(force=True)

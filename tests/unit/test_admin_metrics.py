@@ -94,6 +94,7 @@ SNAPSHOT = {
     "scores": {"id": "2026-11-22T03:00", "age_s": 5400.0},
     "requests_total": 12,
     "request_seconds": {"sum": 0.25, "count": 12},
+    "place_lock_wait_seconds": {"sum": 0.125, "count": 10, "max": 0.0625},
     "pending_placements": 2,
     "probes": {"kept": 5, "undone": 1},
     "held": [{"job_id": 93, "gres_type": "v100_s1"}],
@@ -158,6 +159,9 @@ def test_decisions_fallbacks_scores_and_requests():
     assert _values(samples, "slurm_colo_requests_total") == [({}, "12")]
     assert _values(samples, "slurm_colo_request_duration_seconds_sum") == [({}, "0.25")]
     assert _values(samples, "slurm_colo_request_duration_seconds_count") == [({}, "12")]
+    assert _values(samples, "slurm_colo_place_lock_wait_seconds_sum") == [({}, "0.125")]
+    assert _values(samples, "slurm_colo_place_lock_wait_seconds_count") == [({}, "10")]
+    assert _values(samples, "slurm_colo_place_lock_wait_max_seconds") == [({}, "0.0625")]
     pr = {lab["verdict"]: v for lab, v in _values(samples, "slurm_colo_probes_total")}
     assert pr == {"kept": "5", "undone": "1"}
     assert _values(samples, "slurm_colo_held_jobs") == [({}, "1")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 import time
@@ -340,6 +341,45 @@ def test_a_place_slower_than_the_hook_waits_is_logged_and_dropped(
     assert reply.startswith(b"OK\taction=")
     assert "PLACE for j2 took" in caplog.text and "request_timeout_ms = 150" in caplog.text
     assert len(agent.state.ledger.placements) == 1 and not agent.lock.locked()
+
+
+def test_the_time_a_place_request_waits_for_the_lock_is_measured_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A PLACE that comes while a look at Slurm holds the agent's lock waits for it; the
+    late-answer warning says how much of the time that was, and STATUS (the metrics) keeps
+    the sum, count and longest of those waits."""
+    agent = Agent(
+        Config(gpus=LAYOUT, agent=AgentConfig(request_timeout_ms=150)), backend=QuietSlurm("n1")
+    )
+    agent.state.scores = SCORES
+    agent.refresh()
+    line = format_request(
+        "PLACE", {"uid": "1000", "user": "alice", "name": "j1", "mode": "auto", "class": "good"}
+    )
+    _, after = agent.answer(line, peer_uid=0)
+    after(True)
+    quick = agent.place_wait["max"]
+    assert agent.place_wait["count"] == 1 and 0 <= quick < 0.1
+    held = threading.Event()
+
+    def hold_lock() -> None:  # a look at Slurm taking 0.3 s
+        with agent.lock:
+            held.set()
+            time.sleep(0.3)
+
+    t = threading.Thread(target=hold_lock)
+    t.start()
+    assert held.wait(5)
+    with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
+        _, after = agent.answer(line.replace(b"j1", b"j2"), peer_uid=0)
+        after(True)
+    t.join()
+    waited = re.search(r"PLACE for j2 took (\d+) ms \((\d+) ms of it waiting", caplog.text)
+    assert waited is not None and 250 <= int(waited[2]) <= int(waited[1])
+    st = parse_reply("STATUS", agent.handle(format_request("STATUS", {}), peer_uid=0))
+    pw = st["place_lock_wait_seconds"]
+    assert pw["count"] == 2 and pw["max"] >= 0.25 and pw["sum"] >= pw["max"] + quick - 1e-9
 
 
 def test_a_place_answer_the_hook_did_not_get_is_dropped(tmp_path: Path) -> None:
