@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import agent_report
 import pytest
 
 from . import mntools
@@ -34,6 +35,7 @@ def mlab() -> Iterator[None]:
     mntools.cancel_all()
     yield
     mntools.cancel_all()
+    agent_report.record("Slurm 22.05 multi-node lab", mntools.agent_status)
 
 
 @pytest.fixture()

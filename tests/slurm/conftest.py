@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 
+import agent_report
 import pytest
 
 from . import labtools
@@ -37,6 +38,7 @@ def lab() -> Iterator[None]:
     labtools.cancel_all()
     yield
     labtools.cancel_all()
+    agent_report.record("Slurm 22.05 single-node lab", labtools.agent_status)
     if labtools.LEARNED.exists():  # leave the lab's scores as the tests found them
         labtools.forget_probe_measurements()
 

@@ -237,6 +237,14 @@ def agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run([CLI, *args], timeout=30)
 
 
+def agent_status() -> dict[str, Any]:
+    """The agent's ``slurm-colo status --json``."""
+    p = agent_cli("status", "--json")
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip() or p.stdout.strip())
+    return json.loads(p.stdout)
+
+
 def standin_cmd() -> str:
     """The lab's stand-in training job, copied where the jobs' user can read it; returns how
     to run it."""

@@ -10,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterator
 
+import agent_report
 import pytest
 
 from .vlab import VersionLab, selected_versions
@@ -66,6 +67,7 @@ def vlab(request: pytest.FixtureRequest) -> Iterator[VersionLab]:
         lab.cancel_all()
         yield lab
     finally:
+        agent_report.record(f"Slurm {lab.version} lab", lab.status)
         lab.down()
 
 
