@@ -28,6 +28,10 @@ class Result:
     over_limit_jobs: int
     worst_class_slowdown: float
     worst_user_slowdown: float
+    #: jobs whose last run on a GPU lasted longer than their time limit (Slurm ends them
+    #: under ``placement.time_limit = "keep"``; the agent raises their limits under
+    #: "extend"); None when no job of the trace has a limit
+    past_limit_jobs: int | None = None
     retractions: int = 0
     explored: int = 0
     oom_starts: int = 0
@@ -43,7 +47,10 @@ def summarize(sim: Sim, max_slowdown: float = 1.5, wall_s: float = 0.0) -> Resul
     """JCT = end - arrival; slowdown = JCT / solo duration (queueing included);
     stretch = time running / solo duration (interference only); harmful share = part of
     the GPU time spent co-located in sets whose true combined normalised throughput is
-    below 1; ``over_limit_jobs`` = non-aggressive jobs stretched beyond ``max_slowdown``."""
+    below 1; ``over_limit_jobs`` = non-aggressive jobs stretched beyond ``max_slowdown``;
+    ``past_limit_jobs`` = jobs with a time limit whose last run (since their last start:
+    a requeued job's clock starts again) lasted longer than it, or than their solo
+    duration where that is longer (a job that ran to its limit)."""
     runs = sim.runs
     arrival = np.array([r.job.arrival for r in runs])
     end = np.array([r.end for r in runs], dtype=float)
@@ -63,6 +70,15 @@ def summarize(sim: Sim, max_slowdown: float = 1.5, wall_s: float = 0.0) -> Resul
     def worst_group(labels: np.ndarray) -> float:
         return float(max(slow[labels == v].mean() for v in np.unique(labels)))
 
+    limited = [r for r in runs if r.job.limit_s is not None]
+    # a job that ran alone to its limit (sacct's TIMEOUT jobs) ran a little past it, as
+    # Slurm ends a job some seconds after its limit: only running longer than that counts
+    past = sum(
+        1
+        for r in limited
+        if r.end is not None
+        and r.end - r.seg_start > max(r.job.limit_s or 0.0, r.job.work_s) + 1e-6
+    )
     s = sim.sched
     return Result(
         policy=s.name,
@@ -79,6 +95,7 @@ def summarize(sim: Sim, max_slowdown: float = 1.5, wall_s: float = 0.0) -> Resul
         over_limit_jobs=int(((stretch > max_slowdown + 1e-9) & ~aggressive).sum()),
         worst_class_slowdown=worst_group(cls),
         worst_user_slowdown=worst_group(user),
+        past_limit_jobs=past if limited else None,
         retractions=int(getattr(s, "retractions", 0)),
         explored=int(getattr(s, "explored", 0)),
         oom_starts=sim.oom_starts,
@@ -106,9 +123,18 @@ COLUMNS = [
 ]
 
 
+#: shown after ``over_limit_jobs`` when the trace has time limits (a sacct export with
+#: ``Timelimit``)
+PAST_LIMIT = ("past_limit_jobs", "past time limit", "{}")
+
+
 def table(results: list[Result], markdown: bool = True) -> str:
-    head = [c[1] for c in COLUMNS]
-    rows = [[fmt.format(getattr(r, k)) for k, _, fmt in COLUMNS] for r in results]
+    cols = COLUMNS
+    if any(r.past_limit_jobs is not None for r in results):
+        at = next(i for i, c in enumerate(cols) if c[0] == "over_limit_jobs") + 1
+        cols = [*cols[:at], PAST_LIMIT, *cols[at:]]
+    head = [c[1] for c in cols]
+    rows = [[fmt.format(getattr(r, k)) for k, _, fmt in cols] for r in results]
     return render(head, rows, markdown)
 
 

@@ -13,11 +13,12 @@ users drawn uniformly. Pure: it takes the rows, not the file (:func:`read_philly
 Importer (:func:`sacct_trace`): rows of ``sacct --parsable2`` output (``|``-separated, a
 header line first). Columns used: ``JobID``, ``User``, ``Submit``, ``Start``, ``End``
 (ISO times, as sacct prints them), the GPU count from ``AllocTRES`` (``gres/gpu=N``; falls
-back to ``ReqTRES``), and ``JobName`` for the class (see :func:`class_for_name`).
-Produce it with::
+back to ``ReqTRES``), ``JobName`` for the class (see :func:`class_for_name`) and, when
+the export has it, ``Timelimit`` (the job's time limit, :func:`slurm_duration_s`; none
+for ``UNLIMITED``, ``Partition_Limit`` or a value it cannot read). Produce it with::
 
     sacct --parsable2 --allocations --starttime 2026-01-01 --state CD,TO,F,CA \\
-          --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES > jobs.txt
+          --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES,Timelimit > jobs.txt
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class SimJob:
     uid: int
     gpus: int = 1
     mode: str = "auto"
+    #: the job's time limit in seconds (None: none known); Slurm ends a job whose run
+    #: lasts longer, unless the agent raises it (``placement.time_limit = "extend"``)
+    limit_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -145,6 +149,28 @@ def class_for_name(job_name: str, classes: Sequence[str]) -> str:
     return cs[zlib.crc32(c.encode()) % len(cs)]
 
 
+_DURATION_RE = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def slurm_duration_s(text: str) -> float | None:
+    """Seconds of a Slurm time limit as sacct and sbatch write it: ``M``, ``M:S``,
+    ``H:M:S``, ``D-H``, ``D-H:M`` or ``D-H:M:S``. None for no limit (``UNLIMITED``,
+    ``Partition_Limit``, empty) and for text it cannot read."""
+    m = _DURATION_RE.fullmatch((text or "").strip())
+    if m is None:
+        return None
+    days, a, b, c = m.groups()
+    n = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        h, mi, sec = (n + [0, 0])[:3]
+    elif len(n) == 3:  # H:M:S
+        h, mi, sec = n
+    else:  # M or M:S
+        h, mi, sec = 0, n[0], n[1] if len(n) > 1 else 0
+    total = ((int(days or 0) * 24 + h) * 60 + mi) * 60 + sec
+    return float(total) if total > 0 else None
+
+
 _GPU_RE = re.compile(r"gres/gpu(?::[^=,]*)?=(\d+)")
 
 
@@ -177,11 +203,12 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
     if missing or not ({"AllocTRES", "ReqTRES"} & set(header)):
         raise TraceError(
             f"sacct export lacks column(s) {', '.join(missing or ['AllocTRES/ReqTRES'])}; "
-            "use --parsable2 --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES"
+            "use --parsable2 --format "
+            "JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES,Timelimit"
         )
     col = {c: i for i, c in enumerate(header)}
     uids: dict[str, int] = {}
-    raw: list[tuple[float, float, str, str, int, str]] = []
+    raw: list[tuple[float, float, str, str, int, str, float | None]] = []
     for line in it:
         f = line.rstrip("\n").split("|")
         if len(f) < len(header):
@@ -196,15 +223,17 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
             continue
         user = f[col["User"]] or "unknown"
         name = f[col["JobName"]] if "JobName" in col else ""
-        raw.append((sub, end - start, user, name, n, jid))
+        limit = slurm_duration_s(f[col["Timelimit"]]) if "Timelimit" in col else None
+        raw.append((sub, end - start, user, name, n, jid, limit))
     if not raw:
         raise TraceError("sacct export has no finished GPU jobs (gres/gpu in AllocTRES)")
     raw.sort(key=lambda r: (r[0], r[5]))
     t0 = raw[0][0]
     out = []
-    for i, (sub, dur, user, name, n, _) in enumerate(raw):
+    for i, (sub, dur, user, name, n, _, limit) in enumerate(raw):
         uid = uids.setdefault(user, 10000 + len(uids))
-        out.append(SimJob(i, sub - t0, dur, class_for_name(name, classes), user, uid, n))
+        cls = class_for_name(name, classes)
+        out.append(SimJob(i, sub - t0, dur, cls, user, uid, n, limit_s=limit))
     return out
 
 

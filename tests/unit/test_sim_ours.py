@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from slurm_colo.contracts.enums import LeftBehind, Undo
 from slurm_colo.gavel import GavelData
 from slurm_colo.scores import PairScore
 from slurm_colo.sim.engine import Sim, SimConfig
-from slurm_colo.sim.metrics import summarize
+from slurm_colo.sim.metrics import summarize, table
 from slurm_colo.sim.ours import PolicyScheduler
+from slurm_colo.sim.policies import ExclusiveFifo
 from slurm_colo.sim.trace import SimJob
 from slurm_colo.sim.truth import Truth, oracle_scores
 
@@ -113,6 +115,45 @@ def test_without_undo_a_wrong_pair_runs_on_and_is_learned_from_its_probe() -> No
     learned = sched.scores.pair("x", "a")
     assert learned.observed and learned.n_a == pytest.approx(0.3)
     assert summarize(sim).over_limit_jobs == 2
+
+
+def test_jobs_run_past_their_time_limit_by_sharing_are_counted() -> None:
+    # a and b run at 0.9 each together: 1000 s of work take 1111 s, past a's 1050 s limit
+    # and within b's 2000 s; alone, one after the other, neither passes its limit
+    tr = [
+        replace(job(0, 0, 1000, "a"), limit_s=1050.0),
+        replace(job(1, 0, 1000, "b"), limit_s=2000.0),
+    ]
+    shared = run(tr, PolicyScheduler("oracle", oracle_scores(data()), CFG, learn=False))
+    assert shared.runs[0].end == pytest.approx(1000 / 0.9)
+    together = summarize(shared)
+    assert together.past_limit_jobs == 1
+    alone = summarize(Sim(tr, Truth(data()), SimConfig(gpus=1), ExclusiveFifo()).run())
+    assert alone.past_limit_jobs == 0
+    # no limit in the trace: no figure, and no column in the table
+    plain = summarize(
+        run(
+            [job(0, 0, 1000, "a"), job(1, 0, 1000, "b")],
+            PolicyScheduler("oracle", oracle_scores(data()), CFG, learn=False),
+        )
+    )
+    assert plain.past_limit_jobs is None
+    assert "past time limit" in table([alone, together])
+    assert "past time limit" not in table([plain])
+    head, _, first, second = table([alone, together]).splitlines()
+    cells = [c.strip() for c in head.split("|")]
+    col = cells.index("past time limit")
+    assert [r.split("|")[col].strip() for r in (first, second)] == ["0", "1"]
+
+
+def test_a_job_that_ran_to_its_limit_alone_is_not_counted_past_it() -> None:
+    # sacct's TIMEOUT jobs ran a little past their limit (Slurm ends a job some seconds
+    # after it): alone, that is not counted; slowed down by sharing, it is
+    tr = [replace(job(0, 0, 1030, "a"), limit_s=1000.0), job(1, 0, 1000, "b")]
+    alone = summarize(Sim(tr, Truth(data()), SimConfig(gpus=2), ExclusiveFifo()).run())
+    assert alone.past_limit_jobs == 0
+    shared = run(tr, PolicyScheduler("oracle", oracle_scores(data()), CFG, learn=False))
+    assert summarize(shared).past_limit_jobs == 1
 
 
 def test_a_kept_sets_measurements_are_used_at_the_next_pass_as_the_agent_does() -> None:
@@ -339,6 +380,32 @@ def test_cli_replays_a_sacct_export(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     assert "oracle" in r.output
+
+
+def test_cli_counts_the_jobs_a_policy_runs_past_their_time_limit(tmp_path: Path) -> None:
+    # 8 one-hour jobs, each limited to 65 minutes, on 2 GPUs: alone they keep their
+    # limits; two to a GPU (0.65 each in the bundled V100 data) an hour of work takes 92
+    f = tmp_path / "jobs.txt"
+    rows = ["JobID|User|JobName|Submit|Start|End|AllocTRES|Timelimit"]
+    for i in range(8):
+        rows.append(
+            f"{100 + i}|u0|lm-bs20|2026-01-01T10:00:0{i}|2026-01-01T10:00:0{i}|"
+            f"2026-01-01T11:00:0{i}|gres/gpu=1|01:05:00"
+        )
+    f.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        app,
+        ["simulate", "--sacct", str(f), "--gpus", "2", "--policies", "exclusive-fifo,oracle"]
+        + ["--out", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    assert "past time limit" in r.output
+    got = {
+        row["policy"]: row["past_limit_jobs"]
+        for row in json.loads((out / "results.json").read_text())
+    }
+    assert got["exclusive-fifo"] == 0 and got["oracle"] > 0
 
 
 def test_a_set_where_a_member_loses_is_started_only_while_jobs_queue() -> None:

@@ -16,6 +16,7 @@ from slurm_colo.sim.trace import (
     philly_trace,
     read_philly,
     sacct_trace,
+    slurm_duration_s,
 )
 
 CLASSES = ["resnet18-bs64", "lm-bs20", "a3c"]
@@ -69,6 +70,39 @@ def test_sacct_import_names_missing_columns() -> None:
         sacct_trace(["JobID|User|Start|End|AllocTRES", "1|a|x|y|gres/gpu=1"], CLASSES)
     with pytest.raises(TraceError, match="no finished GPU jobs"):
         sacct_trace(SACCT.splitlines()[:1], CLASSES)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 1800.0),  # minutes
+        ("30:15", 1815.0),  # minutes:seconds
+        ("02:00:00", 7200.0),
+        ("1-00:00:00", 86400.0),
+        ("2-12", 216000.0),  # days-hours
+        ("1-02:30", 95400.0),  # days-hours:minutes
+        (" 10:00:00 ", 36000.0),
+        ("UNLIMITED", None),
+        ("Partition_Limit", None),
+        ("", None),
+        ("00:00:00", None),
+        ("1:2:3:4", None),
+        ("soon", None),
+    ],
+)
+def test_slurm_time_limits_read_as_sacct_writes_them(text: str, seconds: float | None) -> None:
+    assert slurm_duration_s(text) == seconds
+
+
+def test_sacct_import_takes_the_time_limit_when_the_export_has_it() -> None:
+    lines = SACCT.splitlines()
+    assert all(j.limit_s is None for j in sacct_trace(lines, CLASSES))
+    with_limit = [lines[0] + "|Timelimit"] + [
+        ln + "|" + lim
+        for ln, lim in zip(lines[1:], ["02:00:00", "", "UNLIMITED", "", "1-00:00:00"])
+    ]
+    t = sacct_trace(with_limit, CLASSES)
+    assert [(j.work_s, j.limit_s) for j in t] == [(3600.0, 7200.0), (600.0, None)]
 
 
 def test_class_for_name_is_stable() -> None:
