@@ -77,6 +77,23 @@ def _word(kind: type[E], option: str, value: str) -> E:
         raise SimError(f"{option} {value!r}: accepted values are {accepted}") from None
 
 
+def _limit_factors(text: str) -> tuple[float, float]:
+    """``--time-limits``: ``LOW-HIGH`` or one factor (both ends the same)."""
+    from ..sim.engine import SimError
+
+    low, sep, high = text.strip().partition("-")
+    try:
+        lo = float(low)
+        hi = float(high) if sep else lo
+    except ValueError:
+        raise SimError(
+            f"--time-limits {text!r}: give LOW-HIGH factors of the solo duration, e.g. 1-3"
+        ) from None
+    if not 1.0 <= lo <= hi:
+        raise SimError(f"--time-limits {text!r}: give 1 <= LOW <= HIGH (a limit covers the run)")
+    return lo, hi
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
@@ -103,6 +120,12 @@ def register(app: typer.Typer) -> None:
         ),
         aggressive_share: float = typer.Option(
             0.0, help="Share of jobs submitted with --colocate=aggressive."
+        ),
+        time_limits: str = typer.Option(
+            "",
+            help="Give the generated jobs time limits: LOW-HIGH (or one factor) times "
+            "their solo duration, a seeded draw per job; the table then counts the jobs "
+            "run past them. A --sacct export's own limits come from its Timelimit column.",
         ),
         policies: str = typer.Option(
             ",".join(_policies()),
@@ -160,7 +183,13 @@ def register(app: typer.Typer) -> None:
         from ..sim.run import KNOWN_POLICIES, Setup
         from ..sim.run import simulate as run_all
         from ..sim.spread import parse_seeds, per_seed_table, seed_rows, spread_table
-        from ..sim.trace import offered_load, philly_trace, read_philly, read_sacct
+        from ..sim.trace import (
+            offered_load,
+            philly_trace,
+            read_philly,
+            read_sacct,
+            with_time_limits,
+        )
 
         names = [p.strip() for p in policies.split(",") if p.strip()]
         bad = [p for p in names if p not in KNOWN_POLICIES]
@@ -198,6 +227,9 @@ def register(app: typer.Typer) -> None:
             err=True,
         )
         seed_list = parse_seeds(seeds) if seeds else [seed]
+        limit_factors = _limit_factors(time_limits) if time_limits else None
+        if limit_factors is not None and sacct:
+            raise SimError("--time-limits is for generated traces: a --sacct export has its own")
         per_seed: dict[int, list[Result]] = {}
         # a site's export is the same trace for every seed (the seed then changes the pair
         # split and the random choices); the Philly rows are read once too
@@ -220,6 +252,8 @@ def register(app: typer.Typer) -> None:
                     max_duration_s=max_duration_h * 3600 or None,
                     aggressive_share=aggressive_share,
                 )
+                if limit_factors is not None:
+                    trace = with_time_limits(trace, *limit_factors, seed=s)
             setup = Setup(
                 SimConfig(
                     gpus=gpus,
@@ -262,6 +296,8 @@ def register(app: typer.Typer) -> None:
                     cmd.append("--multi-gpu")
                 if aggressive_share:
                     cmd.append(f"--aggressive-share {aggressive_share:g}")
+                if limit_factors is not None:
+                    cmd.append(f"--time-limits {limit_factors[0]:g}-{limit_factors[1]:g}")
             cmd.append(
                 f"--gpus {gpus} "
                 + (f"--seeds {seeds} " if seeds else f"--seed {seed} ")

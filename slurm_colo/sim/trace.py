@@ -4,7 +4,8 @@ A trace is a list of :class:`SimJob` sorted by arrival. ``work_s`` is the job's 
 alone on one GPU (its *solo duration*); ``cls`` is one of the classes of the measured
 throughput data, which decides how the job interferes with others.
 
-Generator (:func:`philly_trace`): durations and GPU counts drawn from the Philly job
+Generator (:func:`philly_trace`; time limits, when wanted, from
+:func:`with_time_limits`): durations and GPU counts drawn from the Philly job
 distribution Gavel derived (``philly_job_distribution.csv``: ``duration_s,num_gpus``),
 Poisson arrivals whose rate gives the chosen *load* (offered GPU-seconds per second over
 the GPU count; above 1 jobs queue even with perfect packing of exclusive jobs), classes and
@@ -137,6 +138,20 @@ def jittered(trace: Sequence[SimJob], seconds: float, seed: int) -> list[SimJob]
         last = max(last, j.arrival + rng.random() * seconds)
         out.append(replace(j, arrival=last))
     return out
+
+
+def with_time_limits(trace: Sequence[SimJob], low: float, high: float, seed: int) -> list[SimJob]:
+    """``trace`` with each job given a time limit of its solo duration times a seeded draw
+    from ``[low, high]``, rounded up to whole minutes (as ``--time`` takes them): a
+    generated trace's stand-in for the limits users set, which tell a long job from a
+    short one only roughly. ``low`` is at least 1: a job's limit covers its run alone."""
+    if not 1.0 <= low <= high:
+        raise TraceError(f"time limit factors {low:g}-{high:g}: give 1 <= low <= high")
+    rng = random.Random(seed)
+    return [
+        replace(j, limit_s=60.0 * math.ceil(j.work_s * rng.uniform(low, high) / 60.0))
+        for j in trace
+    ]
 
 
 def class_for_name(job_name: str, classes: Sequence[str]) -> str:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 from typer.testing import CliRunner
 
 from slurm_colo.cli import app
@@ -406,6 +407,25 @@ def test_cli_counts_the_jobs_a_policy_runs_past_their_time_limit(tmp_path: Path)
         for row in json.loads((out / "results.json").read_text())
     }
     assert got["exclusive-fifo"] == 0 and got["oracle"] > 0
+
+
+def test_cli_gives_generated_jobs_time_limits_and_refuses_bad_factors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["simulate", "--jobs", "60", "--gpus", "4", "--policies", "exclusive-fifo,oracle"]
+    r = CliRunner().invoke(app, [*base, "--time-limits", "1-1.2", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert {row["policy"]: row["past_limit_jobs"] for row in rows}["exclusive-fifo"] == 0
+    assert all(row["past_limit_jobs"] is not None for row in rows)
+    assert "--time-limits 1-1.2" in (tmp_path / "results.md").read_text()
+    for bad, why in [("0.8-2", "1 <= LOW <= HIGH"), ("3-2", "1 <= LOW <= HIGH"), ("x", "e.g. 1-3")]:
+        code, _, err = run_cli([*base, "--time-limits", bad], capsys)
+        assert code == 2 and f"--time-limits '{bad}': give" in err and why in err, err
+    sacct = tmp_path / "jobs.txt"
+    sacct.write_text("JobID|User|Submit|Start|End|AllocTRES\n")
+    code, _, err = run_cli(["simulate", "--sacct", str(sacct), "--time-limits", "2"], capsys)
+    assert code == 2 and "a --sacct export has its own" in err, err
 
 
 def test_a_set_where_a_member_loses_is_started_only_while_jobs_queue() -> None:

@@ -17,6 +17,7 @@ from slurm_colo.sim.trace import (
     read_philly,
     sacct_trace,
     slurm_duration_s,
+    with_time_limits,
 )
 
 CLASSES = ["resnet18-bs64", "lm-bs20", "a3c"]
@@ -103,6 +104,23 @@ def test_sacct_import_takes_the_time_limit_when_the_export_has_it() -> None:
     ]
     t = sacct_trace(with_limit, CLASSES)
     assert [(j.work_s, j.limit_s) for j in t] == [(3600.0, 7200.0), (600.0, None)]
+
+
+def test_generated_time_limits_cover_each_run_within_the_factors_in_whole_minutes() -> None:
+    t = philly_trace(ROWS, CLASSES, jobs=300, gpus=16, load=1.5, seed=2)
+    limited = with_time_limits(t, 1.5, 3.0, seed=2)
+    assert limited == with_time_limits(t, 1.5, 3.0, seed=2)
+    assert limited != with_time_limits(t, 1.5, 3.0, seed=3)
+    for j, lj in zip(t, limited, strict=True):
+        assert lj.limit_s is not None and lj.limit_s % 60 == 0
+        assert 1.5 * j.work_s <= lj.limit_s < 3.0 * j.work_s + 60
+        assert lj == SimJob(**{**vars(j), "limit_s": lj.limit_s})  # nothing else moved
+    exact = with_time_limits(t, 1.0, 1.0, seed=2)
+    assert all(0 <= j.limit_s - j.work_s < 60 for j in exact if j.limit_s is not None)
+    with pytest.raises(TraceError, match="1 <= low <= high"):
+        with_time_limits(t, 0.5, 2.0, seed=1)
+    with pytest.raises(TraceError, match="1 <= low <= high"):
+        with_time_limits(t, 3.0, 2.0, seed=1)
 
 
 def test_class_for_name_is_stable() -> None:
