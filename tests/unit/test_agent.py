@@ -311,19 +311,25 @@ def test_server_answers_place_before_recording_it() -> None:
     assert not agent.lock.locked() and len(agent.state.ledger.placements) == 1
 
 
-def test_a_place_slower_than_the_hook_waits_is_logged_and_dropped(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """slurmctld's log says only "receive: timeout": the agent's log says how long it took.
-    The job got the fallback, so its placement must not hold a slot on the GPU."""
+def _agent_with_deadline(ms: int) -> tuple[Agent, bytes]:
+    """An agent whose Lua hook waits ``ms`` for an answer, and a PLACE request for job j1."""
     agent = Agent(
-        Config(gpus=LAYOUT, agent=AgentConfig(request_timeout_ms=150)), backend=QuietSlurm("n1")
+        Config(gpus=LAYOUT, agent=AgentConfig(request_timeout_ms=ms)), backend=QuietSlurm("n1")
     )
     agent.state.scores = SCORES
     agent.refresh()
     line = format_request(
         "PLACE", {"uid": "1000", "user": "alice", "name": "j1", "mode": "auto", "class": "good"}
     )
+    return agent, line
+
+
+def test_a_place_slower_than_the_hook_waits_is_logged_and_dropped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """slurmctld's log says only "receive: timeout": the agent's log says how long it took.
+    The job got the fallback, so its placement must not hold a slot on the GPU."""
+    agent, line = _agent_with_deadline(150)
     with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
         _, after = agent.answer(line, peer_uid=0)
         after(True)
@@ -349,14 +355,7 @@ def test_the_time_a_place_request_waits_for_the_lock_is_measured_and_logged(
     """A PLACE that comes while a look at Slurm holds the agent's lock waits for it; the
     late-answer warning says how much of the time that was, and STATUS (the metrics) keeps
     the sum, count and longest of those waits."""
-    agent = Agent(
-        Config(gpus=LAYOUT, agent=AgentConfig(request_timeout_ms=150)), backend=QuietSlurm("n1")
-    )
-    agent.state.scores = SCORES
-    agent.refresh()
-    line = format_request(
-        "PLACE", {"uid": "1000", "user": "alice", "name": "j1", "mode": "auto", "class": "good"}
-    )
+    agent, line = _agent_with_deadline(150)
     _, after = agent.answer(line, peer_uid=0)
     after(True)
     quick = agent.place_wait["max"]
