@@ -122,7 +122,7 @@ class Agent:
         self.req_seconds = 0.0
         #: how long PLACE requests waited for the agent's lock (held by a look at Slurm,
         #: a probe, another request): sum, count and the longest, seconds
-        self.place_wait = {"sum": 0.0, "count": 0, "max": 0.0}
+        self.place_wait: dict[str, float] = {"sum": 0.0, "count": 0, "max": 0.0}
         self.score_files = score_files.ScoreFiles(cfg)
         self._server: socketserver.UnixStreamServer | None = None
         self._tcp: list[socketserver.TCPServer] = []

@@ -124,7 +124,7 @@ COLUMNS = [
 
 
 #: shown after ``over_limit_jobs`` when the trace has time limits (a sacct export with
-#: ``Timelimit``)
+#: ``Timelimit``, or ``simulate --time-limits``)
 PAST_LIMIT = ("past_limit_jobs", "past time limit", "{}")
 
 
