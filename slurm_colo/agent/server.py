@@ -123,6 +123,8 @@ class Agent:
         #: how long PLACE requests waited for the agent's lock (held by a look at Slurm,
         #: a probe, another request): sum, count and the longest, seconds
         self.place_wait: dict[str, float] = {"sum": 0.0, "count": 0, "max": 0.0}
+        #: time spent answering PLACE requests, the wait for the lock included, seconds
+        self.place_seconds = 0.0
         self.score_files = score_files.ScoreFiles(cfg)
         self._server: socketserver.UnixStreamServer | None = None
         self._tcp: list[socketserver.TCPServer] = []
@@ -273,6 +275,7 @@ class Agent:
             self.req_count += 1
             dt = time.perf_counter() - t0
             self.req_seconds += dt
+            self.place_seconds += dt
             pw = self.place_wait
             pw["sum"] += wait
             pw["count"] += 1
@@ -470,7 +473,20 @@ class Agent:
         finally:
             self._server.server_close()
             path.unlink(missing_ok=True)
-            log.info("agent stopped")
+            log.info("agent stopped: %s", self.place_summary())
+
+    def place_summary(self) -> str:
+        """The placement requests answered since the agent started, for its last log line:
+        how many, how long they took and how long they waited for the lock."""
+        pw = self.place_wait
+        n = int(pw["count"])
+        if n == 0:
+            return "0 placement requests answered"
+        return (
+            f"{n} placement requests answered in {1000 * self.place_seconds / n:.1f} ms on "
+            f"average, waiting {1000 * pw['sum'] / n:.1f} ms on average for the agent's lock, "
+            f"{1000 * pw['max']:.1f} ms at the longest"
+        )
 
     def _start_tcp(self) -> None:
         """A server thread per ``tcp:`` address of ``agent.listen``."""

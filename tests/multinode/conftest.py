@@ -31,11 +31,14 @@ def mlab() -> Iterator[None]:
     """The multi-node lab, up (idempotent; left up afterwards, like the single-node lab)."""
     if not IS_ROOT:
         pytest.fail("the multi-node tests must run in CI: run .ci/run as root")
+    log_from = agent_report.log_size(mntools.AGENT_LOG)
     mntools.lab_up()
     mntools.cancel_all()
     yield
     mntools.cancel_all()
-    agent_report.record("Slurm 22.05 multi-node lab", mntools.agent_status)
+    agent_report.record(
+        "Slurm 22.05 multi-node lab", mntools.AGENT_LOG, log_from, mntools.agent_status
+    )
 
 
 @pytest.fixture()

@@ -32,13 +32,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def lab() -> Iterator[None]:
     if not IS_ROOT:
         pytest.fail("the real-Slurm tests must run in CI: run .ci/run as root")
+    log_from = agent_report.log_size(labtools.AGENT_LOG)
     labtools.lab_up()
     if labtools.LEARNED.exists():  # left by an earlier run: start from the lab's own scores
         labtools.forget_probe_measurements()
     labtools.cancel_all()
     yield
     labtools.cancel_all()
-    agent_report.record("Slurm 22.05 single-node lab", labtools.agent_status)
+    agent_report.record(
+        "Slurm 22.05 single-node lab", labtools.AGENT_LOG, log_from, labtools.agent_status
+    )
     if labtools.LEARNED.exists():  # leave the lab's scores as the tests found them
         labtools.forget_probe_measurements()
 

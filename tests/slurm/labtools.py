@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAB_DIR = Path(os.environ.get("LAB_DIR", "/var/lib/slurm-colo-lab"))
 OUT = LAB_DIR / "out"
 AGENT_PID = LAB_DIR / "agent.pid"
+AGENT_LOG = LAB_DIR / "agent.log"
 SOCKET = Path("/run/slurm-colo/agent.sock")
 CTLD_LOG = Path("/var/log/slurm/slurmctld.log")
 SCORES = LAB_DIR / "state" / "scores.json"
@@ -189,7 +190,7 @@ def start_agent_only(config: Path = LAB_CONFIG, path_first: Path | None = None) 
     env = dict(os.environ, SLURM_COLO_CONFIG=str(config))
     if path_first is not None:
         env["PATH"] = f"{path_first}:{env.get('PATH', '/usr/bin:/bin')}"
-    with (LAB_DIR / "agent.log").open("ab") as log:
+    with AGENT_LOG.open("ab") as log:
         p = subprocess.Popen(
             [CLI, "agent"], stdout=log, stderr=log, env=env, start_new_session=True
         )

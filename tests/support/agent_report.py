@@ -1,44 +1,89 @@
-"""What each lab's agent says of its answers when the lab's tests are done (since the
-agent's last start: some tests restart it): how many it gave, how long they took and how
-long placement requests waited for the agent's lock. Printed at the end of the test run
-(tests/conftest.py), so a run whose real-Slurm tests were slow or fell back shows where
-the agent's time went."""
+"""How each lab's agent answered placement requests while the lab's tests ran: how many,
+and how long they waited for the agent's lock, over every run of the agent (some tests
+restart it). An agent that stops logs its figures (``agent stopped: N placement requests
+answered ...``); the one still running at the end gives them in ``status --json``. One
+line per lab is printed at the end of the test run (tests/conftest.py), so a run whose
+real-Slurm tests were slow or fell back shows where the agent's time went."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: one line per lab, in the order the labs finished
 LINES: list[str] = []
 
+_STOPPED = re.compile(
+    r"agent stopped: (\d+) placement requests answered"
+    r"(?: in [\d.]+ ms on average, waiting ([\d.]+) ms on average for the agent's lock, "
+    r"([\d.]+) ms at the longest)?"
+)
 
-def _ms(total: Any, count: Any) -> str:
-    """The mean in milliseconds; "-" when nothing was counted."""
+
+@dataclass
+class Waits:
+    """Placement requests and their waits for the agent's lock, over one or more runs."""
+
+    runs: int = 0
+    count: int = 0
+    wait_ms: float = 0.0  # the sum
+    longest_ms: float = 0.0
+
+    def add(self, count: int, mean_ms: float, longest_ms: float) -> None:
+        self.runs += 1
+        self.count += count
+        self.wait_ms += count * mean_ms
+        self.longest_ms = max(self.longest_ms, longest_ms)
+
+    def line(self, lab: str) -> str:
+        if self.count == 0:
+            return f"{lab} agent: no placement requests over {self.runs} run(s)"
+        return (
+            f"{lab} agent: {self.count} placement requests over {self.runs} run(s); they "
+            f"waited for its lock {self.wait_ms / self.count:.1f} ms on average, "
+            f"{self.longest_ms:.0f} ms at the longest"
+        )
+
+
+def log_size(path: Path) -> int:
+    """Where the lab's agent log ends now: :func:`record` reads what comes after."""
     try:
-        n = int(count or 0)
-        return f"{1000 * float(total or 0) / n:.1f} ms" if n else "-"
-    except (TypeError, ValueError):
-        return "?"
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
-def answer_line(lab: str, status: dict[str, Any]) -> str:
-    """One line from the agent's ``slurm-colo status --json``."""
-    req = status.get("request_seconds") or {}
-    wait = status.get("place_lock_wait_seconds") or {}
-    longest = wait.get("max") if wait.get("count") else None
-    return (
-        f"{lab} agent: {req.get('count', 0)} requests since its last start, answered in "
-        f"{_ms(req.get('sum'), req.get('count'))} on average; placement requests waited for "
-        f"its lock {_ms(wait.get('sum'), wait.get('count'))} on average, "
-        + (f"{1000 * float(longest):.0f} ms at the longest" if longest is not None else "-")
-    )
+def stopped_runs(text: str, into: Waits) -> None:
+    """Add each ``agent stopped`` line of an agent log to ``into``."""
+    for m in _STOPPED.finditer(text):
+        into.add(int(m[1]), float(m[2] or 0.0), float(m[3] or 0.0))
 
 
-def record(lab: str, status: Callable[[], dict[str, Any]]) -> None:
-    """Add ``lab``'s line; a lab whose agent cannot answer says so instead of failing the
-    teardown it runs in."""
+def running(status: dict[str, Any], into: Waits) -> None:
+    """Add the running agent's figures (``status --json``) to ``into``."""
+    pw = status.get("place_lock_wait_seconds") or {}
+    n = int(pw.get("count") or 0)
+    mean = 1000 * float(pw.get("sum") or 0.0) / n if n else 0.0
+    into.add(n, mean, 1000 * float(pw.get("max") or 0.0))
+
+
+def record(lab: str, log: Path, since: int, status: Callable[[], dict[str, Any]]) -> None:
+    """Add ``lab``'s line: the runs its agent log shows stopping after offset ``since``,
+    and the running agent. Nothing here may fail the teardown it runs in."""
+    waits = Waits()
+    notes = []
     try:
-        LINES.append(answer_line(lab, status()))
-    except Exception as e:  # the report must never fail a test run
-        LINES.append(f"{lab} agent: no status ({type(e).__name__}: {e})")
+        with log.open("rb") as f:
+            if log.stat().st_size >= since:  # else the lab made a new log: read it all
+                f.seek(since)
+            stopped_runs(f.read().decode("utf-8", "replace"), waits)
+    except OSError as e:
+        notes.append(f"log not read: {e}")
+    try:
+        running(status(), waits)
+    except Exception as e:  # an agent that cannot answer is reported, not raised
+        notes.append(f"no status from the running agent ({type(e).__name__}: {e})")
+    LINES.append(waits.line(lab) + "".join(f"; {n}" for n in notes))

@@ -381,6 +381,26 @@ def test_the_time_a_place_request_waits_for_the_lock_is_measured_and_logged(
     assert pw["count"] == 2 and pw["max"] >= 0.25 and pw["sum"] >= pw["max"] + quick - 1e-9
 
 
+def test_the_agents_last_log_line_sums_up_its_placement_answers() -> None:
+    """``agent stopped: ...``: how many PLACE requests, their mean answer and lock wait and
+    the longest wait; the test run's lab report (tests/support/agent_report.py) reads it."""
+    from agent_report import Waits, stopped_runs
+
+    agent, line = _agent_with_deadline(150)
+    assert agent.place_summary() == "0 placement requests answered"
+    for name in (b"j1", b"j2", b"j3"):
+        _, after = agent.answer(line.replace(b"j1", name), peer_uid=0)
+        after(True)
+    text = agent.place_summary()
+    assert text.startswith("3 placement requests answered in ")
+    read = Waits()
+    stopped_runs(f"INFO agent stopped: {text}\n", read)
+    pw = agent.place_wait
+    assert (read.runs, read.count) == (1, 3)
+    assert read.wait_ms == pytest.approx(1000 * pw["sum"], abs=0.2)
+    assert read.longest_ms == pytest.approx(1000 * pw["max"], abs=0.1)
+
+
 def test_a_place_answer_the_hook_did_not_get_is_dropped(tmp_path: Path) -> None:
     """The hook closes its connection when it gives up: the reply cannot be delivered, and
     the placement is not recorded."""

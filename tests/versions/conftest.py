@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import agent_report
 import pytest
 
-from .vlab import VersionLab, selected_versions
+from .vlab import CLAB, VersionLab, selected_versions
 
 IN_CI = os.environ.get("CI") == "true"
 IS_ROOT = os.geteuid() == 0
@@ -57,6 +57,8 @@ def vlab(request: pytest.FixtureRequest) -> Iterator[VersionLab]:
     t0 = time.monotonic()
     lab.build()
     t1 = time.monotonic()
+    agent_log = lab.host_path(f"{CLAB}/agent.log")
+    log_from = agent_report.log_size(agent_log)
     lab.up()
     t2 = time.monotonic()
     print(
@@ -67,7 +69,7 @@ def vlab(request: pytest.FixtureRequest) -> Iterator[VersionLab]:
         lab.cancel_all()
         yield lab
     finally:
-        agent_report.record(f"Slurm {lab.version} lab", lab.status)
+        agent_report.record(f"Slurm {lab.version} lab", agent_log, log_from, lab.status)
         lab.down()
 
 
