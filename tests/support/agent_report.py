@@ -44,7 +44,7 @@ class Waits:
         return (
             f"{lab} agent: {self.count} placement requests over {self.runs} run(s); they "
             f"waited for its lock {self.wait_ms / self.count:.1f} ms on average, "
-            f"{self.longest_ms:.0f} ms at the longest"
+            f"{self.longest_ms:.1f} ms at the longest"
         )
 
 

@@ -35,7 +35,7 @@ def test_the_stopped_runs_and_the_running_agent_add_up(tmp_path: Path) -> None:
     # 50 requests over 4 runs: (10 x 1.0 + 30 x 3.0 + 10 x 2.0) / 50 = 2.4 ms
     assert agent_report.LINES == [
         "Slurm 24.11 lab agent: 50 placement requests over 4 run(s); they waited for its "
-        "lock 2.4 ms on average, 80 ms at the longest"
+        "lock 2.4 ms on average, 80.0 ms at the longest"
     ]
 
 
