@@ -9,7 +9,7 @@ import uuid
 
 from gate import gated_script
 
-from .vlab import SHARED_GPUS, VersionLab
+from .vlab import SHARED_GPUS, VersionLab, wait_for
 
 ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'; sleep 6"
 CLASS = "--colocate-class=resnet18-bs32"
@@ -34,9 +34,16 @@ def test_mps_pairs_jobs_of_one_user_only(vclean: VersionLab) -> None:
     # bob's two compatible jobs share a GPU; alice's job has the other one to itself
     assert gb == gc and ga != gb and {ga, gb} == SHARED_GPUS
     assert "predicted delta" in q[c.job_id]["comment"], q[c.job_id]
-    node = json.loads(lab.cli("node", "status", "--json").stdout)
-    assert node["gpus"][str(gb)]["mps_uid"] == int(lab.x("id", "-u", "bob").stdout)
-    assert set(node["gpus"][str(gb)]["jobs"]) == {b.job_id, c.job_id}
+
+    # Slurm lists a job as running while its Prolog still runs; the Prolog starts the
+    # GPU's MPS daemon first and records the job on the GPU after
+    def both_on_gpu() -> dict | None:
+        node = json.loads(lab.cli("node", "status", "--json").stdout)
+        g = node["gpus"][str(gb)]
+        return g if set(g["jobs"]) == {b.job_id, c.job_id} else None
+
+    g = wait_for(both_on_gpu, 30, 0.5, f"bob's jobs on GPU {gb} in node status")
+    assert g["mps_uid"] == int(lab.x("id", "-u", "bob").stdout)
     lab.host_path(gate).touch()
     lab.wait_done(a.job_id, b.job_id, c.job_id)
     eb, ec = lab.job_env(b.job_id), lab.job_env(c.job_id)
