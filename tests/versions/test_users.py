@@ -11,7 +11,8 @@ from gate import gated_script
 
 from .vlab import SHARED_GPUS, VersionLab, wait_for
 
-ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'; sleep 6"
+PRINT_ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'"
+ENV = f"{PRINT_ENV}; sleep 6"
 CLASS = "--colocate-class=resnet18-bs32"
 
 
@@ -23,7 +24,7 @@ def _gpu(job: dict) -> int:
 def test_mps_pairs_jobs_of_one_user_only(vclean: VersionLab) -> None:
     lab = vclean
     gate = f"/tmp/users-{uuid.uuid4().hex}"
-    script = gated_script("env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE)'", gate)
+    script = gated_script(PRINT_ENV, gate)
     a = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="alice", script=script)
     b = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=script)
     c = lab.sbatch("--colocate", CLASS, "--gres=gpu:1", user="bob", script=script)
