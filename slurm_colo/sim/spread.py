@@ -69,6 +69,8 @@ class SeedRow:
     harmful_share: float
     over_limit_jobs: int
     max_stretch: float
+    #: jobs whose last run took longer than their time limit; None when the trace has none
+    past_limit_jobs: int | None = None
 
 
 def _pct(a: float, b: float) -> float:
@@ -100,6 +102,7 @@ def seed_rows(
                     harmful_share=r.harmful_share,
                     over_limit_jobs=r.over_limit_jobs,
                     max_stretch=r.max_stretch,
+                    past_limit_jobs=r.past_limit_jobs,
                 )
             )
     return rows
@@ -121,8 +124,10 @@ def spread_table(
     ref: str = "oracle",
     markdown: bool = True,
 ) -> str:
-    """Per policy: mean, best and worst seed of each figure."""
+    """Per policy: mean, best and worst seed of each figure; the jobs past their time limit
+    per seed too when the traces have limits."""
     policies = list(dict.fromkeys(r.policy for r in rows))
+    limits = any(r.past_limit_jobs is not None for r in rows)
     head = [
         "policy",
         "seeds",
@@ -132,6 +137,7 @@ def spread_table(
         "worst 10% slowdown",
         "worst class slowdown",
         "jobs >1.5x (per seed)",
+        *(["past time limit (per seed)"] if limits else []),
     ]
     body = []
     for p in policies:
@@ -151,6 +157,16 @@ def spread_table(
                 _band(vals("worst_decile_slowdown"), "{:.1f}"),
                 _band(vals("worst_class_slowdown"), "{:.2f}"),
                 "/".join(str(v) for v in over),
+                *(
+                    [
+                        "/".join(
+                            "-" if r.past_limit_jobs is None else str(r.past_limit_jobs)
+                            for r in mine
+                        )
+                    ]
+                    if limits
+                    else []
+                ),
             ]
         )
     return render(head, body, markdown)

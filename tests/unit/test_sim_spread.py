@@ -145,6 +145,53 @@ def test_cli_runs_every_seed_and_writes_the_spread(tmp_path: Path) -> None:
     assert "--seeds 1-2" in md and "| oracle | 2 |" in md
 
 
+def test_spread_table_counts_jobs_past_their_time_limit_only_when_traces_have_limits() -> None:
+    from dataclasses import replace
+
+    plain = seed_rows({1: [result("ours", 300, 12)], 2: [result("ours", 310, 12)]})
+    assert "past time limit" not in spread_table(plain)
+    assert all(r.past_limit_jobs is None for r in plain)
+    limited = seed_rows(
+        {
+            1: [replace(result("ours", 300, 12), past_limit_jobs=7)],
+            2: [replace(result("ours", 310, 12), past_limit_jobs=0)],
+        }
+    )
+    table = spread_table(limited).splitlines()
+    assert table[0].rstrip(" |").endswith("past time limit (per seed)")
+    assert table[2].rstrip(" |").endswith("0/0 | 7/0")  # jobs >1.5x, then past the limit
+
+
+def test_cli_seeds_with_time_limits_count_the_jobs_past_them(tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--jobs",
+            "120",
+            "--gpus",
+            "8",
+            "--seeds",
+            "1-2",
+            "--policies",
+            "exclusive-fifo,gandiva-random",
+            "--time-limits",
+            "1-1",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "seeds.json").read_text())
+    by = {(x["seed"], x["policy"]): x["past_limit_jobs"] for x in rows}
+    assert by[(1, "exclusive-fifo")] == by[(2, "exclusive-fifo")] == 0  # alone: never past
+    assert all(isinstance(v, int) for v in by.values())
+    md = (tmp_path / "seeds.md").read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| gandiva-random | 2 |"))
+    shared = f"{by[(1, 'gandiva-random')]}/{by[(2, 'gandiva-random')]}"
+    assert "past time limit (per seed)" in md and line.rstrip(" |").endswith(shared)
+
+
 def test_cli_rejects_a_bad_seed_list() -> None:
     r = CliRunner().invoke(app, ["simulate", "--jobs", "10", "--seeds", "3-1"])
     assert r.exit_code != 0
