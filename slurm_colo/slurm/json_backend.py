@@ -188,6 +188,28 @@ def parse_nodes(doc: Any) -> list[SlurmNode]:
 parse_sinfo = parse_nodes  # the name before scontrol's output was read too
 
 
+def _text(v: Any) -> str:
+    return v.strip() if isinstance(v, str) else ""
+
+
+def reported_error(doc: Any) -> str | None:
+    """What Slurm put in the document's ``errors`` list, or None when it is empty. Slurm
+    22.05 cannot reach slurmctld and still exits 0, with an error here and an empty
+    ``jobs`` or ``nodes`` list: read as it stands, that says the cluster is empty."""
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if not isinstance(errors, list) or not errors:
+        return None
+    texts = []
+    for e in errors:
+        if isinstance(e, dict):
+            what = _text(e.get("description")) or _text(e.get("error")) or "an error"
+            source = _text(e.get("source"))
+            texts.append(f"{what} ({source})" if source else what)
+        else:
+            texts.append(str(e))
+    return "; ".join(texts)[:300]
+
+
 def squeue_argv(squeue: str = "squeue", job_id: int | None = None) -> list[str]:
     """The same on every version (22.05 ignores ``--jobs`` with ``--json``: callers filter).
     One job is looked up in every state: 24.11 and 26.05 leave a finished job out of
@@ -232,9 +254,16 @@ class JsonBackend:
     def _run(self, argv: list[str]) -> Any:
         p = run_slurm(argv, self.timeout_s)
         try:
-            return json.loads(p.stdout)
+            doc = json.loads(p.stdout)
         except json.JSONDecodeError as e:
             raise SlurmError(f"{' '.join(argv)}: output is not JSON ({e.msg})") from None
+        error = reported_error(doc)
+        if error:
+            raise SlurmError(
+                f"{' '.join(argv[:3])}: Slurm reported an error: {error}",
+                hint="is slurmctld up and reachable? (scontrol ping)",
+            )
+        return doc
 
     def jobs(self) -> list[SlurmJob]:
         return parse_squeue(self._run(squeue_argv(self.squeue)))

@@ -74,6 +74,37 @@ def test_runner_errors_are_clear(tmp_path: Path) -> None:
     assert JsonBackend(squeue=str(fake)).job(5) is None
 
 
+def test_slurm_errors_in_json_output_are_not_an_empty_cluster(tmp_path: Path) -> None:
+    # Slurm 22.05 with slurmctld stopped (captured): exit 0, an error, no jobs and no nodes
+    for name, fixture in (
+        ("squeue", "squeue-22.05-controller-down.json"),
+        ("sinfo", "sinfo-22.05-controller-down.json"),
+    ):
+        fake = tmp_path / name
+        fake.write_text(f"#!/bin/sh\ncat {FIX / fixture}\n")
+        fake.chmod(0o755)
+    backend = JsonBackend(
+        squeue=str(tmp_path / "squeue"), sinfo=str(tmp_path / "sinfo"), slurm_version="22.05.8"
+    )
+    with pytest.raises(SlurmError, match=r"Failed while looking for jobs \(slurm_load_jobs\)") as e:
+        backend.jobs()
+    assert "scontrol ping" in (e.value.hint or "")
+    with pytest.raises(SlurmError, match="Slurm reported an error: Unspecified error"):
+        backend.nodes()
+    assert backend.job(5) is None  # a lookup says "not found", as for any failed squeue
+
+
+def test_an_empty_errors_list_is_no_error() -> None:
+    from slurm_colo.slurm.json_backend import reported_error
+
+    assert reported_error(json.loads((FIX / "squeue-22.05.json").read_text())) is None
+    assert reported_error({"errors": [], "jobs": []}) is None
+    assert reported_error({"jobs": []}) is None
+    assert reported_error({"errors": ["plain text", {"error": "E", "source": "S"}]}) == (
+        "plain text; E (S)"
+    )
+
+
 def _fake_pyslurm(version: str) -> types.ModuleType:
     m = types.ModuleType("pyslurm")
     m.__version__ = version  # type: ignore[attr-defined]

@@ -73,6 +73,12 @@ def test_child_failures_are_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv(k, v)
     with pytest.raises(SlurmError, match="snapshot failed.*Unable to contact"):
         ChildSnapshots("json").take()
+    # 22.05 with slurmctld down exits 0 with an error and no jobs: no snapshot, not an empty one
+    (tmp_path / "bin" / "squeue").write_text(
+        f"#!/bin/sh\ncat {FIX / 'squeue-22.05-controller-down.json'}\n"
+    )
+    with pytest.raises(SlurmError, match="snapshot failed.*Failed while looking for jobs"):
+        ChildSnapshots("json").take()
     hang = tmp_path / "hang"
     hang.write_text("#!/bin/sh\nsleep 5\n")
     hang.chmod(0o755)
