@@ -72,6 +72,23 @@ def node_models(cfg: Config) -> dict[str, str]:
     return {node: ng.model for ng in cfg.gpus for node in ng.node_names}
 
 
+def check_gpu_name(gpu: str, cfg: Config, site_models: list[str]) -> None:
+    """``--gpu NAME`` names a model the site has: a ``[[gpus]]`` layout's, ``[scores]
+    gpu_model``, or one that the history or an imported campaign names. A mistyped name
+    would otherwise train on nothing of that model and publish the set over the live one."""
+    known = {ng.model for ng in cfg.gpus if ng.model} | set(site_models)
+    if cfg.scores.gpu_model:
+        known.add(cfg.scores.gpu_model)
+    if gpu not in known:
+        raise ModelError(
+            f"--gpu {gpu}: no GPU model of that name in the configuration's [[gpus]], "
+            f"[scores] gpu_model, the history or an imported campaign "
+            f"(known: {', '.join(sorted(known)) or 'none'})",
+            hint="check the name (slurm-colo history shows each record's GPU model), "
+            "or import its campaign first (slurm-colo history import --gavel FILE --gpu NAME)",
+        )
+
+
 def retrain_site(
     engine: Engine,
     cfg: Config,
@@ -91,6 +108,8 @@ def retrain_site(
         run = SiteRetrain(filled=fill_gpu_models(engine, node_models(cfg)))
         built = rebuild_episodes(engine) if rebuild else update_episodes(engine)
         models = site_gpu_models(engine)
+        if gpu:
+            check_gpu_name(gpu, cfg, models)
         run.mixed = len(models) > 1 and not sc.gpu_model
         dest = Path(path or sc.path)
         if gpu or not run.mixed:

@@ -224,6 +224,30 @@ def test_retrain_says_what_it_trained_per_model(
     assert code == 2 and "GPU model v100: score set v100-" in err and "cannot be written" in err
 
 
+def test_a_mistyped_gpu_trains_nothing_and_leaves_the_live_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        f'[store]\nurl = "sqlite:///{tmp_path}/h.db"\n[scores]\npath = "{tmp_path}/live.json"\n'
+        '[[gpus]]\nnodes = "v1"\ncount = 1\nmodel = "v100"\n'
+    )
+    monkeypatch.setenv("SLURM_COLO_CONFIG", str(conf))
+    e = make_engine(f"sqlite:///{tmp_path}/h.db")
+    upgrade(e)
+    ingest_records(e, history("v1", "v100", v100, 1, CLASSES))
+    code, out, err = cli(["retrain"], capsys)
+    assert code == 0, err
+    before = (tmp_path / "live.json").read_bytes()
+    code, out, err = cli(["retrain", "--gpu", "v1OO"], capsys)
+    assert code == 2 and "--gpu v1OO: no GPU model of that name" in err
+    assert "(known: v100)" in err and "published" not in out
+    assert (tmp_path / "live.json").read_bytes() == before
+    assert not list(tmp_path.glob("live-*.json"))
+    code, out, err = cli(["retrain", "--gpu", "v100"], capsys)  # the right name still works
+    assert code == 0 and "published" in out, err
+
+
 def test_scores_load_publishes_a_models_own_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
