@@ -234,7 +234,7 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
         if e.message.startswith(f"{source}:"):
             raise
         raise ScoresError(f"{source}: {e.message}", hint=e.hint) from None
-    except (KeyError, TypeError, AttributeError) as e:
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ScoresError(f"{source}: malformed score set ({type(e).__name__}: {e})") from None
 
 
@@ -256,6 +256,8 @@ def load_scores(path: str | Path) -> ScoreTable:
         raise ScoresError(
             f"score file {p} is corrupt (not JSON: {e.msg} at line {e.lineno})"
         ) from None
+    except RecursionError:
+        raise ScoresError(f"score file {p} is corrupt (JSON nested too deeply)") from None
     return scores_from_dict(d, str(p))
 
 

@@ -62,10 +62,20 @@ def _column_length(name: str) -> int:
     return column_type.length
 
 
+#: the largest value of the database's INTEGER and BIGINT columns (PostgreSQL's; SQLite's
+#: integers are 64-bit): a larger one makes the database refuse the whole batch
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def check_record(r: JobRecord) -> None:
     """Raise :class:`BadRecord` for a record that cannot be stored."""
-    if not isinstance(r.job_id, int) or isinstance(r.job_id, bool) or r.job_id < 0:
-        raise BadRecord(f"job_id {r.job_id!r} is not a non-negative integer")
+    if not _whole(r.job_id) or not 0 <= r.job_id <= INT64_MAX:
+        raise BadRecord(f"job_id {r.job_id!r} is not a non-negative 64-bit integer")
     for name in ("node", "user", "cls", "cluster"):
         v = getattr(r, name)
         if not isinstance(v, str) or not v or len(v) > 128:
@@ -96,10 +106,13 @@ def check_record(r: JobRecord) -> None:
     most = _column_length("record_id")
     if len(r.record_id) > most:
         raise BadRecord(f"record id {r.record_id!r} is longer than {most} characters")
-    for name in ("uid", "exit_code"):
+    for name in ("uid", "exit_code", "version"):
         v = getattr(r, name)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise BadRecord(f"{name} {v!r} is not an integer")
+        if not _whole(v) or not -INT32_MAX - 1 <= v <= INT32_MAX:
+            raise BadRecord(f"{name} {v!r} is not a 32-bit integer")
+    pct = r.thread_pct
+    if pct is not None and not (_whole(pct) and 0 <= pct <= 100):
+        raise BadRecord(f"thread_pct {pct!r} is not a percentage (a whole number 0-100)")
     if not isinstance(r.gpus, list) or not all(isinstance(g, int) for g in r.gpus):
         raise BadRecord(f"gpus {r.gpus!r} is not a list of GPU indexes")
     if not isinstance(r.gpu_uuids, list):
@@ -109,8 +122,8 @@ def check_record(r: JobRecord) -> None:
     if not isinstance(r.co_runners, list) or not isinstance(r.profile, dict):
         raise BadRecord("co_runners must be a list and profile an object")
     for c in r.co_runners:
-        if isinstance(c.job_id, bool) or not isinstance(c.job_id, int):
-            raise BadRecord(f"co-runner job id {c.job_id!r} is not an integer")
+        if not _whole(c.job_id) or not 0 <= c.job_id <= INT64_MAX:
+            raise BadRecord(f"co-runner job id {c.job_id!r} is not a non-negative 64-bit integer")
         if not isinstance(c.cls, str) or not c.cls:
             raise BadRecord(f"co-runner {c.job_id!r} has no class")
         for t in (c.start, c.end):
@@ -124,6 +137,8 @@ def record_from_json(text: str | bytes) -> JobRecord:
         d = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRecord(f"not JSON ({e})") from None
+    except RecursionError:
+        raise BadRecord("not a record (JSON nested too deeply)") from None
     return record_from_dict(d)
 
 
@@ -166,7 +181,7 @@ def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], lis
         "mps_fault": bool(r.mps_fault),
         "progress_rate": _num(prog.get("rate")),
         "progress_solo_rate": _num(prog.get("solo_rate")) or None,
-        "progress_iterations": int(it) if it is not None else None,
+        "progress_iterations": int(it) if it is not None and it <= INT64_MAX else None,
         "version": int(r.version),
         "ingested_at": now,
         "gpu_model": r.gpu_model,
@@ -176,7 +191,7 @@ def _rows(r: JobRecord, now: float) -> tuple[dict[str, Any], dict[str, Any], lis
     p = r.profile
     prof: dict[str, Any] = {k: _num(p.get(k)) for k in _PROFILE_KEYS}
     if prof["samples"] is not None:
-        prof["samples"] = int(prof["samples"])
+        prof["samples"] = int(prof["samples"]) if prof["samples"] <= INT32_MAX else None
     if prof["sm_util_mean"] is not None and prof["sm_util_mean"] > 1.0:
         prof["sm_util_mean"] = min(prof["sm_util_mean"] / 100.0, 1.0)  # percent -> fraction
     if prof["sm_util_p95"] is not None and prof["sm_util_p95"] > 1.0:

@@ -73,6 +73,8 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
             "outside",
         ),
         ({"format": "slurm-colo-scores/1", "classes": {"x": {"sm_util": 3}}}, "outside"),
+        ({"format": "slurm-colo-scores/1", "metrics": "x"}, "malformed"),
+        ({"format": "slurm-colo-scores/1", "training": [1, 2]}, "malformed"),
     ],
 )
 def test_corrupt_score_sets_are_refused_with_the_reason(doc: object, msg: str) -> None:
@@ -86,6 +88,9 @@ def test_unreadable_files(tmp_path: Path) -> None:
     (tmp_path / "half.json").write_text('{"format": "slurm-colo-scores/1", "pairs": [')
     with pytest.raises(ScoresError, match="corrupt"):
         load_scores(tmp_path / "half.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ScoresError, match="nested too deeply"):
+        load_scores(tmp_path / "deep.json")
 
 
 def test_tag_round_trip() -> None:

@@ -181,6 +181,15 @@ def test_missing_spool_directory(engine: Engine, tmp_path: Path) -> None:
         ),
         ({"co_runners": [{"job_id": 1}]}, "fields"),
         ({"co_runners": None}, "fields|co_runners"),
+        # too large for the database's integer columns: it would refuse the whole batch
+        ({"job_id": 10**30}, "job_id .* 64-bit"),
+        ({"exit_code": 2**31}, "exit_code .* 32-bit"),
+        ({"version": "2"}, "version"),
+        ({"thread_pct": 10**30}, "thread_pct .* percentage"),
+        (
+            {"co_runners": [{"job_id": 2**63, "cls": "a", "user": "u", "start": 1, "end": 2}]},
+            "co-runner job id .* 64-bit",
+        ),
     ],
 )
 def test_partial_or_mistyped_record_files_are_quarantined(
@@ -196,3 +205,22 @@ def test_partial_or_mistyped_record_files_are_quarantined(
     assert res.ingested == 1
     assert [n for n, _ in res.bad] == ["x.json"]
     assert re.search(why, res.bad[0][1])
+
+
+def test_a_deeply_nested_file_is_quarantined_and_huge_counts_are_dropped(
+    engine: Engine, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    _write(spool, "deep.json", "[" * 100_000 + "]" * 100_000)
+    d = rec(2).to_dict()
+    d["profile"] = {**d["profile"], "samples": 1e30}
+    d["progress"] = {"rate": 1.0, "iterations": 1e30}
+    _write(spool, "huge.json", json.dumps(d))
+    res = ingest_spool(engine, spool)
+    assert [n for n, _ in res.bad] == ["deep.json"] and "nested too deeply" in res.bad[0][1]
+    assert res.ingested == 1  # the record is kept, its out-of-range counts are not
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT samples FROM profiles")).one()
+        job = conn.execute(text("SELECT progress_iterations FROM jobs")).one()
+    assert row.samples is None and job.progress_iterations is None
