@@ -50,9 +50,23 @@ def save(path: Path, data: bytes, what: str) -> bool:
         return False
 
 
+#: what parsing a damaged file may raise besides a ColoError (a value of the wrong type,
+#: a number too large, JSON nested too deeply)
+_UNREADABLE = (
+    ColoError,
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+)
+
+
 def load(path: Path, parse: Callable[[bytes, str], T], what: str) -> T | None:
     """``parse(raw, name)`` of the file; None when it is missing or unreadable (a file
-    ``parse`` refuses with :class:`~slurm_colo.errors.ColoError` is set aside)."""
+    ``parse`` refuses, with :class:`~slurm_colo.errors.ColoError` or any error a damaged
+    file can cause, is set aside)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -62,7 +76,11 @@ def load(path: Path, parse: Callable[[bytes, str], T], what: str) -> T | None:
         return None
     try:
         return parse(raw, str(path))
-    except ColoError as e:
+    except _UNREADABLE as e:
+        if not isinstance(
+            e, ColoError
+        ):  # a shape parse did not foresee: the file is bad all the same
+            e = KeptFileError(f"{path}: unreadable ({type(e).__name__}: {str(e)[:200]})")
         bad = path.with_name(path.name + ".bad")
         try:
             os.replace(path, bad)

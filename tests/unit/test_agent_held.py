@@ -386,6 +386,26 @@ def test_an_unreadable_measurements_file_is_set_aside_and_the_agent_starts(
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        '{"format": "slurm-colo-learned/1", "pairs": 5}',  # not a list
+        '{"format": "slurm-colo-learned/1", "pairs": [{"a": "x", "b": "y", "n_a": 1, '
+        '"n_b": 1, "at": ' + "9" * 400 + "}]}",  # too large for a float
+        "[" * 100_000 + "]" * 100_000,  # nested too deeply for the JSON reader
+    ],
+)
+def test_a_damaged_measurements_file_of_any_shape_is_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    f = tmp_path / "learned.json"
+    f.write_text(text)
+    agent = Agent(Config(gpus=LAYOUT), NoSlurm(), FakeControl(), learned_file=f)
+    assert agent.state.live.learned == {}
+    assert not f.exists() and (tmp_path / "learned.json.bad").read_text() == text
+    assert "set aside" in caplog.text
+
+
+@pytest.mark.parametrize(
     "pairs, why",
     [
         ([{"a": "x", "b": "y", "n_a": "fast", "n_b": 1, "at": 0}], r"pairs\[0\] is malformed"),
