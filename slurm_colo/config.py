@@ -375,17 +375,26 @@ def config_path() -> Path:
     return Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
 
 
-def load_config(path: str | Path | None = None, *, missing_ok: bool = True) -> Config:
-    """Load the site config. A missing file gives the defaults unless ``missing_ok`` is False."""
+def load_config(path: str | Path | None = None, *, missing_ok: bool | None = None) -> Config:
+    """Load the site config. A missing file gives the defaults where ``missing_ok`` (by
+    default: when no ``path`` is named, so the default file or ``$SLURM_COLO_CONFIG``'s);
+    a file named with ``--config`` that is not there is an error, not the defaults."""
     p = Path(path) if path else config_path()
+    if missing_ok is None:
+        missing_ok = not path
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         if missing_ok:
             return Config(source=f"{p} (missing: defaults)")
         raise ConfigError(
-            f"config file {p} not found", hint=f"slurm-colo install --write {p.parent}"
-        )
+            f"config file {p} not found",
+            hint="check the path given with --config"
+            if path
+            else f"slurm-colo install --write {p.parent}",
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {p} is not UTF-8 text") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
     return parse_config(text, str(p))

@@ -32,7 +32,7 @@ from .slurm_checks import (
 def check_config(path: Path) -> tuple[Check, Config | None]:
     name = "config"
     if not path.exists():
-        cfg = load_config(path)
+        cfg = load_config(path, missing_ok=True)
         return Check(
             name,
             WARN,

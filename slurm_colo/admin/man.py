@@ -186,7 +186,9 @@ def config_page() -> str:
         "A TOML file, owned by root, read by the agent, the node hooks and the command "
         "line. Every section and key is optional and has the default shown below; an empty "
         "file is valid. Unknown keys and bad values are errors that name the key. The "
-        "environment variable SLURM_COLO_CONFIG names another file. "
+        "environment variable SLURM_COLO_CONFIG names another file. Where that file is "
+        "missing, every command runs on the defaults; a file named with \\fB\\-\\-config\\fR "
+        "that is missing is an error. "
         "\\fBslurm\\-colo doctor\\fR checks the file; a commented example covering every "
         "key is contrib/examples/config.toml.",
     ]

@@ -135,7 +135,28 @@ def test_config_errors_name_the_problem(text: str, msg: str) -> None:
     assert msg in str(e.value) and "site.toml" in str(e.value)
 
 
-def test_missing_config_file(tmp_path: Path) -> None:
-    assert load_config(tmp_path / "none.toml").placement.fallback == "exclusive"
+def test_missing_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default file (here through the environment) may be missing: the defaults
+    monkeypatch.setenv("SLURM_COLO_CONFIG", str(tmp_path / "none.toml"))
+    cfg = load_config()
+    assert cfg.placement.fallback == "exclusive" and "missing: defaults" in cfg.source
+    # a file named (--config) that is not there is a mistake, not the defaults
+    with pytest.raises(ConfigError, match="none.toml not found.*--config"):
+        load_config(tmp_path / "none.toml")
+    assert load_config(tmp_path / "none.toml", missing_ok=True).placement.fallback == "exclusive"
     with pytest.raises(ConfigError, match="not found"):
-        load_config(tmp_path / "none.toml", missing_ok=False)
+        load_config(missing_ok=False)
+    (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00[placement]")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(tmp_path / "bin.toml")
+
+
+def test_a_mistyped_config_path_on_the_command_line_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli_run import run_cli
+
+    for argv in (["status"], ["install"], ["retrain", "--dry-run"]):
+        code, out, err = run_cli([*argv, "-c", str(tmp_path / "typo.toml")], capsys)
+        assert code == 2 and f"config file {tmp_path / 'typo.toml'} not found" in err, argv
+        assert out == ""
