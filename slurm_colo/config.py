@@ -6,6 +6,7 @@ errors that name the key. ``SLURM_COLO_CONFIG`` overrides the path (tests, the l
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -24,7 +25,7 @@ from .contracts.enums import (
     Unplaced,
 )
 from .errors import ConfigError
-from .gres_layout import NodeGpus, parse_index_list
+from .gres_layout import MAX_GPUS_PER_NODE, NodeGpus, parse_index_list
 
 DEFAULT_PATH = Path("/etc/slurm-colo/config.toml")
 ENV_VAR = "SLURM_COLO_CONFIG"
@@ -235,6 +236,14 @@ _SECTIONS: dict[str, type] = {
 }
 
 
+#: keys with a floor above zero: a slowdown bound below 1 would ask a job to run faster
+#: than alone (and 0 divides by zero)
+_AT_LEAST: dict[tuple[str, str], float] = {
+    ("placement", "max_slowdown"): 1.0,
+    ("placement", "throughput_max_slowdown"): 1.0,
+}
+
+
 def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{src}: [{name}] must be a table")
@@ -271,8 +280,13 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
         choices = _CHOICES.get((name, key))
         if choices and value not in choices:
             raise ConfigError(f"{src}: {name}.{key} = {value!r}; accepted: {', '.join(choices)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{src}: {name}.{key} must be a finite number, got {value!r}")
         if isinstance(value, (int, float)) and value < 0:
             raise ConfigError(f"{src}: {name}.{key} must not be negative, got {value!r}")
+        least = _AT_LEAST.get((name, key))
+        if least is not None and value < least:
+            raise ConfigError(f"{src}: {name}.{key} must be at least {least:g}, got {value!r}")
         kwargs[key] = value
     return cls(**kwargs)
 
@@ -333,6 +347,8 @@ def _build_gpus(raw: Any, src: str) -> tuple[NodeGpus, ...]:
             raise ConfigError(f"{src}: gpus[{i}]: unknown key(s) {', '.join(sorted(extra))}")
         try:
             count = int(item["count"])
+            if not 1 <= count <= MAX_GPUS_PER_NODE:  # before the pool is parsed for it
+                raise ValueError(f"count must be within 1-{MAX_GPUS_PER_NODE}")
             out.append(
                 NodeGpus(
                     nodes=str(item["nodes"]),
@@ -346,7 +362,7 @@ def _build_gpus(raw: Any, src: str) -> tuple[NodeGpus, ...]:
             )
         except KeyError as e:
             raise ConfigError(f"{src}: gpus[{i}] lacks required key {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             raise ConfigError(f"{src}: gpus[{i}]: {e}") from None
     return tuple(out)
 

@@ -16,6 +16,7 @@ Design (Slurm 22.05 facts in docs/gres-layout.md):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -57,8 +58,13 @@ def parse_index_list(text: str, count: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+#: a hostlist that names more nodes than this is refused rather than expanded
+MAX_HOSTLIST_NODES = 100_000
+
+
 def expand_hostlist(expr: str) -> list[str]:
-    """Expand a Slurm hostlist such as ``gpu[01-03,07],login1`` into names."""
+    """Expand a Slurm hostlist such as ``gpu[01-03,07],login1`` into names. ``ValueError``
+    for a range of more than :data:`MAX_HOSTLIST_NODES` names."""
     names: list[str] = []
     for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expr):
         item = item.strip()
@@ -71,6 +77,8 @@ def expand_hostlist(expr: str) -> list[str]:
         for rng in body.split(","):
             a, _, b = rng.partition("-")
             width = len(a)
+            if int(b or a) - int(a) + len(names) >= MAX_HOSTLIST_NODES:
+                raise ValueError(f"hostlist {expr!r} names more than {MAX_HOSTLIST_NODES} nodes")
             for i in range(int(a), int(b or a) + 1):
                 names.extend(
                     f"{prefix}{i:0{width}d}{tail}" for tail in expand_hostlist(rest) or [""]
@@ -92,6 +100,10 @@ def compress_indices(idx: tuple[int, ...] | list[int]) -> str:
     return ",".join(out)
 
 
+#: the most GPUs one [[gpus]] table may give a node
+MAX_GPUS_PER_NODE = 1024
+
+
 @dataclass(frozen=True)
 class NodeGpus:
     """The GPUs of one set of identical nodes."""
@@ -105,14 +117,15 @@ class NodeGpus:
     device_template: str = "/dev/nvidia{index}"
 
     def __post_init__(self) -> None:
-        if self.count < 1:
-            raise ValueError("count must be at least 1")
+        if not 1 <= self.count <= MAX_GPUS_PER_NODE:
+            raise ValueError(f"count must be within 1-{MAX_GPUS_PER_NODE}")
         if self.model and not _MODEL_RE.match(self.model):
             raise ValueError(f"model {self.model!r}: lower-case letters, digits and '.' only")
         if not 1 <= self.shards_per_gpu <= 64:
             raise ValueError("shards_per_gpu must be within 1-64")
-        if self.memory_gib <= 0:
-            raise ValueError("memory_gib must be positive")
+        if not 0 < self.memory_gib < math.inf:
+            raise ValueError("memory_gib must be a positive number")
+        expand_hostlist(self.nodes)  # a range too large to expand is refused here
         if "{index}" not in self.device_template:
             raise ValueError("device_template must contain {index}")
         runs = [t for t, _ in self.type_runs()]

@@ -68,7 +68,7 @@ HELP: dict[str, str] = {
     "--colocate=auto. 1.0 means no gain over running the jobs one after the other.",
     "placement.aggressive_min_delta": "The same threshold for --colocate=aggressive.",
     "placement.max_slowdown": "In auto mode a job may not be predicted to run slower than this "
-    "factor of its solo speed.",
+    "factor of its solo speed. At least 1.",
     "placement.min_throughput": "The throughput path, auto mode: a shared set is also "
     "accepted when its predicted combined throughput (the sum of its members' speeds over "
     "their solo speeds, less risk_aversion standard deviations) reaches this and is not "
@@ -76,7 +76,7 @@ HELP: dict[str, str] = {
     "1/throughput_max_slowdown of its solo speed. A job takes such a set only when no idle "
     "GPU is there. 0 disables the path.",
     "placement.throughput_max_slowdown": "On the throughput path, the slowdown a member may "
-    "be predicted to suffer (2.5: down to 0.4 of its solo speed).",
+    "be predicted to suffer (2.5: down to 0.4 of its solo speed). At least 1.",
     "placement.throughput_queue": "The throughput path is open only while at least this many "
     "jobs per shared GPU wait for a GPU (pending with a GPU or shard request, or held by the "
     "agent; counted at each Slurm snapshot). With a shorter queue a job soon gets a GPU of "

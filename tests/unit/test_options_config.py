@@ -127,6 +127,17 @@ shared = "0-3,6-7"
         ),
         ("[[gpus]]\nnodes = 'n1'\ncount = 4\nmodel = 'A 100'", "model"),
         ("not toml [", "not valid TOML"),
+        ("[placement]\nmin_delta = nan", "placement.min_delta must be a finite number"),
+        ("[store]\nbusy_timeout_s = inf", "store.busy_timeout_s must be a finite number"),
+        ("[placement]\nmax_slowdown = 0.0", "placement.max_slowdown must be at least 1"),
+        (
+            "[placement]\nthroughput_max_slowdown = 0.5",
+            "placement.throughput_max_slowdown must be at least 1",
+        ),
+        ("[[gpus]]\nnodes = 'n1'\ncount = 99999999999999999999", "count must be within 1-1024"),
+        ("[[gpus]]\nnodes = 'n1'\ncount = 1e400", "gpus[0]: cannot convert float infinity"),
+        ("[[gpus]]\nnodes = 'n1'\ncount = 2\nmemory_gib = nan", "memory_gib must be a positive"),
+        ("[[gpus]]\nnodes = 'n[0-9999999999]'\ncount = 2", "names more than 100000 nodes"),
     ],
 )
 def test_config_errors_name_the_problem(text: str, msg: str) -> None:
