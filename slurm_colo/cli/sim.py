@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import replace
 from enum import StrEnum
@@ -77,6 +78,27 @@ def _word(kind: type[E], option: str, value: str) -> E:
         raise SimError(f"{option} {value!r}: accepted values are {accepted}") from None
 
 
+def _check_numbers(
+    load: float, seed: int, hidden_share: float, aggressive_share: float, max_duration_h: float
+) -> None:
+    """The trace options' ranges, checked before anything runs (a NaN load never ends)."""
+    from ..sim.engine import SimError
+
+    if not 0.01 <= load <= 100:
+        raise SimError(f"--load {load:g}: give an offered load from 0.01 to 100")
+    if seed < 0:
+        raise SimError(f"--seed {seed}: give a non-negative seed")
+    if not 0 <= hidden_share < 1:
+        raise SimError(
+            f"--hidden-share {hidden_share:g}: give a share from 0 to below 1 "
+            "(the model must see some pairs)"
+        )
+    if not 0 <= aggressive_share <= 1:
+        raise SimError(f"--aggressive-share {aggressive_share:g}: give a share from 0 to 1")
+    if not 0 <= max_duration_h < math.inf:
+        raise SimError(f"--max-duration-h {max_duration_h:g}: give hours, 0 for no cap")
+
+
 def _limit_factors(text: str) -> tuple[float, float]:
     """``--time-limits``: ``LOW-HIGH`` or one factor (both ends the same)."""
     from ..sim.engine import SimError
@@ -89,8 +111,10 @@ def _limit_factors(text: str) -> tuple[float, float]:
         raise SimError(
             f"--time-limits {text!r}: give LOW-HIGH factors of the solo duration, e.g. 1-3"
         ) from None
-    if not 1.0 <= lo <= hi:
-        raise SimError(f"--time-limits {text!r}: give 1 <= LOW <= HIGH (a limit covers the run)")
+    if not 1.0 <= lo <= hi < math.inf:
+        raise SimError(
+            f"--time-limits {text!r}: give finite 1 <= LOW <= HIGH (a limit covers the run)"
+        )
     return lo, hi
 
 
@@ -195,6 +219,15 @@ def register(app: typer.Typer) -> None:
         bad = [p for p in names if p not in KNOWN_POLICIES]
         if bad:
             raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(KNOWN_POLICIES)}")
+        if not names:
+            raise SimError(f"--policies names no policy; known: {', '.join(KNOWN_POLICIES)}")
+        _check_numbers(
+            load=load,
+            seed=seed,
+            hidden_share=hidden_share,
+            aggressive_share=aggressive_share,
+            max_duration_h=max_duration_h,
+        )
         if not 0 <= oracle_error < 100:
             raise SimError(
                 f"--oracle-error {oracle_error:g}: give a percentage from 0 to below 100"

@@ -258,6 +258,8 @@ def read_sacct(path: str | Path, classes: Sequence[str]) -> list[SimJob]:
             return sacct_trace(f, classes)
     except FileNotFoundError:
         raise TraceError(f"sacct export {path} not found") from None
+    except OSError as e:  # a directory, a loop of links, a name too long
+        raise TraceError(f"cannot read sacct export {path}: {e.strerror or e}") from None
 
 
 def offered_load(trace: Sequence[SimJob], gpus: int) -> float:

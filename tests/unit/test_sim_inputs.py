@@ -297,6 +297,34 @@ def test_a_gpu_memory_that_is_not_a_size_is_refused(capsys: pytest.CaptureFixtur
     assert code == 2 and "--gpu-memory-gib -1: give a positive size in GiB" in err
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--load", "nan"], "--load nan: give an offered load from 0.01 to 100"),  # never ended
+        (["--load", "1e-300"], "--load 1e-300: give an offered load"),
+        (["--seed", "-1"], "--seed -1: give a non-negative seed"),
+        (["--hidden-share", "1.5"], "--hidden-share 1.5: give a share from 0 to below 1"),
+        (["--aggressive-share", "nan"], "--aggressive-share nan: give a share from 0 to 1"),
+        (["--max-duration-h", "-1"], "--max-duration-h -1: give hours, 0 for no cap"),
+        (["--time-limits", "1-inf"], "--time-limits '1-inf': give finite 1 <= LOW <= HIGH"),
+        (["--policies", ","], "--policies names no policy; known: exclusive-fifo"),
+    ],
+)
+def test_trace_options_out_of_range_are_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    code, err = cli(["simulate", "--jobs", "10", *args], capsys)
+    assert code == 2 and says in err, err
+    assert "Traceback" not in err
+
+
+def test_a_sacct_export_that_is_not_a_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = cli(["simulate", "--sacct", str(tmp_path)], capsys)
+    assert code == 2 and f"cannot read sacct export {tmp_path}: Is a directory" in err
+
+
 def test_load_gavel_names_the_file(gavel: Path) -> None:
     assert load_gavel(gavel, "a100").classes == CLASSES
     with pytest.raises(ScoresError, match=str(gavel)):
