@@ -25,8 +25,9 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
             continue
         g = int(d.name)
         from ..fsutil import read_json
+        from ..node.gpu.mps_daemon import state_of
 
-        st = read_json(lay.mps_state(g)) or {}
+        st = state_of(read_json(lay.mps_state(g)))
         events = journal.read(lay.journal(g))
         gpus[g] = {
             "jobs": [s.job for s in journal.active(events)],
@@ -38,7 +39,9 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
                 {"t": e["t"], "kind": e.get("kind"), "detail": e.get("detail")}
                 for e in journal.recent_faults(events, time.time())[-3:]
             ],
-            "recent_crashes": len(read_json(lay.crashes(g)) or []),
+            "recent_crashes": len(crashes)
+            if isinstance(crashes := read_json(lay.crashes(g)), list)
+            else 0,
         }
     return {
         "run_dir": str(lay.run_dir),

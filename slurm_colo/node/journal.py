@@ -56,8 +56,25 @@ def append(path: Path, event: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def _well_formed(ev: Any) -> bool:
+    """An event the readers below can use: its kind, and for a start, an end or a fault
+    its job and time as numbers."""
+    if not isinstance(ev, dict) or not isinstance(ev.get("ev"), str):
+        return False
+    try:
+        if ev["ev"] in ("start", "end"):
+            int(ev["job"])
+            int(ev.get("uid", -1))
+        if ev["ev"] in ("start", "end", "fault"):
+            float(ev["t"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
 def read(path: Path) -> list[dict[str, Any]]:
-    """All well-formed events; a torn last line (node crash mid-append) is skipped."""
+    """All well-formed events; a torn last line (node crash mid-append) or a damaged one
+    is skipped."""
     try:
         raw = path.read_bytes()
     except OSError:
@@ -66,9 +83,9 @@ def read(path: Path) -> list[dict[str, Any]]:
     for line in raw.splitlines():
         try:
             ev = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(ev, dict) and "ev" in ev:
+        if _well_formed(ev):
             out.append(ev)
     return out
 

@@ -91,3 +91,26 @@ def test_status_shows_a_gpus_faults_of_the_last_day_once_it_is_idle(
     text = CliRunner().invoke(app, ["node", "status"]).output
     assert f"UTC client_fatal: {fault}" in text and "old" not in text
     assert [e["ev"] for e in journal.read(lay.journal(0))] == ["fault"]  # stays are gone
+
+
+def test_damaged_gpu_state_files_are_read_as_nothing_known(tmp_path: Path, monkeypatch) -> None:
+    from slurm_colo.node.layout import NodeLayout
+
+    cfg = node_config(tmp_path)
+    monkeypatch.setenv("SLURM_COLO_CONFIG", cfg.source)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    lay.gpu_dir(0).mkdir(parents=True, exist_ok=True)
+    lay.mps_state(0).write_text('{"pid": "abc", "pipe_dir": 5}')
+    lay.crashes(0).write_text("5")
+    lay.journal(0).write_text('{"ev": "start"}\n{"ev": "start", "job": "x", "t": 1}\n[1]\n')
+    out = CliRunner().invoke(app, ["node", "status", "--json"])
+    assert out.exit_code == 0, out.output
+    g = json.loads(out.output)["gpus"]["0"]
+    assert g["jobs"] == [] and g["mps_daemon"] is None and g["recent_crashes"] == 0
+    try:  # the Prolog on that GPU starts its daemon as if none had been there
+        job_start(cfg, mps_job(1), launch_sampler=False)
+        g = json.loads(CliRunner().invoke(app, ["node", "status", "--json"]).output)["gpus"]["0"]
+        assert g["jobs"] == [1] and g["mps_alive"] is True
+    finally:
+        job_end(cfg, 1, 0, detach_stop=False)
+        procs.kill_all(leftover_mps(cfg))

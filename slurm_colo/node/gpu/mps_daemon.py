@@ -45,6 +45,33 @@ MAX_CRASHES = 3
 CRASH_WINDOW_S = 600.0
 
 
+#: the fields of a saved daemon state and the types they must have
+_STATE_TYPES: dict[str, tuple[type, ...]] = {
+    "uuid": (str,),
+    "device": (str,),
+    "pipe_dir": (str,),
+    "log_dir": (str,),
+    "uid": (int,),
+    "pid": (int, type(None)),
+    "started": (int, float),
+    "boot_id": (str,),
+    "compute_mode_set": (bool,),
+}
+
+
+def state_of(raw: object) -> dict:
+    """A saved daemon state as read (``mps.json``), or {} when it is not one: a damaged
+    file then counts as no daemon known, as a missing or unparsable one does, instead of
+    failing the hook that reads it."""
+    if not isinstance(raw, dict):
+        return {}
+    for key, types in _STATE_TYPES.items():
+        v = raw.get(key)
+        if key in raw and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
+            return {}
+    return raw
+
+
 @dataclass
 class MpsOutcome:
     state: str  # ok | refused | broken
@@ -77,7 +104,8 @@ class GpuMps:
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict:
-        return read_json(self.layout.mps_state(self.index)) or {}
+        """The GPU's daemon state; {} (no daemon known) when missing or damaged."""
+        return state_of(read_json(self.layout.mps_state(self.index)))
 
     def _save(self, st: dict) -> None:
         atomic_write_json(self.layout.mps_state(self.index), st, fsync=False)
@@ -93,9 +121,12 @@ class GpuMps:
         )
 
     def _crashes(self, now: float) -> list[float]:
+        saved = read_json(self.layout.crashes(self.index))
+        times = saved if isinstance(saved, list) else []  # damaged: no crash remembered
         return [
-            t
-            for t in (read_json(self.layout.crashes(self.index)) or [])
+            float(t)
+            for t in times
+            if isinstance(t, (int, float)) and not isinstance(t, bool)
             if now - float(t) < CRASH_WINDOW_S
         ]
 
