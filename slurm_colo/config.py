@@ -266,7 +266,11 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{src}: {name}.{key} must be an array of strings, got {value!r}")
             value = tuple(value)
-        elif isinstance(default, bool) or not isinstance(value, type(default)):
+        elif (
+            isinstance(default, bool)
+            or not isinstance(value, type(default))
+            or (isinstance(value, bool) and not isinstance(default, bool))
+        ):
             if (
                 isinstance(default, float)
                 and isinstance(value, int)

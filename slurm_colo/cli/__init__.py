@@ -37,3 +37,10 @@ def main() -> None:
     except ColoError as e:
         print(f"slurm-colo: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:
+        if e.filename is None:  # not about a path the user gave or chose: keep the traceback
+            raise
+        # a path that cannot be made, written or read (a file where a directory goes, no
+        # permission): the path and the reason, as for any other bad input
+        print(f"slurm-colo: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(2)

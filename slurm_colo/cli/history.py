@@ -104,7 +104,9 @@ def _register_history(app: typer.Typer) -> None:
         ),
         since: str | None = typer.Option(None, "--since", help="Ended after: 2026-11-01, 7d, 12h."),
         until: str | None = typer.Option(None, "--until", help="Started before (same forms)."),
-        limit: int = typer.Option(50, "--limit", help="At most this many jobs, newest first."),
+        limit: int = typer.Option(
+            50, "--limit", min=1, max=10_000_000, help="At most this many jobs, newest first."
+        ),
         as_json: bool = typer.Option(False, "--json", help="JSON lines instead of a table."),
         url: str | None = UrlOpt,
         config: Path | None = ConfigOpt,
@@ -236,7 +238,7 @@ def _register_scores(app: typer.Typer) -> None:
     def show_cmd(
         cls: str | None = typer.Option(None, "--class", help="Only pairs with this class."),
         sort: str = typer.Option("delta", "--sort", help="delta, S or sd."),
-        limit: int = typer.Option(40, "--limit", help="At most this many rows (0: all)."),
+        limit: int = typer.Option(40, "--limit", min=0, help="At most this many rows (0: all)."),
         file: Path | None = ScoreFileOpt,
         config: Path | None = ConfigOpt,
     ) -> None:
@@ -269,6 +271,8 @@ def _register_scores(app: typer.Typer) -> None:
 
         if metric not in ("delta", "S"):
             raise ColoError(f"--metric {metric!r}: use delta or S")
+        if out.suffix.lower() != ".png":  # matplotlib picks the format by the suffix
+            raise ColoError(f"--out {out}: give a file name ending in .png")
         t = _load_table(load_config(config), file)
         _heatmap(t, metric, out)
         typer.echo(text_report(t))

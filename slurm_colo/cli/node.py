@@ -168,8 +168,11 @@ def register(app: typer.Typer) -> None:
         them to the agent on the head node (node.records_to); one try, no retries."""
         from slurm_colo.spool.drain import ingest_pending
 
-        from ..errors import StoreError
+        from ..errors import ColoError, StoreError
 
+        for opt, v in (("--busy-timeout", busy_timeout), ("--wait", wait)):
+            if v is not None and not 0 <= v <= 3600:  # also refuses nan
+                raise ColoError(f"{opt} {v:g}: give seconds from 0 to 3600")
         rep = ingest_pending(load_config(), busy_timeout, lock_timeout_s=wait, retry_s=0)
         typer.echo(rep.summary())
         if rep.errors:

@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def explain(
-        job_id: int = typer.Argument(..., help="Slurm job id"),
+        job_id: int = typer.Argument(..., min=1, help="Slurm job id"),
         json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
         config: Path | None = ConfigOpt,
     ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.main import get_command
 
 from slurm_colo.admin import config_doc, man
@@ -91,3 +92,17 @@ def test_write_all_tree_and_stale_pages(tmp_path):
     assert (tmp_path / "man8" / "slurm-colo-doctor.8").read_text() == man.render_all(app)[
         "slurm-colo-doctor.8"
     ]
+
+
+def test_an_output_path_that_cannot_be_a_directory_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli_run import run_cli
+
+    f = tmp_path / "a-file"
+    f.write_text("mine")
+    for argv in (["man", "--out", str(f)], ["install", "--write", str(f)]):
+        code, out, err = run_cli(argv, capsys)
+        assert code == 2 and err.strip() == f"slurm-colo: error: {f}: File exists", argv
+        assert "Traceback" not in err
+    assert f.read_text() == "mine"

@@ -54,6 +54,10 @@ def test_bootstrap_retrain_and_inspect(site: Path, capsys: pytest.CaptureFixture
     png = site / "heat.png"
     code, out, _ = run(["scores", "heatmap", "--out", str(png)], capsys)
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for bad in (site / "heat.txt", site / "plots"):
+        code, _, err = run(["scores", "heatmap", "--out", str(bad)], capsys)
+        assert code == 2 and f"--out {bad}: give a file name ending in .png" in err
+        assert not bad.exists() and not (site / f"{bad.name}.png").exists()
 
 
 def test_ingest_and_query_with_filters(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,3 +155,17 @@ def test_import_and_evaluate_help_say_any_gpu_key_works() -> None:
         sub = root.commands[group].commands[cmd]  # type: ignore[attr-defined]
         opts = {o.name: o for o in sub.params}
         assert "any GPU key of the file" in opts["gpu"].help
+
+
+def test_counts_and_waits_out_of_range_are_refused(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["history", "--limit", "99999999999999999999"], capsys)
+    assert code == 2 and "--limit" in err and "Traceback" not in err
+    code, _, err = run(["scores", "show", "--limit", "-3"], capsys)
+    assert code == 2 and "--limit" in err
+    code, _, err = run(["explain", "0"], capsys)
+    assert code == 2 and "job_id" in err.replace("JOB_ID", "job_id")
+    for v in ("nan", "inf", "-1"):
+        code, _, err = run(["spool", "ingest", "--busy-timeout", v], capsys)
+        assert code == 2 and f"--busy-timeout {v}: give seconds from 0 to 3600" in err

@@ -118,6 +118,8 @@ shared = "0-3,6-7"
         ("[placement]\nfallback = 'maybe'", "accepted: exclusive, shard"),
         ("[agent]\nrequest_timeout_ms = 'fast'", "must be a int"),
         ("[agent]\nrequest_timeout_ms = -5", "must not be negative"),
+        ("[agent]\nrequest_timeout_ms = true", "must be a int, got True"),
+        ("[placement]\nmin_delta = false", "must be a float, got False"),
         ("[frobnicate]\nx = 1", "unknown section [frobnicate]"),
         ("[[gpus]]\nnodes = 'n1'", "lacks required key 'count'"),
         ("[[gpus]]\nnodes = 'n1'\ncount = 4\nshared = '0-9'", "outside 0-3"),
