@@ -44,15 +44,30 @@ class IngestResult:
         )
 
 
+def _free_name(bad: Path, name: str) -> str:
+    """``name``, or ``name.1``, ``name.2`` ... where a file of that name is already set
+    aside: a bad record is never written over another."""
+    candidate, k = name, 0
+    while (bad / candidate).exists() or (bad / f"{candidate}.reason").exists():
+        k += 1
+        candidate = f"{name}.{k}"
+    return candidate
+
+
 def _quarantine(spool: Path, f: Path, reason: str) -> None:
     bad = spool / "bad"
     bad.mkdir(exist_ok=True)
+    name = _free_name(bad, f.name)
     try:
-        os.replace(f, bad / f.name)
-        (bad / f"{f.name}.reason").write_text(reason + "\n", encoding="utf-8")
+        os.replace(f, bad / name)
+        (bad / f"{name}.reason").write_text(reason + "\n", encoding="utf-8")
     except OSError as e:
         log.error("cannot quarantine %s: %s", f, e.strerror)
-    log.warning("bad record file %s moved to %s: %s", f.name, bad, reason)
+    log.warning("bad record file %s moved to %s as %s: %s", f.name, bad, name, reason)
+
+
+def _not_there(path: Path) -> str:
+    return "is not a directory" if path.exists() else "does not exist"
 
 
 def ingest_spool(
@@ -68,7 +83,7 @@ def ingest_spool(
     """
     spool = Path(spool_dir)
     if not spool.is_dir():
-        raise StoreError(f"spool directory {spool} does not exist")
+        raise StoreError(f"spool directory {spool} {_not_there(spool)}")
     require_schema(engine)
     return store_files(spool, lambda recs: ingest_records(engine, recs), keep_done, batch)
 
@@ -87,7 +102,7 @@ def ship_spool(
     leaves the batch's files in place) and returns the agent's ``{"stored": n}``."""
     spool = Path(spool_dir)
     if not spool.is_dir():
-        raise StoreError(f"spool directory {spool} does not exist")
+        raise StoreError(f"spool directory {spool} {_not_there(spool)}")
 
     def store(recs: list[JobRecord]) -> int:
         reply = send([r.to_dict() for r in recs])

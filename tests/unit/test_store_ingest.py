@@ -224,3 +224,24 @@ def test_a_deeply_nested_file_is_quarantined_and_huge_counts_are_dropped(
         row = conn.execute(text("SELECT samples FROM profiles")).one()
         job = conn.execute(text("SELECT progress_iterations FROM jobs")).one()
     assert row.samples is None and job.progress_iterations is None
+
+
+def test_a_bad_file_is_never_set_aside_over_an_earlier_one(engine: Engine, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    _write(spool, "x.json", "first, not JSON")
+    ingest_spool(engine, spool)
+    _write(spool, "x.json", "second, not JSON either")  # the same name, a new bad record
+    res = ingest_spool(engine, spool)
+    assert [n for n, _ in res.bad] == ["x.json"]
+    bad = spool / "bad"
+    assert (bad / "x.json").read_text() == "first, not JSON"
+    assert (bad / "x.json.1").read_text() == "second, not JSON either"
+    assert "not JSON" in (bad / "x.json.1.reason").read_text()
+
+
+def test_a_spool_path_that_is_a_file_is_named_so(engine: Engine, tmp_path: Path) -> None:
+    f = tmp_path / "spool"
+    f.write_text("")
+    with pytest.raises(StoreError, match="spool directory .* is not a directory"):
+        ingest_spool(engine, f)
