@@ -141,7 +141,7 @@ class StoreConfig:
 class ScoresConfig:
     #: the live score set the agent reads (written atomically by `slurm-colo retrain`)
     path: str = "/var/lib/slurm-colo/scores/live.json"
-    #: a score set older than this is reported stale by `doctor`/`status`, hours
+    #: a score set older than this is reported stale by `doctor`, hours
     max_age_h: float = 48.0
     #: GPU model whose campaign `retrain` uses for one set ("" = the only one, or one per model)
     gpu_model: str = ""
