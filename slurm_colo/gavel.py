@@ -51,15 +51,19 @@ def _key(k: str, source: str) -> tuple[str, int]:
     try:
         name, scale = ast.literal_eval(k)
         return str(name), int(scale)
-    except (ValueError, SyntaxError, TypeError) as e:
+    except (ValueError, SyntaxError, TypeError, OverflowError, MemoryError, RecursionError):
         raise ScoresError(
             f"{source}: bad job key {k!r} (expected \"('<job type>', <scale factor>)\")"
-        ) from e
+        ) from None
 
 
 def gpu_keys(raw: Any) -> list[str]:
     """The GPU types of a decoded Gavel file: its top-level keys whose value is an object."""
     return sorted(k for k, v in raw.items() if isinstance(v, dict)) if isinstance(raw, dict) else []
+
+
+#: a measured pair rate over the solo rate above this is refused (score sets cap n at 10)
+MAX_N = 10.0
 
 
 def _rate(v: Any, what: str) -> float:
@@ -107,10 +111,17 @@ def parse_gavel(raw: Any, gpu: str, source: str = "gavel data") -> GavelData:
             if not isinstance(val, (list, tuple)) or len(val) != 2:
                 raise ScoresError(f"{what}: expected [rate, other rate], got {val!r}")
             ra, rb = _rate(val[0], what), _rate(val[1], what)
-            if ra <= 0 and rb <= 0:
+            if ra < 0 or rb < 0:
+                raise ScoresError(f"{what}: a rate below 0 ({val!r})")
+            if ra == 0 and rb == 0:
                 data.never.add((a, b))
                 continue
             na, nb = ra / data.solo[a], rb / data.solo[b]
+            if not (na <= MAX_N and nb <= MAX_N):  # also catches inf from a tiny solo rate
+                raise ScoresError(
+                    f"{what}: {na:.3g}x and {nb:.3g}x the solo rates; more than {MAX_N:g}x "
+                    'is not a measurement (check the solo rates, "null")'
+                )
             data.pairs[(a, b)] = (na, nb)
             if abs(na - 1.0) < 1e-9 and abs(nb - 1.0) < 1e-9:
                 data.censored.add((a, b))

@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate a score table and publish it atomically as the live set (the agent picks it up)."""
         cfg = load_config(config)
+        if measured and file is not None:
+            raise ColoError(f"give a score FILE or --measured {measured}, not both ({file})")
         if measured:
             from ..gavel import bundled_path, load_gavel
             from ..seed import table_from_measurements

@@ -272,3 +272,18 @@ def test_scores_load_publishes_a_models_own_set(
     )
     assert code == 2 and "no [[gpus]] layout has model 'a100'" in err
     assert "models configured: k80" in err
+
+
+def test_scores_load_takes_a_file_or_the_measured_data_not_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurm_colo.scores import ScoreTable, publish_scores
+
+    live = tmp_path / "live.json"
+    conf = tmp_path / "site.toml"
+    conf.write_text(f'[scores]\npath = "{live}"\n')
+    src = publish_scores(ScoreTable(id="mine"), tmp_path / "mine.json")
+    argv = ["scores", "load", str(src), "--measured", "k80", "--config", str(conf)]
+    code, out, err = cli(argv, capsys)
+    assert code == 2 and "give a score FILE or --measured k80, not both" in err
+    assert not live.exists()
