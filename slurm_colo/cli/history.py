@@ -20,10 +20,10 @@ ScoreFileOpt = typer.Option(
 )
 
 
-def _engine(cfg: Config, url: str | None) -> Any:
+def _engine(cfg: Config, url: str | None, create: bool = True) -> Any:
     from ..store import make_engine
 
-    return make_engine(url or cfg.store.url, cfg.store.busy_timeout_s)
+    return make_engine(url or cfg.store.url, cfg.store.busy_timeout_s, create)
 
 
 def _ts(t: float | None) -> str:
@@ -76,7 +76,7 @@ def _register_db(app: typer.Typer) -> None:
         from ..store.queries import counts
 
         cfg = load_config(config)
-        engine = _engine(cfg, url)
+        engine = _engine(cfg, url, create=False)
         typer.echo(
             f"{safe_url(engine)}: schema {current_revision(engine) or '(none)'}, "
             f"this version needs {head_revision()}"

@@ -39,8 +39,10 @@ def safe_url(engine_or_url: Engine | str) -> str:
         return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", str(url))
 
 
-def make_engine(url: str, busy_timeout_s: float = 10.0) -> Engine:
-    """An engine for ``url``: ``sqlite:///PATH`` (WAL, busy timeout) or ``postgresql://...``."""
+def make_engine(url: str, busy_timeout_s: float = 10.0, create: bool = True) -> Engine:
+    """An engine for ``url``: ``sqlite:///PATH`` (WAL, busy timeout) or ``postgresql://...``.
+    ``create=False``: a SQLite file that is not there is an error (a command that only reads
+    must not leave an empty database, and its directory, at a mistyped path)."""
     try:
         u = make_url(url)
     except ArgumentError:
@@ -53,6 +55,11 @@ def make_engine(url: str, busy_timeout_s: float = 10.0) -> Engine:
     if u.get_backend_name() == "sqlite":
         db = u.database or ""
         if db and db != ":memory:" and not db.startswith("file:"):
+            if not create and not Path(db).is_file():
+                raise StoreError(
+                    f"no history database at {db}",
+                    hint="check [store] url or --url; slurm-colo db upgrade creates it",
+                )
             try:
                 Path(db).parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:

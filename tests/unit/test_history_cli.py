@@ -30,6 +30,11 @@ def test_commands_refuse_an_unmigrated_database(
     assert code == 2 and "slurm-colo db upgrade" in err
     code, out, err = run(["db", "status"], capsys)
     assert code == 2 and "schema (none)" in out
+    # a mistyped path: said so, and no empty database (nor its directory) left there
+    typo = site / "typo" / "history.db"
+    code, out, err = run(["db", "status", "--url", f"sqlite:///{typo}"], capsys)
+    assert code == 2 and f"no history database at {typo}" in err
+    assert not typo.parent.exists()
 
 
 def test_bootstrap_retrain_and_inspect(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
