@@ -47,6 +47,12 @@ def register(app: typer.Typer) -> None:
             table = load_scores(file)
         else:
             raise ColoError("give a score FILE or --measured GPU")
+        if not table.classes and not table.pairs:
+            raise ColoError(
+                f"score set {table.id} has no classes and no pairs: it would replace the "
+                "live set with one that knows nothing",
+                hint="check the file (slurm-colo scores show --file FILE)",
+            )
         if gpu_model and gpu_model not in {ng.model for ng in cfg.gpus}:
             known = ", ".join(sorted({ng.model for ng in cfg.gpus if ng.model})) or "none"
             raise ColoError(

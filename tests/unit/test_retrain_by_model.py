@@ -251,7 +251,13 @@ def test_a_mistyped_gpu_trains_nothing_and_leaves_the_live_set(
 def test_scores_load_publishes_a_models_own_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from slurm_colo.scores import ScoreTable, load_scores, model_scores_path, publish_scores
+    from slurm_colo.scores import (
+        ClassInfo,
+        ScoreTable,
+        load_scores,
+        model_scores_path,
+        publish_scores,
+    )
 
     live = tmp_path / "live.json"
     conf = tmp_path / "site.toml"
@@ -259,7 +265,14 @@ def test_scores_load_publishes_a_models_own_set(
         f'[scores]\npath = "{live}"\n'
         '[[gpus]]\nnodes = "k1"\ncount = 2\nmodel = "k80"\nmemory_gib = 12.0\n'
     )
-    src = publish_scores(ScoreTable(id="k80-by-hand"), tmp_path / "mine.json")
+    empty = publish_scores(ScoreTable(id="nothing"), tmp_path / "empty.json")
+    code, out, err = cli(["scores", "load", str(empty), "--config", str(conf)], capsys)
+    assert code == 2 and "score set nothing has no classes and no pairs" in err
+    assert not live.exists()
+    src = publish_scores(
+        ScoreTable(id="k80-by-hand", classes={"a": ClassInfo(memory_gib=2.0)}),
+        tmp_path / "mine.json",
+    )
     code, out, err = cli(
         ["scores", "load", str(src), "--gpu-model", "k80", "--config", str(conf)], capsys
     )
@@ -277,12 +290,12 @@ def test_scores_load_publishes_a_models_own_set(
 def test_scores_load_takes_a_file_or_the_measured_data_not_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from slurm_colo.scores import ScoreTable, publish_scores
+    from slurm_colo.scores import ClassInfo, ScoreTable, publish_scores
 
     live = tmp_path / "live.json"
     conf = tmp_path / "site.toml"
     conf.write_text(f'[scores]\npath = "{live}"\n')
-    src = publish_scores(ScoreTable(id="mine"), tmp_path / "mine.json")
+    src = publish_scores(ScoreTable(id="mine", classes={"a": ClassInfo()}), tmp_path / "m.json")
     argv = ["scores", "load", str(src), "--measured", "k80", "--config", str(conf)]
     code, out, err = cli(argv, capsys)
     assert code == 2 and "give a score FILE or --measured k80, not both" in err
