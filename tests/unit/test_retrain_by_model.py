@@ -194,18 +194,27 @@ def test_old_records_are_trained_with_their_nodes_model(engine: Engine, tmp_path
     ]
 
 
-def test_retrain_says_what_it_trained_per_model(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models: dict[str, str]) -> Engine:
+    """A site config (one GPU a node, ``node -> model``) in $SLURM_COLO_CONFIG, and its
+    upgraded, empty history database."""
+    gpus = "".join(
+        f'[[gpus]]\nnodes = "{n}"\ncount = 1\nmodel = "{m}"\n' for n, m in models.items()
+    )
     conf = tmp_path / "config.toml"
     conf.write_text(
         f'[store]\nurl = "sqlite:///{tmp_path}/h.db"\n[scores]\npath = "{tmp_path}/live.json"\n'
-        '[[gpus]]\nnodes = "v1"\ncount = 1\nmodel = "v100"\n'
-        '[[gpus]]\nnodes = "k1"\ncount = 1\nmodel = "k80"\n'
+        + gpus
     )
     monkeypatch.setenv("SLURM_COLO_CONFIG", str(conf))
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     upgrade(e)
+    return e
+
+
+def test_retrain_says_what_it_trained_per_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    e = site(tmp_path, monkeypatch, {"v1": "v100", "k1": "k80"})
     ingest_records(e, history("v1", "", v100, 1, CLASSES))
     ingest_records(e, history("k1", "k80", k80, 10_000, ["a", "b"]))
     code, out, err = cli(["retrain"], capsys)
@@ -227,14 +236,7 @@ def test_retrain_says_what_it_trained_per_model(
 def test_a_mistyped_gpu_trains_nothing_and_leaves_the_live_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conf = tmp_path / "config.toml"
-    conf.write_text(
-        f'[store]\nurl = "sqlite:///{tmp_path}/h.db"\n[scores]\npath = "{tmp_path}/live.json"\n'
-        '[[gpus]]\nnodes = "v1"\ncount = 1\nmodel = "v100"\n'
-    )
-    monkeypatch.setenv("SLURM_COLO_CONFIG", str(conf))
-    e = make_engine(f"sqlite:///{tmp_path}/h.db")
-    upgrade(e)
+    e = site(tmp_path, monkeypatch, {"v1": "v100"})
     ingest_records(e, history("v1", "v100", v100, 1, CLASSES))
     code, out, err = cli(["retrain"], capsys)
     assert code == 0, err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -118,23 +119,14 @@ def test_spread_table_gives_mean_best_and_worst_seed() -> None:
     assert per_seed[3] == "| 2 | -20.0% / -75.0% |"
 
 
+def two_seeds(out: Path, policies: str, *more: str) -> Any:
+    """``simulate --seeds 1-2`` of a small trace, results to ``out``."""
+    argv = ["simulate", "--jobs", "120", "--gpus", "8", "--seeds", "1-2"]
+    return CliRunner().invoke(app, [*argv, "--policies", policies, *more, "--out", str(out)])
+
+
 def test_cli_runs_every_seed_and_writes_the_spread(tmp_path: Path) -> None:
-    r = CliRunner().invoke(
-        app,
-        [
-            "simulate",
-            "--jobs",
-            "120",
-            "--gpus",
-            "8",
-            "--seeds",
-            "1-2",
-            "--policies",
-            "exclusive-fifo,oracle",
-            "--out",
-            str(tmp_path),
-        ],
-    )
+    r = two_seeds(tmp_path, "exclusive-fifo,oracle")
     assert r.exit_code == 0, r.output
     assert "seed 1" in r.output and "seed 2" in r.output
     rows = json.loads((tmp_path / "seeds.json").read_text())
@@ -163,24 +155,7 @@ def test_spread_table_counts_jobs_past_their_time_limit_only_when_traces_have_li
 
 
 def test_cli_seeds_with_time_limits_count_the_jobs_past_them(tmp_path: Path) -> None:
-    r = CliRunner().invoke(
-        app,
-        [
-            "simulate",
-            "--jobs",
-            "120",
-            "--gpus",
-            "8",
-            "--seeds",
-            "1-2",
-            "--policies",
-            "exclusive-fifo,gandiva-random",
-            "--time-limits",
-            "1-1",
-            "--out",
-            str(tmp_path),
-        ],
-    )
+    r = two_seeds(tmp_path, "exclusive-fifo,gandiva-random", "--time-limits", "1-1")
     assert r.exit_code == 0, r.output
     rows = json.loads((tmp_path / "seeds.json").read_text())
     by = {(x["seed"], x["policy"]): x["past_limit_jobs"] for x in rows}
