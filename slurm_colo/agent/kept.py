@@ -77,9 +77,8 @@ def load(path: Path, parse: Callable[[bytes, str], T], what: str) -> T | None:
     try:
         return parse(raw, str(path))
     except _UNREADABLE as e:
-        if not isinstance(
-            e, ColoError
-        ):  # a shape parse did not foresee: the file is bad all the same
+        # a shape parse did not foresee is a bad file all the same
+        if not isinstance(e, ColoError):
             e = KeptFileError(f"{path}: unreadable ({type(e).__name__}: {str(e)[:200]})")
         bad = path.with_name(path.name + ".bad")
         try:

@@ -66,6 +66,7 @@ def _column_length(name: str) -> int:
 #: integers are 64-bit): a larger one makes the database refuse the whole batch
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+UID_MAX = 2**32 - 1
 
 
 def _whole(v: Any) -> bool:
@@ -108,7 +109,9 @@ def check_record(r: JobRecord) -> None:
         raise BadRecord(f"record id {r.record_id!r} is longer than {most} characters")
     for name in ("uid", "exit_code", "version"):
         v = getattr(r, name)
-        if not _whole(v) or not -INT32_MAX - 1 <= v <= INT32_MAX:
+        # a uid is an unsigned 32-bit number (-1: unknown); the others fit a signed one
+        most = UID_MAX if name == "uid" else INT32_MAX
+        if not _whole(v) or not -INT32_MAX - 1 <= v <= most:
             raise BadRecord(f"{name} {v!r} is not a 32-bit integer")
     pct = r.thread_pct
     if pct is not None and not (_whole(pct) and 0 <= pct <= 100):
