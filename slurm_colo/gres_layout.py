@@ -41,8 +41,14 @@ def tres_gres(spec: str, slurm_version: tuple[int, int] | None = None) -> str:
 _MODEL_RE = re.compile(r"^[a-z0-9][a-z0-9.]{0,31}$")
 
 
+#: the most GPUs one [[gpus]] table may give a node
+MAX_GPUS_PER_NODE = 1024
+
+
 def parse_index_list(text: str, count: int) -> tuple[int, ...]:
     """Parse ``"0-1,3"`` (or ``""`` for none) into sorted GPU indices below ``count``."""
+    if not 1 <= count <= MAX_GPUS_PER_NODE:  # checked first: a huge count never ends
+        raise ValueError(f"count must be within 1-{MAX_GPUS_PER_NODE}")
     out: set[int] = set()
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -98,10 +104,6 @@ def compress_indices(idx: tuple[int, ...] | list[int]) -> str:
         out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
         i = j + 1
     return ",".join(out)
-
-
-#: the most GPUs one [[gpus]] table may give a node
-MAX_GPUS_PER_NODE = 1024
 
 
 @dataclass(frozen=True)
