@@ -15,6 +15,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
     from slurm_colo.spool.directory import pending
 
     from ..node import jobstate, journal, procs
+    from ..node.gpu.mps_daemon import saved_crashes, saved_state
     from ..node.layout import NodeLayout
 
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
@@ -24,10 +25,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         if not d.name.isdigit():
             continue
         g = int(d.name)
-        from ..fsutil import read_json
-        from ..node.gpu.mps_daemon import state_of
-
-        st = state_of(read_json(lay.mps_state(g)))
+        st = saved_state(lay.mps_state(g))
         events = journal.read(lay.journal(g))
         gpus[g] = {
             "jobs": [s.job for s in journal.active(events)],
@@ -39,9 +37,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
                 {"t": e["t"], "kind": e.get("kind"), "detail": e.get("detail")}
                 for e in journal.recent_faults(events, time.time())[-3:]
             ],
-            "recent_crashes": len(crashes)
-            if isinstance(crashes := read_json(lay.crashes(g)), list)
-            else 0,
+            "recent_crashes": len(saved_crashes(lay.crashes(g))),
         }
     return {
         "run_dir": str(lay.run_dir),

@@ -72,6 +72,22 @@ def state_of(raw: object) -> dict:
     return raw
 
 
+def saved_state(path: Path) -> dict:
+    """The daemon state saved at ``path`` (``mps.json``); {} when missing or damaged."""
+    return state_of(read_json(path))
+
+
+def saved_crashes(path: Path) -> list[float]:
+    """The daemon crash times saved at ``path`` (``crashes.json``); a damaged file or entry
+    counts as no crash remembered."""
+    saved = read_json(path)
+    return [
+        float(t)
+        for t in (saved if isinstance(saved, list) else [])
+        if isinstance(t, (int, float)) and not isinstance(t, bool)
+    ]
+
+
 @dataclass
 class MpsOutcome:
     state: str  # ok | refused | broken
@@ -105,7 +121,7 @@ class GpuMps:
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict:
         """The GPU's daemon state; {} (no daemon known) when missing or damaged."""
-        return state_of(read_json(self.layout.mps_state(self.index)))
+        return saved_state(self.layout.mps_state(self.index))
 
     def _save(self, st: dict) -> None:
         atomic_write_json(self.layout.mps_state(self.index), st, fsync=False)
@@ -121,13 +137,8 @@ class GpuMps:
         )
 
     def _crashes(self, now: float) -> list[float]:
-        saved = read_json(self.layout.crashes(self.index))
-        times = saved if isinstance(saved, list) else []  # damaged: no crash remembered
         return [
-            float(t)
-            for t in times
-            if isinstance(t, (int, float)) and not isinstance(t, bool)
-            if now - float(t) < CRASH_WINDOW_S
+            t for t in saved_crashes(self.layout.crashes(self.index)) if now - t < CRASH_WINDOW_S
         ]
 
     def _note_crash(self, kind: str, detail: str) -> None:
