@@ -32,7 +32,7 @@ class Job(Base):
     job_id: Mapped[int] = mapped_column(BigInteger, index=True)
     node: Mapped[str] = mapped_column(String(128), index=True)
     user: Mapped[str] = mapped_column(String(64), index=True)
-    uid: Mapped[int] = mapped_column(Integer)
+    uid: Mapped[int] = mapped_column(BigInteger)
     cls: Mapped[str] = mapped_column(String(64), index=True)
     start_time: Mapped[float] = mapped_column(Float, index=True)
     end_time: Mapped[float] = mapped_column(Float)

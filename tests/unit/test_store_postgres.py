@@ -116,6 +116,41 @@ def test_ingest_is_idempotent_on_postgres(engine: Engine, tmp_path: Path) -> Non
         assert c.execute(text("SELECT count(*) FROM jobs")).scalar() == 101
 
 
+def test_a_large_directory_uid_is_stored_on_postgres(engine: Engine, tmp_path: Path) -> None:
+    """Directory services hand out uids above 2^31 (SSSD/AD id mapping): such a record is
+    stored, not failed with the batch, and reads back as the same number."""
+    upgrade(engine)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    big = rec(7, 8, "x", "y", 6.0).to_dict() | {"uid": 4294967294}
+    (spool / "big.json").write_text(json.dumps(big))
+    (spool / "small.json").write_text(json.dumps(rec(9, 10, "x", "y", 6.0).to_dict()))
+    res = ingest_spool(engine, spool)
+    assert res.bad == [] and res.ingested == 2
+    with engine.connect() as c:
+        uids = c.execute(text("SELECT job_id, uid FROM jobs ORDER BY job_id")).all()
+    assert [tuple(r) for r in uids] == [(7, 4294967294), (9, 1)]
+
+
+def test_upgrade_to_0005_keeps_the_records_stored_before(engine: Engine) -> None:
+    upgrade(engine, "0004")
+    with engine.begin() as c:  # a record stored by the older version, uid a 32-bit column
+        c.execute(
+            text(
+                "INSERT INTO jobs (record_id, cluster, job_id, node, \"user\", uid, cls, "
+                "start_time, end_time, mode, shared, gpus, gpu_uuids, exit_code, state, "
+                "mps_fault, version, ingested_at) VALUES ('c-5-n1-1', 'c', 5, 'n1', 'u', "
+                "2147483647, 'x', 0, 10, 'auto', false, '0', '', 0, 'COMPLETED', false, 1, 0)"
+            )
+        )
+    assert upgrade(engine) == ("0004", head_revision())
+    assert ingest_records(engine, [rec(6, 7, "x", "y", 6.0)]) == 1
+    with engine.begin() as c:
+        c.execute(text("UPDATE jobs SET uid = 4294967294 WHERE job_id = 6"))
+        uids = c.execute(text("SELECT job_id, uid FROM jobs ORDER BY job_id")).all()
+    assert [tuple(r) for r in uids] == [(5, 2147483647), (6, 4294967294)]
+
+
 def test_retrain_end_to_end_on_postgres(engine: Engine, tmp_path: Path) -> None:
     upgrade(engine)
     import_gavel(engine, load_gavel(bundled_path(), "k80"))
