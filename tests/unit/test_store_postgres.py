@@ -137,7 +137,7 @@ def test_upgrade_to_0005_keeps_the_records_stored_before(engine: Engine) -> None
     with engine.begin() as c:  # a record stored by the older version, uid a 32-bit column
         c.execute(
             text(
-                "INSERT INTO jobs (record_id, cluster, job_id, node, \"user\", uid, cls, "
+                'INSERT INTO jobs (record_id, cluster, job_id, node, "user", uid, cls, '
                 "start_time, end_time, mode, shared, gpus, gpu_uuids, exit_code, state, "
                 "mps_fault, version, ingested_at) VALUES ('c-5-n1-1', 'c', 5, 'n1', 'u', "
                 "2147483647, 'x', 0, 10, 'auto', false, '0', '', 0, 'COMPLETED', false, 1, 0)"
