@@ -323,6 +323,16 @@ class Agent:
             self.req_seconds += dt
         return format_reply(verb, reply), _nothing_after
 
+    def _slurm_tag(self, job_id: int) -> str | None:
+        """The placement tag in the job's Slurm record; None when it has none, Slurm does
+        not know the job, or Slurm cannot be asked (logged)."""
+        try:
+            j = self.backend.job(job_id)
+        except SlurmError as e:
+            log.warning("job %d: its placement could not be read from Slurm: %s", job_id, e)
+            return None
+        return j.admin_comment if j else None
+
     def _job_start(self, p: dict[str, Any], now: float) -> dict[str, Any] | None:
         """JOBSTART: the placement of a job a node's Prolog starts, or None. Logs where
         the time went when the answer took over ``JOBSTART_SLOW_S``."""
@@ -333,8 +343,7 @@ class Agent:
             need = self.state.needs_lookup(job_id)
         tag_text = None
         if need:  # placed before the last refresh: read its tag from Slurm (outside the lock)
-            j = self.backend.job(job_id)
-            tag_text = j.admin_comment if j else None
+            tag_text = self._slurm_tag(job_id)
         t_slurm = time.perf_counter()
         with self.lock:
             t_lock2 = time.perf_counter()
@@ -395,12 +404,18 @@ class Agent:
             job_id = int(p["job"])
             with self.lock:
                 known = not self.state.needs_lookup(job_id)
-            j = None if known else self.backend.job(job_id)
+            try:
+                j = None if known else self.backend.job(job_id)
+                slurm_error = None
+            except SlurmError as e:
+                j, slurm_error = None, e.message
             with self.lock:
                 ex = self.state.explain(job_id, j.admin_comment if j else None)
             if j is not None:
                 ex.setdefault("state", j.state)
                 ex["slurm_comment"] = j.comment
+            if slurm_error:
+                ex["note"] = f"Slurm could not be asked about the job: {slurm_error}"
             return ex
         if verb == "STATUS":
             with self.lock:

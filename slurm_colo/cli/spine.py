@@ -90,13 +90,18 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _explain_from_slurm(job_id: int, backend_kind: str) -> dict[str, Any]:
+def _explain_from_slurm(job_id: int, backend_kind: str, agent: AgentError) -> dict[str, Any]:
+    """What the job's Slurm record says, for when the agent cannot be asked; neither can
+    be asked: a :class:`SlurmError` naming both."""
     from ..slurm import open_backend
 
     try:
         j = open_backend(backend_kind).job(job_id)
-    except SlurmError:
-        j = None
+    except SlurmError as e:
+        raise SlurmError(
+            f"job {job_id}: the agent is unreachable ({agent.message}) and {e.message}",
+            hint=e.hint or "is slurmctld up and reachable? (scontrol ping)",
+        ) from None
     if j is None:
         return {
             "job_id": job_id,
@@ -162,7 +167,7 @@ def register(app: typer.Typer) -> None:
         try:
             ex = client.explain(cfg, job_id)
         except AgentError as e:
-            ex = _explain_from_slurm(job_id, cfg.agent.slurm_backend)
+            ex = _explain_from_slurm(job_id, cfg.agent.slurm_backend, e)
             ex["note"] = f"agent unreachable ({e.message}); read from the job's Slurm record"
         if json_out:
             typer.echo(json.dumps(ex, indent=1, default=str))

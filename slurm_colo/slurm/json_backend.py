@@ -229,6 +229,10 @@ def nodes_argv(
     return [sinfo, "--json"]
 
 
+#: how squeue says a job is not (or no longer) known (``slurm_strerror(ESLURM_INVALID_JOB_ID)``)
+UNKNOWN_JOB = "Invalid job id specified"
+
+
 class JsonBackend:
     name = "json"
 
@@ -279,8 +283,10 @@ class JsonBackend:
                     ]
                 }
             found = parse_squeue(doc)
-        except SlurmError:
-            return None
+        except SlurmError as e:
+            if UNKNOWN_JOB in e.message:  # from 23.02 squeue --jobs exits 1 for such a job
+                return None
+            raise
         return next((j for j in found if j.job_id == job_id), None)
 
     def nodes(self) -> list[SlurmNode]:

@@ -17,6 +17,9 @@ from ..errors import SlurmError
 from ..gres_layout import tres_gres
 from .model import GresAlloc, SlurmJob, SlurmNode
 
+#: Slurm's errno for a job it does not know (slurm_errno.h), in pyslurm's RPCError
+ESLURM_INVALID_JOB_ID = 2017
+
 
 def _version_tuple(text: str) -> tuple[int, int] | None:
     m = re.search(r"(\d+)\.(\d+)", text)
@@ -111,8 +114,10 @@ class PyslurmBackend:
     def job(self, job_id: int) -> SlurmJob | None:
         try:
             return job_from_pyslurm(self.pyslurm.Job.load(job_id), self.version)
-        except Exception:
-            return None
+        except Exception as e:  # pyslurm's RPCError carries Slurm's errno
+            if getattr(e, "errno", None) == ESLURM_INVALID_JOB_ID:
+                return None
+            raise SlurmError(f"pyslurm: loading job {job_id} failed: {e}") from None
 
     def nodes(self) -> list[SlurmNode]:
         try:

@@ -605,3 +605,29 @@ def test_a_slow_jobstart_is_logged_with_where_its_time_went(
     msg = next(r.getMessage() for r in caplog.records if "JOBSTART for job 8" in r.getMessage())
     slurm_ms = int(msg.split("reading the job from Slurm ")[1].split(" ms")[0])
     assert slurm_ms >= 250 and "the Prolog waits 2 s" in msg
+
+
+def test_slurm_down_while_reading_a_job_is_said_not_taken_for_no_such_job(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from slurm_colo.errors import SlurmError
+
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    agent.state.scores = SCORES
+    agent.refresh()
+
+    def down(job_id: int) -> SlurmJob:
+        raise SlurmError("squeue --json --jobs=9 failed: Unable to contact slurm controller")
+
+    monkeypatch.setattr(agent.backend, "job", down)
+    with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
+        start = format_request("JOBSTART", {"job": "9", "node": "n1", "gpus": "0"})
+        reply, _ = agent.answer(start, peer_uid=0)
+    assert reply.startswith(b"OK\t") and b'"shared":true' not in reply  # fail-open: no tag
+    assert "job 9: its placement could not be read from Slurm" in caplog.text
+    ex = parse_reply("EXPLAIN", agent.handle(format_request("EXPLAIN", {"job": "9"}), 0).decode())
+    assert ex["known"] is False
+    assert ex["note"] == (
+        "Slurm could not be asked about the job: squeue --json --jobs=9 failed: "
+        "Unable to contact slurm controller"
+    )

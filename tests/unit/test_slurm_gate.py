@@ -71,7 +71,8 @@ def test_runner_errors_are_clear(tmp_path: Path) -> None:
     )
     with pytest.raises(SlurmError, match="Unable to contact"):
         JsonBackend(squeue=str(fake)).jobs()
-    assert JsonBackend(squeue=str(fake)).job(5) is None
+    with pytest.raises(SlurmError, match="Unable to contact"):  # not "no such job"
+        JsonBackend(squeue=str(fake)).job(5)
 
 
 def test_slurm_errors_in_json_output_are_not_an_empty_cluster(tmp_path: Path) -> None:
@@ -91,7 +92,34 @@ def test_slurm_errors_in_json_output_are_not_an_empty_cluster(tmp_path: Path) ->
     assert "scontrol ping" in (e.value.hint or "")
     with pytest.raises(SlurmError, match="Slurm reported an error: Unspecified error"):
         backend.nodes()
-    assert backend.job(5) is None  # a lookup says "not found", as for any failed squeue
+    with pytest.raises(SlurmError, match="Failed while looking for jobs"):
+        backend.job(5)  # Slurm could not be asked: not the same as "no such job"
+
+
+def _fails_with(path: Path, fixture: str) -> str:
+    """A stand-in command that prints a captured stderr and exits 1, as Slurm's did."""
+    path.write_text(f"#!/bin/sh\ncat {FIX / fixture} >&2\nexit 1\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_a_job_slurm_does_not_know_is_none_and_slurm_down_is_an_error(
+    tmp_path: Path, version: str
+) -> None:
+    # captured from the version labs: squeue --json --jobs=N for a purged job, and every
+    # command with slurmctld stopped, exit 1 with these lines (no JSON)
+    squeue = _fails_with(tmp_path / "squeue", f"squeue-{version}-unknown-job.stderr")
+    assert JsonBackend(squeue=squeue, slurm_version=f"{version}.5").job(99999) is None
+    squeue = _fails_with(tmp_path / "squeue", f"squeue-{version}-controller-down.stderr")
+    scontrol = _fails_with(tmp_path / "scontrol", "scontrol-nodes-26.05-controller-down.stderr")
+    sinfo = _fails_with(tmp_path / "sinfo", "sinfo-24.11-controller-down.stderr")
+    backend = JsonBackend(
+        squeue=squeue, sinfo=sinfo, scontrol=scontrol, slurm_version=f"{version}.5"
+    )
+    for look in (lambda: backend.job(5), backend.jobs, backend.nodes):
+        with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+            look()
 
 
 def test_an_empty_errors_list_is_no_error() -> None:
@@ -148,6 +176,31 @@ def test_pyslurm_backend_maps_the_new_api() -> None:
     assert b.job(7) == j
     (n,) = b.nodes()
     assert n.gres == "gpu:a100_s1:1" and n.features == ("colo",)
+
+
+class _RPCError(Exception):
+    """pyslurm's RPCError: Slurm's message and errno."""
+
+    def __init__(self, msg: str, errno: int) -> None:
+        super().__init__(msg)
+        self.errno = errno
+
+
+def test_pyslurm_job_unknown_is_none_and_slurm_down_is_an_error() -> None:
+    m = _fake_pyslurm("25.11.2")
+    b = PyslurmBackend(m)
+
+    def load(errno: int, msg: str) -> None:
+        def raise_it(i: int) -> None:
+            raise _RPCError(msg, errno)
+
+        m.Job = types.SimpleNamespace(load=raise_it)  # type: ignore[attr-defined]
+
+    load(2017, "Invalid job id specified")
+    assert b.job(99999) is None
+    load(1007, "Unable to contact slurm controller (connect failure)")
+    with pytest.raises(SlurmError, match="loading job 5 failed: Unable to contact"):
+        b.job(5)
 
 
 def test_pyslurm_only_when_versions_match(monkeypatch: pytest.MonkeyPatch) -> None:
