@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from retrain_one import retrain
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -31,6 +33,7 @@ from slurm_colo.store import (
     upgrade,
 )
 from slurm_colo.store.episodes import load_episodes, rebuild_episodes
+from slurm_colo.store.schema import Base
 from slurm_colo.store.scoresets import import_gavel, live_score_set
 from slurm_colo.train.lock import PG_LOCK_KEY
 
@@ -149,6 +152,8 @@ def test_upgrade_to_0005_keeps_the_records_stored_before(engine: Engine) -> None
         c.execute(text("UPDATE jobs SET uid = 4294967294 WHERE job_id = 6"))
         uids = c.execute(text("SELECT job_id, uid FROM jobs ORDER BY job_id")).all()
     assert [tuple(r) for r in uids] == [(5, 2147483647), (6, 4294967294)]
+    with engine.connect() as c:  # the migrated tables are the models' (types and indexes)
+        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
 
 
 def test_retrain_end_to_end_on_postgres(engine: Engine, tmp_path: Path) -> None:
