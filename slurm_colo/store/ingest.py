@@ -116,8 +116,13 @@ def check_record(r: JobRecord) -> None:
     pct = r.thread_pct
     if pct is not None and not (_whole(pct) and 0 <= pct <= 100):
         raise BadRecord(f"thread_pct {pct!r} is not a percentage (a whole number 0-100)")
-    if not isinstance(r.gpus, list) or not all(isinstance(g, int) for g in r.gpus):
+    if not isinstance(r.gpus, list) or not all(_whole(g) and g >= 0 for g in r.gpus):
         raise BadRecord(f"gpus {r.gpus!r} is not a list of GPU indexes")
+    most = _column_length("gpus")
+    if len(",".join(str(g) for g in r.gpus)) > most:
+        raise BadRecord(
+            f"gpus: {len(r.gpus)} GPU indexes do not fit the column ({most} characters)"
+        )
     if not isinstance(r.gpu_uuids, list):
         raise BadRecord(f"gpu_uuids {r.gpu_uuids!r} is not a list")
     if r.progress is not None and not isinstance(r.progress, dict):

@@ -174,6 +174,10 @@ def test_missing_spool_directory(engine: Engine, tmp_path: Path) -> None:
     [
         ({"uid": "root"}, "uid"),
         ({"gpus": ["zero"]}, "gpus"),
+        ({"gpus": [-1]}, "gpus"),
+        ({"gpus": [True]}, "gpus"),
+        # longer than the column: PostgreSQL would refuse the whole batch
+        ({"gpus": list(range(100))}, "gpus: 100 GPU indexes do not fit"),
         ({"progress": [1]}, "progress"),
         (
             {"co_runners": [{"job_id": "x", "cls": "a", "user": "u", "start": 1, "end": 2}]},

@@ -135,6 +135,22 @@ def test_a_large_directory_uid_is_stored_on_postgres(engine: Engine, tmp_path: P
     assert [tuple(r) for r in uids] == [(7, 4294967294), (9, 1)]
 
 
+def test_a_record_too_big_for_a_column_is_set_aside_not_the_batch(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """PostgreSQL refuses a value longer than its column, and with it the whole batch: such
+    a record goes to bad/ with its reason, the others are stored."""
+    upgrade(engine)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    many = rec(7, 8, "x", "y", 6.0).to_dict() | {"gpus": list(range(100))}
+    (spool / "many.json").write_text(json.dumps(many))
+    (spool / "ok.json").write_text(json.dumps(rec(9, 10, "x", "y", 6.0).to_dict()))
+    res = ingest_spool(engine, spool)
+    assert res.ingested == 1
+    assert [(n, "gpus" in why) for n, why in res.bad] == [("many.json", True)]
+
+
 def test_upgrade_to_0005_keeps_the_records_stored_before(engine: Engine) -> None:
     upgrade(engine, "0004")
     with engine.begin() as c:  # a record stored by the older version, uid a 32-bit column
