@@ -73,6 +73,20 @@ def _whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _check_no_nul(r: JobRecord) -> None:
+    """PostgreSQL's text cannot hold a NUL character (the whole batch would be refused)."""
+    named: list[tuple[str, Any]] = [
+        (n, getattr(r, n))
+        for n in ("cluster", "node", "user", "cls", "mechanism", "state", "gpu_model")
+    ]
+    named += [("gres_type", r.gres_type), ("gpu_name", r.gpu_name), ("mode", str(r.mode))]
+    named += [("gpu_uuids", str(u)) for u in r.gpu_uuids]
+    named += [(f"co-runner {c.job_id}", f"{c.cls} {c.user}") for c in r.co_runners]
+    for name, v in named:
+        if isinstance(v, str) and "\x00" in v:
+            raise BadRecord(f"{name} {v!r} contains a NUL character")
+
+
 def check_record(r: JobRecord) -> None:
     """Raise :class:`BadRecord` for a record that cannot be stored."""
     if not _whole(r.job_id) or not 0 <= r.job_id <= INT64_MAX:
@@ -137,6 +151,7 @@ def check_record(r: JobRecord) -> None:
         for t in (c.start, c.end):
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
                 raise BadRecord(f"co-runner {c.job_id!r} has a non-numeric time {t!r}")
+    _check_no_nul(r)
 
 
 def record_from_json(text: str | bytes) -> JobRecord:

@@ -178,6 +178,13 @@ def test_missing_spool_directory(engine: Engine, tmp_path: Path) -> None:
         ({"gpus": [True]}, "gpus"),
         # longer than the column: PostgreSQL would refuse the whole batch
         ({"gpus": list(range(100))}, "gpus: 100 GPU indexes do not fit"),
+        # PostgreSQL's text cannot hold NUL: it would refuse the whole batch
+        ({"user": "a\x00b"}, "user .* NUL"),
+        ({"gpu_uuids": ["GPU-\x00"]}, "gpu_uuids .* NUL"),
+        (
+            {"co_runners": [{"job_id": 1, "cls": "a\x00", "user": "u", "start": 1, "end": 2}]},
+            "co-runner 1 .* NUL",
+        ),
         ({"progress": [1]}, "progress"),
         (
             {"co_runners": [{"job_id": "x", "cls": "a", "user": "u", "start": 1, "end": 2}]},
