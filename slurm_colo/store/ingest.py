@@ -50,9 +50,25 @@ def _num(v: Any) -> float | None:
         return None
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number past 1e308
         return None
     return f if math.isfinite(f) and f >= 0 else None
+
+
+def _short(v: Any) -> str:
+    """A value as a reason shows it: its repr, cut to 40 characters."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(v: Any) -> bool:
+    """A number a float holds: not text, not a bool, not NaN or infinite, not past 1e308."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _column_length(name: str) -> int:
@@ -107,8 +123,8 @@ def check_record(r: JobRecord) -> None:
             raise BadRecord(f"{name} {v!r} is not a string of at most {most} characters")
     for name in ("start", "end"):
         v = getattr(r, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise BadRecord(f"{name} time {v!r} is not a finite epoch time")
+        if not _finite(v) or v < 0:
+            raise BadRecord(f"{name} time {_short(v)} is not a finite epoch time")
     if r.end < r.start:
         raise BadRecord(
             f"job ends ({r.end}) before it starts ({r.start}): clock skew or a corrupt record"
@@ -149,8 +165,8 @@ def check_record(r: JobRecord) -> None:
         if not isinstance(c.cls, str) or not c.cls:
             raise BadRecord(f"co-runner {c.job_id!r} has no class")
         for t in (c.start, c.end):
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-                raise BadRecord(f"co-runner {c.job_id!r} has a non-numeric time {t!r}")
+            if not _finite(t):
+                raise BadRecord(f"co-runner {c.job_id!r} has a non-numeric time {_short(t)}")
     _check_no_nul(r)
 
 

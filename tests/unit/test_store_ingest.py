@@ -237,6 +237,33 @@ def test_a_deeply_nested_file_is_quarantined_and_huge_counts_are_dropped(
     assert row.samples is None and job.progress_iterations is None
 
 
+def test_whole_numbers_too_large_for_a_float_are_dropped_or_refused(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """JSON integers beyond a float's range (10^400): a figure is dropped, a time or a
+    co-runner's time makes the record bad; neither stops the ingest."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    d = rec(2).to_dict()
+    d["profile"] = {**d["profile"], "mem_peak_gib": 10**400}
+    d["progress"] = {"rate": 10**400, "solo_rate": 2.0}
+    d["mem_limit_gib"] = 10**400
+    _write(spool, "figures.json", json.dumps(d))
+    _write(spool, "start.json", json.dumps(rec(3).to_dict() | {"start": 10**400}))
+    co = {"job_id": 9, "cls": "a", "user": "u", "start": 10**400, "end": 2}
+    _write(spool, "co.json", json.dumps(rec(4).to_dict() | {"co_runners": [co]}))
+    res = ingest_spool(engine, spool)
+    assert res.ingested == 1
+    assert sorted((n, w.split()[0]) for n, w in res.bad) == [
+        ("co.json", "co-runner"),
+        ("start.json", "start"),
+    ]
+    with engine.connect() as conn:
+        job = conn.execute(text("SELECT progress_rate, mem_limit_gib FROM jobs")).one()
+        peak = conn.execute(text("SELECT mem_peak_gib FROM profiles")).scalar()
+    assert tuple(job) == (None, None) and peak is None
+
+
 def test_a_bad_file_is_never_set_aside_over_an_earlier_one(engine: Engine, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     spool.mkdir()
