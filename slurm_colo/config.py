@@ -238,6 +238,14 @@ _SECTIONS: dict[str, type] = {
 
 #: keys with a floor above zero: a slowdown bound below 1 would ask a job to run faster
 #: than alone (and 0 divides by zero)
+#: the largest whole number a key takes (2^53: a float holds it exactly, and so does Lua)
+MAX_WHOLE = 2**53
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 _AT_LEAST: dict[tuple[str, str], float] = {
     ("placement", "max_slowdown"): 1.0,
     ("placement", "throughput_max_slowdown"): 1.0,
@@ -267,16 +275,14 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
                 raise ConfigError(f"{src}: {name}.{key} must be an array of strings, got {value!r}")
             value = tuple(value)
         elif isinstance(value, bool) or not isinstance(value, type(default)):
-            if (
-                isinstance(default, float)
-                and isinstance(value, int)
-                and not isinstance(value, bool)
-            ):
-                value = float(value)
-            else:
+            if not (isinstance(default, float) and _whole(value)):
                 raise ConfigError(
                     f"{src}: {name}.{key} must be a {type(default).__name__}, got {value!r}"
                 )
+            if abs(value) <= MAX_WHOLE:
+                value = float(value)
+        if _whole(value) and abs(value) > MAX_WHOLE:  # TOML's integers have no bound
+            raise ConfigError(f"{src}: {name}.{key} is out of range (at most {MAX_WHOLE})")
         choices = _CHOICES.get((name, key))
         if choices and value not in choices:
             raise ConfigError(f"{src}: {name}.{key} = {value!r}; accepted: {', '.join(choices)}")
@@ -368,7 +374,7 @@ def _build_gpus(raw: Any, src: str) -> tuple[NodeGpus, ...]:
 def parse_config(text: str, source: str = "<string>") -> Config:
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, or an integer of more than 4300 digits
         raise ConfigError(f"{source}: not valid TOML: {e}") from None
     kwargs: dict[str, Any] = {"source": source}
     for key, value in raw.items():

@@ -67,9 +67,20 @@ MAX_N = 10.0
 
 
 def _rate(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ScoresError(f"{what}: expected a number, got {v!r}")
-    return float(v)
+    rate = _as_float(v)
+    if rate is None or not math.isfinite(rate):
+        raise ScoresError(f"{what}: expected a number, got {repr(v)[:40]}")
+    return rate
+
+
+def _as_float(v: Any) -> float | None:
+    """A JSON number as a float; None for anything else, or a whole number past 1e308."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return None
 
 
 def parse_gavel(raw: Any, gpu: str, source: str = "gavel data") -> GavelData:
@@ -146,6 +157,8 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
         raise ScoresError(f"gavel data file {p} is not JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
         raise ScoresError(f"gavel data file {p} is not JSON: {e.msg} at line {e.lineno}") from None
+    except (ValueError, RecursionError) as e:  # a 4,300-digit integer, nested too deeply
+        raise ScoresError(f"gavel data file {p} is not usable: {e}") from None
     return parse_gavel(raw, gpu, f"gavel data file {p}")
 
 

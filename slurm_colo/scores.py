@@ -176,11 +176,15 @@ def slowdown_shares(logs: Sequence[float | None]) -> list[float]:
 
 
 def _num(v: Any, what: str, lo: float = 0.0, hi: float = math.inf) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ScoresError(f"{what}: expected a finite number, got {v!r}")
-    if not lo <= v <= hi:
-        raise ScoresError(f"{what}: {v} outside [{lo}, {hi}]")
-    return float(v)
+    try:  # a whole number past 1e308 does not convert
+        f = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    except OverflowError:
+        f = math.nan
+    if not math.isfinite(f):
+        raise ScoresError(f"{what}: expected a finite number, got {repr(v)[:40]}")
+    if not lo <= f <= hi:
+        raise ScoresError(f"{what}: {f:g} outside [{lo}, {hi}]")
+    return f
 
 
 def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
@@ -258,6 +262,8 @@ def load_scores(path: str | Path) -> ScoreTable:
         ) from None
     except RecursionError:
         raise ScoresError(f"score file {p} is corrupt (JSON nested too deeply)") from None
+    except ValueError as e:  # not UTF-8, an integer of more than 4,300 digits
+        raise ScoresError(f"score file {p} is corrupt ({e})") from None
     return scores_from_dict(d, str(p))
 
 

@@ -28,7 +28,7 @@ def document(raw: bytes, source: str, fmt: str, error: type[ColoError]) -> dict[
     """The JSON object of a kept file whose ``"format"`` is ``fmt``; ``error`` otherwise."""
     try:
         d = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4,300 digits
         raise error(f"{source}: not JSON ({e})") from None
     if not isinstance(d, dict) or d.get("format") != fmt:
         raise error(f"{source}: not a {fmt} file")

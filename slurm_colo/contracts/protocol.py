@@ -50,7 +50,7 @@ def parse_request(line: bytes | str) -> tuple[str, dict[str, Any]]:
         return verb, {}
     try:
         obj = json.loads(rest)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, nested too deeply, a 4,300-digit number
         raise ProtocolError(f"{verb}: payload is not JSON") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"{verb}: payload must be a JSON object")
@@ -90,7 +90,7 @@ def parse_reply(verb: str, line: bytes | str) -> dict[str, Any]:
         return dict(item.split("=", 1) for item in rest.split("\t") if "=" in item)
     try:
         obj = json.loads(rest) if rest else {}
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         raise ProtocolError("reply payload is not JSON") from None
     if not isinstance(obj, dict):
         raise ProtocolError("reply payload is not an object")

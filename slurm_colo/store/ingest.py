@@ -174,7 +174,7 @@ def record_from_json(text: str | bytes) -> JobRecord:
     """Parse one record file; :class:`BadRecord` says what is wrong."""
     try:
         d = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4,300 digits
         raise BadRecord(f"not JSON ({e})") from None
     except RecursionError:
         raise BadRecord("not a record (JSON nested too deeply)") from None

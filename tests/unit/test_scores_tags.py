@@ -73,6 +73,11 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
             "outside",
         ),
         ({"format": "slurm-colo-scores/1", "classes": {"x": {"sm_util": 3}}}, "outside"),
+        # a whole number past a float's range (written as digits): refused, not a traceback
+        (
+            {"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": 10**400}]},
+            "expected a finite number, got 1000000000",
+        ),
         ({"format": "slurm-colo-scores/1", "metrics": "x"}, "malformed"),
         ({"format": "slurm-colo-scores/1", "training": [1, 2]}, "malformed"),
     ],

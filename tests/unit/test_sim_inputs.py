@@ -230,6 +230,7 @@ def test_a_score_set_for_another_gpu_type_is_used_with_a_warning(
         ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": "x"}}}', "expected [rate, other rate]"),
         ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": [1, "x"]}}}', "expected a number"),
         ('{"a100": {}}', "no single-GPU job type"),
+        ('{"a100": {"(\'A\', 1)": {"null": 1%s}}}' % ("0" * 400), "expected a number"),
         ('{"a100": {"(\'A\', 1e400)": {"null": 1}}}', "bad job key"),
         ('{"a100": {"(\'A\', 1)": {"null": 1, "(\'A\', 1)": [-1, 1]}}}', "a rate below 0"),
         (
