@@ -40,6 +40,10 @@ __all__ = ["AgentState", "PlacedJob", "nothing"]
 log = logging.getLogger("slurm_colo.agent")
 
 
+#: the largest uid (an unsigned 32-bit number, as Slurm gives it)
+UID_MAX = 2**32 - 1
+
+
 def _new_token() -> str:
     return "p" + secrets.token_hex(4)
 
@@ -192,6 +196,8 @@ class AgentState:
         """
         try:
             uid = int(fields.get("uid", "-1"))
+            if not -1 <= uid <= UID_MAX:  # -1: unknown; a larger one would break the index
+                raise ValueError(f"uid {fields['uid'][:20]} is not a user id")
             mode = parse_mode(fields.get("mode"))
             cls = derive_class(fields.get("name"), fields.get("class") or None)
         except (OptionError, ValueError) as e:

@@ -631,3 +631,17 @@ def test_slurm_down_while_reading_a_job_is_said_not_taken_for_no_such_job(
         "Slurm could not be asked about the job: squeue --json --jobs=9 failed: "
         "Unable to contact slurm controller"
     )
+
+
+def test_a_place_request_with_an_impossible_uid_is_refused_and_harms_no_later_one() -> None:
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    agent.state.scores = SCORES
+    agent.refresh()
+    for uid in (10**30, -7, 2**32):
+        reply, after = agent.answer(format_request("PLACE", _req("good", uid=uid)), peer_uid=0)
+        after(True)
+        got = parse_reply("PLACE", reply.decode())
+        assert got["action"] == "exclusive" and "is not a user id" in got["comment"]
+    reply, after = agent.answer(format_request("PLACE", _req("good")), peer_uid=0)
+    after(True)
+    assert parse_reply("PLACE", reply.decode())["action"] == "share"
