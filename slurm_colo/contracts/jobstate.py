@@ -109,5 +109,5 @@ class JobState:
                 gpu_uuids=[str(u) for u in d.get("gpu_uuids") or ()],
                 sampler_pid=None if d.get("sampler_pid") is None else int(d["sampler_pid"]),
             )
-        except (TypeError, ValueError, AttributeError) as e:
+        except (TypeError, ValueError, AttributeError, OverflowError) as e:
             raise ProtocolError(f"job state: {e}") from None

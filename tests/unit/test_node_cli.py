@@ -101,12 +101,17 @@ def test_damaged_gpu_state_files_are_read_as_nothing_known(tmp_path: Path, monke
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     lay.gpu_dir(0).mkdir(parents=True, exist_ok=True)
     lay.mps_state(0).write_text('{"pid": "abc", "pipe_dir": 5}')
-    lay.crashes(0).write_text("5")
+    lay.crashes(0).write_text("[1%s]" % ("0" * 400))  # a time past a float's range
     lay.journal(0).write_text('{"ev": "start"}\n{"ev": "start", "job": "x", "t": 1}\n[1]\n')
     out = CliRunner().invoke(app, ["node", "status", "--json"])
     assert out.exit_code == 0, out.output
     g = json.loads(out.output)["gpus"]["0"]
     assert g["jobs"] == [] and g["mps_daemon"] is None and g["recent_crashes"] == 0
+    from slurm_colo.node.gpu.mps_daemon import saved_crashes
+
+    lay.crashes(1).parent.mkdir(parents=True, exist_ok=True)
+    lay.crashes(1).write_text("5")  # not a list
+    assert saved_crashes(lay.crashes(1)) == []
     try:  # the Prolog on that GPU starts its daemon as if none had been there
         job_start(cfg, mps_job(1), launch_sampler=False)
         g = json.loads(CliRunner().invoke(app, ["node", "status", "--json"]).output)["gpus"]["0"]

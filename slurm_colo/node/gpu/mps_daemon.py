@@ -84,7 +84,7 @@ def saved_crashes(path: Path) -> list[float]:
     return [
         float(t)
         for t in (saved if isinstance(saved, list) else [])
-        if isinstance(t, (int, float)) and not isinstance(t, bool)
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and abs(t) < 1e300
     ]
 
 
