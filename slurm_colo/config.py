@@ -236,8 +236,6 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-#: keys with a floor above zero: a slowdown bound below 1 would ask a job to run faster
-#: than alone (and 0 divides by zero)
 #: the largest whole number a key takes (2^53: a float holds it exactly, and so does Lua)
 MAX_WHOLE = 2**53
 
@@ -246,6 +244,8 @@ def _whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+#: keys with a floor above zero: a slowdown bound below 1 would ask a job to run faster
+#: than alone (and 0 divides by zero)
 _AT_LEAST: dict[tuple[str, str], float] = {
     ("placement", "max_slowdown"): 1.0,
     ("placement", "throughput_max_slowdown"): 1.0,

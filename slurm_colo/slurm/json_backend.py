@@ -284,7 +284,7 @@ class JsonBackend:
                 }
             found = parse_squeue(doc)
         except SlurmError as e:
-            if UNKNOWN_JOB in e.message:  # from 23.02 squeue --jobs exits 1 for such a job
+            if UNKNOWN_JOB in e.message:  # 24.11 and 26.05 exit 1 for such a job
                 return None
             raise
         return next((j for j in found if j.job_id == job_id), None)

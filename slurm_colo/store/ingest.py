@@ -147,7 +147,7 @@ def check_record(r: JobRecord) -> None:
     if pct is not None and not (_whole(pct) and 0 <= pct <= 100):
         raise BadRecord(f"thread_pct {pct!r} is not a percentage (a whole number 0-100)")
     if not isinstance(r.gpus, list) or not all(_whole(g) and g >= 0 for g in r.gpus):
-        raise BadRecord(f"gpus {r.gpus!r} is not a list of GPU indexes")
+        raise BadRecord(f"gpus {_short(r.gpus)} is not a list of GPU indexes")
     most = _column_length("gpus")
     if len(",".join(str(g) for g in r.gpus)) > most:
         raise BadRecord(
