@@ -15,6 +15,20 @@ from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.contracts.placement import Placement
 from slurm_colo.errors import ProtocolError
 
+#: the largest process id Linux hands out (``pid_max`` is at most 2^22)
+PID_MAX = 2**22
+
+
+def _pid(v: Any) -> int | None:
+    """A saved process id, None when none was saved; a number no process can have is a
+    damaged file (``ValueError``)."""
+    if v is None:
+        return None
+    pid = int(v)
+    if not 0 < pid <= PID_MAX:
+        raise ValueError(f"sampler_pid {pid} is not a process id")
+    return pid
+
 
 @dataclass(frozen=True)
 class GpuMpsStart:
@@ -107,7 +121,7 @@ class JobState:
                     for g, m in (d.get("mps") or {}).items()
                 },
                 gpu_uuids=[str(u) for u in d.get("gpu_uuids") or ()],
-                sampler_pid=None if d.get("sampler_pid") is None else int(d["sampler_pid"]),
+                sampler_pid=_pid(d.get("sampler_pid")),
             )
         except (TypeError, ValueError, AttributeError, OverflowError) as e:
             raise ProtocolError(f"job state: {e}") from None

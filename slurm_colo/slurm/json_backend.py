@@ -261,6 +261,8 @@ class JsonBackend:
             doc = json.loads(p.stdout)
         except json.JSONDecodeError as e:
             raise SlurmError(f"{' '.join(argv)}: output is not JSON ({e.msg})") from None
+        except (ValueError, RecursionError) as e:  # a 4,300-digit integer, nested too deeply
+            raise SlurmError(f"{' '.join(argv)}: output is not usable JSON ({e})") from None
         error = reported_error(doc)
         if error:
             raise SlurmError(

@@ -50,6 +50,8 @@ def test_a_sparse_file_takes_defaults_and_the_directory_job_id() -> None:
         {"job": 1, "placement": {"token": 5}},
         {"job": 1, "mps": {"0": "ok"}},
         {"job": 1, "start": 10**400},
+        {"job": 1, "sampler_pid": 10**30},
+        {"job": 1, "sampler_pid": -4},
     ],
 )
 def test_damaged_files_raise_protocol_error(bad: object) -> None:

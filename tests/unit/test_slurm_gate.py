@@ -66,6 +66,9 @@ def test_runner_errors_are_clear(tmp_path: Path) -> None:
     fake.chmod(0o755)
     with pytest.raises(SlurmError, match="not JSON"):
         JsonBackend(squeue=str(fake)).jobs()
+    fake.write_text("#!/bin/sh\necho '{\"jobs\": [1%s]}'\n" % ("0" * 5000))
+    with pytest.raises(SlurmError, match="not usable JSON"):  # past Python's 4,300 digits
+        JsonBackend(squeue=str(fake)).jobs()
     fake.write_text(
         "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\n"
     )
