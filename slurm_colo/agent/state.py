@@ -18,6 +18,7 @@ from ..contracts.hook_notes import FALLBACK_NOTE
 from ..contracts.options import derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
+from ..contracts.records import UID_MAX
 from ..errors import OptionError
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
@@ -38,10 +39,6 @@ from .time_credit import GUARD_S, TimeCredit, has_limit
 __all__ = ["AgentState", "PlacedJob", "nothing"]
 
 log = logging.getLogger("slurm_colo.agent")
-
-
-#: the largest uid (an unsigned 32-bit number, as Slurm gives it)
-UID_MAX = 2**32 - 1
 
 
 def _new_token() -> str:

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 RECORD_VERSION = 2
+#: the largest uid: an unsigned 32-bit number, as Slurm and the kernel give it (-1: unknown)
+UID_MAX = 2**32 - 1
 
 
 @dataclass

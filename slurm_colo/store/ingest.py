@@ -19,7 +19,7 @@ from sqlalchemy import String, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
-from slurm_colo.contracts.records import JobRecord
+from slurm_colo.contracts.records import UID_MAX, JobRecord
 
 from ..errors import StoreError
 from .engine import db_errors, require_schema
@@ -82,7 +82,6 @@ def _column_length(name: str) -> int:
 #: integers are 64-bit): a larger one makes the database refuse the whole batch
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
-UID_MAX = 2**32 - 1
 
 
 def _whole(v: Any) -> bool:
