@@ -164,7 +164,9 @@ def class_for_name(job_name: str, classes: Sequence[str]) -> str:
     return cs[zlib.crc32(c.encode()) % len(cs)]
 
 
-_DURATION_RE = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+#: each number at most 9 digits: Slurm's longest limit is under 2^32 minutes, and a longer
+#: run of digits (a corrupt export) is text it cannot read
+_DURATION_RE = re.compile(r"(?:(\d{1,9})-)?(\d{1,9})(?::(\d{1,9}))?(?::(\d{1,9}))?")
 
 
 def slurm_duration_s(text: str) -> float | None:
@@ -191,7 +193,12 @@ _GPU_RE = re.compile(r"gres/gpu(?::[^=,]*)?=(\d+)")
 
 def _gpus(tres: str) -> int:
     m = _GPU_RE.search(tres or "")
-    return int(m.group(1)) if m else 0
+    if m is None:
+        return 0
+    digits = m.group(1)
+    if len(digits) > 9:  # no site has a billion GPUs; int() fails past 4,300 digits
+        raise ValueError(f"gres/gpu={digits[:12]}... ({len(digits)} digits) is not a GPU count")
+    return int(digits)
 
 
 def _time(s: str) -> float | None:
@@ -224,7 +231,7 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
     col = {c: i for i, c in enumerate(header)}
     uids: dict[str, int] = {}
     raw: list[tuple[float, float, str, str, int, str, float | None]] = []
-    for line in it:
+    for no, line in enumerate(it, start=2):
         f = line.rstrip("\n").split("|")
         if len(f) < len(header):
             continue
@@ -233,7 +240,10 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
             continue
         sub, start, end = (_time(f[col[c]]) for c in ("Submit", "Start", "End"))
         tres = f[col["AllocTRES"]] if "AllocTRES" in col else ""
-        n = _gpus(tres) or (_gpus(f[col["ReqTRES"]]) if "ReqTRES" in col else 0)
+        try:
+            n = _gpus(tres) or (_gpus(f[col["ReqTRES"]]) if "ReqTRES" in col else 0)
+        except ValueError as e:
+            raise TraceError(f"sacct export line {no} (job {jid[:40]}): {e}") from None
         if n <= 0 or sub is None or start is None or end is None or end <= start:
             continue
         user = f[col["User"]] or "unknown"

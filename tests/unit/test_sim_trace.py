@@ -89,6 +89,8 @@ def test_sacct_import_names_missing_columns() -> None:
         ("00:00:00", None),
         ("1:2:3:4", None),
         ("soon", None),
+        ("9" * 5001, None),  # past int()'s 4,300 digits: a corrupt export, not a limit
+        ("1-" + "0" * 10, None),
     ],
 )
 def test_slurm_time_limits_read_as_sacct_writes_them(text: str, seconds: float | None) -> None:
@@ -104,6 +106,16 @@ def test_sacct_import_takes_the_time_limit_when_the_export_has_it() -> None:
     ]
     t = sacct_trace(with_limit, CLASSES)
     assert [(j.work_s, j.limit_s) for j in t] == [(3600.0, 7200.0), (600.0, None)]
+
+
+def test_sacct_import_names_the_line_of_a_gpu_count_it_cannot_read() -> None:
+    lines = SACCT.splitlines()
+    bad = "105|bob|x|2026-01-01T11:00:00|2026-01-01T11:00:05|2026-01-01T12:00:00|"
+    with pytest.raises(TraceError, match=r"line 7 \(job 105\): gres/gpu=9+\.\.\. \(5001 digits\)"):
+        sacct_trace(lines + [bad + "gres/gpu=" + "9" * 5001 + "|"], CLASSES)
+    # a large but readable count is read, and the simulator says the cluster is too small
+    t = sacct_trace(lines + [bad + "cpu=1,gres/gpu=123456789|"], CLASSES)
+    assert t[-1].gpus == 123456789
 
 
 def test_generated_time_limits_cover_each_run_within_the_factors_in_whole_minutes() -> None:
