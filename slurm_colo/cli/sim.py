@@ -208,6 +208,7 @@ def register(app: typer.Typer) -> None:
         from ..sim.run import simulate as run_all
         from ..sim.spread import parse_seeds, per_seed_table, seed_rows, spread_table
         from ..sim.trace import (
+            SacctSkipped,
             offered_load,
             philly_trace,
             read_philly,
@@ -266,7 +267,10 @@ def register(app: typer.Typer) -> None:
         per_seed: dict[int, list[Result]] = {}
         # a site's export is the same trace for every seed (the seed then changes the pair
         # split and the random choices); the Philly rows are read once too
-        imported = read_sacct(sacct, data.classes) if sacct else None
+        skipped = SacctSkipped()
+        imported = read_sacct(sacct, data.classes, skipped) if sacct else None
+        if imported is not None and skipped.text():
+            typer.echo(f"{sacct}: {len(imported):,} GPU jobs; left out {skipped.text()}", err=True)
         philly = None if sacct else read_philly(bundled_path("philly_job_distribution.csv"))
         for s in seed_list:
             if imported is not None:

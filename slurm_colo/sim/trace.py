@@ -18,7 +18,8 @@ back to ``ReqTRES``), ``JobName`` for the class (see :func:`class_for_name`) and
 the export has it, ``Timelimit`` (the job's time limit, :func:`slurm_duration_s`; none
 for ``UNLIMITED``, ``Partition_Limit`` or a value it cannot read). Produce it with::
 
-    sacct --parsable2 --allocations --starttime 2026-01-01 --state CD,TO,F,CA \\
+    SLURM_TIME_FORMAT=standard sacct --parsable2 --allocations --starttime 2026-01-01 \\
+          --state CD,TO,F,CA \\
           --format JobID,User,JobName,Submit,Start,End,AllocTRES,ReqTRES,Timelimit > jobs.txt
 """
 
@@ -201,20 +202,55 @@ def _gpus(tres: str) -> int:
     return int(digits)
 
 
-def _time(s: str) -> float | None:
+#: what sacct prints for a time the job does not have (not started, still running)
+_NO_TIME = ("", "Unknown", "None", "N/A")
+
+
+def _time(s: str, column: str) -> float | None:
+    """Seconds since the epoch of an ISO time; None for none. ValueError naming the
+    column for a time in another format (``SLURM_TIME_FORMAT`` set otherwise when
+    exporting) or out of range."""
     s = (s or "").strip()
-    if not s or s in ("Unknown", "None", "N/A"):
+    if s in _NO_TIME:
         return None
     try:
         return datetime.fromisoformat(s).timestamp()
-    except ValueError:
-        return None
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{column} {s[:40]!r}") from None
 
 
-def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
+@dataclass
+class SacctSkipped:
+    """Lines of an sacct export the importer left out, by reason."""
+
+    steps: int = 0
+    short: int = 0
+    no_gpu: int = 0
+    unfinished: int = 0
+    bad_time: int = 0
+    #: where the first unreadable time is: ``line N: Start 'text'``
+    first_bad_time: str = ""
+
+    def text(self) -> str:
+        """``12 job steps, 3 not finished, ...``; empty when nothing was left out."""
+        parts = [
+            (self.steps, "job steps"),
+            (self.no_gpu, "without GPUs"),
+            (self.unfinished, "that had not run or not ended"),
+            (self.short, "with fewer fields than the header"),
+            (self.bad_time, f"with a time it cannot read (first: {self.first_bad_time})"),
+        ]
+        return ", ".join(f"{n:,} {what}" for n, what in parts if n)
+
+
+def sacct_trace(
+    lines: Iterable[str], classes: Sequence[str], skipped: SacctSkipped | None = None
+) -> list[SimJob]:
     """Jobs from ``sacct --parsable2`` lines (header first). GPU jobs that started and
-    ended are kept; arrivals are shifted so the first submit is at 0. Raises
-    :class:`TraceError` when a needed column is missing."""
+    ended are kept; arrivals are shifted so the first submit is at 0; what is left out is
+    counted in ``skipped``. Raises :class:`TraceError` when a needed column is missing or
+    no job is left."""
+    skip = skipped if skipped is not None else SacctSkipped()
     it = iter(lines)
     try:
         header = next(it).rstrip("\n").split("|")
@@ -234,24 +270,47 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
     for no, line in enumerate(it, start=2):
         f = line.rstrip("\n").split("|")
         if len(f) < len(header):
+            skip.short += line.strip() != ""
             continue
         jid = f[col["JobID"]]
         if "." in jid:  # job steps
+            skip.steps += 1
             continue
-        sub, start, end = (_time(f[col[c]]) for c in ("Submit", "Start", "End"))
         tres = f[col["AllocTRES"]] if "AllocTRES" in col else ""
         try:
             n = _gpus(tres) or (_gpus(f[col["ReqTRES"]]) if "ReqTRES" in col else 0)
         except ValueError as e:
             raise TraceError(f"sacct export line {no} (job {jid[:40]}): {e}") from None
-        if n <= 0 or sub is None or start is None or end is None or end <= start:
+        if n <= 0:
+            skip.no_gpu += 1
+            continue
+        try:
+            sub, start, end = (_time(f[col[c]], c) for c in ("Submit", "Start", "End"))
+        except ValueError as e:
+            if not skip.bad_time:
+                skip.first_bad_time = f"line {no}: {e}"
+            skip.bad_time += 1
+            continue
+        if sub is None or start is None or end is None or end <= start:
+            skip.unfinished += 1
             continue
         user = f[col["User"]] or "unknown"
         name = f[col["JobName"]] if "JobName" in col else ""
         limit = slurm_duration_s(f[col["Timelimit"]]) if "Timelimit" in col else None
         raw.append((sub, end - start, user, name, n, jid, limit))
     if not raw:
-        raise TraceError("sacct export has no finished GPU jobs (gres/gpu in AllocTRES)")
+        left = skip.text()
+        hint = (
+            "; sacct must print ISO times (2026-01-01T10:00:00): export with "
+            "SLURM_TIME_FORMAT=standard"
+            if skip.bad_time
+            else ""
+        )
+        raise TraceError(
+            "sacct export has no finished GPU jobs (gres/gpu in AllocTRES)"
+            + (f"; left out: {left}" if left else "")
+            + hint
+        )
     raw.sort(key=lambda r: (r[0], r[5]))
     t0 = raw[0][0]
     out = []
@@ -262,10 +321,12 @@ def sacct_trace(lines: Iterable[str], classes: Sequence[str]) -> list[SimJob]:
     return out
 
 
-def read_sacct(path: str | Path, classes: Sequence[str]) -> list[SimJob]:
+def read_sacct(
+    path: str | Path, classes: Sequence[str], skipped: SacctSkipped | None = None
+) -> list[SimJob]:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return sacct_trace(f, classes)
+            return sacct_trace(f, classes, skipped)
     except FileNotFoundError:
         raise TraceError(f"sacct export {path} not found") from None
     except OSError as e:  # a directory, a loop of links, a name too long

@@ -358,3 +358,49 @@ def test_an_oracle_error_out_of_range_is_refused(capsys: pytest.CaptureFixture[s
     argv = ["simulate", "--jobs", "10", "--policies", "oracle-error", "--oracle-error", "100"]
     code, err = cli(argv, capsys)
     assert code == 2 and "--oracle-error 100: give a percentage from 0 to below 100" in err
+
+
+def _sacct_line(job: str, submit: str, start: str, end: str, tres: str) -> str:
+    return f"{job}|alice|resnet18-bs64|{submit}|{start}|{end}|{tres}|"
+
+
+SACCT_HEAD = "JobID|User|JobName|Submit|Start|End|AllocTRES|ReqTRES"
+
+
+def test_a_sacct_export_says_what_it_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    t = "2026-01-01T10:{:02d}:00"
+    lines = [SACCT_HEAD]
+    for i in range(4):
+        lines.append(
+            _sacct_line(str(i), t.format(i), t.format(i + 1), t.format(i + 30), "gres/gpu=1")
+        )
+        lines.append(_sacct_line(f"{i}.batch", t.format(i), t.format(i + 1), t.format(30), "cpu=1"))
+    lines.append(_sacct_line("8", t.format(9), "Unknown", "Unknown", "gres/gpu=1"))
+    lines.append(_sacct_line("9", t.format(9), t.format(10), t.format(11), "cpu=4"))
+    lines.append(_sacct_line("10", "Ystday 10:00", "Ystday 10:05", "11:00:00", "gres/gpu=1"))
+    export = tmp_path / "jobs.txt"
+    export.write_text("\n".join(lines) + "\n")
+    code, err = cli(
+        ["simulate", "--sacct", str(export), "--gpus", "2", "--policies", "exclusive-fifo"], capsys
+    )
+    assert code == 0, err
+    assert (
+        f"{export}: 4 GPU jobs; left out 4 job steps, 1 without GPUs, 1 that had not run or "
+        "not ended, 1 with a time it cannot read (first: line 12: Submit 'Ystday 10:00')"
+    ) in err
+
+
+def test_a_sacct_export_in_another_time_format_is_refused_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "jobs.txt"
+    export.write_text(
+        SACCT_HEAD + "\n" + _sacct_line("1", "25 Apr", "25 Apr", "26 Apr", "gres/gpu=1") + "\n"
+    )
+    code, err = cli(["simulate", "--sacct", str(export)], capsys)
+    assert code == 2, err
+    assert "no finished GPU jobs (gres/gpu in AllocTRES); left out: 1 with a time" in err
+    assert "(first: line 2: Submit '25 Apr')" in err
+    assert "export with SLURM_TIME_FORMAT=standard" in err and "Traceback" not in err
