@@ -37,10 +37,21 @@ class GavelData:
     never: set[tuple[str, str]] = field(default_factory=set)
     #: pairs whose values look clipped at 1.0 (read as "at least")
     censored: set[tuple[str, str]] = field(default_factory=set)
+    #: single-GPU job types of the file without a solo rate ("null" missing or 0: the type
+    #: did not run alone), left out with their pairs
+    no_solo: list[str] = field(default_factory=list)
 
     @property
     def classes(self) -> list[str]:
         return sorted(self.solo)
+
+    def left_out(self) -> str:
+        """``left out 2 job types without a solo rate: A, B``; empty when none was."""
+        if not self.no_solo:
+            return ""
+        n = len(self.no_solo)
+        names = ", ".join(self.no_solo[:5]) + (", ..." if n > 5 else "")
+        return f'left out {n} job type{"s" * (n != 1)} without a solo rate ("null"): {names}'
 
     def unordered_pairs(self) -> list[tuple[str, str]]:
         """Measured (non-OOM) pairs, each once, a <= b."""
@@ -104,8 +115,13 @@ def parse_gavel(raw: Any, gpu: str, source: str = "gavel data") -> GavelData:
         if scale != 1:
             continue
         solo = entry.get("null")
-        if isinstance(solo, (int, float)) and not isinstance(solo, bool) and solo > 0:
-            data.solo[class_slug(name)] = _rate(solo, f"{source}: {gpu} {k} solo rate")
+        if solo is None or (_as_float(solo) == 0.0):  # did not run alone: no rates to scale
+            data.no_solo.append(name)
+            continue
+        rate = _rate(solo, f"{source}: {gpu} {k} solo rate")
+        if rate < 0:
+            raise ScoresError(f"{source}: {gpu} {k} solo rate: below 0 ({solo!r})")
+        data.solo[class_slug(name)] = rate
     for k, entry in table.items():
         name, scale = _key(k, source)
         a = class_slug(name)

@@ -178,6 +178,8 @@ def _register_history(app: typer.Typer) -> None:
             f"imported gavel:{gpu}: {n_cls} classes, {n_pairs} pairs "
             f"({len({tuple(sorted(p)) for p in data.never})} never, pairs not measured are left out)"
         )
+        if data.no_solo:
+            typer.echo(data.left_out(), err=True)
 
     @hist.command("ingest")
     def ingest_cmd(
@@ -336,6 +338,8 @@ def _register_model(app: typer.Typer) -> None:
         from ..model.evaluate import evaluate
 
         data = load_gavel(gavel or bundled_path(), gpu)
+        if data.no_solo:
+            typer.echo(data.left_out(), err=True)
         res = evaluate(data, hide=hide, seeds=seeds)
         if as_json:
             typer.echo(

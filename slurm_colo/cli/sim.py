@@ -260,6 +260,8 @@ def register(app: typer.Typer) -> None:
             ),
             err=True,
         )
+        if data.no_solo:
+            typer.echo(data.left_out(), err=True)
         seed_list = parse_seeds(seeds) if seeds else [seed]
         limit_factors = _limit_factors(time_limits) if time_limits else None
         if limit_factors is not None and sacct:

@@ -132,8 +132,18 @@ def test_any_gpu_key_of_a_gavel_file_is_imported_and_evaluated(
     f = site / "campaign.json"
     f.write_text(json.dumps({"a100": json.loads(bundled_path().read_text())["k80"]}))
     run(["db", "upgrade"], capsys)
-    code, out, _ = run(["history", "import", "--gavel", str(f), "--gpu", "a100"], capsys)
-    assert code == 0 and "imported gavel:a100: 26 classes" in out
+    code, out, err = run(["history", "import", "--gavel", str(f), "--gpu", "a100"], capsys)
+    assert code == 0 and "imported gavel:a100: 26 classes" in out and "left out" not in err
+    # a job type that did not run alone is left out, and named
+    doc = json.loads(f.read_text())
+    solo, doc["a100"]["('A3C', 1)"]["null"] = doc["a100"]["('A3C', 1)"]["null"], 0.0
+    f.write_text(json.dumps(doc))
+    code, out, err = run(["history", "import", "--gavel", str(f), "--gpu", "a100"], capsys)
+    assert code == 0 and "imported gavel:a100: 25 classes" in out
+    assert 'left out 1 job type without a solo rate ("null"): A3C' in err
+    doc["a100"]["('A3C', 1)"]["null"] = solo
+    f.write_text(json.dumps(doc))
+    assert run(["history", "import", "--gavel", str(f), "--gpu", "a100"], capsys)[0] == 0
     code, out, _ = run(["retrain", "--gpu", "a100"], capsys)
     assert code == 0 and "published" in out
     assert json.loads((site / "live.json").read_text())["gpu_model"] == "a100"

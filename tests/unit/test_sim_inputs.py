@@ -237,6 +237,9 @@ def test_a_score_set_for_another_gpu_type_is_used_with_a_warning(
             '{"a100": {"(\'A\', 1)": {"null": 1e-300, "(\'A\', 1)": [1, 1]}}}',
             "is not a measurement",
         ),
+        ('{"a100": {"(\'A\', 1)": {"null": "fast"}}}', "solo rate: expected a number"),
+        ('{"a100": {"(\'A\', 1)": {"null": -2}}}', "solo rate: below 0 (-2)"),
+        ('{"a100": {"(\'A\', 1)": {"null": true}}}', "solo rate: expected a number"),
     ],
 )
 def test_a_corrupt_gavel_file_is_refused(
@@ -404,3 +407,25 @@ def test_a_sacct_export_in_another_time_format_is_refused_with_the_fix(
     assert "no finished GPU jobs (gres/gpu in AllocTRES); left out: 1 with a time" in err
     assert "(first: line 2: Submit '25 Apr')" in err
     assert "export with SLURM_TIME_FORMAT=standard" in err and "Traceback" not in err
+
+
+def test_job_types_that_did_not_run_alone_are_left_out_and_named(
+    gavel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads(gavel.read_text())
+    doc["a100"]["('Beta (batch size 64)', 1)"]["null"] = 0.0  # Gavel's mark of a failed run
+    del doc["a100"]["('Gamma', 1)"]["null"]
+    f = tmp_path / "two-gone.json"
+    f.write_text(json.dumps(doc))
+    data = load_gavel(f, "a100")
+    assert data.classes == ["alpha-bs32"] and data.no_solo == ["Beta (batch size 64)", "Gamma"]
+    assert set(data.pairs) == {("alpha-bs32", "alpha-bs32")}
+    said = 'left out 2 job types without a solo rate ("null"): Beta (batch size 64), Gamma'
+    assert data.left_out() == said
+    code, err = cli(["simulate", *SMALL, "--gavel", str(f), "--gpu", "a100"], capsys)
+    assert code == 0 and said in err, err
+    code, err = cli(
+        ["model", "evaluate", "--gavel", str(f), "--gpu", "a100", "--seeds", "1"], capsys
+    )
+    assert said in err
+    assert load_gavel(gavel, "a100").left_out() == ""
