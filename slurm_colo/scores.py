@@ -187,6 +187,14 @@ def _num(v: Any, what: str, lo: float = 0.0, hi: float = math.inf) -> float:
     return f
 
 
+def _flag(v: Any, what: str) -> bool:
+    """A JSON true/false (absent: false). Anything else is refused: ``bool("false")`` is
+    true, so a hand-edited ``"never": "false"`` would flip the pair's meaning."""
+    if v is None or isinstance(v, bool):
+        return bool(v)
+    raise ScoresError(f"{what}: expected true or false, got {repr(v)[:40]}")
+
+
 def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
     """Validate and build a table; any defect raises :class:`ScoresError` naming it."""
     if not isinstance(d, dict):
@@ -220,8 +228,8 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
                 n_a=_num(p["n_a"], f"pairs[{k}].n_a", 0, 10),
                 n_b=_num(p["n_b"], f"pairs[{k}].n_b", 0, 10),
                 sd=_num(p.get("sd", 0.0), f"pairs[{k}].sd", 0, 10),
-                observed=bool(p.get("observed", False)),
-                never=bool(p.get("never", False)),
+                observed=_flag(p.get("observed"), f"pairs[{k}].observed"),
+                never=_flag(p.get("never"), f"pairs[{k}].never"),
             )
         return ScoreTable(
             classes=classes,

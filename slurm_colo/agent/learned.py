@@ -62,10 +62,10 @@ def from_json(raw: bytes, source: str) -> Learned:
             ) from None
         if not all(math.isfinite(v) and v >= 0 for v in vals) or max(vals[:3]) > 10:
             raise LearnedError(f"{source}: pairs[{k}] has a value out of range")
-        out[(a, b)] = (
-            PairScore(vals[0], vals[1], vals[2], observed=True, never=bool(p.get("never", False))),
-            vals[3],
-        )
+        never = p.get("never", False)
+        if not isinstance(never, bool):  # bool("false") is true
+            raise LearnedError(f"{source}: pairs[{k}].never is not true or false")
+        out[(a, b)] = (PairScore(vals[0], vals[1], vals[2], observed=True, never=never), vals[3])
     return out
 
 

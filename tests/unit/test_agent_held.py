@@ -392,6 +392,8 @@ def test_an_unreadable_measurements_file_is_set_aside_and_the_agent_starts(
         '{"format": "slurm-colo-learned/1", "pairs": [{"a": "x", "b": "y", "n_a": 1, '
         '"n_b": 1, "at": ' + "9" * 400 + "}]}",  # too large for a float
         "[" * 100_000 + "]" * 100_000,  # nested too deeply for the JSON reader
+        '{"format": "slurm-colo-learned/1", "pairs": [{"a": "x", "b": "y", "n_a": 1, '
+        '"n_b": 1, "at": 5, "never": "false"}]}',  # a string flag: bool("false") is true
     ],
 )
 def test_a_damaged_measurements_file_of_any_shape_is_set_aside(

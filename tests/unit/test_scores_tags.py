@@ -78,6 +78,21 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
             {"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": 10**400}]},
             "expected a finite number, got 1000000000",
         ),
+        # a flag written as a string: bool("false") is true, so it is refused, not read
+        (
+            {
+                "format": "slurm-colo-scores/1",
+                "pairs": [{"a": "x", "b": "y", "n_a": 1, "n_b": 1, "never": "false"}],
+            },
+            r"pairs\[0\]\.never: expected true or false, got 'false'",
+        ),
+        (
+            {
+                "format": "slurm-colo-scores/1",
+                "pairs": [{"a": "x", "b": "y", "n_a": 1, "n_b": 1, "observed": 1}],
+            },
+            r"pairs\[0\]\.observed: expected true or false, got 1",
+        ),
         ({"format": "slurm-colo-scores/1", "metrics": "x"}, "malformed"),
         ({"format": "slurm-colo-scores/1", "training": [1, 2]}, "malformed"),
     ],
