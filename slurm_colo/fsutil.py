@@ -69,13 +69,14 @@ def read_small(path: Path, limit: int = 1024 * 1024) -> bytes | None:
 
 
 def read_json(path: Path, limit: int = 1024 * 1024) -> Any | None:
-    """The JSON in ``path``, or None when missing, not a regular file, too big or corrupt."""
+    """The JSON in ``path``, or None when missing, not a regular file, too big or corrupt
+    (nested too deeply included: a job writes some of these files)."""
     raw = read_small(path, limit)
     if raw is None:
         return None
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
 
 

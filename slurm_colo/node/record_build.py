@@ -23,19 +23,34 @@ def exit_state(exit_code: int, signal: int) -> str:
     return "COMPLETED" if exit_code == 0 else "FAILED"
 
 
+#: a progress value beyond this is neither an iteration count nor a time; bounding them
+#: keeps every difference and rate finite
+PROGRESS_MAX = 2.0**53
+
+
+def _progress_value(x: Any) -> float | None:
+    """A JSON number within ±:data:`PROGRESS_MAX` as a float; None for anything else (an
+    integer of 400 digits, which ``float()`` cannot take, included)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if -PROGRESS_MAX <= x <= PROGRESS_MAX else None  # NaN fails too
+
+
 def progress_points(prog: dict[str, Any] | None) -> list[tuple[float, float]]:
     """The ``(time, iterations)`` points of a job's progress file, sorted by time. The file
     is written by the job: anything malformed is skipped, never an error."""
     raw = prog.get("points") if isinstance(prog, dict) else None
-    return sorted(
-        (float(p[0]), float(p[1]))
-        for p in (raw if isinstance(raw, list) else [])
-        if isinstance(p, list)
-        and len(p) == 2
-        and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in p
-        )
-    )
+    out = []
+    for p in raw if isinstance(raw, list) else []:
+        if isinstance(p, list) and len(p) == 2:
+            t, n = _progress_value(p[0]), _progress_value(p[1])
+            if t is not None and n is not None:
+                out.append((t, n))
+    return sorted(out)
+
+
+def _finite_or_none(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 def progress_summary(
@@ -49,16 +64,12 @@ def progress_summary(
     if not isinstance(prog, dict):
         return None
     pts = progress_points(prog)
-    iterations = prog.get("iterations")
-    if (
-        not isinstance(iterations, (int, float))
-        or isinstance(iterations, bool)
-        or not math.isfinite(iterations)
-    ):
+    iterations = _progress_value(prog.get("iterations"))
+    if iterations is None:
         iterations = pts[-1][1] if pts else None
     out: dict[str, Any] = {"iterations": iterations, "rate": None, "solo_rate": None}
     if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
-        out["rate"] = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+        out["rate"] = _finite_or_none((pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
         solo_it = solo_t = 0.0
         for (t0, i0), (t1, i1) in pairwise(pts):
             mid = (t0 + t1) / 2
@@ -66,7 +77,7 @@ def progress_summary(
                 solo_it += i1 - i0
                 solo_t += t1 - t0
         if solo_t > 0:
-            out["solo_rate"] = solo_it / solo_t
+            out["solo_rate"] = _finite_or_none(solo_it / solo_t)
     return out
 
 

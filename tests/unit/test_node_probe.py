@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,10 @@ from fake_agent import FakeAgent
 from slurm_colo.config import AgentConfig, Config, NodeConfig, PlacementConfig
 from slurm_colo.contracts.protocol import parse_request
 from slurm_colo.node import journal
+from slurm_colo.node.jobstate import read_progress
 from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.probe import Prober, measure, rate_between
+from slurm_colo.node.record_build import progress_summary
 
 
 def pts(
@@ -307,3 +310,27 @@ def test_watching_a_kept_set_ends_when_the_job_is_no_longer_the_newest_or_alone(
         assert not other.maybe(t0 + 1500) and not other.pending
     finally:
         agent.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 200_000 + "]" * 200_000,  # under the 1 MiB cap, nested past the JSON reader
+        '{"points": [[6000, 1' + "0" * 400 + "], [6050, 2], [6100, 3]]}",  # past float()
+        '{"points": [[6000, 0], [6050, 1e308], [6100, -1e308]]}',  # differences past float
+    ],
+)
+def test_a_progress_file_the_job_wrote_badly_is_read_as_no_progress(
+    tmp_path: Path, text: str
+) -> None:
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    _files(lay, 5000.0)
+    (lay.user_dir(2) / "progress.json").write_text(text)  # the newcomer's, written by it
+    pr = Prober(cfg, lay, 2, [0])
+    pr.maybe(6100.0)
+    assert pr.result is not None and pr.result["verdict"] == "unjudged"
+    incumbent, newcomer = pr.result["members"]
+    assert incumbent["rate"] == pytest.approx(4) and newcomer["rate"] is None
+    rec = progress_summary(read_progress(lay, 2), [])
+    assert rec is None or all(v is None or math.isfinite(v) for v in rec.values())
