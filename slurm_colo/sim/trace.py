@@ -232,7 +232,7 @@ class SacctSkipped:
     first_bad_time: str = ""
 
     def text(self) -> str:
-        """``12 job steps, 3 not finished, ...``; empty when nothing was left out."""
+        """``12 job steps, 3 without GPUs, ...``; empty when nothing was left out."""
         parts = [
             (self.steps, "job steps"),
             (self.no_gpu, "without GPUs"),
