@@ -502,6 +502,26 @@ def test_fault_seen_in_server_log_or_server_state(cfg: Config, clients: list) ->
     assert rec is not None and rec.mps_fault
 
 
+def test_a_line_the_user_wrote_into_server_log_never_wedges_the_epilog(cfg: Config) -> None:
+    """Expected: server.log is the job user's file, so any line can be in it; the Epilog
+    still notes the fault logged after a line without the usual words, spools the record,
+    and stops the daemon (before, such a line ended the fault scan with a ValueError on
+    every Epilog run: no record, and the GPU's daemon left running)."""
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    gm = gpu_mps(cfg, 0)
+    st = gm.state()
+    time.sleep(0.01)
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    with open(Path(st["log_dir"]) / "server.log", "a") as f:
+        f.write(f"[{stamp} Server 1] Server 986exited with status 0\n")
+        f.write(f"[{stamp} Server 1] fatal exception reported to clients\n")
+    rec = job_end(cfg, 1, 1, detach_stop=False)
+    assert rec is not None and rec.mps_fault
+    assert set(spooled(cfg)) == {1} and leftover_mps(cfg) == []
+    assert not procs.alive(st["pid"])
+
+
 def test_damaged_files_or_a_builder_bug_never_wedge_a_record(
     cfg: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -69,6 +69,23 @@ def test_a_fatal_fault_is_found_in_server_log_once_per_event() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-11-27 04:08:32.605 Control   982] Try shutting down server.",
+        "[2026-11-27 04:08:32.605 Control   982] try shutting down server",
+        "[2026-11-27 04:08:32.694 Control   982] Server 986exited with status 0",
+        "exited with status 0 ] server ",
+    ],
+)
+def test_a_line_without_the_usual_words_never_stops_the_scan(line: str) -> None:
+    """server.log belongs to the job's user, who can write any line into it; the fault
+    logged after such a line is still found."""
+    fault = _read("server.log")
+    faults = parse_fault_lines(line + "\n" + fault)
+    assert any(f.endswith("encountered a fatal GPU error.") for f in faults)
+
+
 def test_a_killed_server_is_a_fault_though_logged_with_status_0() -> None:
     """Captured: SIGKILL to the server gave "Server 590 exited with status 0", as `quit`'s
     stop of server 633 did; only the stop had "Try shutting down server 633" before it."""

@@ -108,17 +108,28 @@ def parse_fault_lines(log_text: str) -> list[str]:
     for line in log_text.splitlines():
         low = line.lower()
         words = low.replace(",", " ").split()
-        if "try shutting down server" in low and len(words) > words.index("server") + 1:
-            asked.add(words[words.index("server") + 1])
+        stopping = _next_word(words, "server") if "try shutting down server" in low else None
+        if stopping is not None:
+            asked.add(stopping)
             continue
         fault = ("fatal" in low or " fault" in low) and "server is handling" not in low
         died = False
         if "exited with status" in low and "] server " in low:
-            pid = words[words.index("exited") - 1]
-            died = not low.rstrip().endswith("status 0") or pid not in asked
+            # server.log is the job user's file: a line need not have the usual words
+            pid = _next_word(words[::-1], "exited")
+            died = not low.rstrip().endswith("status 0") or pid is None or pid not in asked
         if fault or died:
             out.append(line.strip())
     return out
+
+
+def _next_word(words: list[str], word: str) -> str | None:
+    """The word after the first ``word`` in ``words``; None when there is none."""
+    try:
+        i = words.index(word)
+    except ValueError:
+        return None
+    return words[i + 1] if i + 1 < len(words) else None
 
 
 def log_line_time(line: str) -> float | None:
