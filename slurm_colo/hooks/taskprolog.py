@@ -35,7 +35,9 @@ def export_lines(task: dict) -> list[str]:
     if task.get("progress_file"):
         out.append(f"export SLURM_COLO_PROGRESS_FILE={task['progress_file']}")
     for msg in task.get("messages", []):
-        out.append(f"print slurm-colo: warning: {msg}")
+        # one line each: slurmstepd reads every line of this output as a command, and a
+        # message may quote a tool's several lines of error text
+        out.append("print slurm-colo: warning: " + " ".join(str(msg).split()))
     return out
 
 

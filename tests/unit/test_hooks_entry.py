@@ -167,6 +167,13 @@ def test_refused_mps_is_said_on_the_jobs_output(cfg: Config) -> None:
         hook(cfg, "epilog", j)
 
 
+def test_a_message_of_several_lines_is_one_print_line() -> None:
+    from slurm_colo.hooks.taskprolog import export_lines
+
+    lines = export_lines({"messages": ["MPS did not start: line one\nexport X=1\n  line three"]})
+    assert lines == ["print slurm-colo: warning: MPS did not start: line one export X=1 line three"]
+
+
 def test_broken_config_never_fails_the_prolog(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[node]\nno_such_key = 1\n")
