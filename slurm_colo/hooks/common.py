@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
+from slurm_colo.contracts.records import UID_MAX
 from slurm_colo.logsetup import setup_logging
 
 log = logging.getLogger("slurm_colo.hooks")
@@ -20,6 +21,7 @@ __all__ = [
     "exit_status",
     "guarded",
     "job_gpus",
+    "job_uid",
     "log",
     "node_name",
     "setup_logging",
@@ -39,12 +41,19 @@ def env_int(name: str, default: int | None = None) -> int | None:
         return default
 
 
+def job_uid() -> int:
+    """The job's uid (SLURM_JOB_UID); -1 when missing or not a user id."""
+    uid = env_int("SLURM_JOB_UID", -1)
+    return uid if uid is not None and 0 <= uid <= UID_MAX else -1
+
+
 def job_gpus() -> list[int]:
     """Physical GPU indices of the job: SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES."""
     for name in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         raw = os.environ.get(name, "").strip()
         if raw and raw != "NoDevFiles":
-            out = [int(x) for x in raw.split(",") if x.strip().isdigit()]
+            # an index has a few digits; int() fails past 4,300 of them
+            out = [int(x) for x in raw.split(",") if x.strip().isdigit() and len(x) <= 9]
             if out:
                 return out
     return []

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from slurm_colo.config import Config
 
 from . import REFUSE
-from .common import admin_comment_tag, env_int, guarded, job_gpus, log, node_name
+from .common import admin_comment_tag, env_int, guarded, job_gpus, job_uid, log, node_name
 
 
 def placement_for(
@@ -75,14 +75,13 @@ def announce_if_on_shared_gpu(cfg: Config, job_id: int) -> None:
         return
     from slurm_colo.contracts.client import job_start_answer
 
-    uid = env_int("SLURM_JOB_UID", -1)
     job_start_answer(
         cfg,
         job_id,
         held[0],
         held[1],
         os.environ.get("SLURM_JOB_USER", ""),
-        -1 if uid is None else uid,
+        job_uid(),
         timeout_s=0.2,
     )
 
@@ -126,8 +125,7 @@ def main() -> int:
 
     node = node_name()
     user = os.environ.get("SLURM_JOB_USER", "")
-    uid = env_int("SLURM_JOB_UID", -1)
-    uid = -1 if uid is None else uid
+    uid = job_uid()
     gpus = job_gpus()
     p = placement_for(cfg, job_id, node, gpus, user, uid)
     if p and not gpus and p.gpu is not None:

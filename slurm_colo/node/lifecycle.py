@@ -126,6 +126,12 @@ def job_start(
                         f"for over {lock_wait(cfg):.0f}s; job {info.job_id} runs "
                         "without MPS",
                     )
+                elif info.uid < 0:  # an MPS server runs as one user: which one is unknown
+                    out = MpsOutcome(
+                        "refused",
+                        f"GPU {g}: the job's uid is unknown (SLURM_JOB_UID missing or not "
+                        f"a user id); job {info.job_id} runs without MPS",
+                    )
                 else:
                     out = gpu_mps(cfg, g, opener).ensure_daemon(info.job_id, info.uid)
                 res.mps[g] = out

@@ -174,6 +174,25 @@ def test_a_message_of_several_lines_is_one_print_line() -> None:
     assert lines == ["print slurm-colo: warning: MPS did not start: line one export X=1 line three"]
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLURM_JOB_UID": "4294967296"},  # past 32 bits: chown() raised OverflowError
+        {"SLURM_JOB_UID": "-5"},
+        {"SLURM_JOB_GPUS": "9" * 5001},  # past int()'s 4,300 digits
+    ],
+)
+def test_slurm_values_out_of_range_end_no_hook_in_a_traceback(
+    cfg: Config, env: dict[str, str]
+) -> None:
+    for name in ("prolog", "taskprolog", "epilog"):
+        r = hook(cfg, name, 41, **colocated(), **env)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (name, r.stderr[-500:])
+        if name == "taskprolog" and "SLURM_JOB_UID" in env:  # no MPS server for uid -1
+            assert "CUDA_MPS" not in r.stdout and "the job's uid is unknown" in r.stdout
+            assert leftover_mps(cfg) == []
+
+
 def test_broken_config_never_fails_the_prolog(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[node]\nno_such_key = 1\n")
