@@ -475,15 +475,20 @@ def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
     assert rec.exit_code == -1 and rec.state == "FAILED" and rec.end >= rec.start
 
 
+def log_stamp_after_start() -> str:
+    """A server.log time stamp (local time, milliseconds) just after the job started."""
+    time.sleep(0.01)
+    now = time.time()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+
+
 def test_fault_seen_in_server_log_or_server_state(cfg: Config, clients: list) -> None:
     """Expected: a fatal fault reported only in server.log, or only by a server still in
     FAULT state when a failed job's Epilog asks, flags the job's record too."""
     job_start(cfg, mps_job(1), launch_sampler=False)
     gm = gpu_mps(cfg, 0)
     st = gm.state()
-    time.sleep(0.01)
-    now = time.time()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    stamp = log_stamp_after_start()
     with open(Path(st["log_dir"]) / "server.log", "a") as f:
         f.write(f"[{stamp} Server 1] fatal exception reported to clients\n")
     rec = job_end(cfg, 1, 1, detach_stop=False)
@@ -510,9 +515,7 @@ def test_a_line_the_user_wrote_into_server_log_never_wedges_the_epilog(cfg: Conf
     job_start(cfg, mps_job(1), launch_sampler=False)
     gm = gpu_mps(cfg, 0)
     st = gm.state()
-    time.sleep(0.01)
-    now = time.time()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    stamp = log_stamp_after_start()
     with open(Path(st["log_dir"]) / "server.log", "a") as f:
         f.write(f"[{stamp} Server 1] Server 986exited with status 0\n")
         f.write(f"[{stamp} Server 1] fatal exception reported to clients\n")
