@@ -76,7 +76,11 @@ def read_progress(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
 
 def job_ids(layout: NodeLayout) -> list[int]:
     try:
-        return sorted(int(e.name) for e in os.scandir(layout.jobs_dir()) if e.name.isdigit())
+        return sorted(
+            int(e.name)
+            for e in os.scandir(layout.jobs_dir())
+            if e.name.isascii() and e.name.isdigit() and len(e.name) <= 12
+        )
     except OSError:
         return []
 

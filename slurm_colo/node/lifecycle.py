@@ -206,6 +206,9 @@ def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 
 
     if not pid or not procs.alive(pid):
         return False
+    if not procs.is_sampler_of(pid, job_id):
+        log.warning("job %d: pid %d is not its sampler any more; not signalled", job_id, pid)
+        return False
     try:
         os.kill(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -445,33 +448,42 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
     lay = NodeLayout.of_config(cfg)
     done: list[int] = []
     for job_id in jobstate.job_ids(lay):
-        if job_id == skip:
-            continue
         try:
-            st = jobstate.read_state(lay, job_id)
-        except ProtocolError as e:
+            if job_id == skip:
+                continue
+            try:
+                st = jobstate.read_state(lay, job_id)
+            except ProtocolError as e:
+                log.error(
+                    "job %d: state file unreadable (%s); left in %s", job_id, e, lay.job_dir(job_id)
+                )
+                continue
+            ended = jobstate.read_ended(lay, job_id)
+            if st is None:
+                continue
+            if ended is None:
+                if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
+                    continue  # still running (or its Epilog has not started yet)
+                ended = jobstate.mark_ended(
+                    lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)
+                )
+            elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
+                continue  # its Epilog is at work right now
+            opener = LazyNvml(cfg)
+            _close_stays(cfg, lay, st, float(ended["end"]), opener)
+            if finish_record(cfg, lay, job_id) is not None:
+                done.append(job_id)
+                log.warning("job %d: record recovered after an interrupted Epilog", job_id)
+                for g in st.gpus:
+                    _maybe_stop(cfg, lay, g, opener, handoff=handoff)
+        except Exception as e:  # one damaged job must not stop every later hook here
             log.error(
-                "job %d: state file unreadable (%s); left in %s", job_id, e, lay.job_dir(job_id)
+                "job %d: recovery failed (%s: %s); left in %s",
+                job_id,
+                type(e).__name__,
+                e,
+                lay.job_dir(job_id),
             )
-            continue
-        ended = jobstate.read_ended(lay, job_id)
-        if st is None:
-            continue
-        if ended is None:
-            if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
-                continue  # still running (or its Epilog has not started yet)
-            ended = jobstate.mark_ended(
-                lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)
-            )
-        elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
-            continue  # its Epilog is at work right now
-        opener = LazyNvml(cfg)
-        _close_stays(cfg, lay, st, float(ended["end"]), opener)
-        if finish_record(cfg, lay, job_id) is not None:
-            done.append(job_id)
-            log.warning("job %d: record recovered after an interrupted Epilog", job_id)
-            for g in st.gpus:
-                _maybe_stop(cfg, lay, g, opener, handoff=handoff)
     return done
 
 

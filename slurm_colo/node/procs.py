@@ -17,6 +17,16 @@ def alive(pid: int | None) -> bool:
     return pid is not None and pid > 0 and _live(pid, "/proc")
 
 
+def is_sampler_of(pid: int, job_id: int, proc: str = "/proc") -> bool:
+    """True if ``pid`` runs ``slurm_colo.node.sampler JOB_ID``: a saved sampler pid may
+    belong to another process by now (the sampler died, the pid was reused)."""
+    try:
+        argv = Path(f"{proc}/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"slurm_colo.node.sampler" in argv and str(job_id).encode() in argv
+
+
 def _environ(pid: int, proc: str = "/proc") -> dict[str, str]:
     try:
         raw = Path(f"{proc}/{pid}/environ").read_bytes()
@@ -298,4 +308,5 @@ def job_of_pid(pid: int, proc: str = "/proc", cgroup_fs: str = CGROUP_FS) -> int
                 if job is not None:
                     return job
     env = _environ(pid, proc).get("SLURM_JOB_ID", "")
-    return int(env) if env.isdigit() else None
+    # the job's processes set their own environment: only ASCII digits are a job id
+    return int(env) if env.isascii() and env.isdigit() and len(env) <= 12 else None

@@ -549,3 +549,43 @@ def test_damaged_files_or_a_builder_bug_never_wedge_a_record(
     assert set(spooled(cfg)) == {1, 2} and not lay.job_dir(2).exists()
     init_db(cfg)
     assert ingest_pending(cfg).ingested == 2
+
+
+def test_a_saved_sampler_pid_now_of_another_process_is_not_signalled(cfg: Config) -> None:
+    """Expected: the sampler died and its pid went to another process: the Epilog leaves
+    that process alone (it used to SIGTERM whatever held the pid) and still records."""
+    from slurm_colo.node import jobstate
+
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    lay = NodeLayout.of_config(cfg)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        st = jobstate.read_state(lay, 1)
+        assert st is not None
+        st.sampler_pid = other.pid
+        jobstate.write_state(lay, st)
+        assert job_end(cfg, 1, 0) is not None and set(spooled(cfg)) == {1}
+        assert other.poll() is None  # still running
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -> None:
+    """Expected: a job whose end file is damaged (and whose node was rebooted since) is
+    logged and left; the next hook's recovery still ends the other jobs, and a directory
+    named with a non-ASCII digit is not a job."""
+    from slurm_colo.node import jobstate
+
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    job_start(cfg, mps_job(2, mech="shard"), launch_sampler=False)
+    lay = NodeLayout.of_config(cfg)
+    for job in (1, 2):
+        st = jobstate.read_state(lay, job)
+        assert st is not None
+        st.boot_id = "another-boot"
+        jobstate.write_state(lay, st)
+    (lay.job_dir(1) / "ended.json").write_text('{"end": "abc", "epilog_pid": 999999}')
+    (lay.jobs_dir() / "\u00b2").mkdir()
+    assert recover(cfg) == [2]
+    assert set(spooled(cfg)) == {2} and lay.job_dir(1).exists()

@@ -255,3 +255,13 @@ def test_anything_left_of_the_job_keeps_it_alive(tmp_path: Path, left: str) -> N
     node.process("slurmstepd", "slurmstepd: [42.batch]")
     node.process("slurmstepd", "slurmstepd: [43.batch]", state="Z")
     assert node.dead(43, now - 30)
+
+
+def test_a_job_id_in_a_process_environment_must_be_ascii_digits(tmp_path: Path) -> None:
+    from slurm_colo.node.procs import job_of_pid
+
+    for env, job in ((b"SLURM_JOB_ID=\xc2\xb2\0", None), (b"SLURM_JOB_ID=42\0", 42)):
+        d = tmp_path / "proc" / "7"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "environ").write_bytes(env)
+        assert job_of_pid(7, str(tmp_path / "proc"), str(tmp_path / "cg")) == job
