@@ -19,6 +19,14 @@ from slurm_colo.errors import ProtocolError
 PID_MAX = 2**22
 
 
+def decimal(text: str, max_digits: int) -> int | None:
+    """``text`` as an integer when it is 1 to ``max_digits`` ASCII digits, else None: a
+    job id or GPU index as Slurm writes it. ``isdigit()`` alone takes ``²``, which
+    ``int()`` refuses, and any number of digits, which ``int()`` refuses past 4,300."""
+    ok = text.isascii() and text.isdigit() and len(text) <= max_digits
+    return int(text) if ok else None
+
+
 def _pid(v: Any) -> int | None:
     """A saved process id, None when none was saved; a number no process can have is a
     damaged file (``ValueError``)."""

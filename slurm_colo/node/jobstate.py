@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurm_colo.contracts.jobstate import JobState
+from slurm_colo.contracts.jobstate import JobState, decimal
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 
 from .layout import NodeLayout
@@ -76,11 +76,8 @@ def read_progress(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
 
 def job_ids(layout: NodeLayout) -> list[int]:
     try:
-        return sorted(
-            int(e.name)
-            for e in os.scandir(layout.jobs_dir())
-            if e.name.isascii() and e.name.isdigit() and len(e.name) <= 12
-        )
+        ids = (decimal(e.name, 12) for e in os.scandir(layout.jobs_dir()))
+        return sorted(i for i in ids if i is not None)
     except OSError:
         return []
 

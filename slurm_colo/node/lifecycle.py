@@ -448,34 +448,10 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
     lay = NodeLayout.of_config(cfg)
     done: list[int] = []
     for job_id in jobstate.job_ids(lay):
+        if job_id == skip:
+            continue
         try:
-            if job_id == skip:
-                continue
-            try:
-                st = jobstate.read_state(lay, job_id)
-            except ProtocolError as e:
-                log.error(
-                    "job %d: state file unreadable (%s); left in %s", job_id, e, lay.job_dir(job_id)
-                )
-                continue
-            ended = jobstate.read_ended(lay, job_id)
-            if st is None:
-                continue
-            if ended is None:
-                if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
-                    continue  # still running (or its Epilog has not started yet)
-                ended = jobstate.mark_ended(
-                    lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)
-                )
-            elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
-                continue  # its Epilog is at work right now
-            opener = LazyNvml(cfg)
-            _close_stays(cfg, lay, st, float(ended["end"]), opener)
-            if finish_record(cfg, lay, job_id) is not None:
-                done.append(job_id)
-                log.warning("job %d: record recovered after an interrupted Epilog", job_id)
-                for g in st.gpus:
-                    _maybe_stop(cfg, lay, g, opener, handoff=handoff)
+            _recover_job(cfg, lay, job_id, handoff, done)
         except Exception as e:  # one damaged job must not stop every later hook here
             log.error(
                 "job %d: recovery failed (%s: %s); left in %s",
@@ -485,6 +461,36 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
                 lay.job_dir(job_id),
             )
     return done
+
+
+def _recover_job(
+    cfg: Config, lay: NodeLayout, job_id: int, handoff: Handoff | None, done: list[int]
+) -> None:
+    """:func:`recover` for one job; its id goes into ``done`` once its record is spooled."""
+    try:
+        st = jobstate.read_state(lay, job_id)
+    except ProtocolError as e:
+        log.error("job %d: state file unreadable (%s); left in %s", job_id, e, lay.job_dir(job_id))
+        return
+    ended = jobstate.read_ended(lay, job_id)
+    if st is None:
+        return
+    if ended is None:
+        if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
+            return  # still running (or its Epilog has not started yet)
+        ended = jobstate.mark_ended(
+            lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)
+        )
+    elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
+        return  # its Epilog is at work right now
+    opener = LazyNvml(cfg)
+    _close_stays(cfg, lay, st, float(ended["end"]), opener)
+    if finish_record(cfg, lay, job_id) is None:
+        return
+    done.append(job_id)
+    log.warning("job %d: record recovered after an interrupted Epilog", job_id)
+    for g in st.gpus:
+        _maybe_stop(cfg, lay, g, opener, handoff=handoff)
 
 
 def _last_seen(lay: NodeLayout, job_id: int, start: float) -> float:

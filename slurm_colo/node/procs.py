@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+from slurm_colo.contracts.jobstate import decimal
+
 #: ``comm`` of both nvidia-cuda-mps-control and nvidia-cuda-mps-server (15-char limit)
 MPS_COMM_PREFIX = "nvidia-cuda-mps"
 
@@ -308,5 +310,4 @@ def job_of_pid(pid: int, proc: str = "/proc", cgroup_fs: str = CGROUP_FS) -> int
                 if job is not None:
                     return job
     env = _environ(pid, proc).get("SLURM_JOB_ID", "")
-    # the job's processes set their own environment: only ASCII digits are a job id
-    return int(env) if env.isascii() and env.isdigit() and len(env) <= 12 else None
+    return decimal(env, 12)  # the job's processes set their own environment
