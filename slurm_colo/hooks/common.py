@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
+from slurm_colo.contracts.jobstate import decimal
 from slurm_colo.contracts.records import UID_MAX
 from slurm_colo.logsetup import setup_logging
 
@@ -52,8 +53,8 @@ def job_gpus() -> list[int]:
     for name in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         raw = os.environ.get(name, "").strip()
         if raw and raw != "NoDevFiles":
-            # an index has a few digits; int() fails past 4,300 of them
-            out = [int(x) for x in raw.split(",") if x.strip().isdigit() and len(x) <= 9]
+            idx = (decimal(x.strip(), 9) for x in raw.split(","))
+            out = [i for i in idx if i is not None]
             if out:
                 return out
     return []
@@ -90,8 +91,9 @@ def exit_status() -> tuple[int, int]:
     two = os.environ.get("SLURM_JOB_EXIT_CODE2", "")
     if ":" in two:
         a, _, b = two.partition(":")
-        if a.isdigit() and b.isdigit():
-            return int(a), int(b)
+        code, sig = decimal(a, 9), decimal(b, 9)
+        if code is not None and sig is not None:
+            return code, sig
     raw = env_int("SLURM_JOB_EXIT_CODE", 0) or 0
     return (raw >> 8) & 0xFF, raw & 0x7F
 

@@ -180,6 +180,8 @@ def test_a_message_of_several_lines_is_one_print_line() -> None:
         {"SLURM_JOB_UID": "4294967296"},  # past 32 bits: chown() raised OverflowError
         {"SLURM_JOB_UID": "-5"},
         {"SLURM_JOB_GPUS": "9" * 5001},  # past int()'s 4,300 digits
+        {"SLURM_JOB_GPUS": "0,\u00b2"},  # isdigit() takes a superscript two; int() does not
+        {"SLURM_JOB_EXIT_CODE2": "0:\u00b2"},
     ],
 )
 def test_slurm_values_out_of_range_end_no_hook_in_a_traceback(
