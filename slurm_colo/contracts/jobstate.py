@@ -11,20 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_colo.contracts.digits import number, whole
 from slurm_colo.contracts.enums import Mechanism, Mode
-from slurm_colo.contracts.placement import Placement
+from slurm_colo.contracts.placement import LIMITS, Placement
+from slurm_colo.contracts.records import UID_MAX
 from slurm_colo.errors import ProtocolError
 
 #: the largest process id Linux hands out (``pid_max`` is at most 2^22)
 PID_MAX = 2**22
-
-
-def decimal(text: str, max_digits: int) -> int | None:
-    """``text`` as an integer when it is 1 to ``max_digits`` ASCII digits, else None: a
-    job id or GPU index as Slurm writes it. ``isdigit()`` alone takes ``²``, which
-    ``int()`` refuses, and any number of digits, which ``int()`` refuses past 4,300."""
-    ok = text.isascii() and text.isdigit() and len(text) <= max_digits
-    return int(text) if ok else None
 
 
 def _pid(v: Any) -> int | None:
@@ -47,6 +41,19 @@ class GpuMpsStart:
     log_offset: int = 0
     server_log_offset: int = 0
     message: str = ""
+
+
+def _gpu(v: Any) -> int:
+    """A GPU index (a JSON number, or its text as a key of ``mps``)."""
+    return whole(v, "GPU index", *map(int, LIMITS["gpu"]))
+
+
+def _list(v: Any, name: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise TypeError(f"{name}: not a list: {v!r}")
+    return v
 
 
 @dataclass
@@ -109,26 +116,26 @@ class JobState:
             return cls(
                 job=int(d["job"]) if d.get("job") is not None else int(job),  # type: ignore[arg-type]
                 user=str(d.get("user", "")),
-                uid=int(d.get("uid", -1)),
+                uid=whole(d.get("uid", -1), "uid", -1, UID_MAX),
                 node=str(d.get("node", "")),
-                gpus=[int(g) for g in d.get("gpus") or ()],
+                gpus=[_gpu(g) for g in _list(d.get("gpus"), "gpus")],
                 cls=str(d.get("cls") or "default"),
                 mode=Mode(d.get("mode") or "off"),
-                start=float(d.get("start", 0.0)),
+                start=number(d.get("start", 0.0), "start", 0, 2**40),
                 boot_id=str(d.get("boot_id", "")),
                 cluster=str(d.get("cluster") or "default"),
                 placement=placement,
                 mechanism=None if mech is None else Mechanism(mech),
                 mps={
-                    int(g): GpuMpsStart(
+                    _gpu(g): GpuMpsStart(
                         str(m.get("state", "")),
-                        int(m.get("log_offset", 0)),
-                        int(m.get("server_log_offset", 0)),
+                        whole(m.get("log_offset", 0), "log_offset", 0, 2**62),
+                        whole(m.get("server_log_offset", 0), "server_log_offset", 0, 2**62),
                         str(m.get("message", "")),
                     )
                     for g, m in (d.get("mps") or {}).items()
                 },
-                gpu_uuids=[str(u) for u in d.get("gpu_uuids") or ()],
+                gpu_uuids=[str(u) for u in _list(d.get("gpu_uuids"), "gpu_uuids")],
                 sampler_pid=_pid(d.get("sampler_pid")),
             )
         except (TypeError, ValueError, AttributeError, OverflowError) as e:

@@ -10,8 +10,8 @@ It travels in two encodings:
   requeued job waits, held, to be aimed at a GPU of that type, ``held=*`` while a job held at
   submission waits, without a GPU request, for any shared GPU (``model=MODEL`` if it asked
   for one GPU model). The agent rebuilds its view from the admin comment (users cannot edit
-  it) after a restart; the Prolog falls back to the comment's copy when the agent cannot be
-  reached.
+  it) after a restart; the Prolog falls back to the admin comment's copy when the agent
+  cannot be reached.
 - the **wire** form (:meth:`Placement.to_wire` / :meth:`Placement.from_wire`), a JSON
   object with the field names below: the agent's JOBSTART reply, and the node's per-job
   state file.
@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from slurm_colo.contracts.digits import decimal, number, whole
 from slurm_colo.contracts.enums import Mechanism, Mode
 from slurm_colo.errors import ProtocolError
 
@@ -41,9 +42,26 @@ def held_for_text(held: str, model: str = "") -> str:
     return f"a shared {model} GPU" if model else "a shared GPU"
 
 
-def _num(conv: type, v: Any) -> Any:
+#: what each number of a placement may be, both ends included: a tag or reply outside these
+#: (``pct=1e400``, ``mem=nan``, a negative GPU) is damaged, not a limit to apply
+LIMITS: dict[str, tuple[float, float]] = {
+    "gpu": (0, 2**31 - 1),
+    "thread_pct": (1, 100),
+    "mem_limit_gib": (0, 2**20),  # 0: no limit
+    "memory_gib": (0, 2**20),
+    "predicted_delta": (0, 1e6),
+    "probe_s": (0, 1e9),
+    "partners": (1, 2**32 - 1),
+}
+
+
+def _num(conv: type, v: Any, name: str) -> Any:
+    """A tag's number, None when unreadable or out of :data:`LIMITS` (a tag is read
+    leniently: what cannot be used is left out)."""
+    if v is None:
+        return None
     try:
-        return None if v is None else conv(v)
+        return (whole if conv is int else number)(v, name, *LIMITS[name])
     except (TypeError, ValueError):
         return None
 
@@ -126,11 +144,11 @@ class Placement:
             mode=mode,
             mechanism=mech,
             node=node or None,
-            gpu=int(idx) if idx.isdigit() else None,
-            thread_pct=_num(int, kv.get("pct")),
-            mem_limit_gib=_num(float, kv.get("mem")),
-            memory_gib=_num(float, kv.get("est")),
-            predicted_delta=_num(float, kv.get("d")),
+            gpu=_num(int, decimal(idx, 10), "gpu"),
+            thread_pct=_num(int, kv.get("pct"), "thread_pct"),
+            mem_limit_gib=_num(float, kv.get("mem"), "mem_limit_gib"),
+            memory_gib=_num(float, kv.get("est"), "memory_gib"),
+            predicted_delta=_num(float, kv.get("d"), "predicted_delta"),
             undone=kv.get("undone") == "1",
             held=kv.get("held") or None,
             model=kv.get("model", ""),
@@ -163,24 +181,30 @@ class Placement:
                 mode=Mode(d.get("mode") or "auto"),
                 mechanism=None if mech is None else Mechanism(mech),
                 node=None if d.get("node") is None else str(d["node"]),
-                gpu=None if d.get("gpu") is None else int(d["gpu"]),
-                thread_pct=None if d.get("thread_pct") is None else int(d["thread_pct"]),
-                mem_limit_gib=_float_or_none(d.get("mem_limit_gib")),
-                memory_gib=_float_or_none(d.get("memory_gib")),
-                predicted_delta=_float_or_none(d.get("predicted_delta", d.get("delta"))),
+                gpu=_bounded_int(d.get("gpu"), "gpu"),
+                thread_pct=_bounded_int(d.get("thread_pct"), "thread_pct"),
+                mem_limit_gib=_float_or_none(d.get("mem_limit_gib"), "mem_limit_gib"),
+                memory_gib=_float_or_none(d.get("memory_gib"), "memory_gib"),
+                predicted_delta=_float_or_none(
+                    d.get("predicted_delta", d.get("delta")), "predicted_delta"
+                ),
                 undone=bool(d.get("undone", False)),
                 held=d.get("held") or None,
                 model=str(d.get("model") or ""),
-                partners=tuple(int(p) for p in d.get("partners") or ()),
-                probe_s=_float_or_none(d.get("probe_s")),
+                partners=tuple(_partner(p) for p in d.get("partners") or ()),
+                probe_s=_float_or_none(d.get("probe_s"), "probe_s"),
             )
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             raise ProtocolError(f"placement: {e}") from None
 
 
-def _float_or_none(v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise TypeError(f"not a number: {v!r}")
-    return float(v)
+def _float_or_none(v: Any, name: str) -> float | None:
+    return None if v is None else number(v, name, *LIMITS[name])
+
+
+def _bounded_int(v: Any, name: str) -> int | None:
+    return None if v is None else whole(v, name, *map(int, LIMITS[name]))
+
+
+def _partner(v: Any) -> int:
+    return whole(v, "partners", *map(int, LIMITS["partners"]))

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
-from slurm_colo.contracts.jobstate import decimal
+from slurm_colo.contracts.digits import decimal
 from slurm_colo.contracts.records import UID_MAX
 from slurm_colo.logsetup import setup_logging
 

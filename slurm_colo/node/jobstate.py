@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurm_colo.contracts.jobstate import JobState, decimal
+from slurm_colo.contracts.digits import decimal
+from slurm_colo.contracts.jobstate import JobState
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 
 from .layout import NodeLayout

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from slurm_colo.contracts.jobstate import decimal
+from slurm_colo.contracts.digits import decimal
 
 #: ``comm`` of both nvidia-cuda-mps-control and nvidia-cuda-mps-server (15-char limit)
 MPS_COMM_PREFIX = "nvidia-cuda-mps"

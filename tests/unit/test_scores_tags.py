@@ -209,6 +209,50 @@ def test_placement_wire_round_trip_and_earlier_versions() -> None:
             Placement.from_wire(broken)
 
 
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("thread_pct", 1e400),  # JSON's 1e400 is inf: int() raised OverflowError
+        ("thread_pct", 0),
+        ("thread_pct", 101),
+        ("thread_pct", 50.5),
+        ("mem_limit_gib", "nan"),
+        ("mem_limit_gib", -1),
+        ("mem_limit_gib", 1e400),
+        ("memory_gib", -2.0),
+        ("predicted_delta", "inf"),
+        ("gpu", -1),
+        ("gpu", "\u00b2"),
+        ("probe_s", -5),
+        ("partners", [1e400]),
+        ("partners", [0]),
+        ("partners", [None]),
+    ],
+)
+def test_a_reply_number_out_of_range_is_a_protocol_error(field: str, value: object) -> None:
+    """A JOBSTART reply or state file whose limit no agent writes is damaged, not applied:
+    an MPS thread share of 1e400 used to end the Prolog after the MPS daemon had started."""
+    with pytest.raises(ProtocolError, match=field):
+        Placement.from_wire({"token": "t", "mechanism": "mps", field: value})
+
+
+def test_a_tag_number_out_of_range_is_left_out() -> None:
+    """The tag is read leniently: a number that cannot be used is dropped, the rest kept."""
+    tag = "slurm-colo[v=1 tok=t cls=a mode=auto mech=mps gpu=n1:\u00b2 pct=1e400 mem=nan est=-1 d=inf]"
+    p = Placement.from_tag(tag)
+    assert p is not None and p.mechanism == Mechanism.MPS and p.node == "n1"
+    assert (p.gpu, p.thread_pct, p.mem_limit_gib, p.memory_gib, p.predicted_delta) == (
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    for pct in ("0", "-5", "101"):
+        q = Placement.from_tag(f"slurm-colo[v=1 tok=t mech=mps gpu=n1:0 pct={pct} mem=12]")
+        assert q is not None and q.thread_pct is None and q.mem_limit_gib == 12.0
+
+
 def test_measured_table_covers_all_v100_pairs() -> None:
     d = load_gavel(bundled_path(), "v100")
     t = table_from_measurements(d)

@@ -148,7 +148,7 @@ def log_line_time(line: str) -> float | None:
 
 def format_mem_limit(gib: float) -> str:
     """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` value for device 0, e.g. ``0=12G`` / ``0=1536M``."""
-    mib = int(round(gib * 1024))
+    mib = max(1, int(round(gib * 1024)))
     return f"0={mib // 1024}G" if mib % 1024 == 0 else f"0={mib}M"
 
 
