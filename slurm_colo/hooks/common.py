@@ -17,6 +17,7 @@ from slurm_colo.logsetup import setup_logging
 log = logging.getLogger("slurm_colo.hooks")
 
 __all__ = [
+    "admin_comment_argv",
     "admin_comment_tag",
     "env_int",
     "exit_status",
@@ -60,26 +61,34 @@ def job_gpus() -> list[int]:
     return []
 
 
-_TAG_RE = re.compile(r"(?:^|\s)AdminComment=(slurm-colo\[[^\]]*\])")
+_TAG_RE = re.compile(r"slurm-colo\[[^\]]*\]")
+
+
+def admin_comment_argv(job_id: int) -> list[str]:
+    """The job's AdminComment and nothing else, whole (width 0: not cut at 20 characters),
+    so no field its user writes (the job name, its paths) can pass for it."""
+    squeue = shutil.which("squeue") or "/usr/bin/squeue"
+    return [squeue, "--noheader", "--jobs", str(job_id), "--Format", "admin_comment:0"]
 
 
 def admin_comment_tag(job_id: int, timeout_s: float = 2.0) -> str:
     """The placement tag the agent had slurmctld write into the job's AdminComment, read
-    from Slurm (``scontrol show job -o``: the Prolog's environment has the job's Comment
-    only); "" if there is none or Slurm cannot be asked."""
-    scontrol = shutil.which("scontrol") or "/usr/bin/scontrol"
+    from Slurm (the Prolog's environment has the job's Comment only); "" if there is none
+    or Slurm cannot be asked."""
     try:
         out = subprocess.run(
-            [scontrol, "show", "job", "-o", str(job_id)],
+            admin_comment_argv(job_id),
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout_s,
             check=False,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
-    m = _TAG_RE.search(out)
-    return m.group(1) if m else ""
+    lines = out.splitlines()
+    m = _TAG_RE.match(lines[0].strip()) if lines else None
+    return m.group(0) if m else ""
 
 
 def exit_status() -> tuple[int, int]:

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 import pytest
 from fake_agent import FakeAgent
 
+from slurm_colo.contracts.placement import Placement
+
 from . import labtools as lt
 
 
@@ -111,27 +113,35 @@ def test_agent_paused_once(restore_agent: None) -> None:
     assert "f-after fallback" not in lt.ctld_log_since(mark)
 
 
+#: a job name that carries a placement tag of its own: its user writes the name, so the
+#: Prolog must not take it for the AdminComment's
+FORGED_NAME = "f-tag AdminComment=slurm-colo[v=1 tok=x cls=a mode=auto mech=mps gpu=vm:0 pct=7]"
+
+
 def test_agent_down_when_a_placed_job_starts(restore_agent: None) -> None:
     """The Prolog cannot ask the agent: it reads the placement tag from the job's
-    AdminComment in Slurm (its environment has the Comment only), and the job still runs
-    as an MPS client of its GPU."""
+    AdminComment in Slurm (its environment has the Comment only), not from a field its
+    user writes, and the job still runs as an MPS client of its GPU."""
     r = lt.sbatch(
         "--colocate",
         "--colocate-class=resnet18-bs32",
         "--gres=gpu:1",
         "-H",
         "-J",
-        "f-tag",
-        script="env | grep ^CUDA_MPS_PIPE_DIRECTORY= ; sleep 1",
+        FORGED_NAME,
+        script="env | grep ^CUDA_MPS_ ; sleep 1",
     )
     assert r.rc == 0 and r.job_id is not None, r.stderr
     job = lt.squeue()[r.job_id]
     assert "slurm-colo[" in job["admin_comment"] and "shard" in job["tres_per_node"], job
+    real = Placement.from_tag(job["admin_comment"])
+    assert real is not None and real.thread_pct not in (None, 7), job["admin_comment"]
     lt.stop_agent()
     lt.run(["scontrol", "release", str(r.job_id)], check=True)
     lt.wait_done(r.job_id)
     out = (lt.OUT / f"{r.job_id}.out").read_text()
     assert "CUDA_MPS_PIPE_DIRECTORY=/run/slurm-colo/mps/GPU-" in out, out
+    assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={real.thread_pct}\n" in out, out
 
 
 @pytest.mark.parametrize(

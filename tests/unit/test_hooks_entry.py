@@ -29,20 +29,21 @@ def cfg(tmp_path: Path) -> Iterator[Config]:
     procs.kill_all(leftover_mps(c))
 
 
-#: Slurm's scontrol as the Prolog sees it: the job's AdminComment is FAKE_ADMIN_TAG
-FAKE_SCONTROL = """#!/bin/sh
+#: Slurm's squeue as the Prolog asks it for the job's AdminComment (FAKE_ADMIN_TAG)
+FAKE_SQUEUE = """#!/bin/sh
+[ "$1 $2 $4 $5" = "--noheader --jobs --Format admin_comment:0" ] || { echo "bad argv: $*" >&2; exit 2; }
 [ -n "$FAKE_ADMIN_TAG" ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
-echo "JobId=$4 JobName=train AdminComment=$FAKE_ADMIN_TAG MCS_label=N/A Comment=colo: GPU 0 of n1"
+printf '%s\\n' "$FAKE_ADMIN_TAG"
 """
 
 
 def hook_env(cfg: Config) -> dict[str, str]:
-    """This process's environment without Slurm's variables, the fake scontrol first."""
+    """This process's environment without Slurm's variables, the fake squeue first."""
     fake_bin = Path(cfg.node.run_dir).parent / "fake-bin"
     if not fake_bin.exists():
         fake_bin.mkdir()
-        (fake_bin / "scontrol").write_text(FAKE_SCONTROL)
-        (fake_bin / "scontrol").chmod(0o755)
+        (fake_bin / "squeue").write_text(FAKE_SQUEUE)
+        (fake_bin / "squeue").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SPANK"))}
     env["PATH"] = f"{fake_bin}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
@@ -71,7 +72,7 @@ def hook(cfg: Config, name: str, job: int, **env: str) -> subprocess.CompletedPr
 
 
 def colocated(cls: str = "resnet50", mech: str = "mps") -> dict[str, str]:
-    """A placed --colocate job, the agent down: its tag is in its AdminComment (fake scontrol)."""
+    """A placed --colocate job, the agent down: its tag is in its AdminComment (fake squeue)."""
     return {
         "SPANK_COLOCATE": "auto",
         "SLURM_JOB_COMMENT": "colo: GPU 0 of n1",
@@ -125,6 +126,20 @@ def test_colocated_pair_from_the_admin_comment_tag_when_agent_is_down(cfg: Confi
         time.sleep(0.05)
     assert leftover_mps(cfg) == []
     assert list((run / "jobs").iterdir()) == [] and list((run / "trash").iterdir()) == []
+
+
+def test_a_tag_with_limits_no_agent_writes_gives_mps_without_them(cfg: Config) -> None:
+    """A thread share of 1e400 or a memory limit of nan used to end the Prolog after it had
+    started the GPU's MPS daemon: no task file, so the job ran without MPS next to a daemon
+    nobody used. Such numbers are left out: the job gets MPS without those limits."""
+    bad = "slurm-colo[v=1 tok=t1 cls=a mode=auto mech=mps gpu=n1:0 pct=1e400 mem=nan]"
+    p = hook(cfg, "prolog", 13, **{**colocated(), "FAKE_ADMIN_TAG": bad})
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    out = hook(cfg, "taskprolog", 13, SLURM_STEP_ID="0").stdout.splitlines()
+    assert out[0].startswith("export CUDA_MPS_PIPE_DIRECTORY=") and len(out) == 3, out
+    assert not any("PERCENTAGE" in line or "MEM_LIMIT" in line for line in out), out
+    assert hook(cfg, "epilog", 13, SLURM_JOB_EXIT_CODE="0").returncode == 0
+    assert [r["job_id"] for r in spool_records(cfg)] == [13]
 
 
 def test_a_placement_tag_in_the_jobs_own_comment_is_never_taken(cfg: Config) -> None:
@@ -375,3 +390,4 @@ def test_the_prolog_waits_for_a_busy_agents_placement(tmp_path: Path) -> None:
     finally:
         agent.close()
     assert got is not None and got.token == "tok" and got.mechanism == Mechanism.MPS
+

@@ -199,10 +199,12 @@ def test_job_record_reaches_the_history(vclean: VersionLab) -> None:
 def test_with_the_agent_down_the_prolog_reads_the_placement_from_the_admin_comment(
     vclean: VersionLab,
 ) -> None:
-    """The Prolog's fallback parses `scontrol show job -o` of this version: the job still
-    runs as an MPS client of the GPU it was placed on."""
+    """The Prolog's fallback reads the job's AdminComment with this version's squeue, not
+    a tag in the job's name: the job still runs as an MPS client of the GPU it was placed
+    on."""
     lab = vclean
-    args = ("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-H")
+    forged = "v-tag AdminComment=slurm-colo[v=1 tok=x cls=a mode=auto mech=mps gpu=x:0 pct=7]"
+    args = ("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-H", "-J", forged)
     r = lab.sbatch(*args, script=f"{ENV}; sleep 1")
     assert r.rc == 0 and r.job_id is not None, r.stderr
     tag = lab.jobs(r.job_id)[r.job_id]["admin_comment"]
