@@ -20,11 +20,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
 
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     gpus = {}
-    gdir = lay.run_dir / "gpu"
-    for d in sorted(gdir.iterdir() if gdir.is_dir() else [], key=lambda p: p.name):
-        if not d.name.isdigit():
-            continue
-        g = int(d.name)
+    for g in lay.gpu_indexes():
         st = saved_state(lay.mps_state(g))
         events = journal.read(lay.journal(g))
         gpus[g] = {
@@ -98,10 +94,7 @@ def register(app: typer.Typer) -> None:
         lay = NodeLayout.of_config(cfg)
         rec = recover(cfg)
         typer.echo(f"recovered records: {rec or 'none'}")
-        gdir = lay.run_dir / "gpu"
-        indices = gpu or sorted(
-            int(d.name) for d in (gdir.iterdir() if gdir.is_dir() else []) if d.name.isdigit()
-        )
+        indices = gpu or lay.gpu_indexes()
         for g in indices:
             gm = gpu_mps(cfg, g)
             lay.gpu_dir(g).mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurm_colo.contracts.digits import decimal
-from slurm_colo.contracts.jobstate import JobState
+from slurm_colo.contracts.digits import decimal, number, whole
+from slurm_colo.contracts.jobstate import PID_MAX, JobState
+from slurm_colo.errors import ProtocolError
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 
 from .layout import NodeLayout
@@ -23,10 +24,16 @@ def write_state(layout: NodeLayout, state: JobState) -> None:
 
 
 def read_state(layout: NodeLayout, job_id: int) -> JobState | None:
-    """The job's state; None when missing. A damaged file raises ProtocolError (the
-    callers write a minimal record, or leave the job for the next run)."""
-    raw = read_json(layout.job_dir(job_id) / "state.json")
-    return None if raw is None else JobState.from_json(raw, job_id)
+    """The job's state; None when missing. A damaged file (not JSON, not a regular file,
+    a field of the wrong type) raises ProtocolError: the Epilog sets the job aside
+    (``lifecycle.set_aside``), a recovery leaves it for its Epilog."""
+    path = layout.job_dir(job_id) / "state.json"
+    raw = read_json(path)
+    if raw is None:
+        if os.path.lexists(path):
+            raise ProtocolError(f"{path}: not a readable JSON file")
+        return None
+    return JobState.from_json(raw, job_id)
 
 
 def write_task(layout: NodeLayout, job_id: int, uid: int, task: dict[str, Any]) -> Path:
@@ -49,8 +56,8 @@ def mark_ended(
 ) -> dict[str, Any]:
     """First thing the Epilog writes; keeps the first end time if the Epilog is re-run."""
     path = layout.job_dir(job_id) / "ended.json"
-    old = read_json(path)
-    if isinstance(old, dict) and "end" in old:
+    old = read_ended(layout, job_id)
+    if old is not None:
         return old
     ended = {
         "end": end if end is not None else time.time(),
@@ -63,7 +70,19 @@ def mark_ended(
 
 
 def read_ended(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
-    return read_json(layout.job_dir(job_id) / "ended.json")
+    """What :func:`mark_ended` wrote; None when missing or damaged (then written anew)."""
+    ended = read_json(layout.job_dir(job_id) / "ended.json")
+    if not isinstance(ended, dict):
+        return None
+    try:
+        number(ended.get("end"), "end", 0, 2**40)
+        whole(ended.get("exit_code", 0), "exit_code", -(2**31), 2**31)
+        whole(ended.get("signal", 0), "signal", 0, 255)
+        if ended.get("epilog_pid") is not None:
+            whole(ended["epilog_pid"], "epilog_pid", 1, PID_MAX)
+    except (TypeError, ValueError):
+        return None
+    return ended
 
 
 def read_profile(layout: NodeLayout, job_id: int) -> dict[str, Any] | None:
@@ -103,6 +122,19 @@ def remove(layout: NodeLayout, job_id: int) -> None:
     import shutil
 
     shutil.rmtree(src, ignore_errors=True)
+
+
+def move_damaged(layout: NodeLayout, job_id: int) -> Path:
+    """Move the job's directory to ``<run_dir>/damaged/`` (kept for a look, out of every
+    hook's way); where it went (its old place if it cannot be moved)."""
+    src = layout.job_dir(job_id)
+    dst = layout.damaged_dir() / f"{job_id}.{time.time_ns()}"
+    try:
+        layout.damaged_dir().mkdir(mode=0o700, exist_ok=True)
+        os.rename(src, dst)
+    except OSError:
+        return src
+    return dst
 
 
 def empty_trash(layout: NodeLayout) -> int:

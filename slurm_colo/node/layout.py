@@ -15,14 +15,17 @@
     <spool_dir>/<record id>.json          records waiting for ingest
     <run_dir>/spool-fallback/             used when the spool is full or unwritable
     <run_dir>/trash/                      job directories of spooled jobs, to be deleted
+    <run_dir>/damaged/                    job directories whose state.json was damaged
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_colo.contracts.digits import decimal
 from slurm_colo.spool.directory import SpoolDirs
 
 if TYPE_CHECKING:
@@ -44,6 +47,14 @@ class NodeLayout:
 
     def gpu_dir(self, index: int) -> Path:
         return self.run_dir / "gpu" / str(index)
+
+    def gpu_indexes(self) -> list[int]:
+        """The GPUs this node's hooks have a directory for, in order."""
+        try:
+            names = [e.name for e in os.scandir(self.run_dir / "gpu") if e.is_dir()]
+        except OSError:
+            return []
+        return sorted(i for i in (decimal(n, 9) for n in names) if i is not None)
 
     def gpu_lock(self, index: int) -> Path:
         return self.gpu_dir(index) / "lock"
@@ -77,3 +88,6 @@ class NodeLayout:
 
     def trash_dir(self) -> Path:
         return self.run_dir / "trash"
+
+    def damaged_dir(self) -> Path:
+        return self.run_dir / "damaged"

@@ -238,15 +238,11 @@ def job_end(
     (None for jobs the Prolog did not handle). With ``handoff`` a detached MPS stop is
     noted there (for :func:`start_handoff`) instead of started at once."""
     lay = NodeLayout.of_config(cfg)
+    opener = open_gpu or LazyNvml(cfg)
     try:
         st = jobstate.read_state(lay, job_id)
     except ProtocolError as e:
-        log.error(
-            "job %d: state file unreadable (%s); its files stay in %s for a look",
-            job_id,
-            e,
-            lay.job_dir(job_id),
-        )
+        set_aside(cfg, lay, job_id, (exit_code, sig), str(e), opener, detach_stop, handoff)
         return None
     if st is None:
         return None
@@ -262,12 +258,47 @@ def job_end(
         exit_code, sig, end = -1, 0, _last_seen(lay, job_id, st.start)
     ended = jobstate.mark_ended(lay, job_id, exit_code, sig, end)
     stop_sampler(lay, job_id, st.sampler_pid)
-    opener = open_gpu or LazyNvml(cfg)
     _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)
     for g in st.gpus:
         _maybe_stop(cfg, lay, g, opener, detach_stop, handoff)
     return rec
+
+
+def set_aside(
+    cfg: Config,
+    lay: NodeLayout,
+    job_id: int,
+    exit_status: tuple[int, int],
+    why: str,
+    opener: Callable[[int], Gpu],
+    detach_stop: bool = True,
+    handoff: Handoff | None = None,
+) -> None:
+    """The Epilog of a job whose state file is damaged: no record can be built, but the
+    GPUs must not stay taken. Its stays are closed in every GPU journal that has one open
+    (no fault scan: where its MPS log began is in the lost state), its files are moved to
+    ``<run_dir>/damaged/`` for a look (its sampler ends once they are gone), and each of
+    those GPUs left without a job gets its MPS daemon stopped."""
+    ended = jobstate.mark_ended(lay, job_id, *exit_status)
+    gpus = [g for g in lay.gpu_indexes() if _open_stay(lay, g, job_id)]
+    _close_stays(cfg, lay, JobState(job_id, gpus=gpus), float(ended["end"]), opener)
+    kept = jobstate.move_damaged(lay, job_id)
+    log.error(
+        "job %d: state file damaged (%s): no record; its stays on GPU(s) %s closed, "
+        "its files moved to %s for a look",
+        job_id,
+        why,
+        ",".join(map(str, gpus)) or "none",
+        kept,
+    )
+    for g in gpus:
+        _maybe_stop(cfg, lay, g, opener, detach_stop, handoff)
+
+
+def _open_stay(lay: NodeLayout, g: int, job_id: int) -> bool:
+    stay = journal.stays(journal.read(lay.journal(g))).get(job_id)
+    return stay is not None and stay.end is None
 
 
 def _close_stays(
@@ -282,6 +313,11 @@ def _close_stays(
     (``failed``: the job did not exit cleanly, so MPS servers are also asked for FAULT)."""
     job_id = st.job
     for g in st.gpus:
+        if not lay.gpu_dir(g).is_dir():  # gone (by hand): no journal, no daemon to stop
+            log.warning(
+                "GPU %d: %s is missing; job %d's stay not closed", g, lay.gpu_dir(g), job_id
+            )
+            continue
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         if token is None:
             log.warning(
@@ -347,6 +383,8 @@ def _maybe_stop(
     a Prolog arriving meanwhile waits on the lock and then finds the GPU clean. With
     ``handoff`` the GPU is only noted there; :func:`start_handoff` starts that process.
     """
+    if not lay.gpu_dir(g).is_dir():
+        return
     try:
         with locked(lay.gpu_lock(g), timeout_s=lock_wait(cfg)):
             # compact always (a GPU that is never idle would grow its journal forever);

@@ -19,6 +19,7 @@ from typing import Any
 
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.jobstate import JobState
+from slurm_colo.errors import ProtocolError
 from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 
 from ..config import Config, load_config
@@ -179,7 +180,10 @@ class Sampler:
 def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
     lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
     state_path = lay.job_dir(job_id) / "state.json"
-    st = jobstate.read_state(lay, job_id) or JobState(job_id)
+    try:
+        st = jobstate.read_state(lay, job_id) or JobState(job_id)
+    except ProtocolError:
+        st = JobState(job_id)  # no GPUs to sample; it ends once its Epilog sets the job aside
     gpus = st.gpus
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

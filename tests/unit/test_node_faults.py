@@ -572,20 +572,50 @@ def test_a_saved_sampler_pid_now_of_another_process_is_not_signalled(cfg: Config
 
 
 def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -> None:
-    """Expected: a job whose end file is damaged (and whose node was rebooted since) is
-    logged and left; the next hook's recovery still ends the other jobs, and a directory
-    named with a non-ASCII digit is not a job."""
+    """Expected: a job whose GPU journal cannot be written (a directory in its place) is
+    logged and left; the next hook's recovery still ends the other jobs, a damaged end
+    file is written anew (the job is recovered with the time it was last seen), and a
+    directory named with a non-ASCII digit is not a job."""
     from slurm_colo.node import jobstate
 
-    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    job_start(cfg, mps_job(1, gpu=1, mech="shard"), launch_sampler=False)
     job_start(cfg, mps_job(2, mech="shard"), launch_sampler=False)
+    job_start(cfg, mps_job(3, mech="shard"), launch_sampler=False)
     lay = NodeLayout.of_config(cfg)
-    for job in (1, 2):
+    for job in (1, 2, 3):
         st = jobstate.read_state(lay, job)
         assert st is not None
         st.boot_id = "another-boot"
         jobstate.write_state(lay, st)
-    (lay.job_dir(1) / "ended.json").write_text('{"end": "abc", "epilog_pid": 999999}')
+    lay.journal(1).unlink()
+    lay.journal(1).mkdir()
+    (lay.job_dir(3) / "ended.json").write_text('{"end": "abc", "epilog_pid": "x"}')
     (lay.jobs_dir() / "\u00b2").mkdir()
-    assert recover(cfg) == [2]
-    assert set(spooled(cfg)) == {2} and lay.job_dir(1).exists()
+    assert recover(cfg) == [2, 3]
+    assert set(spooled(cfg)) == {2, 3} and lay.job_dir(1).exists()
+    assert spooled(cfg)[3].end == spooled(cfg)[3].start  # no profile: last seen at its start
+
+
+@pytest.mark.parametrize("state", ["not json", '{"gpus": "abc"}', '{"gpus": [0], "start": []}'])
+def test_a_damaged_state_file_does_not_keep_the_gpu_taken(cfg: Config, state: str) -> None:
+    """Expected: the Epilog of a job whose state file is damaged writes no record (what
+    the job was is lost) but closes its stay on its GPU, moves its files to
+    ``damaged/`` and, once its partner has ended too, the GPU's MPS daemon is stopped. It
+    used to read a damaged file as "no job here": the stay stayed open, so the daemon of
+    the job's user ran on and the next user's jobs got no MPS on that GPU."""
+    from slurm_colo.node import journal
+
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    job_start(cfg, mps_job(2, cls="lm"), launch_sampler=False)
+    lay = NodeLayout.of_config(cfg)
+    (lay.job_dir(1) / "state.json").write_text(state)
+    assert job_end(cfg, 1, 0, detach_stop=False) is None
+    assert not lay.job_dir(1).exists()
+    kept = list(lay.damaged_dir().iterdir())
+    assert [p.name.split(".")[0] for p in kept] == ["1"]
+    assert (kept[0] / "state.json").read_text() == state
+    assert [s.job for s in journal.active(journal.read(lay.journal(0)))] == [2]
+    assert leftover_mps(cfg) != []  # job 2 still on the GPU's daemon
+    assert job_end(cfg, 2, 0, detach_stop=False) is not None
+    assert set(spooled(cfg)) == {2} and leftover_mps(cfg) == []
+    assert recover(cfg) == []  # nothing left for later hooks to retry
