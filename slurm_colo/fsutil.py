@@ -45,11 +45,12 @@ def atomic_write_json(path: Path, obj: Any, mode: int = 0o600, fsync: bool = Tru
     atomic_write_bytes(path, json.dumps(obj, sort_keys=True).encode() + b"\n", mode, fsync)
 
 
-def read_small(path: Path, limit: int = 1024 * 1024) -> bytes | None:
-    """Up to ``limit`` bytes of a regular file, not following a symlink at ``path``.
+def read_small(path: Path, limit: int | None = 1024 * 1024) -> bytes | None:
+    """Up to ``limit`` bytes of a regular file (None: all of it), not following a symlink
+    at ``path``; None when it is missing, bigger or not a regular file.
 
     Safe for root to call on files in directories a job user can write (the user could
-    plant a symlink to a device or a secret): anything but a regular file gives None.
+    plant a symlink to a device or a secret, or a FIFO that would block a plain ``open``).
     """
     import stat
 
@@ -57,15 +58,14 @@ def read_small(path: Path, limit: int = 1024 * 1024) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = f.read() if limit is None else f.read(limit + 1)
+        except OSError:
             return None
-        data = os.read(fd, limit + 1)
-        return data if len(data) <= limit else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return data if limit is None or len(data) <= limit else None
 
 
 def read_json(path: Path, limit: int = 1024 * 1024) -> Any | None:

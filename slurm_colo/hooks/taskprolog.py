@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+from pathlib import Path
+from typing import Any
 
+from slurm_colo.contracts.digits import whole
 from slurm_colo.contracts.enums import Mechanism
+from slurm_colo.fsutil import read_small
 
 from .common import env_int, guarded
 
+#: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` as the Prolog writes it (``format_mem_limit``)
+_MEM_LIMIT = re.compile(r"0=[0-9]{1,9}[GM]")
 
-def export_lines(task: dict) -> list[str]:
+
+def export_lines(task: dict[str, Any]) -> list[str]:
     out = []
     mps = task.get("mps")
     if task.get("mechanism") == Mechanism.MPS and mps:
@@ -41,6 +49,42 @@ def export_lines(task: dict) -> list[str]:
     return out
 
 
+def read_task(path: str) -> dict[str, Any]:
+    """The task file, checked; ``FileNotFoundError`` when there is none, ``ValueError``
+    saying what is wrong when it is not what the Prolog writes (the job's user owns the
+    file: a FIFO, a huge file or a list in its place must not hang or break the step)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # another user's job: no way into its directory
+        raise ValueError(e.strerror) from None
+    raw = read_small(Path(path))
+    if raw is None:
+        raise ValueError("not a regular file of at most 1 MiB")
+    try:
+        task = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ValueError("not JSON") from None
+    if not isinstance(task, dict):
+        raise ValueError("not a JSON object")
+    mps = task.get("mps")
+    if mps is not None:
+        if not isinstance(mps, dict) or not all(
+            isinstance(mps.get(k), str) for k in ("pipe_dir", "log_dir")
+        ):
+            raise ValueError("'mps' without its pipe and log directories")
+        if mps.get("thread_pct") is not None:
+            whole(mps["thread_pct"], "thread_pct", 1, 100)
+        if mps.get("mem_limit") is not None and not _MEM_LIMIT.fullmatch(str(mps["mem_limit"])):
+            raise ValueError(f"mem_limit {mps['mem_limit']!r} is not like 0=12G")
+    if not isinstance(task.get("messages", []), list):
+        raise ValueError("'messages' is not a list")
+    if not isinstance(task.get("progress_file") or "", str):
+        raise ValueError("'progress_file' is not a path")
+    return task
+
+
 def main() -> int:
     from ..config import load_config
 
@@ -50,11 +94,10 @@ def main() -> int:
     cfg = load_config()
     path = os.path.join(cfg.node.run_dir, "jobs", str(job_id), "user", "task.json")
     try:
-        with open(path, "rb") as f:
-            task = json.loads(f.read())
+        task = read_task(path)
     except FileNotFoundError:
         return 0
-    except (OSError, ValueError) as e:
+    except (TypeError, ValueError) as e:
         print(f"print slurm-colo: warning: cannot read {path}: {e}")
         return 0
     sys.stdout.write("".join(line + "\n" for line in export_lines(task)))

@@ -16,13 +16,17 @@ but the faults of the last :data:`FAULTS_KEPT_S` (at most :data:`FAULTS_KEPT`), 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from slurm_colo.fsutil import read_small
 
 #: a journal larger than this is compacted (ended jobs older than every live job dropped)
 MAX_BYTES = 256 * 1024
@@ -46,9 +50,13 @@ class Stay:
 def append(path: Path, event: dict[str, Any]) -> None:
     event.setdefault("t", time.time())
     line = (json.dumps(event, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    # O_NONBLOCK: a FIFO in its place fails here instead of blocking the hook for ever
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o600)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        size = st.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line  # a torn line from a crash mid-append: start afresh
         os.write(fd, line)
@@ -75,9 +83,8 @@ def _well_formed(ev: Any) -> bool:
 def read(path: Path) -> list[dict[str, Any]]:
     """All well-formed events; a torn last line (node crash mid-append) or a damaged one
     is skipped."""
-    try:
-        raw = path.read_bytes()
-    except OSError:
+    raw = read_small(path, limit=None)  # a FIFO or a directory in its place: nothing
+    if raw is None:
         return []
     out = []
     for line in raw.splitlines():

@@ -391,3 +391,40 @@ def test_the_prolog_waits_for_a_busy_agents_placement(tmp_path: Path) -> None:
         agent.close()
     assert got is not None and got.token == "tok" and got.mechanism == Mechanism.MPS
 
+
+@pytest.mark.parametrize(
+    "content,why",
+    [
+        ("fifo", "not a regular file"),
+        ("[1, 2]", "not a JSON object"),
+        ("[" * 100_000 + "]" * 100_000, "not JSON"),
+        ('{"mechanism": "mps", "mps": "x"}', "pipe and log"),
+        ('{"mechanism": "mps", "mps": {"pipe_dir": "p"}}', "pipe and log"),
+        (
+            '{"mechanism": "mps", "mps": {"pipe_dir": "p", "log_dir": "l", "thread_pct": 1e400}}',
+            "thread_pct",
+        ),
+        (
+            '{"mechanism": "mps", "mps": {"pipe_dir": "p", "log_dir": "l", "mem_limit": "0=1G\\nx"}}',
+            "mem_limit",
+        ),
+        ('{"messages": 5}', "messages"),
+    ],
+)
+def test_a_task_file_of_the_wrong_shape_gives_one_warning(
+    cfg: Config, content: str, why: str
+) -> None:
+    """The job's user owns its task file. A FIFO there used to hang the TaskProlog (and so
+    the step's start), a file of another shape ended it with a traceback; now the step is
+    told in one line and gets no exports."""
+    user = Path(cfg.node.run_dir) / "jobs" / "41" / "user"
+    user.mkdir(parents=True)
+    if content == "fifo":
+        os.mkfifo(user / "task.json")
+    else:
+        (user / "task.json").write_text(content)
+    out = hook(cfg, "taskprolog", 41, SLURM_STEP_ID="0")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("print slurm-colo: warning: cannot read")
+    assert why in lines[0], lines

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from slurm_colo.node import journal
 
@@ -93,3 +96,13 @@ def test_an_idle_gpus_journal_keeps_the_last_days_faults_only(tmp_path: Path) ->
     assert [e["detail"] for e in kept] == [str(h) for h in range(20, 0, -1)]
     journal.compact(p, keep_jobs=set(), now=now + 2 * 86400)
     assert journal.read(p) == []
+
+
+def test_a_fifo_in_the_journals_place_does_not_block(tmp_path: Path) -> None:
+    """A FIFO where the journal belongs used to block every hook on the GPU for ever (a
+    plain open waits for a writer): it reads as no events, and writing to it fails at once."""
+    path = tmp_path / "journal.jsonl"
+    os.mkfifo(path)
+    assert journal.read(path) == []
+    with pytest.raises(OSError, match="not a regular file"):
+        journal.append(path, {"ev": "start", "job": 1, "t": 1.0})
