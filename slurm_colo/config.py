@@ -311,6 +311,11 @@ def _finish_agent(a: AgentConfig, raw: dict[str, Any], src: str) -> AgentConfig:
         a = replace(a, **follow)
     if not a.user:
         raise ConfigError(f"{src}: agent.user must name the user the agent runs as")
+    if not a.cluster or any(c in a.cluster for c in "\n\r\t\0"):
+        raise ConfigError(
+            f"{src}: agent.cluster {a.cluster!r} must be the cluster's name (ClusterName in "
+            "slurm.conf): not empty, one line, no tab"
+        )
     if not a.listen:
         raise ConfigError(f'{src}: agent.listen is empty; it must include "unix:{a.socket}"')
     listen = []
@@ -376,6 +381,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raw = tomllib.loads(text)
     except ValueError as e:  # TOMLDecodeError, or an integer of more than 4300 digits
         raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     kwargs: dict[str, Any] = {"source": source}
     for key, value in raw.items():
         if key in _SECTIONS:
