@@ -323,27 +323,29 @@ class Agent:
             self.req_seconds += dt
         return format_reply(verb, reply), _nothing_after
 
-    def _slurm_tag(self, job_id: int) -> str | None:
-        """The placement tag in the job's Slurm record; None when it has none, Slurm does
-        not know the job, or Slurm cannot be asked (logged)."""
+    def _slurm_tag(self, job_id: int) -> tuple[str | None, bool]:
+        """The placement tag in the job's Slurm record (None when it has none or Slurm
+        does not know the job), and whether Slurm could be asked at all (logged if not)."""
         try:
             j = self.backend.job(job_id)
         except SlurmError as e:
             log.warning("job %d: its placement could not be read from Slurm: %s", job_id, e)
-            return None
-        return j.admin_comment if j else None
+            return None, False
+        return (j.admin_comment if j else None), True
 
-    def _job_start(self, p: dict[str, Any], now: float) -> dict[str, Any] | None:
-        """JOBSTART: the placement of a job a node's Prolog starts, or None. Logs where
-        the time went when the answer took over ``JOBSTART_SLOW_S``."""
+    def _job_start(self, p: dict[str, Any], now: float) -> dict[str, Any]:
+        """JOBSTART: the reply to a node's Prolog: the job's placement, or None; with
+        ``slurm_unreachable`` when the job had to be read from Slurm and could not be (the
+        Prolog then reads its tag itself). Logs where the time went when the answer took
+        over ``JOBSTART_SLOW_S``."""
         t0 = time.perf_counter()
         job_id = int(p["job"])
         with self.lock:
             t_lock = time.perf_counter()
             need = self.state.needs_lookup(job_id)
-        tag_text = None
+        tag_text, asked = None, True
         if need:  # placed before the last refresh: read its tag from Slurm (outside the lock)
-            tag_text = self._slurm_tag(job_id)
+            tag_text, asked = self._slurm_tag(job_id)
         t_slurm = time.perf_counter()
         with self.lock:
             t_lock2 = time.perf_counter()
@@ -367,7 +369,9 @@ class Agent:
                 (time.perf_counter() - t_lock2) * 1000,
                 JOBSTART_TIMEOUT_S,
             )
-        return placement
+        if placement is None and not asked:
+            return {"placement": None, "slurm_unreachable": True}
+        return {"placement": placement}
 
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
@@ -380,7 +384,7 @@ class Agent:
                 "scores": self.state.scores.id,
             }
         if verb == "JOBSTART":
-            return {"placement": self._job_start(p, now)}
+            return self._job_start(p, now)
         if verb == "PROBE":
             report = ProbeReport.from_wire(p)
             with self.lock:

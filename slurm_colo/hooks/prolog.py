@@ -21,10 +21,10 @@ from .common import admin_comment_tag, env_int, guarded, job_gpus, job_uid, log,
 def placement_for(
     cfg: Config, job_id: int, node: str, gpus: list[int], user: str, uid: int
 ) -> Placement | None:
-    """The agent's placement for the job; else, when the agent cannot be reached, the tag
-    it had written at submission (in the job's AdminComment, read from Slurm, which its
-    user cannot change); else None. A tag in the job's Comment, which its user writes, is
-    never taken.
+    """The agent's placement for the job; else, when the agent cannot be reached or could
+    not read the job from Slurm, the tag it had written at submission (in the job's
+    AdminComment, read from Slurm, which its user cannot change); else None. A tag in the
+    job's Comment, which its user writes, is never taken.
 
     Only jobs submitted with --colocate are asked about at all.
     """
@@ -33,11 +33,15 @@ def placement_for(
     from slurm_colo.contracts.client import job_start_answer, placement_in
 
     answer = job_start_answer(cfg, job_id, node, gpus, user, uid)
+    why = "agent unreachable"
     if answer is not None:
-        return placement_in(answer)
+        placed = placement_in(answer)
+        if placed is not None or answer.get("slurm_unreachable") is not True:
+            return placed
+        why = "the agent could not read the job from Slurm"
     tag = Placement.from_tag(admin_comment_tag(job_id))
     if tag is not None:
-        log.info("job %d: agent unreachable, using the job's placement tag", job_id)
+        log.info("job %d: %s, using the job's placement tag", job_id, why)
     return tag
 
 

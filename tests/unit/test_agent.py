@@ -624,6 +624,8 @@ def test_slurm_down_while_reading_a_job_is_said_not_taken_for_no_such_job(
         start = format_request("JOBSTART", {"job": "9", "node": "n1", "gpus": "0"})
         reply, _ = agent.answer(start, peer_uid=0)
     assert reply.startswith(b"OK\t") and b'"shared":true' not in reply  # fail-open: no tag
+    # the Prolog is told, so it reads the job's tag itself
+    assert parse_reply("JOBSTART", reply.decode()) == {"placement": None, "slurm_unreachable": True}
     assert "job 9: its placement could not be read from Slurm" in caplog.text
     ex = parse_reply("EXPLAIN", agent.handle(format_request("EXPLAIN", {"job": "9"}), 0).decode())
     assert ex["known"] is False

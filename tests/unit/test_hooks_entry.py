@@ -370,6 +370,25 @@ def test_a_job_we_did_not_place_on_a_shared_gpu_is_announced_at_start_and_end(
     assert not (Path(cfg.node.run_dir) / "jobs").exists()  # otherwise left alone
 
 
+def test_an_agent_that_cannot_read_slurm_leaves_the_tag_to_the_prolog(cfg: Config) -> None:
+    """An agent that had to read the job from Slurm and could not answers without a
+    placement: the Prolog used to take that as "not placed" and run the job without MPS.
+    It reads the job's tag itself then."""
+    from fake_agent import FakeAgent
+
+    reply = b'OK\t{"placement": null, "slurm_unreachable": true}\n'
+    agent = FakeAgent(Path(cfg.agent.socket), reply)
+    try:
+        p = hook(cfg, "prolog", 14, **colocated())
+    finally:
+        agent.close()
+    assert p.returncode == 0 and [r.split("\t")[0] for r in agent.requests] == ["JOBSTART"]
+    assert "the agent could not read the job from Slurm, using the job's placement tag" in p.stderr
+    out = hook(cfg, "taskprolog", 14, SLURM_STEP_ID="0").stdout
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in out, out
+    assert hook(cfg, "epilog", 14, SLURM_JOB_EXIT_CODE="0").returncode == 0
+
+
 def test_the_prolog_waits_for_a_busy_agents_placement(tmp_path: Path) -> None:
     """An agent whose look at Slurm holds it up for a second still places the job: the
     Prolog that gave up after 0.5 s ran the job without MPS and unprofiled (CI saw it)."""
