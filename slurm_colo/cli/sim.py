@@ -78,6 +78,19 @@ def _word(kind: type[E], option: str, value: str) -> E:
         raise SimError(f"{option} {value!r}: accepted values are {accepted}") from None
 
 
+#: the largest campaign ``simulate`` generates: a typo of a few zeros must fail at once,
+#: not fill the memory for an hour
+MAX_SIZES = {"jobs": 1_000_000, "gpus": 100_000, "users": 100_000}
+
+
+def _check_sizes(**sizes: int) -> None:
+    from ..sim.engine import SimError
+
+    for name, n in sizes.items():
+        if n > MAX_SIZES[name]:
+            raise SimError(f"--{name} {n}: at most {MAX_SIZES[name]:,}")
+
+
 def _check_numbers(
     load: float, seed: int, hidden_share: float, aggressive_share: float, max_duration_h: float
 ) -> None:
@@ -122,8 +135,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         sacct: Path = _SACCT,
-        jobs: int = typer.Option(10000, help="Jobs to generate."),
-        gpus: int = typer.Option(256, help="GPUs in the simulated cluster."),
+        jobs: int = typer.Option(10000, help="Jobs to generate (at most 1,000,000)."),
+        gpus: int = typer.Option(256, help="GPUs in the simulated cluster (at most 100,000)."),
         load: float = typer.Option(
             1.5,
             help="Offered load: GPU-seconds of work arriving per second, "
@@ -133,9 +146,11 @@ def register(app: typer.Typer) -> None:
         seeds: str = typer.Option(
             "",
             help="Run every seed of this list instead (1-10, 1,4,7) "
-            "and print how each policy's figures spread over them.",
+            "and print how each policy's figures spread over them (at most 100 seeds).",
         ),
-        users: int = typer.Option(16, help="Users the generated jobs are spread over."),
+        users: int = typer.Option(
+            16, help="Users the generated jobs are spread over (at most 100,000)."
+        ),
         multi_gpu: bool = typer.Option(
             False, "--multi-gpu", help="Keep Philly's multi-GPU jobs (always given whole GPUs)."
         ),
@@ -222,6 +237,7 @@ def register(app: typer.Typer) -> None:
             raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(KNOWN_POLICIES)}")
         if not names:
             raise SimError(f"--policies names no policy; known: {', '.join(KNOWN_POLICIES)}")
+        _check_sizes(jobs=jobs, gpus=gpus, users=users)
         _check_numbers(
             load=load,
             seed=seed,

@@ -42,6 +42,8 @@ def parse_seeds(text: str) -> list[int]:
             raise SeedsError(
                 f"--seeds {text!r}: {part!r} is not a range from low to high of non-negative seeds"
             )
+        if b - a >= MAX_SEEDS:  # before the range is walked: 1-99999999999 would take hours
+            raise SeedsError(f"--seeds {text!r}: more than {MAX_SEEDS} seeds")
         seeds.extend(s for s in range(a, b + 1) if s not in seeds)
         if len(seeds) > MAX_SEEDS:
             raise SeedsError(f"--seeds {text!r}: more than {MAX_SEEDS} seeds")

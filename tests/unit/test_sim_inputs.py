@@ -311,6 +311,10 @@ def test_a_gpu_memory_that_is_not_a_size_is_refused(capsys: pytest.CaptureFixtur
     "args, says",
     [
         (["--load", "nan"], "--load nan: give an offered load from 0.01 to 100"),  # never ended
+        (["--jobs", "100000000000"], "--jobs 100000000000: at most 1,000,000"),  # filled memory
+        (["--gpus", "200000"], "--gpus 200000: at most 100,000"),
+        (["--users", "1000000"], "--users 1000000: at most 100,000"),
+        (["--seeds", "1-99999999999"], "more than 100 seeds"),  # walked the range for hours
         (["--load", "1e-300"], "--load 1e-300: give an offered load"),
         (["--seed", "-1"], "--seed -1: give a non-negative seed"),
         (["--hidden-share", "1.5"], "--hidden-share 1.5: give a share from 0 to below 1"),

@@ -64,6 +64,7 @@ def test_seed_lists_and_ranges(text: str, seeds: list[int]) -> None:
         ("-3", "is not a seed"),
         ("1,,2", "'' is not a seed"),
         (f"1-{MAX_SEEDS + 1}", f"more than {MAX_SEEDS} seeds"),
+        ("1-99999999999", f"more than {MAX_SEEDS} seeds"),
     ],
 )
 def test_bad_seed_lists_say_what_is_wrong(text: str, why: str) -> None:
