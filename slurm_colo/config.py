@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -410,6 +411,8 @@ def load_config(path: str | Path | None = None, *, missing_ok: bool | None = Non
     if missing_ok is None:
         missing_ok = not path
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block every hook for ever
+            raise ConfigError(f"config file {p} is not a regular file")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         if missing_ok:

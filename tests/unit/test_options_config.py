@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -165,6 +166,9 @@ def test_missing_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00[placement]")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(tmp_path / "bin.toml")
+    os.mkfifo(tmp_path / "fifo.toml")  # reading it would wait for a writer for ever
+    with pytest.raises(ConfigError, match="fifo.toml is not a regular file"):
+        load_config(tmp_path / "fifo.toml")
 
 
 def test_a_mistyped_config_path_on_the_command_line_is_an_error(
