@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_colo.contracts.client import JOBSTART_TIMEOUT_S
+from slurm_colo.contracts.digits import whole
 from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
@@ -66,6 +67,11 @@ def trusted_uids() -> set[int]:
     except KeyError:
         pass
     return uids
+
+
+def _job_id(p: dict[str, Any]) -> int:
+    """The request's Slurm job id (Slurm's are 32-bit, 0 is none)."""
+    return whole(p["job"], "job", 1, 2**32 - 1)
 
 
 def _nothing_after(delivered: bool = True) -> None:
@@ -314,7 +320,7 @@ class Agent:
             return format_reply(verb, reply), after
         try:
             reply = self._dispatch(verb, payload)
-        except (ColoError, KeyError, ValueError, TypeError) as e:
+        except (ColoError, KeyError, ValueError, TypeError, ArithmeticError) as e:
             log.warning("%s failed: %s", verb, e)
             return format_error(f"{verb} failed: {e}"), _nothing_after
         dt = time.perf_counter() - t0
@@ -339,7 +345,7 @@ class Agent:
         Prolog then reads its tag itself). Logs where the time went when the answer took
         over ``JOBSTART_SLOW_S``."""
         t0 = time.perf_counter()
-        job_id = int(p["job"])
+        job_id = _job_id(p)
         with self.lock:
             t_lock = time.perf_counter()
             need = self.state.needs_lookup(job_id)
@@ -354,7 +360,7 @@ class Agent:
                 tag_text,
                 now,
                 str(p.get("node", "")),
-                [int(g) for g in p.get("gpus") or []],
+                [whole(g, "gpus", 0, 2**31 - 1) for g in p.get("gpus") or []],
             )
         dt = time.perf_counter() - t0
         if dt > JOBSTART_SLOW_S:
@@ -402,10 +408,10 @@ class Agent:
             return self.store_records(p)
         if verb == "JOBEND":
             with self.lock:
-                self.state.job_ended(int(p["job"]))
+                self.state.job_ended(_job_id(p))
             return {}
         if verb == "EXPLAIN":
-            job_id = int(p["job"])
+            job_id = _job_id(p)
             with self.lock:
                 known = not self.state.needs_lookup(job_id)
             try:

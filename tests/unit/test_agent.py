@@ -647,3 +647,26 @@ def test_a_place_request_with_an_impossible_uid_is_refused_and_harms_no_later_on
     reply, after = agent.answer(format_request("PLACE", _req("good")), peer_uid=0)
     after(True)
     assert parse_reply("PLACE", reply.decode())["action"] == "share"
+
+
+@pytest.mark.parametrize(
+    "verb,payload",
+    [
+        ("JOBSTART", {"job": float("inf"), "node": "n1", "gpus": [0]}),
+        ("JOBSTART", {"job": 7, "node": "n1", "gpus": [float("inf")]}),
+        ("JOBSTART", {"job": -3, "node": "n1", "gpus": [0]}),
+        ("JOBEND", {"job": float("-inf"), "node": "n1"}),
+        ("EXPLAIN", {"job": 2**40}),
+    ],
+)
+def test_a_request_with_a_job_id_no_job_has_is_refused_with_a_reply(
+    verb: str, payload: dict[str, object]
+) -> None:
+    """An infinite job id used to raise OverflowError past the request's error handling:
+    no reply at all, the connection dropped. Now the caller is told."""
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    agent.refresh()
+    reply, after = agent.answer(format_request(verb, payload), peer_uid=0)
+    after(True)
+    assert reply.startswith(f"ERR\t{verb} failed: ".encode()), reply
+    assert b"job" in reply or b"gpus" in reply
