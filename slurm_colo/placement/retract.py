@@ -124,6 +124,10 @@ def members_from_report(
       times the predicted throughput of the set it was in before (1 when it was alone).
     * Without progress figures (the job does not report progress, or its class has no solo
       progress rate yet): the score table's prediction, marked not measured.
+
+    A measured ``n`` is at most 1: a job is not faster next to others than alone, and the
+    progress figures are the job's own (a job reporting a made-up rate must not teach the
+    agent that its class gains from every partner); a bit above 1 is noise, read as 1.
     """
     modes = modes or {}
     new_key = str(report["job"])
@@ -145,7 +149,9 @@ def members_from_report(
             if rate is not None and before:
                 prev = [str(c) for c in m.get("before") or []]
                 n, measured = rate / before * _predicted(cls, prev, scores), True
-        out.append(Member(key, cls, modes.get(key, "auto"), n, measured))
+        out.append(
+            Member(key, cls, modes.get(key, "auto"), min(n, 1.0) if measured else n, measured)
+        )
     return out
 
 

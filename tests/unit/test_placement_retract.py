@@ -133,6 +133,24 @@ def test_members_from_a_node_report() -> None:
     assert m["6"].n == pytest.approx(0.9 * 0.95) and not m["6"].measured and m["6"].mode == "auto"
 
 
+def test_a_measured_speed_above_solo_is_read_as_solo() -> None:
+    """The progress figures are the job's own: a newcomer reporting 1e300 per second (its
+    class's solo rate is 4/s) used to teach the agent that its class ran 2.5e299 times
+    faster next to ``a``, so the policy paired it with ``a`` ever after; an incumbent 20 %
+    faster than before is noise."""
+    report = {
+        "job": 7,
+        "members": [
+            {"job": 5, "cls": "a", "rate": 9.6, "rate_before": 8.0, "before": []},
+            {"job": 7, "cls": "b", "rate": 1e300},
+        ],
+    }
+    m = {x.key: x for x in members_from_report(report, SCORES)}
+    assert (m["5"].n, m["7"].n) == (1.0, 1.0) and m["5"].measured and m["7"].measured
+    obs = observed_pairs(m["7"], list(m.values()), SCORES)
+    assert obs[("b", "a")].n_a == 1.0 and obs[("b", "a")].n_b == 1.0
+
+
 def test_a_newcomer_of_a_class_without_solo_progress_rate_is_predicted() -> None:
     report = {
         "job": 2,
