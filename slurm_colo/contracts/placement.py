@@ -43,14 +43,16 @@ def held_for_text(held: str, model: str = "") -> str:
 
 
 #: what each number of a placement may be, both ends included: a tag or reply outside these
-#: (``pct=1e400``, ``mem=nan``, a negative GPU) is damaged, not a limit to apply
+#: (``pct=1e400``, ``mem=nan``, a negative GPU) is damaged, not a limit to apply. The upper
+#: ends of sizes and times are the config's own bound on a number (``config.MAX_WHOLE``):
+#: an agent never sends more, so a site's large setting is never refused here.
 LIMITS: dict[str, tuple[float, float]] = {
     "gpu": (0, 2**31 - 1),
     "thread_pct": (1, 100),
-    "mem_limit_gib": (0, 2**20),  # 0: no limit
-    "memory_gib": (0, 2**20),
-    "predicted_delta": (0, 1e6),
-    "probe_s": (0, 1e9),
+    "mem_limit_gib": (0, 2**53),  # 0: no limit
+    "memory_gib": (0, 2**53),
+    "predicted_delta": (0, 2**53),
+    "probe_s": (0, 2**53),
     "partners": (1, 2**32 - 1),
 }
 

@@ -236,6 +236,14 @@ def test_a_reply_number_out_of_range_is_a_protocol_error(field: str, value: obje
         Placement.from_wire({"token": "t", "mechanism": "mps", field: value})
 
 
+def test_a_sites_large_settings_still_pass() -> None:
+    """The upper ends are the config's bound on any number (2^53): a probe after 10^10 s or
+    a memory estimate of 10^7 GiB, however odd, is what the agent sent, not damage (a reply
+    refused here would run the job without MPS)."""
+    p = Placement("t", mechanism=Mechanism.MPS, probe_s=1e10, memory_gib=1e7, mem_limit_gib=0.0)
+    assert Placement.from_wire(json.loads(json.dumps(p.to_wire()))) == p
+
+
 def test_a_tag_number_out_of_range_is_left_out() -> None:
     """The tag is read leniently: a number that cannot be used is dropped, the rest kept."""
     tag = "slurm-colo[v=1 tok=t cls=a mode=auto mech=mps gpu=n1:\u00b2 pct=1e400 mem=nan est=-1 d=inf]"
