@@ -27,8 +27,12 @@ def number(v: Any, name: str, lo: float, hi: float) -> float:
     except (ValueError, OverflowError):
         raise ValueError(f"{name}: not a number: {v!r}") from None
     if not (math.isfinite(out) and lo <= out <= hi):
-        raise ValueError(f"{name} {v!r} is not a number from {lo:g} to {hi:g}")
+        raise ValueError(f"{name} {v!r} is not a number from {_show(lo)} to {_show(hi)}")
     return out
+
+
+def _show(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def whole(v: Any, name: str, lo: int, hi: int) -> int:
