@@ -504,15 +504,13 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
 def _recover_job(
     cfg: Config, lay: NodeLayout, job_id: int, handoff: Handoff | None, done: list[int]
 ) -> None:
-    """:func:`recover` for one job; its id goes into ``done`` once its record is spooled."""
-    try:
-        st = jobstate.read_state(lay, job_id)
-    except ProtocolError as e:
-        log.error("job %d: state file unreadable (%s); left in %s", job_id, e, lay.job_dir(job_id))
-        return
-    ended = jobstate.read_ended(lay, job_id)
+    """:func:`recover` for one job; its id goes into ``done`` once its record is spooled.
+    A damaged state file raises (``ProtocolError``): :func:`recover` logs it and leaves
+    the job to its Epilog, which sets it aside."""
+    st = jobstate.read_state(lay, job_id)
     if st is None:
         return
+    ended = jobstate.read_ended(lay, job_id)
     if ended is None:
         if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
             return  # still running (or its Epilog has not started yet)
