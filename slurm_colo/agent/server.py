@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_colo.contracts.client import JOBSTART_TIMEOUT_S
-from slurm_colo.contracts.digits import whole
+from slurm_colo.contracts.placement import whole_in_limits
 from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
@@ -71,7 +71,7 @@ def trusted_uids() -> set[int]:
 
 def _job_id(p: dict[str, Any]) -> int:
     """The request's Slurm job id (Slurm's are 32-bit, 0 is none)."""
-    return whole(p["job"], "job", 1, 2**32 - 1)
+    return whole_in_limits(p["job"], "job")
 
 
 def _nothing_after(delivered: bool = True) -> None:
@@ -360,7 +360,7 @@ class Agent:
                 tag_text,
                 now,
                 str(p.get("node", "")),
-                [whole(g, "gpus", 0, 2**31 - 1) for g in p.get("gpus") or []],
+                [whole_in_limits(g, "gpu", "gpus") for g in p.get("gpus") or []],
             )
         dt = time.perf_counter() - t0
         if dt > JOBSTART_SLOW_S:

@@ -13,7 +13,7 @@ from typing import Any
 
 from slurm_colo.contracts.digits import number, whole
 from slurm_colo.contracts.enums import Mechanism, Mode
-from slurm_colo.contracts.placement import LIMITS, Placement
+from slurm_colo.contracts.placement import Placement, whole_in_limits
 from slurm_colo.contracts.records import UID_MAX
 from slurm_colo.errors import ProtocolError
 
@@ -45,7 +45,7 @@ class GpuMpsStart:
 
 def _gpu(v: Any) -> int:
     """A GPU index (a JSON number, or its text as a key of ``mps``)."""
-    return whole(v, "GPU index", *map(int, LIMITS["gpu"]))
+    return whole_in_limits(v, "gpu", "GPU index")
 
 
 def _list(v: Any, name: str) -> list[Any]:

@@ -53,7 +53,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "memory_gib": (0, 2**53),
     "predicted_delta": (0, 2**53),
     "probe_s": (0, 2**53),
-    "partners": (1, 2**32 - 1),
+    "job": (1, 2**32 - 1),  # a Slurm job id (partners)
 }
 
 
@@ -205,8 +205,15 @@ def _float_or_none(v: Any, name: str) -> float | None:
 
 
 def _bounded_int(v: Any, name: str) -> int | None:
-    return None if v is None else whole(v, name, *map(int, LIMITS[name]))
+    return None if v is None else whole_in_limits(v, name)
 
 
 def _partner(v: Any) -> int:
-    return whole(v, "partners", *map(int, LIMITS["partners"]))
+    return whole_in_limits(v, "job", "partners")
+
+
+def whole_in_limits(v: Any, name: str, what: str = "") -> int:
+    """``v`` as a whole number within ``LIMITS[name]``; else ``ValueError``/``TypeError``
+    naming ``what`` (default ``name``)."""
+    lo, hi = LIMITS[name]
+    return whole(v, what or name, int(lo), int(hi))

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slurm_colo.contracts.digits import whole
 from slurm_colo.contracts.enums import Mechanism
+from slurm_colo.contracts.placement import whole_in_limits
 from slurm_colo.fsutil import read_small
 
 from .common import env_int, guarded
@@ -75,7 +75,7 @@ def read_task(path: str) -> dict[str, Any]:
         ):
             raise ValueError("'mps' without its pipe and log directories")
         if mps.get("thread_pct") is not None:
-            whole(mps["thread_pct"], "thread_pct", 1, 100)
+            whole_in_limits(mps["thread_pct"], "thread_pct")
         if mps.get("mem_limit") is not None and not _MEM_LIMIT.fullmatch(str(mps["mem_limit"])):
             raise ValueError(f"mem_limit {mps['mem_limit']!r} is not like 0=12G")
     if not isinstance(task.get("messages", []), list):
