@@ -58,13 +58,15 @@ def read_small(path: Path, limit: int | None = 1024 * 1024) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            data = f.read() if limit is None else f.read(limit + 1)
-        except OSError:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: it refuses a directory
             return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return data if limit is None or len(data) <= limit else None
 
 

@@ -44,6 +44,35 @@ def test_oversized_and_fifo_files_are_refused(tmp_path: Path) -> None:
     assert read_small(fifo) is None  # no blocking open, not a regular file
 
 
+def test_a_directory_where_a_file_belongs_reads_as_missing(tmp_path: Path) -> None:
+    """Expected: None, as for a FIFO. Before, ``os.fdopen`` raised IsADirectoryError
+    (and the descriptor leaked)."""
+    d = tmp_path / "progress.json"
+    d.mkdir()
+    assert read_small(d) is None and read_small(d, limit=None) is None
+    assert read_json(d) is None
+
+
+def test_a_job_users_progress_file_as_a_directory_costs_nothing_else(tmp_path: Path) -> None:
+    """Expected: the job's user makes its progress file a directory; its record is the
+    full one without progress figures. Before, building the record raised, and the job
+    got the thin record (no profile, no co-runners)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_node_lifecycle import mps_job, node_config, spooled
+
+    from slurm_colo.node.layout import NodeLayout
+    from slurm_colo.node.lifecycle import job_end, job_start
+
+    cfg = node_config(tmp_path)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    (NodeLayout.of_config(cfg).user_dir(1) / "progress.json").mkdir(parents=True)
+    assert job_end(cfg, 1, 0) is not None
+    rec = spooled(cfg)[1]
+    assert "record_error" not in rec.profile and rec.progress is None
+
+
 def test_planted_temp_symlink_is_not_written_through(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("precious")
