@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         st = saved_state(lay.mps_state(g))
         events = journal.read(lay.journal(g))
         gpus[g] = {
+            "files_problem": lay.gpu_files_problem(g),
             "jobs": [s.job for s in journal.active(events)],
             "mps_daemon": st.get("pid"),
             "mps_uid": st.get("uid"),
@@ -70,6 +72,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(
                 f"GPU {g}: jobs {i['jobs'] or '-'}; {d}; crashes (10 min) {i['recent_crashes']}"
             )
+            if i["files_problem"]:
+                typer.echo(f"   {i['files_problem']}: hooks run its jobs without MPS")
             for f in i["faults"]:
                 when = datetime.fromtimestamp(float(f["t"]), UTC).strftime("%Y-%m-%d %H:%M:%S")
                 typer.echo(f"   fault {when} UTC {f['kind']}: {f['detail']}")
@@ -95,9 +99,16 @@ def register(app: typer.Typer) -> None:
         rec = recover(cfg)
         typer.echo(f"recovered records: {rec or 'none'}")
         indices = gpu or lay.gpu_indexes()
+        damaged = False
         for g in indices:
             gm = gpu_mps(cfg, g)
-            lay.gpu_dir(g).mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # a file in its place is reported next
+                lay.gpu_dir(g).mkdir(parents=True, exist_ok=True)
+            problem = lay.gpu_files_problem(g)
+            if problem is not None:
+                typer.echo(f"GPU {g}: {problem}; move it away and run this again", err=True)
+                damaged = True
+                continue
             with locked(lay.gpu_lock(g), timeout_s=30):
                 busy = journal.active(journal.read(lay.journal(g)))
                 if busy and not force:
@@ -114,6 +125,8 @@ def register(app: typer.Typer) -> None:
                     + (f"; {'; '.join(problems)}" if problems else "")
                     + (f"; killed stale {killed}" if killed else "")
                 )
+        if damaged:
+            raise typer.Exit(1)
 
     @node.command("selftest")
     def selftest(

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +56,24 @@ class NodeLayout:
         except OSError:
             return []
         return sorted(i for i in (decimal(n, 9) for n in names) if i is not None)
+
+    def gpu_files_problem(self, index: int) -> str | None:
+        """Why the hooks cannot use GPU ``index``'s directory, lock or journal (the
+        directory missing, or a file there that is not a regular file: a directory, a FIFO,
+        a link), else None. A missing lock or journal is fine: the hooks create them."""
+        gpu_dir = self.gpu_dir(index)
+        if not gpu_dir.is_dir():
+            return f"{gpu_dir} is not a directory"
+        for path in (self.gpu_lock(index), self.journal(index)):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                return f"{path}: {e.strerror or e}"
+            if not stat.S_ISREG(mode):
+                return f"{path} is not a regular file"
+        return None
 
     def gpu_lock(self, index: int) -> Path:
         return self.gpu_dir(index) / "lock"

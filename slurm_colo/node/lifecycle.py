@@ -6,6 +6,7 @@ The hooks (slurm_colo/hooks) only read the environment and call :func:`job_start
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -93,7 +94,8 @@ def job_start(
     now = time.time()
     opener = open_gpu or LazyNvml(cfg)
     for g in info.gpus:
-        ensure_dir(lay.gpu_dir(g), 0o700)
+        with contextlib.suppress(OSError):  # a file in its place: gpu_files_problem says
+            ensure_dir(lay.gpu_dir(g), 0o700)
     state = JobState(
         info.job_id,
         info.user,
@@ -116,6 +118,10 @@ def job_start(
         "messages": [],
     }
     for g in info.gpus:
+        problem = lay.gpu_files_problem(g)
+        if problem is not None:
+            _unusable_gpu(info.job_id, g, problem, mech, res, state)
+            continue
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         try:
             if mech == Mechanism.MPS:  # before the journal entry: faults found now predate the job
@@ -186,6 +192,24 @@ def job_start(
     jobstate.write_state(lay, state)
     res.task = task
     return res
+
+
+def _unusable_gpu(
+    job_id: int, g: int, problem: str, mech: Mechanism | None, res: StartResult, state: JobState
+) -> None:
+    """The Prolog on a GPU whose lock or journal someone replaced by hand: the job runs
+    there without MPS and without a stay in the journal, and the admin is told how to mend
+    it; the job's record is still written at its end."""
+    message = (
+        f"GPU {g}: {problem}; job {job_id} runs there without MPS and unrecorded in the "
+        "GPU's journal (move it away, then run 'slurm-colo node cleanup')"
+    )
+    if mech != Mechanism.MPS:
+        log.error("job %d: %s", job_id, message)
+        return
+    out = MpsOutcome("broken", message)
+    res.mps[g] = out
+    state.mps[g] = GpuMpsStart(out.state, out.log_offset, out.server_log_offset, out.message)
 
 
 def start_sampler(cfg: Config, job_id: int) -> int | None:
@@ -313,10 +337,9 @@ def _close_stays(
     (``failed``: the job did not exit cleanly, so MPS servers are also asked for FAULT)."""
     job_id = st.job
     for g in st.gpus:
-        if not lay.gpu_dir(g).is_dir():  # gone (by hand): no journal, no daemon to stop
-            log.warning(
-                "GPU %d: %s is missing; job %d's stay not closed", g, lay.gpu_dir(g), job_id
-            )
+        problem = lay.gpu_files_problem(g)
+        if problem is not None:  # changed by hand: no journal to close, no daemon to stop
+            log.warning("GPU %d: %s; job %d's stay not closed", g, problem, job_id)
             continue
         token = try_lock(lay.gpu_lock(g), lock_wait(cfg))
         if token is None:
@@ -383,7 +406,7 @@ def _maybe_stop(
     a Prolog arriving meanwhile waits on the lock and then finds the GPU clean. With
     ``handoff`` the GPU is only noted there; :func:`start_handoff` starts that process.
     """
-    if not lay.gpu_dir(g).is_dir():
+    if lay.gpu_files_problem(g) is not None:  # _close_stays said so
         return
     try:
         with locked(lay.gpu_lock(g), timeout_s=lock_wait(cfg)):

@@ -11,6 +11,7 @@ through ctypes): where no driver exists (the emulator) the client's own checks a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -148,7 +149,11 @@ def _on_gpu(cfg: Config, g: Gpu, index: int, set_compute_mode: bool, source: str
         return [Step("nvml", FAIL, f"GPU {index}: {'; '.join(g.errors) or 'no such GPU'}")]
     steps.append(Step("nvml", OK, f"GPU {index}: {name} {uuid} ({source})"))
     live = NodeLayout.of_config(cfg)
-    ensure_dir(live.gpu_dir(index), 0o700)
+    with contextlib.suppress(OSError):  # a file in its place is reported next
+        ensure_dir(live.gpu_dir(index), 0o700)
+    problem = live.gpu_files_problem(index)
+    if problem is not None:
+        return [*steps, Step("gpu files", FAIL, problem, "move it away and run this again")]
     # the GPU's lock, as the hooks take it: a Prolog arriving meanwhile waits for the test
     try:
         with locked(live.gpu_lock(index), timeout_s=lock_wait(cfg)):

@@ -572,10 +572,10 @@ def test_a_saved_sampler_pid_now_of_another_process_is_not_signalled(cfg: Config
 
 
 def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -> None:
-    """Expected: a job whose GPU journal cannot be written (a directory in its place) is
-    logged and left; the next hook's recovery still ends the other jobs, a damaged end
-    file is written anew (the job is recovered with the time it was last seen), and a
-    directory named with a non-ASCII digit is not a job."""
+    """Expected: a job whose state file is damaged is logged and left for its Epilog;
+    the next hook's recovery still ends the other jobs, a damaged end file is written
+    anew (the job is recovered with the time it was last seen), and a directory named
+    with a non-ASCII digit is not a job."""
     from slurm_colo.node import jobstate
 
     job_start(cfg, mps_job(1, gpu=1, mech="shard"), launch_sampler=False)
@@ -587,8 +587,7 @@ def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -
         assert st is not None
         st.boot_id = "another-boot"
         jobstate.write_state(lay, st)
-    lay.journal(1).unlink()
-    lay.journal(1).mkdir()
+    (lay.job_dir(1) / "state.json").write_text("{")
     (lay.job_dir(3) / "ended.json").write_text('{"end": "abc", "epilog_pid": "x"}')
     (lay.jobs_dir() / "\u00b2").mkdir()
     assert recover(cfg) == [2, 3]
@@ -619,3 +618,46 @@ def test_a_damaged_state_file_does_not_keep_the_gpu_taken(cfg: Config, state: st
     assert job_end(cfg, 2, 0, detach_stop=False) is not None
     assert set(spooled(cfg)) == {2} and leftover_mps(cfg) == []
     assert recover(cfg) == []  # nothing left for later hooks to retry
+
+
+@pytest.mark.parametrize("what", ["lock", "journal"])
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_gpu_file_replaced_by_hand_costs_mps_there_not_the_record(
+    cfg: Config, what: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: with a GPU's lock or journal replaced by a directory or a FIFO (by hand:
+    both are root's), the Prolog runs the job there without MPS and says why, the Epilog
+    still spools its record, later hooks have nothing to retry, and ``node cleanup``
+    names the file and fails. Before, each hook on that GPU ended in a traceback, and the
+    record stayed behind for every later hook to retry."""
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+
+    lay = NodeLayout.of_config(cfg)
+    lay.gpu_dir(0).mkdir(parents=True)
+    path = lay.gpu_lock(0) if what == "lock" else lay.journal(0)
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    res = job_start(cfg, mps_job(1), launch_sampler=False)
+    assert res.mps[0].state == "broken" and "mps" not in res.task
+    assert f"{path} is not a regular file" in res.mps[0].message
+    assert res.task["messages"] == [res.mps[0].message]
+    assert leftover_mps(cfg) == []  # no daemon started for it
+    other = job_start(cfg, mps_job(2, gpu=1), launch_sampler=False)  # the next GPU: as ever
+    assert other.mps[1].state == "ok"
+    with caplog.at_level("WARNING"):
+        assert job_end(cfg, 1, 0, detach_stop=False) is not None
+    assert f"{path} is not a regular file; job 1's stay not closed" in caplog.text
+    assert set(spooled(cfg)) == {1} and recover(cfg) == []
+    assert job_end(cfg, 2, 0, detach_stop=False) is not None
+    os.environ["SLURM_COLO_CONFIG"] = cfg.source
+    try:
+        status = CliRunner().invoke(app, ["node", "status"])
+        out = CliRunner().invoke(app, ["node", "cleanup"])
+    finally:
+        del os.environ["SLURM_COLO_CONFIG"]
+    assert f"   {path} is not a regular file: hooks run its jobs without MPS" in status.output
+    assert out.exit_code == 1
+    assert f"GPU 0: {path} is not a regular file; move it away" in out.output
+    assert "GPU 1: clean" in out.output
+

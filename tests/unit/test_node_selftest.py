@@ -129,6 +129,16 @@ def test_no_such_gpu(tmp_path: Path) -> None:
     assert [(s.name, s.status) for s in steps] == [("nvml", FAIL)]
 
 
+def test_a_gpu_lock_replaced_by_a_directory_is_named(tmp_path: Path) -> None:
+    """Expected: a FAIL that names the file, not a traceback from opening the lock."""
+    cfg = node_config(tmp_path, gpus=1)
+    lock = NodeLayout.of_config(cfg).gpu_lock(0)
+    lock.mkdir(parents=True)
+    steps = run_selftest(cfg, 0)
+    assert [(s.name, s.status) for s in steps] == [("nvml", OK), ("gpu files", FAIL)]
+    assert steps[1].message == f"{lock} is not a regular file"
+
+
 @pytest.mark.parametrize(
     "reading,sm,mem",
     [

@@ -458,6 +458,10 @@ def stop_if_idle(cfg: Config, g: int) -> list[str]:
     from slurm_colo.fsutil import locked
 
     gm = gpu_mps(cfg, g)
+    problem = gm.layout.gpu_files_problem(g)
+    if problem is not None:
+        log.warning("GPU %d: %s; MPS stop left to 'slurm-colo node cleanup'", g, problem)
+        return [problem]
     with locked(gm.layout.gpu_lock(g), timeout_s=lock_wait(cfg)):
         if journal.active(journal.read(gm.layout.journal(g))) or not gm.state():
             return []
