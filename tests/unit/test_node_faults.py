@@ -661,3 +661,16 @@ def test_a_gpu_file_replaced_by_hand_costs_mps_there_not_the_record(
     assert f"GPU 0: {path} is not a regular file; move it away" in out.output
     assert "GPU 1: clean" in out.output
 
+
+def test_mps_is_not_started_for_a_gpu_nvml_does_not_list(cfg: Config) -> None:
+    """Expected: a job given a GPU index NVML does not list (a gres.conf naming a GPU the
+    node does not have) runs without MPS and is told so, and no daemon is started for
+    it. Before, a daemon was started for each such index."""
+    res = job_start(cfg, mps_job(1, gpu=7), launch_sampler=False)
+    assert res.mps[7].state == "refused" and "mps" not in res.task
+    assert res.mps[7].message == (
+        "GPU 7: NVML lists 2 GPU(s) on this node, no GPU 7; no MPS daemon started"
+    )
+    assert leftover_mps(cfg) == [] and not gpu_mps(cfg, 7).state()
+    assert job_end(cfg, 1, 0, detach_stop=False) is not None
+

@@ -158,6 +158,15 @@ def test_scenario_init_error(tmp_path: Path) -> None:
     assert not gate.available and gate.device_count() == 0
 
 
+def test_a_gpu_nvml_does_not_list_is_absent_a_lost_one_is_not(tmp_path: Path) -> None:
+    gate = open_nvml("scenario", _scenario(tmp_path, [{}, {"lost_after_s": 0}]), str(tmp_path))
+    missing = gate.gpu(5)
+    assert isinstance(missing, NullGpu) and missing.absent
+    assert missing.errors == ["NVML lists 2 GPU(s) on this node, no GPU 5"]
+    assert not isinstance(gate.gpu(1), NullGpu) and not getattr(gate.gpu(1), "absent", False)
+    assert not NullGpu(0, "no NVML").absent  # NVML not running: cannot tell
+
+
 def test_null_gpu_answers_every_call_with_none() -> None:
     g = NullGpu(3, "no NVML")
     assert [

@@ -214,6 +214,10 @@ class GpuMps:
         import shutil
 
         gpu = self.open_gpu(self.index)
+        if isinstance(gpu, NullGpu) and gpu.absent:  # e.g. gres.conf naming a GPU not here
+            return MpsOutcome(
+                "refused", f"GPU {self.index}: {gpu.errors[0]}; no MPS daemon started"
+            )
         uuid = gpu.uuid() or f"gpu{self.index}"
         root = self.layout.mps_root(uuid)
         pipe, logd = root / "pipe", root / "log"

@@ -163,10 +163,12 @@ def _raise(e: BaseException) -> None:
 
 
 class NullGpu(Gpu):
-    """A GPU we cannot reach: every reading is None."""
+    """A GPU we cannot reach: every reading is None. ``absent``: NVML runs and lists no GPU
+    of that index on this node (not one it lost: that is a :class:`Gpu` marked lost)."""
 
-    def __init__(self, index: int, reason: str) -> None:
+    def __init__(self, index: int, reason: str, absent: bool = False) -> None:
         super().__init__(nv=None, index=index, handle=None, lost=True, errors=[reason])
+        self.absent = absent
 
 
 class NvmlGate:
@@ -204,6 +206,12 @@ class NvmlGate:
             g = Gpu(self.nv, index, self.nv.nvmlDeviceGetHandleByIndex(index))
         except Exception as e:
             g = NullGpu(index, f"no handle for GPU {index}: {e}")
+            try:
+                count = int(self.nv.nvmlDeviceGetCount())
+            except Exception:
+                count = None  # cannot tell: not called absent
+            if count is not None and not 0 <= index < count:
+                g = NullGpu(index, f"NVML lists {count} GPU(s) on this node, no GPU {index}", True)
         self._gpus[index] = g
         return g
 
