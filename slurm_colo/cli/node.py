@@ -44,6 +44,10 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         "gpus": gpus,
         "jobs": jobstate.job_ids(lay),
         "spooled_records": len(pending(lay.spool_dirs())),
+        "damaged_jobs": [
+            {"job": d.job, "set_aside": d.set_aside, "path": str(d.path)}
+            for d in jobstate.damaged_jobs(lay)
+        ],
     }
 
 
@@ -56,7 +60,11 @@ def register(app: typer.Typer) -> None:
     @node.command("status")
     def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
         """Per-GPU MPS daemons and jobs on this node, the last MPS faults of the last day,
-        pending records."""
+        pending records, job state set aside as damaged."""
+        from pathlib import Path
+
+        from ..node.jobstate import DAMAGED_KEEP_S
+
         s = _status(load_config())
         if as_json:
             typer.echo(json.dumps(s, indent=2, sort_keys=True))
@@ -78,6 +86,12 @@ def register(app: typer.Typer) -> None:
                 when = datetime.fromtimestamp(float(f["t"]), UTC).strftime("%Y-%m-%d %H:%M:%S")
                 typer.echo(f"   fault {when} UTC {f['kind']}: {f['detail']}")
         typer.echo(f"job state dirs: {s['jobs'] or '-'}; spooled records: {s['spooled_records']}")
+        if s["damaged_jobs"]:
+            typer.echo(
+                f"damaged job state (no record): jobs "
+                f"{[d['job'] for d in s['damaged_jobs']]} in {Path(s['run_dir']) / 'damaged'}, "
+                f"kept {DAMAGED_KEEP_S // 86400} days"
+            )
 
     @node.command("cleanup")
     def cleanup(

@@ -11,7 +11,8 @@ Epilog has spooled the job's record, so the Epilog waits for neither. In order:
    (:func:`.ingest.ingest_pending`; one ingest at a time per node, idempotent by record
    id, a locked database leaves the files for the next run).
 3. Always: delete the job directories the Epilogs moved to ``<run_dir>/trash/``
-   (:func:`.jobstate.empty_trash`).
+   (:func:`.jobstate.empty_trash`), and those set aside in ``<run_dir>/damaged/`` over
+   30 days ago (:func:`.jobstate.prune_damaged`).
 
 One interpreter for both jobs (before: one per GPU plus one for the ingest). Logs to
 syslog like the hooks. Exit status 1 when a stop left problems or the ingest reported
@@ -86,10 +87,19 @@ def main(argv: list[str]) -> int:
 
         if ingest_logged(cfg).errors:
             rc = 1
-    from .jobstate import empty_trash
+    from .jobstate import DAMAGED_KEEP_S, empty_trash, prune_damaged
     from .layout import NodeLayout
 
-    empty_trash(NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir))
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    empty_trash(lay)
+    gone = prune_damaged(lay)
+    if gone:
+        log.info(
+            "deleted the files of job(s) %s from %s (damaged state, set aside over %d days ago)",
+            ",".join(map(str, gone)),
+            lay.damaged_dir(),
+            DAMAGED_KEEP_S // 86400,
+        )
     return rc
 
 

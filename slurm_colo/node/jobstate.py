@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurm_colo.contracts.digits import decimal, number, whole
 from slurm_colo.contracts.jobstate import PID_MAX, JobState
@@ -135,6 +135,46 @@ def move_damaged(layout: NodeLayout, job_id: int) -> Path:
     except OSError:
         return src
     return dst
+
+
+#: how long ``<run_dir>/damaged/`` keeps a job's files (``slurm-colo node status`` lists them)
+DAMAGED_KEEP_S = 30 * 86400
+
+
+class Damaged(NamedTuple):
+    job: int
+    set_aside: float  # when, in seconds since the epoch
+    path: Path
+
+
+def damaged_jobs(layout: NodeLayout) -> list[Damaged]:
+    """Each entry :func:`move_damaged` made, oldest first; an entry not named as it names
+    them (put there by hand) is not listed."""
+    try:
+        names = [e.name for e in os.scandir(layout.damaged_dir())]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        job, _, ns = name.partition(".")
+        j, t = decimal(job, 10), decimal(ns, 20)
+        if j is not None and t is not None:
+            out.append(Damaged(j, t / 1e9, layout.damaged_dir() / name))
+    return sorted(out, key=lambda d: d.set_aside)
+
+
+def prune_damaged(layout: NodeLayout, now: float | None = None) -> list[int]:
+    """Delete what :func:`move_damaged` set aside more than :data:`DAMAGED_KEEP_S` ago;
+    the job ids deleted."""
+    import shutil
+
+    now = time.time() if now is None else now
+    gone = []
+    for d in damaged_jobs(layout):
+        if now - d.set_aside > DAMAGED_KEEP_S:
+            shutil.rmtree(d.path, ignore_errors=True)
+            gone.append(d.job)
+    return gone
 
 
 def empty_trash(layout: NodeLayout) -> int:

@@ -674,3 +674,34 @@ def test_mps_is_not_started_for_a_gpu_nvml_does_not_list(cfg: Config) -> None:
     assert leftover_mps(cfg) == [] and not gpu_mps(cfg, 7).state()
     assert job_end(cfg, 1, 0, detach_stop=False) is not None
 
+
+def test_damaged_job_state_is_listed_and_deleted_after_30_days(
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expected: ``node status`` lists the jobs set aside in ``damaged/``, and the Epilog's
+    helper deletes those set aside over 30 days ago, leaving newer ones and anything put
+    there by hand. Before, nothing listed or emptied the directory."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+    from slurm_colo.node import handoff, jobstate
+
+    lay = NodeLayout.of_config(cfg)
+    for job in (1, 2):
+        job_start(cfg, mps_job(job, mech="shard"), launch_sampler=False)
+        (lay.job_dir(job) / "state.json").write_text("{")
+        assert job_end(cfg, job, 0) is None
+    old = [d for d in jobstate.damaged_jobs(lay) if d.job == 1][0]
+    month_ago = time.time_ns() - 31 * 86400 * 10**9
+    old.path.rename(lay.damaged_dir() / f"1.{month_ago}")
+    (lay.damaged_dir() / "notes.txt").write_text("mine")
+    monkeypatch.setenv("SLURM_COLO_CONFIG", cfg.source)
+    out = CliRunner().invoke(app, ["node", "status"])
+    assert out.exit_code == 0, out.output
+    assert f"damaged job state (no record): jobs [1, 2] in {lay.damaged_dir()}" in out.output
+    listed = json.loads(CliRunner().invoke(app, ["node", "status", "--json"]).output)
+    assert [d["job"] for d in listed["damaged_jobs"]] == [1, 2]
+    assert handoff.main(["--stop", "0"]) == 0
+    assert sorted(p.name.split(".")[0] for p in lay.damaged_dir().iterdir()) == ["2", "notes"]
