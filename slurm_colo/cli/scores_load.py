@@ -60,6 +60,12 @@ def register(app: typer.Typer) -> None:
                 hint="use a model of the config's [[gpus]] tables, or leave --gpu-model out",
             )
         dest = publish_scores(table, model_scores_path(cfg.scores.path, gpu_model))
+        if not table.pairs:  # class profiles alone may be meant: loaded, and said
+            typer.echo(
+                f"warning: score set {table.id} has no pairs: the agent judges every pair "
+                "by its prior from the classes' profiles alone",
+                err=True,
+            )
         typer.echo(
             f"score set {table.id}: {len(table.classes)} classes, {len(table.pairs)} pairs -> {dest}"
         )

@@ -279,6 +279,7 @@ def test_scores_load_publishes_a_models_own_set(
         ["scores", "load", str(src), "--gpu-model", "k80", "--config", str(conf)], capsys
     )
     assert code == 0, err
+    assert "warning: score set k80-by-hand has no pairs: the agent judges every pair" in err
     assert load_scores(model_scores_path(live, "k80")).id == "k80-by-hand"
     assert "live-k80.json" in out
     assert not live.exists()  # the site default is left alone
