@@ -58,13 +58,13 @@ class NodeLayout:
         return sorted(i for i in (decimal(n, 9) for n in names) if i is not None)
 
     def gpu_files_problem(self, index: int) -> str | None:
-        """Why the hooks cannot use GPU ``index``'s directory, lock or journal (the
-        directory missing, or a file there that is not a regular file: a directory, a FIFO,
-        a link), else None. A missing lock or journal is fine: the hooks create them."""
+        """Why the hooks cannot use GPU ``index``'s directory, lock, journal or MPS state
+        (the directory missing, or a file there that is not a regular file: a directory, a
+        FIFO, a link), else None. A missing file is fine: the hooks create them."""
         gpu_dir = self.gpu_dir(index)
         if not gpu_dir.is_dir():
             return f"{gpu_dir} is not a directory"
-        for path in (self.gpu_lock(index), self.journal(index)):
+        for path in (self.gpu_lock(index), self.journal(index), self.mps_state(index)):
             try:
                 mode = os.lstat(path).st_mode
             except FileNotFoundError:

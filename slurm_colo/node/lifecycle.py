@@ -110,7 +110,16 @@ def job_start(
         p,
         mech,
     )
-    jobstate.write_state(lay, state)  # first: recovery can always find the job
+    try:
+        jobstate.write_state(lay, state)  # first: recovery can always find the job
+    except OSError as e:  # a full disk: without its state the Epilog could not end it
+        log.error(
+            "job %d: cannot write its state in %s (%s); it runs without MPS or a record",
+            info.job_id,
+            lay.job_dir(info.job_id),
+            e,
+        )
+        return StartResult()
     user_dir = lay.user_dir(info.job_id)
     task: dict[str, Any] = {
         "mechanism": mech,
@@ -280,7 +289,16 @@ def job_end(
         # Slurm's exit code is 0, and now is not when the job ended
         log.warning("job %d: died with the node's slurmd; recorded as failed", job_id)
         exit_code, sig, end = -1, 0, _last_seen(lay, job_id, st.start)
-    ended = jobstate.mark_ended(lay, job_id, exit_code, sig, end)
+    try:
+        ended = jobstate.mark_ended(lay, job_id, exit_code, sig, end)
+    except OSError as e:  # a full disk: the state stays, and a later hook's recover ends it
+        log.error(
+            "job %d: cannot write its end in %s (%s); its record waits for a later hook",
+            job_id,
+            lay.job_dir(job_id),
+            e,
+        )
+        return None
     stop_sampler(lay, job_id, st.sampler_pid)
     _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)

@@ -620,7 +620,7 @@ def test_a_damaged_state_file_does_not_keep_the_gpu_taken(cfg: Config, state: st
     assert recover(cfg) == []  # nothing left for later hooks to retry
 
 
-@pytest.mark.parametrize("what", ["lock", "journal"])
+@pytest.mark.parametrize("what", ["lock", "journal", "mps.json"])
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_a_gpu_file_replaced_by_hand_costs_mps_there_not_the_record(
     cfg: Config, what: str, kind: str, caplog: pytest.LogCaptureFixture
@@ -636,7 +636,7 @@ def test_a_gpu_file_replaced_by_hand_costs_mps_there_not_the_record(
 
     lay = NodeLayout.of_config(cfg)
     lay.gpu_dir(0).mkdir(parents=True)
-    path = lay.gpu_lock(0) if what == "lock" else lay.journal(0)
+    path = {"lock": lay.gpu_lock(0), "journal": lay.journal(0)}.get(what, lay.mps_state(0))
     path.mkdir() if kind == "directory" else os.mkfifo(path)
     res = job_start(cfg, mps_job(1), launch_sampler=False)
     assert res.mps[0].state == "broken" and "mps" not in res.task
@@ -705,3 +705,87 @@ def test_damaged_job_state_is_listed_and_deleted_after_30_days(
     assert [d["job"] for d in listed["damaged_jobs"]] == [1, 2]
     assert handoff.main(["--stop", "0"]) == 0
     assert sorted(p.name.split(".")[0] for p in lay.damaged_dir().iterdir()) == ["2", "notes"]
+
+
+def test_mps_directories_that_cannot_be_made_cost_mps_not_the_job(cfg: Config) -> None:
+    """Expected: a file where the GPU's MPS directory belongs (or a full disk) gives the
+    job a message and no daemon, and the GPU is left in its default compute mode. Before,
+    the Prolog ended in a traceback and the job ran without MPS and without a word."""
+    from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, open_nvml
+
+    lay = NodeLayout.of_config(cfg)
+    lay.mps_root("GPU-test-0").parent.mkdir(parents=True)
+    lay.mps_root("GPU-test-0").write_text("")
+    res = job_start(cfg, mps_job(1), launch_sampler=False)
+    assert res.mps[0].state == "broken" and "mps" not in res.task
+    assert res.mps[0].message.startswith(
+        f"GPU 0: cannot make the MPS directories in {lay.mps_root('GPU-test-0')} ("
+    )
+    assert leftover_mps(cfg) == [] and not gpu_mps(cfg, 0).state()
+    gate = open_nvml("scenario", cfg.node.nvml_scenario, cfg.node.run_dir)
+    assert gate.gpu(0).compute_mode() == COMPUTE_DEFAULT
+    assert job_end(cfg, 1, 0, detach_stop=False) is not None
+
+
+def test_a_full_disk_at_the_daemon_state_costs_mps_not_the_job(
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expected: the GPU's MPS state cannot be written (no space left): no daemon is
+    started (one without its state file could not be stopped), the compute mode is set
+    back, the job is told. Before, the Prolog ended in a traceback with the GPU left in
+    EXCLUSIVE_PROCESS mode."""
+    from slurm_colo.node.gpu.mps_daemon import GpuMps
+    from slurm_colo.node.gpu.nvml import COMPUTE_DEFAULT, open_nvml
+
+    def full(self: GpuMps, st: dict) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(GpuMps, "_save", full)
+    res = job_start(cfg, mps_job(1), launch_sampler=False)
+    assert res.mps[0].state == "broken" and res.mps[0].gpu_usable
+    assert "mps.json ([Errno 28] No space left on device); no MPS daemon" in res.mps[0].message
+    assert leftover_mps(cfg) == []
+    gate = open_nvml("scenario", cfg.node.nvml_scenario, cfg.node.run_dir)
+    assert gate.gpu(0).compute_mode() == COMPUTE_DEFAULT
+
+
+def test_a_job_whose_state_cannot_be_written_runs_untouched(
+    cfg: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: the Prolog cannot write the job's state (a full disk; here a file where
+    the jobs directory belongs): it says so and leaves the job alone, no daemon started,
+    nothing for the Epilog to do. Before, the Prolog ended in a traceback."""
+    lay = NodeLayout.of_config(cfg)
+    lay.run_dir.mkdir(parents=True)
+    lay.jobs_dir().write_text("")
+    with caplog.at_level("ERROR"):
+        res = job_start(cfg, mps_job(1), launch_sampler=False)
+    assert not res.profiled and not res.mps and leftover_mps(cfg) == []
+    assert f"job 1: cannot write its state in {lay.job_dir(1)} (" in caplog.text
+    assert job_end(cfg, 1, 0, detach_stop=False) is None
+
+
+def test_an_end_that_cannot_be_written_is_recorded_by_a_later_hook(
+    cfg: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: the Epilog cannot write the job's end (a full disk; here a directory in
+    its place): it says so and keeps the job's state, and once the end can be written a
+    later hook's recovery spools the record when it finds the job gone (here: the node
+    rebooted; exit code -1, since the Epilog's was lost). Before, the Epilog ended in a
+    traceback."""
+    from slurm_colo.node import jobstate
+
+    lay = NodeLayout.of_config(cfg)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    (lay.job_dir(1) / "ended.json").mkdir()
+    with caplog.at_level("ERROR"):
+        assert job_end(cfg, 1, 0, detach_stop=False) is None
+    assert f"job 1: cannot write its end in {lay.job_dir(1)} (" in caplog.text
+    assert spooled(cfg) == {} and lay.job_dir(1).is_dir()
+    (lay.job_dir(1) / "ended.json").rmdir()  # the disk has room again
+    assert recover(cfg) == []  # the job may still run, as far as this node can tell
+    st = jobstate.read_state(lay, 1)
+    assert st is not None
+    st.boot_id = "another-boot"
+    jobstate.write_state(lay, st)
+    assert recover(cfg) == [1] and spooled(cfg)[1].exit_code == -1

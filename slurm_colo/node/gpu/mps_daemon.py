@@ -221,17 +221,24 @@ class GpuMps:
         uuid = gpu.uuid() or f"gpu{self.index}"
         root = self.layout.mps_root(uuid)
         pipe, logd = root / "pipe", root / "log"
-        for d in (pipe, logd):
-            shutil.rmtree(d, ignore_errors=True)
-            d.mkdir(parents=True, mode=0o700)
-        # the pipe directory is the job user's (their server creates its pipes there);
-        # the log directory stays root's, so a user cannot redirect root's log writes
-        # through a symlink; the user's server may append to its own server.log
-        logd.chmod(0o755)
-        server_log = logd / "server.log"
-        server_log.touch(mode=0o600)
-        chown_if_root(server_log, uid)
-        root.chmod(0o711)
+        try:
+            for d in (pipe, logd):
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir(parents=True, mode=0o700)
+            # the pipe directory is the job user's (their server creates its pipes there);
+            # the log directory stays root's, so a user cannot redirect root's log writes
+            # through a symlink; the user's server may append to its own server.log
+            logd.chmod(0o755)
+            server_log = logd / "server.log"
+            server_log.touch(mode=0o600)
+            chown_if_root(server_log, uid)
+            root.chmod(0o711)
+        except OSError as e:  # a full disk, or a file where the directory belongs
+            return MpsOutcome(
+                "broken",
+                f"GPU {self.index}: cannot make the MPS directories in {root} ({e}); "
+                "no MPS daemon started",
+            )
         device = uuid if uuid.startswith(("GPU-", "MIG-")) else str(self.index)
         st = {
             "uuid": uuid,
@@ -245,7 +252,17 @@ class GpuMps:
         }
         mode_set = self._set_mode(COMPUTE_EXCLUSIVE_PROCESS, gpu)
         st["compute_mode_set"] = mode_set
-        self._save(st)  # saved before start: a crash mid-start still gets cleaned up
+        try:
+            self._save(st)  # saved before start: a crash mid-start still gets cleaned up
+        except OSError as e:  # a full disk: no daemon without its state file
+            if mode_set:
+                self._set_mode(COMPUTE_DEFAULT, gpu)
+            return MpsOutcome(
+                "broken",
+                f"GPU {self.index}: cannot write {self.layout.mps_state(self.index)} ({e}); "
+                "no MPS daemon started",
+                gpu_usable=not self._exclusive(),
+            )
         ctl = self.control(st)
         try:
             ctl.start()
