@@ -10,6 +10,7 @@ sample list), so it runs as long as the job.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -28,6 +29,8 @@ from . import jobstate, journal, procs
 from .layout import NodeLayout
 from .probe import Prober
 from .profile_acc import ProfileAccumulator, Reading
+
+log = logging.getLogger("slurm_colo.node.sampler")
 
 #: write profile.json every this many seconds (and on exit)
 FLUSH_EVERY_S = 10.0
@@ -89,6 +92,8 @@ class Sampler:
         self.dcgm = dcgm_status()
         #: the probe of a new shared set (set by :func:`run`)
         self.prober: Prober | None = None
+        #: the last flush could not write the profile (logged once until one can)
+        self.flush_failed = False
 
     def _mine(self, pid: int) -> bool:
         if pid not in self._job_pids:
@@ -172,9 +177,19 @@ class Sampler:
         return out
 
     def flush(self, final: bool = False) -> None:
+        """Write the summary; a write that fails (a full disk) is logged once and tried
+        again at the next flush, sampling on meanwhile."""
         out = self.summary()
         out["final"] = final
-        atomic_write_json(self.layout.job_dir(self.job_id) / "profile.json", out, fsync=False)
+        path = self.layout.job_dir(self.job_id) / "profile.json"
+        try:
+            atomic_write_json(path, out, fsync=False)
+        except OSError as e:
+            if not self.flush_failed:
+                log.warning("job %d: cannot write %s (%s); sampling on", self.job_id, path, e)
+            self.flush_failed = True
+            return
+        self.flush_failed = False
 
 
 def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:

@@ -165,6 +165,25 @@ def test_run_loop_flushes_a_final_summary(tmp_path: Path) -> None:
     assert prof["final"] is True and prof["samples"] == 20 and prof["sm_util_mean"] == 50.0
 
 
+def test_a_profile_that_cannot_be_written_is_written_at_the_next_flush(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: a flush that fails (a full disk; here a directory where the profile
+    goes) is logged once and the sampler samples on; the next flush that can write does.
+    Before, the sampler ended at the first failed write, and the job's profile with it."""
+    cfg = node_config(tmp_path, interval_s=0.01)
+    lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
+    _state(lay, 5, [0])
+    profile = lay.job_dir(5) / "profile.json"
+    profile.mkdir()
+    with caplog.at_level("WARNING"):
+        assert run(cfg, 5, max_ticks=5) == 0
+    assert caplog.text.count(f"job 5: cannot write {profile} (") == 1
+    profile.rmdir()  # room again
+    assert run(cfg, 5, max_ticks=5) == 0
+    assert read_json(profile)["final"] is True
+
+
 def test_sampler_process_stops_on_sigterm(tmp_path: Path) -> None:
     cfg = node_config(tmp_path, interval_s=0.05)
     lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
