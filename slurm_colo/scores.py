@@ -195,6 +195,12 @@ def _flag(v: Any, what: str) -> bool:
     raise ScoresError(f"{what}: expected true or false, got {repr(v)[:40]}")
 
 
+def _shaped(v: Any, kind: type, what: str, expected: str) -> Any:
+    if not isinstance(v, kind):
+        raise ScoresError(f"{what} must be {expected}, not {type(v).__name__}")
+    return v
+
+
 def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
     """Validate and build a table; any defect raises :class:`ScoresError` naming it."""
     if not isinstance(d, dict):
@@ -202,9 +208,10 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
     if d.get("format") != FORMAT:
         raise ScoresError(f"{source}: unknown format {d.get('format')!r}, expected {FORMAT!r}")
     try:
-        prior = d.get("prior", {})
+        prior = _shaped(d.get("prior", {}), dict, "prior", "an object")
         classes: dict[str, ClassInfo] = {}
-        for name, info in (d.get("classes") or {}).items():
+        shaped_classes = _shaped(d.get("classes") or {}, dict, "classes", "an object of classes")
+        for name, info in shaped_classes.items():
             if not isinstance(info, dict):
                 raise ScoresError(f"{source}: class {name!r} is not an object")
             classes[str(name)] = ClassInfo(
@@ -222,7 +229,11 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
                 else None,
             )
         pairs: dict[tuple[str, str], PairScore] = {}
-        for k, p in enumerate(d.get("pairs") or []):
+        for k, p in enumerate(_shaped(d.get("pairs") or [], list, "pairs", "a list of pairs")):
+            p = _shaped(p, dict, f"pairs[{k}]", "an object")
+            missing = [key for key in ("a", "b", "n_a", "n_b") if key not in p]
+            if missing:
+                raise ScoresError(f"pairs[{k}] lacks {', '.join(map(repr, missing))}")
             a, b = str(p["a"]), str(p["b"])
             pairs[(a, b)] = PairScore(
                 n_a=_num(p["n_a"], f"pairs[{k}].n_a", 0, 10),
@@ -239,8 +250,8 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
             id=str(d.get("id", "unnamed")),
             created=str(d.get("created", "")),
             gpu_model=str(d.get("gpu_model", "")),
-            training=dict(d.get("training") or {}),
-            metrics=dict(d.get("metrics") or {}),
+            training=dict(_shaped(d.get("training") or {}, dict, "training", "an object")),
+            metrics=dict(_shaped(d.get("metrics") or {}, dict, "metrics", "an object")),
         )
     except ScoresError as e:  # a value out of range: say which file it is in
         if e.message.startswith(f"{source}:"):

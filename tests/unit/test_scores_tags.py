@@ -60,7 +60,7 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
     [
         ([], "not a score set"),
         ({"format": "other"}, "unknown format"),
-        ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x"}]}, "malformed"),
+        ({"format": "slurm-colo-scores/1", "pairs": [{"a": "x"}]}, r"pairs\[0\] lacks 'b', 'n_a'"),
         (
             {
                 "format": "slurm-colo-scores/1",
@@ -75,7 +75,10 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
         ({"format": "slurm-colo-scores/1", "classes": {"x": {"sm_util": 3}}}, "outside"),
         # a whole number past a float's range (written as digits): refused, not a traceback
         (
-            {"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "b": "y", "n_a": 10**400}]},
+            {
+                "format": "slurm-colo-scores/1",
+                "pairs": [{"a": "x", "b": "y", "n_a": 10**400, "n_b": 1}],
+            },
             "expected a finite number, got 1000000000",
         ),
         # a flag written as a string: bool("false") is true, so it is refused, not read
@@ -93,8 +96,23 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
             },
             r"pairs\[0\]\.observed: expected true or false, got 1",
         ),
-        ({"format": "slurm-colo-scores/1", "metrics": "x"}, "malformed"),
-        ({"format": "slurm-colo-scores/1", "training": [1, 2]}, "malformed"),
+        # each part of the wrong shape is named, not reported as a Python error
+        ({"format": "slurm-colo-scores/1", "metrics": "x"}, "metrics must be an object, not str"),
+        (
+            {"format": "slurm-colo-scores/1", "training": [1, 2]},
+            "training must be an object, not list",
+        ),
+        (
+            {"format": "slurm-colo-scores/1", "classes": [1, 2]},
+            "classes must be an object of classes, not list",
+        ),
+        ({"format": "slurm-colo-scores/1", "pairs": {"x": 1}}, "pairs must be a list of pairs"),
+        ({"format": "slurm-colo-scores/1", "pairs": [3]}, r"pairs\[0\] must be an object, not int"),
+        (
+            {"format": "slurm-colo-scores/1", "pairs": [{"a": "x", "n_a": 1}]},
+            r"pairs\[0\] lacks 'b', 'n_b'",
+        ),
+        ({"format": "slurm-colo-scores/1", "prior": 3}, "prior must be an object, not int"),
     ],
 )
 def test_corrupt_score_sets_are_refused_with_the_reason(doc: object, msg: str) -> None:

@@ -274,7 +274,10 @@ def test_a_missing_gavel_file_or_gpu_key_is_refused(
         (b"\x89PNG\xff", "is corrupt (not UTF-8 text)"),
         ('{"format": "other/1"}', "unknown format"),
         (json.dumps(score_doc(n=-1.0)), "outside"),
-        (json.dumps({**score_doc(), "pairs": [{"a": "gamma"}]}), "malformed score set"),
+        (
+            json.dumps({**score_doc(), "pairs": [{"a": "gamma"}]}),
+            "pairs[0] lacks 'b', 'n_a', 'n_b'",
+        ),
         (
             json.dumps(score_doc(classes=["resnet50-bs64", "lm-bs20"])),
             "has none of the 3 classes of the a100 data (alpha-bs32, beta-bs64, gamma); "
