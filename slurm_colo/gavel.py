@@ -173,7 +173,9 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
         raise ScoresError(f"gavel data file {p} is not JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
         raise ScoresError(f"gavel data file {p} is not JSON: {e.msg} at line {e.lineno}") from None
-    except (ValueError, RecursionError) as e:  # a 4,300-digit integer, nested too deeply
+    except RecursionError:
+        raise ScoresError(f"gavel data file {p} is not usable: nested too deeply") from None
+    except ValueError as e:  # a 4,300-digit integer
         raise ScoresError(f"gavel data file {p} is not usable: {e}") from None
     return parse_gavel(raw, gpu, f"gavel data file {p}")
 
