@@ -252,6 +252,36 @@ def check_mps(node: NodeConfig, which: Callable[[str], str | None], gpu_node: bo
     )
 
 
+def check_node_files(cfg: Config, gpu_node: bool) -> Check | None:
+    """On a GPU node: the hooks' own files under ``node.run_dir``. A GPU whose lock,
+    journal or MPS state was replaced by hand runs its jobs without MPS; job state set
+    aside as damaged means jobs without a record. None off GPU nodes."""
+    if not gpu_node:
+        return None
+    from ..node.jobstate import DAMAGED_KEEP_S, damaged_jobs
+    from ..node.layout import NodeLayout
+
+    lay = NodeLayout.of_config(cfg)
+    problems = [p for p in (lay.gpu_files_problem(g) for g in lay.gpu_indexes()) if p]
+    if problems:
+        return Check(
+            "node files",
+            WARN,
+            "; ".join(problems) + ": the hooks run that GPU's jobs without MPS",
+            "move it away, then run `slurm-colo node cleanup`",
+        )
+    damaged = damaged_jobs(lay)
+    if damaged:
+        return Check(
+            "node files",
+            WARN,
+            f"job(s) {', '.join(str(d.job) for d in damaged)} set aside in "
+            f"{lay.damaged_dir()} (state file damaged: no record)",
+            f"look, then delete them (deleted by the hooks after {DAMAGED_KEEP_S // 86400} days)",
+        )
+    return Check("node files", OK, f"the hooks' files in {lay.run_dir} are as they write them")
+
+
 # ---- all of them -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class System:
@@ -310,4 +340,7 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     if sys.model_scores_path is not None:
         checks += check_model_scores(sys.load_scores, sys.model_scores_path, cfg, sys.now)
     checks.append(check_mps(cfg.node, sys.which, gpu_node))
+    files = check_node_files(cfg, gpu_node)
+    if files is not None:
+        checks.append(files)
     return checks

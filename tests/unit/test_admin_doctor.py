@@ -11,7 +11,7 @@ from slurm_colo.admin import doctor as doc
 from slurm_colo.admin import slurm_checks as sc
 from slurm_colo.admin.check import FAIL, OK, WARN, exit_code, format_check
 from slurm_colo.admin.run import NOT_FOUND, Result
-from slurm_colo.config import NodeConfig, parse_config
+from slurm_colo.config import NodeConfig, load_config, parse_config
 from slurm_colo.errors import AgentError, ScoresError, StoreError
 from slurm_colo.gres_layout import gres_conf
 from slurm_colo.lua import render_job_submit_lua
@@ -348,7 +348,12 @@ def _host(tmp_path: Path, extra: str = "") -> tuple[Path, doc.System]:
     etc.mkdir()
     conf = tmp_path / "config.toml"
     scores = tmp_path / "live.json"
-    conf.write_text(CFG_TOML + f'\n[scores]\npath = "{scores}"\n' + extra)
+    conf.write_text(
+        CFG_TOML
+        + f'\n[scores]\npath = "{scores}"\n[node]\nrun_dir = "{tmp_path}/run"\n'
+        + f'spool_dir = "{tmp_path}/spool"\n'
+        + extra
+    )
     c = parse_config(conf.read_text(), str(conf))
     publish_scores(ScoreTable(id="s1", created=datetime.now(UTC).isoformat()), scores)
     shims = tmp_path / "shims"
@@ -404,9 +409,36 @@ def test_run_checks_all_ok_on_a_healthy_host(tmp_path):
         "database",
         "scores",
         "MPS",
+        "node files",
     ]
     assert all(c.status == OK for c in checks), [format_check(c) for c in checks]
     assert exit_code(checks) == 0
+
+
+def test_run_checks_names_gpu_files_replaced_by_hand_and_damaged_job_state(tmp_path):
+    """Expected: on a GPU node, a GPU lock replaced by a directory, then job state set
+    aside as damaged, each a WARN naming what to do; off GPU nodes no such check."""
+    from dataclasses import replace
+
+    from slurm_colo.node.layout import NodeLayout
+
+    conf, system = _host(tmp_path)
+    lay = NodeLayout.of_config(load_config(conf))
+    lay.gpu_lock(1).mkdir(parents=True)
+    files = doc.run_checks(conf, system)[-1]
+    assert (files.name, files.status) == ("node files", WARN)
+    assert files.message == (
+        f"{lay.gpu_lock(1)} is not a regular file: the hooks run that GPU's jobs without MPS"
+    )
+    assert "slurm-colo node cleanup" in files.fix
+    lay.gpu_lock(1).rmdir()
+    (lay.damaged_dir() / "17.1764300000000000000").mkdir(parents=True)
+    files = doc.run_checks(conf, system)[-1]
+    assert files.status == WARN and files.message == (
+        f"job(s) 17 set aside in {lay.damaged_dir()} (state file damaged: no record)"
+    )
+    names = [c.name for c in doc.run_checks(conf, replace(system, hostname="head"))]
+    assert "node files" not in names
 
 
 def test_run_checks_agent_down_fails_and_sets_exit_code(tmp_path):
