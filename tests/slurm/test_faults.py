@@ -185,7 +185,7 @@ def test_scores_missing_or_corrupt(restore_agent: None, content: bytes | None) -
             f.seek(log_size)
             text = f.read()
         assert "scores:" in text and (
-            "not found" in text or "corrupt" in text or "malformed" in text
+            "not found" in text or "corrupt" in text or "pairs[0] lacks 'b', 'n_a', 'n_b'" in text
         )
         st = lt.agent_cli("status", "--json").stdout
         assert '"error"' in st and "null" not in st.split('"error"')[1][:8]
