@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"errors", "contracts", "gavel", "scores"},
     "train": BASE | {"store", "model", "scores"},
     "hooks": BASE | {"node"},
-    "admin": BASE | {"store"},
+    "admin": BASE | {"store", "node.layout", "node.jobstate"},
 }
 #: rooms that may import anything: the command line and the package's own version
 TOP = {"cli", "__init__"}
