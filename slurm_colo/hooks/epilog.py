@@ -26,8 +26,10 @@ def main() -> int:
         log.warning("epilog: no SLURM_JOB_ID; nothing to do")
         return 0
     cfg = load_config()
-    mine = os.path.isdir(os.path.join(cfg.node.run_dir, "jobs", str(job_id)))
-    if not mine and not pending_jobs(cfg.node.run_dir, job_id):
+    mine = os.path.isdir(os.path.join(cfg.node.run_dir, "jobs", str(job_id))) or (
+        os.path.exists(os.path.join(cfg.node.spool_dir, "running", f"{job_id}.state"))
+    )  # the copy alone: the job ran when the node went down, and this Epilog is its own
+    if not mine and not pending_jobs(cfg.node.run_dir, cfg.node.spool_dir, job_id):
         _tell_agent(cfg, job_id, exit_status()[0], recorded=False, mine=False)
         return 0  # a job the Prolog left alone, and nothing to recover
     from ..node.lifecycle import Handoff, job_end, recover, start_handoff

@@ -101,12 +101,17 @@ def announce_end_if_on_shared_gpu(cfg: Config, job_id: int, exit_code: int) -> N
     job_ended(cfg, job_id, held[0], exit_code, timeout_s=0.2)
 
 
-def pending_jobs(run_dir: str, job_id: int) -> bool:
-    """Any other job's state on this node (cheap check before importing the node side)."""
-    try:
-        return any(e.name != str(job_id) for e in os.scandir(os.path.join(run_dir, "jobs")))
-    except OSError:
-        return False
+def pending_jobs(run_dir: str, spool_dir: str, job_id: int) -> bool:
+    """Any other job's state on this node, or its copy on disk from before a reboot
+    (cheap check before importing the node side)."""
+    for d, own in ((os.path.join(run_dir, "jobs"), str(job_id)),
+                   (os.path.join(spool_dir, "running"), f"{job_id}.state")):  # fmt: skip
+        try:
+            if any(e.name != own for e in os.scandir(d)):
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def main() -> int:
@@ -118,7 +123,7 @@ def main() -> int:
         log.warning("prolog: no SLURM_JOB_ID; nothing to do")
         return 0
     cfg = load_config()
-    if pending_jobs(cfg.node.run_dir, job_id):
+    if pending_jobs(cfg.node.run_dir, cfg.node.spool_dir, job_id):
         from ..node.lifecycle import recover
 
         recover(cfg, skip=job_id)

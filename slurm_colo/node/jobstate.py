@@ -18,9 +18,70 @@ from .layout import NodeLayout
 
 
 def write_state(layout: NodeLayout, state: JobState) -> None:
+    """The job's ``state.json``, then its copy on disk under the spool directory: the
+    run directory is a tmpfs, so after the node's reboot only the copy tells that the job
+    ran (:func:`restore_copies`). The copy is best effort."""
     d = layout.job_dir(state.job)
     d.mkdir(parents=True, exist_ok=True, mode=0o755)
     atomic_write_json(d / "state.json", state.to_json(), fsync=False)
+    try:
+        layout.running_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write_json(layout.running_copy(state.job), state.to_json(), fsync=False)
+    except OSError:
+        pass  # the spool's disk full or unwritable: only a reboot would miss it
+
+
+def _drop_copy(layout: NodeLayout, job_id: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(layout.running_copy(job_id))
+
+
+def touch_copy(layout: NodeLayout, job_id: int) -> None:
+    """Mark the job seen alive now (the sampler, at each flush): after a reboot its record
+    ends at the copy's last change."""
+    with contextlib.suppress(OSError):
+        os.utime(layout.running_copy(job_id))
+
+
+def restore_copies(
+    layout: NodeLayout, boot_id: str, epilog_of: int | None = None
+) -> list[tuple[int, bool]]:
+    """Jobs whose copy on disk outlived their run directory: (job id, whether a reboot
+    ended it) for each whose ``state.json`` is written back from the copy.
+
+    A copy from another boot (the tmpfs run directory went with the reboot) also gets an
+    ``ended.json`` with exit code -1 at the copy's last change (the job was last seen
+    alive then), so the recovery records the job as failed. A copy from this boot is
+    restored only by the job's own Epilog (``epilog_of``: that job only; its run
+    directory was emptied by hand), which knows how the job ended; any other hook leaves
+    it (its record is being spooled this moment). A damaged copy is deleted."""
+    try:
+        names = [e.name for e in os.scandir(layout.running_dir())]
+    except OSError:
+        return []
+    restored = []
+    for name in names:
+        stem, _, ext = name.partition(".")
+        job = decimal(stem, 12)
+        if ext != "state" or job is None or (epilog_of is not None and job != epilog_of):
+            continue
+        path = layout.running_copy(job)
+        if os.path.lexists(layout.job_dir(job)):
+            continue
+        try:
+            seen = os.stat(path).st_mtime
+            st = JobState.from_json(read_json(path), job)
+        except (OSError, ProtocolError, TypeError, ValueError):
+            _drop_copy(layout, job)
+            continue
+        rebooted = bool(st.boot_id) and st.boot_id != boot_id
+        if not rebooted and epilog_of is None:
+            continue
+        write_state(layout, st)
+        if rebooted:
+            mark_ended(layout, job, exit_code=-1, signal=0, end=max(st.start, seen))
+        restored.append((job, rebooted))
+    return sorted(restored)
 
 
 def read_state(layout: NodeLayout, job_id: int) -> JobState | None:
@@ -108,6 +169,7 @@ def remove(layout: NodeLayout, job_id: int) -> None:
     sampler and the job user no longer see it; :func:`empty_trash` (the Epilog's detached
     helper) deletes it, so the Epilog does not wait for the deletion of every file, however
     many the job left in its ``user/`` directory. Deleted at once if the rename fails."""
+    _drop_copy(layout, job_id)
     src = layout.job_dir(job_id)
     trash = layout.trash_dir()
     try:
@@ -127,6 +189,7 @@ def remove(layout: NodeLayout, job_id: int) -> None:
 def move_damaged(layout: NodeLayout, job_id: int) -> Path:
     """Move the job's directory to ``<run_dir>/damaged/`` (kept for a look, out of every
     hook's way); where it went (its old place if it cannot be moved)."""
+    _drop_copy(layout, job_id)
     src = layout.job_dir(job_id)
     dst = layout.damaged_dir() / f"{job_id}.{time.time_ns()}"
     try:

@@ -13,6 +13,8 @@
     <run_dir>/jobs/<id>/user/task.json    what the TaskProlog exports (job user only)
     <run_dir>/jobs/<id>/user/progress.json  written by slurm_colo.progress in the job
     <spool_dir>/<record id>.json          records waiting for ingest
+    <spool_dir>/running/<id>.state        a copy of state.json on disk: the record of a
+                                          job the node's reboot ended (run_dir is a tmpfs)
     <run_dir>/spool-fallback/             used when the spool is full or unwritable
     <run_dir>/trash/                      job directories of spooled jobs, to be deleted
     <run_dir>/damaged/                    job directories whose state.json was damaged
@@ -63,7 +65,7 @@ class NodeLayout:
         FIFO, a link), else None. A missing file is fine: the hooks create them."""
         gpu_dir = self.gpu_dir(index)
         if not gpu_dir.is_dir():
-            return f"{gpu_dir} is not a directory"
+            return f"{gpu_dir} is {'not a directory' if os.path.lexists(gpu_dir) else 'missing'}"
         for path in (self.gpu_lock(index), self.journal(index), self.mps_state(index)):
             try:
                 mode = os.lstat(path).st_mode
@@ -104,6 +106,13 @@ class NodeLayout:
 
     def fallback_spool(self) -> Path:
         return self.spool_dirs().fallback
+
+    def running_dir(self) -> Path:
+        return self.spool_dir / "running"
+
+    def running_copy(self, job_id: int) -> Path:
+        """The on-disk copy of the job's ``state.json`` (see :func:`.jobstate.write_state`)."""
+        return self.running_dir() / f"{job_id}.state"
 
     def trash_dir(self) -> Path:
         return self.run_dir / "trash"

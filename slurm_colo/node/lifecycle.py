@@ -277,6 +277,8 @@ def job_end(
     except ProtocolError as e:
         set_aside(cfg, lay, job_id, (exit_code, sig), str(e), opener, detach_stop, handoff)
         return None
+    if st is None and _restore(lay, epilog_of=job_id):  # e.g. run as the node returns
+        st = jobstate.read_state(lay, job_id)
     if st is None:
         return None
     end = None
@@ -526,6 +528,7 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
     """
     lay = NodeLayout.of_config(cfg)
     done: list[int] = []
+    _restore(lay)
     for job_id in jobstate.job_ids(lay):
         if job_id == skip:
             continue
@@ -540,6 +543,22 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
                 lay.job_dir(job_id),
             )
     return done
+
+
+def _restore(lay: NodeLayout, epilog_of: int | None = None) -> list[int]:
+    """:func:`jobstate.restore_copies`, logged: jobs the node's reboot ended, or (the
+    job's own Epilog) whose run directory was emptied."""
+    restored = jobstate.restore_copies(lay, procs.boot_id(), epilog_of)
+    for job_id, rebooted in restored:
+        log.warning(
+            "job %d: %s (its state restored from %s)",
+            job_id,
+            "ran when the node went down; recorded as failed"
+            if rebooted
+            else "its state was gone from the run directory",
+            lay.running_copy(job_id),
+        )
+    return [job_id for job_id, _ in restored]
 
 
 def _recover_job(

@@ -15,6 +15,7 @@ import pytest
 
 from slurm_colo.config import Config
 from slurm_colo.node import procs
+from slurm_colo.node.layout import NodeLayout
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_node_lifecycle import leftover_mps, node_config
@@ -153,6 +154,30 @@ def test_a_placement_tag_in_the_jobs_own_comment_is_never_taken(cfg: Config) -> 
         out = hook(cfg, "taskprolog", job, SLURM_STEP_ID="0")
         assert out.returncode == 0 and "CUDA_MPS" not in out.stdout
     assert leftover_mps(cfg) == []
+
+
+def test_after_a_reboot_the_next_prolog_records_the_job_the_reboot_ended(cfg: Config) -> None:
+    """Expected: the node rebooted under job 21 (the tmpfs run directory gone, its copy on
+    disk left): job 22's Prolog, through the hook entry as slurmd runs it, spools job
+    21's record as failed; job 21's own Epilog, should slurmd still run it, adds none."""
+    import shutil
+
+    from slurm_colo.node import jobstate
+
+    assert hook(cfg, "prolog", 21, **colocated()).returncode == 0
+    lay = NodeLayout.of_config(cfg)
+    st = jobstate.read_state(lay, 21)
+    assert st is not None
+    st.boot_id = "boot-before-the-crash"
+    jobstate.write_state(lay, st)
+    procs.kill_all(leftover_mps(cfg))  # the reboot's doing
+    shutil.rmtree(lay.run_dir)
+    p = hook(cfg, "prolog", 22, **colocated("lm"))
+    assert p.returncode == 0, p.stderr
+    recs = spool_records(cfg)
+    assert [(r["job_id"], r["exit_code"], r["state"]) for r in recs] == [(21, -1, "FAILED")]
+    assert hook(cfg, "epilog", 21, SLURM_JOB_EXIT_CODE="0").returncode == 0
+    assert len(spool_records(cfg)) == 1
 
 
 def test_shard_job_exports_only_the_progress_file(cfg: Config) -> None:

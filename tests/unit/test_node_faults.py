@@ -475,6 +475,85 @@ def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
     assert rec.exit_code == -1 and rec.state == "FAILED" and rec.end >= rec.start
 
 
+def _reboot(cfg: Config, job: int, seen_after_s: float) -> float:
+    """The node goes down under ``job`` and comes back: its last sign of life (the
+    sampler's last flush) ``seen_after_s`` after its start, the tmpfs run directory gone.
+    Returns when it was last seen."""
+    import shutil
+
+    from slurm_colo.node import jobstate
+
+    lay = NodeLayout.of_config(cfg)
+    st = jobstate.read_state(lay, job)
+    assert st is not None
+    st.boot_id = "boot-before-the-crash"
+    jobstate.write_state(lay, st)
+    seen = st.start + seen_after_s
+    os.utime(lay.running_copy(job), (seen, seen))
+    shutil.rmtree(lay.run_dir)
+    return seen
+
+
+def test_a_job_the_nodes_reboot_ended_is_recorded_from_its_copy_on_disk(
+    cfg: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: the run directory is a tmpfs, so a reboot takes every job's state with
+    it; the copy on disk under the spool directory brings the job back at the next hook
+    run: one record, failed (-1), ending when it was last seen alive. Before, such a job
+    left no record at all."""
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    lay = NodeLayout.of_config(cfg)
+    assert lay.running_copy(1).is_file()
+    seen = _reboot(cfg, 1, 100.0)
+    with caplog.at_level("WARNING"):
+        assert recover(cfg) == [1]
+    assert (
+        "job 1: ran when the node went down; recorded as failed (its state restored from "
+        f"{lay.running_copy(1)})" in caplog.text
+    )
+    rec = spooled(cfg)[1]
+    assert (rec.exit_code, rec.state, rec.end) == (-1, "FAILED", pytest.approx(seen))
+    assert not lay.running_copy(1).exists() and recover(cfg) == []
+    assert set(spooled(cfg)) == {1}
+
+
+def test_the_epilog_slurm_runs_as_the_rebooted_node_returns_records_the_job(
+    cfg: Config,
+) -> None:
+    """Expected: slurmd runs the dead job's Epilog (exit code 0) when the node registers
+    again: it finds the copy, and the job is recorded as failed, not as completed."""
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    seen = _reboot(cfg, 1, 30.0)
+    rec = job_end(cfg, 1, 0, detach_stop=False)
+    assert rec is not None and (rec.exit_code, rec.end) == (-1, pytest.approx(seen))
+    assert set(spooled(cfg)) == {1}
+
+
+def test_copies_on_disk_of_this_boot_or_damaged(cfg: Config) -> None:
+    """Expected: a copy of this boot without its job directory (its record being spooled
+    by another hook this moment, or its run directory emptied by hand) is left to the
+    job's own Epilog, which records it; a damaged copy is deleted; an ended job leaves no
+    copy; and the Prolog's cheap check sees another job's copy, not its own."""
+    from slurm_colo.hooks.prolog import pending_jobs
+    from slurm_colo.node import jobstate
+
+    lay = NodeLayout.of_config(cfg)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    assert job_end(cfg, 1, 0) is not None and not lay.running_copy(1).exists()
+    job_start(cfg, mps_job(2, mech="shard"), launch_sampler=False)
+    lay.job_dir(2).rename(lay.run_dir / "elsewhere")  # as remove() moves it to the trash
+    lay.running_copy(3).write_text("{")
+    run_dir, spool_dir = str(lay.run_dir), str(lay.spool_dir)
+    assert pending_jobs(run_dir, spool_dir, 4) and pending_jobs(run_dir, spool_dir, 2)
+    assert jobstate.restore_copies(lay, procs.boot_id()) == []
+    assert lay.running_copy(2).exists() and not lay.running_copy(3).exists()
+    # its own Epilog restores it, and records it with the exit code Slurm gives
+    rec = job_end(cfg, 2, 3)
+    assert rec is not None and rec.exit_code == 3 and not lay.running_copy(2).exists()
+    lay.running_copy(3).write_text("{}")
+    assert not pending_jobs(run_dir, spool_dir, 3)  # its own copy only
+
+
 def log_stamp_after_start() -> str:
     """A server.log time stamp (local time, milliseconds) just after the job started."""
     time.sleep(0.01)

@@ -184,6 +184,20 @@ def test_a_profile_that_cannot_be_written_is_written_at_the_next_flush(
     assert read_json(profile)["final"] is True
 
 
+def test_each_flush_marks_the_job_seen_on_its_copy_on_disk(tmp_path: Path) -> None:
+    """Expected: the copy's last change is the job's last sign of life (after a reboot,
+    its record ends there)."""
+    cfg = node_config(tmp_path, interval_s=0.01)
+    lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
+    _state(lay, 5, [0])
+    lay.running_dir().mkdir(parents=True)
+    lay.running_copy(5).write_text("{}")
+    os.utime(lay.running_copy(5), (1000.0, 1000.0))
+    before = time.time()
+    assert run(cfg, 5, max_ticks=2) == 0
+    assert lay.running_copy(5).stat().st_mtime >= before - 1
+
+
 def test_sampler_process_stops_on_sigterm(tmp_path: Path) -> None:
     cfg = node_config(tmp_path, interval_s=0.05)
     lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
