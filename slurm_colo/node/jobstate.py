@@ -43,6 +43,22 @@ def touch_copy(layout: NodeLayout, job_id: int) -> None:
         os.utime(layout.running_copy(job_id))
 
 
+def _journal_again(layout: NodeLayout, st: JobState) -> None:
+    """The job's start in each of its GPUs' journals, lost with the run directory: the
+    jobs the reboot ended together on a GPU are each other's co-runners in their records
+    (the recovery closes each stay at the job's last sign of life)."""
+    from . import journal
+
+    for g in st.gpus:
+        with contextlib.suppress(OSError):
+            layout.gpu_dir(g).mkdir(parents=True, exist_ok=True, mode=0o700)
+            journal.append(
+                layout.journal(g),
+                {"ev": "start", "job": st.job, "t": st.start, "cls": st.cls,
+                 "user": st.user, "uid": st.uid},
+            )  # fmt: skip
+
+
 def restore_copies(
     layout: NodeLayout, boot_id: str, epilog_of: int | None = None
 ) -> list[tuple[int, bool]]:
@@ -80,6 +96,7 @@ def restore_copies(
         write_state(layout, st)
         if rebooted:
             mark_ended(layout, job, exit_code=-1, signal=0, end=max(st.start, seen))
+            _journal_again(layout, st)
         restored.append((job, rebooted))
     return sorted(restored)
 

@@ -475,12 +475,8 @@ def test_job_lost_with_a_node_reboot_is_recorded_once(cfg: Config) -> None:
     assert rec.exit_code == -1 and rec.state == "FAILED" and rec.end >= rec.start
 
 
-def _reboot(cfg: Config, job: int, seen_after_s: float) -> float:
-    """The node goes down under ``job`` and comes back: its last sign of life (the
-    sampler's last flush) ``seen_after_s`` after its start, the tmpfs run directory gone.
-    Returns when it was last seen."""
-    import shutil
-
+def _reboot_copy_only(cfg: Config, job: int, seen_after_s: float) -> float:
+    """:func:`_reboot`'s change to one job's copy, the run directory left for the next."""
     from slurm_colo.node import jobstate
 
     lay = NodeLayout.of_config(cfg)
@@ -490,7 +486,17 @@ def _reboot(cfg: Config, job: int, seen_after_s: float) -> float:
     jobstate.write_state(lay, st)
     seen = st.start + seen_after_s
     os.utime(lay.running_copy(job), (seen, seen))
-    shutil.rmtree(lay.run_dir)
+    return seen
+
+
+def _reboot(cfg: Config, job: int, seen_after_s: float) -> float:
+    """The node goes down under ``job`` and comes back: its last sign of life (the
+    sampler's last flush) ``seen_after_s`` after its start, the tmpfs run directory gone.
+    Returns when it was last seen."""
+    import shutil
+
+    seen = _reboot_copy_only(cfg, job, seen_after_s)
+    shutil.rmtree(NodeLayout.of_config(cfg).run_dir)
     return seen
 
 
@@ -515,6 +521,28 @@ def test_a_job_the_nodes_reboot_ended_is_recorded_from_its_copy_on_disk(
     assert (rec.exit_code, rec.state, rec.end) == (-1, "FAILED", pytest.approx(seen))
     assert not lay.running_copy(1).exists() and recover(cfg) == []
     assert set(spooled(cfg)) == {1}
+
+
+def test_jobs_the_reboot_ended_together_on_a_gpu_are_each_others_co_runners(
+    cfg: Config,
+) -> None:
+    """Expected: the pair sharing GPU 0 when the node went down: each record names the
+    other as its co-runner, over the time both were seen alive, and the GPU's journal
+    holds no job afterwards (a new job there is not kept from MPS)."""
+    from slurm_colo.node import journal
+
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    job_start(cfg, mps_job(2, cls="lm"), launch_sampler=False)
+    procs.kill_all(leftover_mps(cfg))  # the reboot's doing
+    seen1 = _reboot_copy_only(cfg, 1, 50.0)
+    _reboot(cfg, 2, 80.0)
+    assert recover(cfg) == [1, 2]
+    recs = spooled(cfg)
+    assert [c.job_id for c in recs[1].co_runners] == [2]
+    assert [c.job_id for c in recs[2].co_runners] == [1]
+    assert recs[2].co_runners[0].end == pytest.approx(seen1)
+    lay = NodeLayout.of_config(cfg)
+    assert journal.active(journal.read(lay.journal(0))) == []
 
 
 def test_the_epilog_slurm_runs_as_the_rebooted_node_returns_records_the_job(
