@@ -3,7 +3,9 @@
 Usage: python benchmarks/hooks_bench.py [--pairs N] [--cold-bytecode]
 
 Runs the hooks on a throw-away run/spool directory with the lab backends (MPS emulator,
-NVML scenario) and an unreachable agent (placement from the comment tag). Each round: job A
+NVML scenario) and an unreachable agent: the Prolog takes the placement from the job's
+AdminComment tag, which it reads with ``squeue`` (a stand-in script on PATH here, as fast
+as a shell start; the real one asks slurmctld, a few ms more). Each round: job A
 lands on GPU 0 (starts the MPS daemon: reported apart, excluded from the budget), job B
 joins it, A ends, B ends (last job: the daemon stop and the ingest run in one detached
 helper), then a job without --colocate (the untouched path) runs while that helper may
@@ -186,6 +188,12 @@ url = "sqlite:///{tmp}/history.db"
         base.pop("PYTHONDONTWRITEBYTECODE", None)
         base["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     tag = "slurm-colo[v=1 tok=t cls={c} mode=auto mech=mps gpu=bench:0 pct=50 mem=12]"
+    # the Prolog reads the tag from the job's AdminComment (squeue), never from its Comment
+    fake_bin = tmp / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "squeue").write_text('#!/bin/sh\nprintf "%s\\n" "$BENCH_ADMIN_TAG"\n')
+    (fake_bin / "squeue").chmod(0o755)
+    base["PATH"] = f"{fake_bin}:{base.get('PATH', '/usr/bin:/bin')}"
     t: dict[str, list[float]] = {k: [] for k in LABELS}
     emu: list[tuple[float, float]] = []
     settled: list[float] = []
@@ -204,13 +212,13 @@ url = "sqlite:///{tmp}/history.db"
             **base,
             "SLURM_JOB_ID": str(a),
             "SPANK_COLOCATE": "auto",
-            "SLURM_JOB_COMMENT": tag.format(c="resnet50"),
+            "BENCH_ADMIN_TAG": tag.format(c="resnet50"),
         }
         eb = {
             **base,
             "SLURM_JOB_ID": str(b),
             "SPANK_COLOCATE": "auto",
-            "SLURM_JOB_COMMENT": tag.format(c="lm"),
+            "BENCH_ADMIN_TAG": tag.format(c="lm"),
         }
         ec = {**base, "SLURM_JOB_ID": str(c)}
 
