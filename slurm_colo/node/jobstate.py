@@ -43,6 +43,22 @@ def touch_copy(layout: NodeLayout, job_id: int) -> None:
         os.utime(layout.running_copy(job_id))
 
 
+def _job_entries(d: Path) -> list[tuple[int, str, Path]]:
+    """(job id, what follows the first dot, path) of each entry of ``d`` named
+    ``JOB.REST``."""
+    try:
+        names = [e.name for e in os.scandir(d)]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        stem, dot, rest = name.partition(".")
+        job = decimal(stem, 12)
+        if job is not None and dot:
+            out.append((job, rest, d / name))
+    return out
+
+
 def _journal_again(layout: NodeLayout, st: JobState) -> None:
     """The job's start in each of its GPUs' journals, lost with the run directory: the
     jobs the reboot ended together on a GPU are each other's co-runners in their records
@@ -71,15 +87,9 @@ def restore_copies(
     restored only by the job's own Epilog (``epilog_of``: that job only; its run
     directory was emptied by hand), which knows how the job ended; any other hook leaves
     it (its record is being spooled this moment). A damaged copy is deleted."""
-    try:
-        names = [e.name for e in os.scandir(layout.running_dir())]
-    except OSError:
-        return []
     restored = []
-    for name in names:
-        stem, _, ext = name.partition(".")
-        job = decimal(stem, 12)
-        if ext != "state" or job is None or (epilog_of is not None and job != epilog_of):
+    for job, ext, _ in _job_entries(layout.running_dir()):
+        if ext != "state" or (epilog_of is not None and job != epilog_of):
             continue
         path = layout.running_copy(job)
         if os.path.lexists(layout.job_dir(job)):
@@ -230,16 +240,11 @@ class Damaged(NamedTuple):
 def damaged_jobs(layout: NodeLayout) -> list[Damaged]:
     """Each entry :func:`move_damaged` made, oldest first; an entry not named as it names
     them (put there by hand) is not listed."""
-    try:
-        names = [e.name for e in os.scandir(layout.damaged_dir())]
-    except OSError:
-        return []
     out = []
-    for name in names:
-        job, _, ns = name.partition(".")
-        j, t = decimal(job, 10), decimal(ns, 20)
-        if j is not None and t is not None:
-            out.append(Damaged(j, t / 1e9, layout.damaged_dir() / name))
+    for job, ns, path in _job_entries(layout.damaged_dir()):
+        t = decimal(ns, 20)
+        if t is not None:
+            out.append(Damaged(job, t / 1e9, path))
     return sorted(out, key=lambda d: d.set_aside)
 
 
