@@ -102,10 +102,12 @@ def announce_end_if_on_shared_gpu(cfg: Config, job_id: int, exit_code: int) -> N
 
 
 def pending_jobs(run_dir: str, spool_dir: str, job_id: int) -> bool:
-    """Any other job's state on this node, or its copy on disk from before a reboot
-    (cheap check before importing the node side)."""
+    """Any other job's state on this node, or a copy of a job's state on disk (another
+    job's, or this job's own from a run a reboot ended: Slurm requeues a batch job whose
+    node failed, and it may land here again): a cheap check before importing the node
+    side."""
     for d, own in ((os.path.join(run_dir, "jobs"), str(job_id)),
-                   (os.path.join(spool_dir, "running"), f"{job_id}.state")):  # fmt: skip
+                   (os.path.join(spool_dir, "running"), None)):  # fmt: skip
         try:
             if any(e.name != own for e in os.scandir(d)):
                 return True

@@ -103,9 +103,13 @@ def restore_copies(
         rebooted = bool(st.boot_id) and st.boot_id != boot_id
         if not rebooted and epilog_of is None:
             continue
-        write_state(layout, st)
+        try:
+            write_state(layout, st)
+            if rebooted:
+                mark_ended(layout, job, exit_code=-1, signal=0, end=max(st.start, seen))
+        except OSError:
+            continue  # the run directory's disk full: the copy waits for a later hook
         if rebooted:
-            mark_ended(layout, job, exit_code=-1, signal=0, end=max(st.start, seen))
             _journal_again(layout, st)
         restored.append((job, rebooted))
     return sorted(restored)

@@ -528,10 +528,10 @@ def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None
     """
     lay = NodeLayout.of_config(cfg)
     done: list[int] = []
-    _restore(lay)
+    restored = _restore(lay)
     for job_id in jobstate.job_ids(lay):
-        if job_id == skip:
-            continue
+        if job_id == skip and job_id not in restored:  # an earlier run's, ended by a reboot:
+            continue  # recorded before the Prolog starts the job again
         try:
             _recover_job(cfg, lay, job_id, handoff, done)
         except Exception as e:  # one damaged job must not stop every later hook here

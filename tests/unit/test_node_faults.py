@@ -579,7 +579,34 @@ def test_copies_on_disk_of_this_boot_or_damaged(cfg: Config) -> None:
     rec = job_end(cfg, 2, 3)
     assert rec is not None and rec.exit_code == 3 and not lay.running_copy(2).exists()
     lay.running_copy(3).write_text("{}")
-    assert not pending_jobs(run_dir, spool_dir, 3)  # its own copy only
+    assert pending_jobs(run_dir, spool_dir, 3)  # its own copy: perhaps a run a reboot ended
+    lay.running_copy(3).unlink()
+    assert not pending_jobs(run_dir, spool_dir, 3)
+
+
+def test_a_job_requeued_after_the_reboot_onto_the_same_node_keeps_both_runs(
+    cfg: Config,
+) -> None:
+    """Expected: Slurm requeues a batch job whose node failed; when it lands on the same
+    node again, its Prolog first records the run the reboot ended (failed, -1), then starts
+    the new run, whose own Epilog records it with its own exit code. Two records."""
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    seen = _reboot(cfg, 1, 40.0)
+    assert recover(cfg, skip=1) == [1]  # the new run's Prolog
+    time.sleep(1.1)  # a record's id holds its start in whole seconds
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    assert job_end(cfg, 1, 0) is not None
+    import json
+
+    from slurm_colo.contracts.records import JobRecord
+    from slurm_colo.spool.directory import pending
+
+    files = pending(NodeLayout.of_config(cfg).spool_dirs())
+    recs = sorted(
+        (JobRecord.from_dict(json.loads(f.read_text())) for f in files), key=lambda r: r.start
+    )
+    assert [(r.job_id, r.exit_code) for r in recs] == [(1, -1), (1, 0)]
+    assert recs[0].end == pytest.approx(seen)
 
 
 def log_stamp_after_start() -> str:
