@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         rec = recover(cfg)
         typer.echo(f"recovered records: {rec or 'none'}")
         indices = gpu or lay.gpu_indexes()
-        damaged = False
+        unusable = False
         for g in indices:
             gm = gpu_mps(cfg, g)
             with contextlib.suppress(OSError):  # a file in its place is reported next
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
             problem = lay.gpu_files_problem(g)
             if problem is not None:
                 typer.echo(f"GPU {g}: {problem}; move it away and run this again", err=True)
-                damaged = True
+                unusable = True
                 continue
             with locked(lay.gpu_lock(g), timeout_s=30):
                 busy = journal.active(journal.read(lay.journal(g)))
@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
                     + (f"; {'; '.join(problems)}" if problems else "")
                     + (f"; killed stale {killed}" if killed else "")
                 )
-        if damaged:
+        if unusable:
             raise typer.Exit(1)
 
     @node.command("selftest")
