@@ -43,6 +43,15 @@ def touch_copy(layout: NodeLayout, job_id: int) -> None:
         os.utime(layout.running_copy(job_id))
 
 
+def state_from_copy(layout: NodeLayout, job_id: int) -> JobState | None:
+    """The job's state as its copy on disk holds it (written with every ``state.json``);
+    None when there is no copy or it does not read."""
+    try:
+        return JobState.from_json(read_json(layout.running_copy(job_id)), job_id)
+    except (ProtocolError, TypeError, ValueError):
+        return None
+
+
 def _job_entries(d: Path) -> list[tuple[int, str, Path]]:
     """(job id, what follows the first dot, path) of each entry of ``d`` named
     ``JOB.REST``."""

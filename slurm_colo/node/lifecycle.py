@@ -275,8 +275,10 @@ def job_end(
     try:
         st = jobstate.read_state(lay, job_id)
     except ProtocolError as e:
-        set_aside(cfg, lay, job_id, (exit_code, sig), str(e), opener, detach_stop, handoff)
-        return None
+        st = _from_copy(lay, job_id, str(e))
+        if st is None:
+            set_aside(cfg, lay, job_id, (exit_code, sig), str(e), opener, detach_stop, handoff)
+            return None
     if st is None and _restore(lay, epilog_of=job_id):  # e.g. run as the node returns
         st = jobstate.read_state(lay, job_id)
     if st is None:
@@ -307,6 +309,26 @@ def job_end(
     for g in st.gpus:
         _maybe_stop(cfg, lay, g, opener, detach_stop, handoff)
     return rec
+
+
+def _from_copy(lay: NodeLayout, job_id: int, why: str) -> JobState | None:
+    """A damaged ``state.json`` written again from the job's copy on disk (the same
+    content, written with it); None when the copy does not read either or the file
+    cannot be written."""
+    st = jobstate.state_from_copy(lay, job_id)
+    if st is None:
+        return None
+    try:
+        jobstate.write_state(lay, st)
+    except OSError:
+        return None  # e.g. a directory in its place: set aside
+    log.warning(
+        "job %d: state file damaged (%s); written again from %s",
+        job_id,
+        why,
+        lay.running_copy(job_id),
+    )
+    return st
 
 
 def set_aside(

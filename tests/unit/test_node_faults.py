@@ -731,17 +731,19 @@ def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -
 
 @pytest.mark.parametrize("state", ["not json", '{"gpus": "abc"}', '{"gpus": [0], "start": []}'])
 def test_a_damaged_state_file_does_not_keep_the_gpu_taken(cfg: Config, state: str) -> None:
-    """Expected: the Epilog of a job whose state file is damaged writes no record (what
-    the job was is lost) but closes its stay on its GPU, moves its files to
-    ``damaged/`` and, once its partner has ended too, the GPU's MPS daemon is stopped. It
-    used to read a damaged file as "no job here": the stay stayed open, so the daemon of
-    the job's user ran on and the next user's jobs got no MPS on that GPU."""
+    """Expected: the Epilog of a job whose state file and its copy on disk are both
+    damaged writes no record (what the job was is lost) but closes its stay on its GPU,
+    moves its files to ``damaged/`` and, once its partner has ended too, the GPU's MPS
+    daemon is stopped. It used to read a damaged file as "no job here": the stay stayed
+    open, so the daemon of the job's user ran on and the next user's jobs got no MPS on
+    that GPU."""
     from slurm_colo.node import journal
 
     job_start(cfg, mps_job(1), launch_sampler=False)
     job_start(cfg, mps_job(2, cls="lm"), launch_sampler=False)
     lay = NodeLayout.of_config(cfg)
     (lay.job_dir(1) / "state.json").write_text(state)
+    lay.running_copy(1).write_text(state)
     assert job_end(cfg, 1, 0, detach_stop=False) is None
     assert not lay.job_dir(1).exists()
     kept = list(lay.damaged_dir().iterdir())
@@ -752,6 +754,25 @@ def test_a_damaged_state_file_does_not_keep_the_gpu_taken(cfg: Config, state: st
     assert job_end(cfg, 2, 0, detach_stop=False) is not None
     assert set(spooled(cfg)) == {2} and leftover_mps(cfg) == []
     assert recover(cfg) == []  # nothing left for later hooks to retry
+
+
+def test_a_damaged_state_file_is_written_again_from_its_copy_on_disk(
+    cfg: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: the state file damaged, its copy on disk whole: the Epilog writes the
+    state again from the copy and the job gets its full record (co-runner included).
+    Before, the job was set aside without a record."""
+    job_start(cfg, mps_job(1), launch_sampler=False)
+    job_start(cfg, mps_job(2, cls="lm"), launch_sampler=False)
+    lay = NodeLayout.of_config(cfg)
+    (lay.job_dir(1) / "state.json").write_text("not json")
+    with caplog.at_level("WARNING"):
+        rec = job_end(cfg, 1, 0, detach_stop=False)
+    assert rec is not None and [c.job_id for c in rec.co_runners] == [2]
+    assert rec.mechanism == "mps" and rec.thread_pct == 50
+    assert f"written again from {lay.running_copy(1)}" in caplog.text
+    assert not lay.damaged_dir().exists()
+    assert job_end(cfg, 2, 0, detach_stop=False) is not None and leftover_mps(cfg) == []
 
 
 @pytest.mark.parametrize("what", ["lock", "journal", "mps.json"])
@@ -826,6 +847,7 @@ def test_damaged_job_state_is_listed_and_deleted_after_30_days(
     for job in (1, 2):
         job_start(cfg, mps_job(job, mech="shard"), launch_sampler=False)
         (lay.job_dir(job) / "state.json").write_text("{")
+        lay.running_copy(job).unlink()  # no copy to write it again from
         assert job_end(cfg, job, 0) is None
     old = [d for d in jobstate.damaged_jobs(lay) if d.job == 1][0]
     month_ago = time.time_ns() - 31 * 86400 * 10**9
