@@ -587,9 +587,15 @@ def _recover_job(
     cfg: Config, lay: NodeLayout, job_id: int, handoff: Handoff | None, done: list[int]
 ) -> None:
     """:func:`recover` for one job; its id goes into ``done`` once its record is spooled.
-    A damaged state file raises (``ProtocolError``): :func:`recover` logs it and leaves
-    the job to its Epilog, which sets it aside."""
-    st = jobstate.read_state(lay, job_id)
+    A damaged state file is written again from the job's copy on disk; when that is
+    damaged too, it raises (``ProtocolError``): :func:`recover` logs it and leaves the job
+    to its Epilog, which sets it aside."""
+    try:
+        st = jobstate.read_state(lay, job_id)
+    except ProtocolError as e:
+        st = _from_copy(lay, job_id, str(e))
+        if st is None:
+            raise
     if st is None:
         return
     ended = jobstate.read_ended(lay, job_id)

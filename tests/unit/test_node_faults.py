@@ -706,8 +706,9 @@ def test_a_saved_sampler_pid_now_of_another_process_is_not_signalled(cfg: Config
 
 
 def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -> None:
-    """Expected: a job whose state file is damaged is logged and left for its Epilog;
-    the next hook's recovery still ends the other jobs, a damaged end file is written
+    """Expected: a job whose state file and its copy on disk are damaged is logged and
+    left for its Epilog (one whose copy is whole is recovered from it); the next hook's
+    recovery still ends the other jobs, a damaged end file is written
     anew (the job is recovered with the time it was last seen), and a directory named
     with a non-ASCII digit is not a job."""
     from slurm_colo.node import jobstate
@@ -722,10 +723,18 @@ def test_one_damaged_job_does_not_stop_the_recovery_of_the_others(cfg: Config) -
         st.boot_id = "another-boot"
         jobstate.write_state(lay, st)
     (lay.job_dir(1) / "state.json").write_text("{")
+    lay.running_copy(1).write_text("{")  # its copy on disk too
     (lay.job_dir(3) / "ended.json").write_text('{"end": "abc", "epilog_pid": "x"}')
     (lay.jobs_dir() / "\u00b2").mkdir()
     assert recover(cfg) == [2, 3]
     assert set(spooled(cfg)) == {2, 3} and lay.job_dir(1).exists()
+    job_start(cfg, mps_job(4, mech="shard"), launch_sampler=False)
+    st = jobstate.read_state(lay, 4)
+    assert st is not None
+    st.boot_id = "another-boot"
+    jobstate.write_state(lay, st)
+    (lay.job_dir(4) / "state.json").write_text("{")  # its copy on disk whole
+    assert recover(cfg) == [4]
     assert spooled(cfg)[3].end == spooled(cfg)[3].start  # no profile: last seen at its start
 
 
