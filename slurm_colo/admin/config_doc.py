@@ -171,8 +171,9 @@ HELP: dict[str, str] = {
     "opt-in for tests and the lab).",
     "node.nvml_scenario": 'Scenario file used when nvml_backend is "scenario".',
     "node.run_dir": "Runtime directory on the node (MPS pipes and logs, per-job state).",
-    "node.spool_dir": "Spool directory on the node for job records not yet sent to the "
-    "history database.",
+    "node.spool_dir": "Spool directory on the node, on disk: job records not yet sent to "
+    "the history database, and a copy of each running job's state (running/), from which "
+    "the record of a job a reboot ended is written.",
     "node.sampler_interval_s": "Seconds between two GPU utilisation samples of a running job.",
     "node.sampler_max_samples": (
         "No effect (accepted so older config files stay valid): the sampler keeps only "
