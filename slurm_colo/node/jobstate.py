@@ -32,14 +32,19 @@ def write_state(layout: NodeLayout, state: JobState) -> None:
 
 
 def _drop_copy(layout: NodeLayout, job_id: int) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(layout.running_copy(job_id))
+    for path in (layout.running_copy(job_id), layout.running_profile(job_id)):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
-def touch_copy(layout: NodeLayout, job_id: int) -> None:
-    """Mark the job seen alive now (the sampler, at each flush): after a reboot its record
-    ends at the copy's last change."""
+def copy_profile(layout: NodeLayout, job_id: int, profile: dict[str, Any]) -> None:
+    """The sampler's summary on disk beside the state's copy, at each flush, which also
+    marks the job seen alive now: after a reboot its record has that profile and ends at
+    the copy's last change. Only while the state's copy is there (best effort)."""
+    if not layout.running_copy(job_id).exists():
+        return
     with contextlib.suppress(OSError):
+        atomic_write_json(layout.running_profile(job_id), profile, fsync=False)
         os.utime(layout.running_copy(job_id))
 
 
@@ -116,6 +121,9 @@ def restore_copies(
             write_state(layout, st)
             if rebooted:
                 mark_ended(layout, job, exit_code=-1, signal=0, end=max(st.start, seen))
+                profile = read_json(layout.running_profile(job))
+                if isinstance(profile, dict):
+                    atomic_write_json(layout.job_dir(job) / "profile.json", profile, fsync=False)
         except OSError:
             continue  # the run directory's disk full: the copy waits for a later hook
         if rebooted:

@@ -15,6 +15,7 @@
     <spool_dir>/<record id>.json          records waiting for ingest
     <spool_dir>/running/<id>.state        a copy of state.json on disk: the record of a
                                           job the node's reboot ended (run_dir is a tmpfs)
+    <spool_dir>/running/<id>.profile      a copy of profile.json on disk, for that record
     <run_dir>/spool-fallback/             used when the spool is full or unwritable
     <run_dir>/trash/                      job directories of spooled jobs, to be deleted
     <run_dir>/damaged/                    job directories whose state.json was damaged
@@ -113,6 +114,10 @@ class NodeLayout:
     def running_copy(self, job_id: int) -> Path:
         """The on-disk copy of the job's ``state.json`` (see :func:`.jobstate.write_state`)."""
         return self.running_dir() / f"{job_id}.state"
+
+    def running_profile(self, job_id: int) -> Path:
+        """The on-disk copy of the job's ``profile.json`` (the sampler writes both)."""
+        return self.running_dir() / f"{job_id}.profile"
 
     def trash_dir(self) -> Path:
         return self.run_dir / "trash"

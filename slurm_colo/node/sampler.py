@@ -182,7 +182,7 @@ class Sampler:
         out = self.summary()
         out["final"] = final
         path = self.layout.job_dir(self.job_id) / "profile.json"
-        jobstate.touch_copy(self.layout, self.job_id)  # seen alive now
+        jobstate.copy_profile(self.layout, self.job_id, out)  # and seen alive now
         try:
             atomic_write_json(path, out, fsync=False)
         except OSError as e:

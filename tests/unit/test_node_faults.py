@@ -507,9 +507,12 @@ def test_a_job_the_nodes_reboot_ended_is_recorded_from_its_copy_on_disk(
     it; the copy on disk under the spool directory brings the job back at the next hook
     run: one record, failed (-1), ending when it was last seen alive. Before, such a job
     left no record at all."""
+    from slurm_colo.node import jobstate
+
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
     lay = NodeLayout.of_config(cfg)
     assert lay.running_copy(1).is_file()
+    jobstate.copy_profile(lay, 1, {"samples": 90, "sm_util_mean": 61.0, "final": False})
     seen = _reboot(cfg, 1, 100.0)
     with caplog.at_level("WARNING"):
         assert recover(cfg) == [1]
@@ -519,7 +522,9 @@ def test_a_job_the_nodes_reboot_ended_is_recorded_from_its_copy_on_disk(
     )
     rec = spooled(cfg)[1]
     assert (rec.exit_code, rec.state, rec.end) == (-1, "FAILED", pytest.approx(seen))
-    assert not lay.running_copy(1).exists() and recover(cfg) == []
+    assert rec.profile["sm_util_mean"] == 61.0  # the sampler's last summary before the crash
+    assert not lay.running_copy(1).exists() and not lay.running_profile(1).exists()
+    assert recover(cfg) == []
     assert set(spooled(cfg)) == {1}
 
 

@@ -185,8 +185,9 @@ def test_a_profile_that_cannot_be_written_is_written_at_the_next_flush(
 
 
 def test_each_flush_marks_the_job_seen_on_its_copy_on_disk(tmp_path: Path) -> None:
-    """Expected: the copy's last change is the job's last sign of life (after a reboot,
-    its record ends there)."""
+    """Expected: the copy's last change is the job's last sign of life, and the profile
+    has a copy beside it (after a reboot, the job's record ends there, with that
+    profile)."""
     cfg = node_config(tmp_path, interval_s=0.01)
     lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
     _state(lay, 5, [0])
@@ -196,6 +197,10 @@ def test_each_flush_marks_the_job_seen_on_its_copy_on_disk(tmp_path: Path) -> No
     before = time.time()
     assert run(cfg, 5, max_ticks=2) == 0
     assert lay.running_copy(5).stat().st_mtime >= before - 1
+    assert read_json(lay.running_profile(5))["samples"] >= 1
+    lay.running_copy(5).unlink()  # the job's record spooled: no copy of the profile either
+    lay.running_profile(5).unlink()
+    assert run(cfg, 5, max_ticks=2) == 0 and not lay.running_profile(5).exists()
 
 
 def test_sampler_process_stops_on_sigterm(tmp_path: Path) -> None:
