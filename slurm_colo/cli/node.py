@@ -44,6 +44,7 @@ def _status(cfg) -> dict:  # type: ignore[no-untyped-def]
         "gpus": gpus,
         "jobs": jobstate.job_ids(lay),
         "spooled_records": len(pending(lay.spool_dirs())),
+        "copies_without_state": jobstate.orphan_copies(lay),
         "damaged_jobs": [
             {"job": d.job, "set_aside": d.set_aside, "path": str(d.path)}
             for d in jobstate.damaged_jobs(lay)
@@ -60,12 +61,13 @@ def register(app: typer.Typer) -> None:
     @node.command("status")
     def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
         """Per-GPU MPS daemons and jobs on this node, the last MPS faults of the last day,
-        pending records, job state set aside as damaged."""
+        pending records, job state set aside as damaged, state copies a reboot left."""
         from pathlib import Path
 
         from ..node.jobstate import DAMAGED_KEEP_S
 
-        s = _status(load_config())
+        cfg = load_config()
+        s = _status(cfg)
         if as_json:
             typer.echo(json.dumps(s, indent=2, sort_keys=True))
             return
@@ -86,6 +88,12 @@ def register(app: typer.Typer) -> None:
                 when = datetime.fromtimestamp(float(f["t"]), UTC).strftime("%Y-%m-%d %H:%M:%S")
                 typer.echo(f"   fault {when} UTC {f['kind']}: {f['detail']}")
         typer.echo(f"job state dirs: {s['jobs'] or '-'}; spooled records: {s['spooled_records']}")
+        if s["copies_without_state"]:
+            typer.echo(
+                f"state copies on disk without a job directory: jobs "
+                f"{s['copies_without_state']} in {Path(cfg.node.spool_dir) / 'running'} "
+                "(a reboot ended them: 'slurm-colo node cleanup' records them now)"
+            )
         if s["damaged_jobs"]:
             typer.echo(
                 f"damaged job state (no record): jobs "

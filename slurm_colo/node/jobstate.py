@@ -89,6 +89,16 @@ def _journal_again(layout: NodeLayout, st: JobState) -> None:
             )  # fmt: skip
 
 
+def orphan_copies(layout: NodeLayout) -> list[int]:
+    """Jobs with a copy of their state on disk but no job directory: ended by a reboot
+    (recorded by the next hook) or their run directory emptied by hand."""
+    return sorted(
+        job
+        for job, ext, _ in _job_entries(layout.running_dir())
+        if ext == "state" and not os.path.lexists(layout.job_dir(job))
+    )
+
+
 def restore_copies(
     layout: NodeLayout, boot_id: str, epilog_of: int | None = None
 ) -> list[tuple[int, bool]]:

@@ -555,8 +555,18 @@ def test_the_epilog_slurm_runs_as_the_rebooted_node_returns_records_the_job(
 ) -> None:
     """Expected: slurmd runs the dead job's Epilog (exit code 0) when the node registers
     again: it finds the copy, and the job is recorded as failed, not as completed."""
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
     seen = _reboot(cfg, 1, 30.0)
+    os.environ["SLURM_COLO_CONFIG"] = cfg.source
+    try:
+        out = CliRunner().invoke(app, ["node", "status"])  # before any hook ran
+    finally:
+        del os.environ["SLURM_COLO_CONFIG"]
+    assert "state copies on disk without a job directory: jobs [1]" in out.output
     rec = job_end(cfg, 1, 0, detach_stop=False)
     assert rec is not None and (rec.exit_code, rec.end) == (-1, pytest.approx(seen))
     assert set(spooled(cfg)) == {1}
