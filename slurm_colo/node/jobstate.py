@@ -112,16 +112,15 @@ def restore_copies(
     directory was emptied by hand), which knows how the job ended; any other hook leaves
     it (its record is being spooled this moment). A damaged copy is deleted."""
     restored = []
-    for job, ext, _ in _job_entries(layout.running_dir()):
-        if ext != "state" or (epilog_of is not None and job != epilog_of):
+    for job in orphan_copies(layout):
+        if epilog_of is not None and job != epilog_of:
             continue
-        path = layout.running_copy(job)
-        if os.path.lexists(layout.job_dir(job)):
-            continue
+        st = state_from_copy(layout, job)
         try:
-            seen = os.stat(path).st_mtime
-            st = JobState.from_json(read_json(path), job)
-        except (OSError, ProtocolError, TypeError, ValueError):
+            seen = os.stat(layout.running_copy(job)).st_mtime
+        except OSError:
+            st = None
+        if st is None:
             _drop_copy(layout, job)
             continue
         rebooted = bool(st.boot_id) and st.boot_id != boot_id
