@@ -170,7 +170,11 @@ def test_after_a_reboot_the_next_prolog_records_the_job_the_reboot_ended(cfg: Co
     assert st is not None
     st.boot_id = "boot-before-the-crash"
     jobstate.write_state(lay, st)
-    procs.kill_all(leftover_mps(cfg))  # the reboot's doing
+    # the reboot's doing; the sampler killed first, or it may write into the run
+    # directory while it is being deleted
+    sampler = [st.sampler_pid] if st.sampler_pid else []
+    procs.kill_all(sampler, grace_s=0.0)
+    procs.kill_all(leftover_mps(cfg))
     shutil.rmtree(lay.run_dir)
     p = hook(cfg, "prolog", 22, **colocated("lm"))
     assert p.returncode == 0, p.stderr
