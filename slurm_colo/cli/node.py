@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
         from ..node import journal
         from ..node.gpu.mps_daemon import gpu_mps
         from ..node.layout import NodeLayout
-        from ..node.lifecycle import recover
+        from ..node.recovery import recover
 
         cfg = load_config()
         lay = NodeLayout.of_config(cfg)

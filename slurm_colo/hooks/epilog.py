@@ -32,7 +32,9 @@ def main() -> int:
     if not mine and not pending_jobs(cfg.node.run_dir, cfg.node.spool_dir, job_id):
         _tell_agent(cfg, job_id, exit_status()[0], recorded=False, mine=False)
         return 0  # a job the Prolog left alone, and nothing to recover
-    from ..node.lifecycle import Handoff, job_end, recover, start_handoff
+    from ..node.detached import Handoff, start_handoff
+    from ..node.lifecycle import job_end
+    from ..node.recovery import recover
 
     code, sig = exit_status()
     handoff = Handoff()

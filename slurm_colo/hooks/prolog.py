@@ -126,7 +126,7 @@ def main() -> int:
         return 0
     cfg = load_config()
     if pending_jobs(cfg.node.run_dir, cfg.node.spool_dir, job_id):
-        from ..node.lifecycle import recover
+        from ..node.recovery import recover
 
         recover(cfg, skip=job_id)
     if "SPANK_COLOCATE" not in os.environ and cfg.node.profile != "all":

@@ -1,6 +1,6 @@
 """The Epilog's detached helper: ``python -m slurm_colo.node.handoff [--stop GPU]... [--ingest]``.
 
-Started by :func:`.lifecycle.start_handoff` (at nice 10, in its own session) once the
+Started by :func:`.detached.start_handoff` (at nice 10, in its own session) once the
 Epilog has spooled the job's record, so the Epilog waits for neither. In order:
 
 1. ``--stop GPU`` (repeatable): stop the GPU's MPS daemon if no job uses it any more

@@ -307,3 +307,11 @@ def empty_trash(layout: NodeLayout) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(e.path)
     return len(entries)
+
+
+def last_seen(layout: NodeLayout, job_id: int, start: float) -> float:
+    """When the job was last known alive: its sampler's last summary, else its start."""
+    try:
+        return max(start, (layout.job_dir(job_id) / "profile.json").stat().st_mtime)
+    except OSError:
+        return start

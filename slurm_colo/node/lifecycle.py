@@ -2,16 +2,14 @@
 
 The hooks (slurm_colo/hooks) only read the environment and call :func:`job_start` /
 :func:`job_end`; tests call these directly. Neither raises for a problem it can handle.
+The processes they start are in :mod:`.detached`; the records of jobs whose Epilog never
+finished, in :mod:`.recovery`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,8 +23,9 @@ from slurm_colo.node.gpu.mps_daemon import LazyNvml, MpsOutcome, gpu_mps, lock_w
 from slurm_colo.node.gpu.nvml import Gpu
 
 from ..config import Config
-from ..fsutil import ensure_dir, locked, try_lock, unlock
+from ..fsutil import ensure_dir, try_lock, unlock
 from . import jobstate, journal, procs
+from .detached import Handoff, start_sampler, stop_if_idle, stop_sampler
 from .layout import NodeLayout
 
 if TYPE_CHECKING:
@@ -56,20 +55,6 @@ class StartResult:
     task: dict[str, Any] = field(default_factory=dict)
     mps: dict[int, MpsOutcome] = field(default_factory=dict)
     refuse: bool = False
-
-
-@dataclass
-class Handoff:
-    """What an Epilog leaves to one detached helper (:mod:`.handoff`) once the records are
-    spooled: stop the MPS daemons of the GPUs the last job left, then ingest the spool.
-    One process for all of it instead of one per GPU plus one for the ingest."""
-
-    stop_gpus: list[int] = field(default_factory=list)
-    ingest: bool = False
-
-    def args(self) -> list[str]:
-        out = [a for g in self.stop_gpus for a in ("--stop", str(g))]
-        return out + (["--ingest"] if self.ingest else [])
 
 
 def _profiled(cfg: Config, info: JobInfo) -> bool:
@@ -221,42 +206,6 @@ def _unusable_gpu(
     state.mps[g] = GpuMpsStart(out.state, out.log_offset, out.server_log_offset, out.message)
 
 
-def start_sampler(cfg: Config, job_id: int) -> int | None:
-    """Start the job's NVML sampler as a detached process; its PID (None on failure)."""
-    try:
-        return _detached(cfg, "slurm_colo.node.sampler", str(job_id))
-    except OSError as e:
-        log.warning("job %d: sampler not started: %s", job_id, e)
-        return None
-
-
-def stop_sampler(lay: NodeLayout, job_id: int, pid: int | None, wait_s: float = 0.25) -> bool:
-    """SIGTERM the sampler and wait (briefly) for its final summary in profile.json.
-
-    Returns True when the final summary is there; otherwise the last periodic one is used.
-    """
-    from ..fsutil import read_json
-
-    if not pid or not procs.alive(pid):
-        return False
-    if not procs.is_sampler_of(pid, job_id):
-        log.warning("job %d: pid %d is not its sampler any more; not signalled", job_id, pid)
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return False
-    path = lay.job_dir(job_id) / "profile.json"
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if (read_json(path) or {}).get("final"):
-            return True
-        if not procs.alive(pid):
-            return bool((read_json(path) or {}).get("final"))
-        time.sleep(0.002)
-    return False
-
-
 def job_end(
     cfg: Config,
     job_id: int,
@@ -275,11 +224,11 @@ def job_end(
     try:
         st = jobstate.read_state(lay, job_id)
     except ProtocolError as e:
-        st = _from_copy(lay, job_id, str(e))
+        st = state_from_damaged(lay, job_id, str(e))
         if st is None:
             set_aside(cfg, lay, job_id, (exit_code, sig), str(e), opener, detach_stop, handoff)
             return None
-    if st is None and _restore(lay, epilog_of=job_id):  # e.g. run as the node returns
+    if st is None and restore_from_copies(lay, epilog_of=job_id):  # e.g. run as the node returns
         st = jobstate.read_state(lay, job_id)
     if st is None:
         return None
@@ -292,7 +241,7 @@ def job_end(
         # the job died with the node's slurmd and Slurm runs its Epilog as the node returns:
         # Slurm's exit code is 0, and now is not when the job ended
         log.warning("job %d: died with the node's slurmd; recorded as failed", job_id)
-        exit_code, sig, end = -1, 0, _last_seen(lay, job_id, st.start)
+        exit_code, sig, end = -1, 0, jobstate.last_seen(lay, job_id, st.start)
     try:
         ended = jobstate.mark_ended(lay, job_id, exit_code, sig, end)
     except OSError as e:  # a full disk: the state stays, and a later hook's recover ends it
@@ -304,14 +253,14 @@ def job_end(
         )
         return None
     stop_sampler(lay, job_id, st.sampler_pid)
-    _close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
+    close_stays(cfg, lay, st, float(ended["end"]), opener, failed=exit_code != 0 or sig != 0)
     rec = finish_record(cfg, lay, job_id)
     for g in st.gpus:
-        _maybe_stop(cfg, lay, g, opener, detach_stop, handoff)
+        stop_if_idle(cfg, lay, g, opener, detach_stop, handoff)
     return rec
 
 
-def _from_copy(lay: NodeLayout, job_id: int, why: str) -> JobState | None:
+def state_from_damaged(lay: NodeLayout, job_id: int, why: str) -> JobState | None:
     """A damaged ``state.json`` written again from the job's copy on disk (the same
     content, written with it); None when the copy does not read either or the file
     cannot be written."""
@@ -348,7 +297,7 @@ def set_aside(
     those GPUs left without a job gets its MPS daemon stopped."""
     ended = jobstate.mark_ended(lay, job_id, *exit_status)
     gpus = [g for g in lay.gpu_indexes() if _open_stay(lay, g, job_id)]
-    _close_stays(cfg, lay, JobState(job_id, gpus=gpus), float(ended["end"]), opener)
+    close_stays(cfg, lay, JobState(job_id, gpus=gpus), float(ended["end"]), opener)
     kept = jobstate.move_damaged(lay, job_id)
     log.error(
         "job %d: state file damaged (%s): no record; its stays on GPU(s) %s closed, "
@@ -359,7 +308,7 @@ def set_aside(
         kept,
     )
     for g in gpus:
-        _maybe_stop(cfg, lay, g, opener, detach_stop, handoff)
+        stop_if_idle(cfg, lay, g, opener, detach_stop, handoff)
 
 
 def _open_stay(lay: NodeLayout, g: int, job_id: int) -> bool:
@@ -367,7 +316,7 @@ def _open_stay(lay: NodeLayout, g: int, job_id: int) -> bool:
     return stay is not None and stay.end is None
 
 
-def _close_stays(
+def close_stays(
     cfg: Config,
     lay: NodeLayout,
     st: JobState,
@@ -433,141 +382,7 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None
     return rec
 
 
-def _maybe_stop(
-    cfg: Config,
-    lay: NodeLayout,
-    g: int,
-    opener: Callable[[int], Gpu],
-    detach: bool = True,
-    handoff: Handoff | None = None,
-) -> None:
-    """The last job left GPU ``g``: stop its MPS daemon and compact the journal.
-
-    ``detach``: the stop (quit, process check, compute mode back to DEFAULT through NVML)
-    runs in a detached process that takes the GPU lock, so the Epilog does not wait for it;
-    a Prolog arriving meanwhile waits on the lock and then finds the GPU clean. With
-    ``handoff`` the GPU is only noted there; :func:`start_handoff` starts that process.
-    """
-    if lay.gpu_files_problem(g) is not None:  # _close_stays said so
-        return
-    try:
-        with locked(lay.gpu_lock(g), timeout_s=lock_wait(cfg)):
-            # compact always (a GPU that is never idle would grow its journal forever);
-            # a no-op while the journal is small and jobs are on the GPU
-            journal.compact(lay.journal(g), set(jobstate.job_ids(lay)))
-            if journal.active(journal.read(lay.journal(g))):
-                return
-            gm = gpu_mps(cfg, g, opener)
-            if not gm.state():
-                return
-            if not detach:
-                gm.stop()
-                return
-    except TimeoutError:
-        log.warning(
-            "GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node cleanup'", g
-        )
-        return
-    if handoff is not None:
-        if g not in handoff.stop_gpus:
-            handoff.stop_gpus.append(g)
-        return
-    try:
-        _detached(cfg, "slurm_colo.node.gpu.mps_daemon", "stop", str(g))
-    except OSError as e:
-        log.warning("GPU %d: cannot start the MPS stop helper (%s); stopping inline", g, e)
-        _stop_inline(cfg, lay, g, opener)
-
-
-def _stop_inline(cfg: Config, lay: NodeLayout, g: int, opener: Callable[[int], Gpu]) -> None:
-    try:
-        with locked(lay.gpu_lock(g), timeout_s=lock_wait(cfg)):
-            if not journal.active(journal.read(lay.journal(g))):
-                gpu_mps(cfg, g, opener).stop()
-    except TimeoutError:
-        log.warning(
-            "GPU %d: lock busy; MPS stop left to the next hook or 'slurm-colo node cleanup'", g
-        )
-
-
-def start_handoff(cfg: Config, handoff: Handoff) -> int | None:
-    """Start the detached helper for ``handoff`` (nothing to do: None). If it cannot be
-    started, the MPS stops run inline and the ingest is left to the next Epilog or
-    ``slurm-colo spool ingest`` (the records are in the spool already)."""
-    if not handoff.stop_gpus and not handoff.ingest:
-        return None
-    try:
-        return _detached(cfg, "slurm_colo.node.handoff", *handoff.args())
-    except OSError as e:
-        log.warning("cannot start the detached helper (%s): MPS stop inline, ingest later", e)
-        lay = NodeLayout.of_config(cfg)
-        opener = LazyNvml(cfg)
-        for g in handoff.stop_gpus:
-            _stop_inline(cfg, lay, g, opener)
-        return None
-
-
-def _which(name: str) -> str | None:
-    """``shutil.which`` without importing shutil (hook start-up time)."""
-    for d in os.get_exec_path():
-        path = os.path.join(d, name)
-        if os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    return None
-
-
-def _detached(cfg: Config, module: str, *args: str) -> int:
-    """Start ``python -m module args`` in its own session at lower CPU priority (it must
-    not slow the hook that started it or the job), detached from our stdio."""
-    nice = _which("nice")
-    prefix = [nice, "-n", "10"] if nice else []  # nice execs python: same PID
-    p = subprocess.Popen(
-        [*prefix, sys.executable, "-m", module, *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-        env=_child_env(cfg),
-    )
-    return p.pid
-
-
-def _child_env(cfg: Config) -> dict[str, str]:
-    env = dict(os.environ)
-    if os.path.exists(cfg.source):
-        env["SLURM_COLO_CONFIG"] = cfg.source
-    return env
-
-
-def recover(cfg: Config, skip: int | None = None, handoff: Handoff | None = None) -> list[int]:
-    """Spool records of jobs whose Epilog was killed, and of jobs that died with the node.
-
-    Cheap when nothing is pending (one directory listing). A job is recovered when it
-    has an ``ended.json`` whose Epilog process is gone, or when it is no longer alive
-    (:func:`procs.job_alive`). Returns the recovered job ids. ``handoff``: as for
-    :func:`job_end`.
-    """
-    lay = NodeLayout.of_config(cfg)
-    done: list[int] = []
-    restored = _restore(lay)
-    for job_id in jobstate.job_ids(lay):
-        if job_id == skip and job_id not in restored:  # an earlier run's, ended by a reboot:
-            continue  # recorded before the Prolog starts the job again
-        try:
-            _recover_job(cfg, lay, job_id, handoff, done)
-        except Exception as e:  # one damaged job must not stop every later hook here
-            log.error(
-                "job %d: recovery failed (%s: %s); left in %s",
-                job_id,
-                type(e).__name__,
-                e,
-                lay.job_dir(job_id),
-            )
-    return done
-
-
-def _restore(lay: NodeLayout, epilog_of: int | None = None) -> list[int]:
+def restore_from_copies(lay: NodeLayout, epilog_of: int | None = None) -> list[int]:
     """:func:`jobstate.restore_copies`, logged: jobs the node's reboot ended, or (the
     job's own Epilog) whose run directory was emptied."""
     restored = jobstate.restore_copies(lay, procs.boot_id(), epilog_of)
@@ -581,44 +396,3 @@ def _restore(lay: NodeLayout, epilog_of: int | None = None) -> list[int]:
             lay.running_copy(job_id),
         )
     return [job_id for job_id, _ in restored]
-
-
-def _recover_job(
-    cfg: Config, lay: NodeLayout, job_id: int, handoff: Handoff | None, done: list[int]
-) -> None:
-    """:func:`recover` for one job; its id goes into ``done`` once its record is spooled.
-    A damaged state file is written again from the job's copy on disk; when that is
-    damaged too, it raises (``ProtocolError``): :func:`recover` logs it and leaves the job
-    to its Epilog, which sets it aside."""
-    try:
-        st = jobstate.read_state(lay, job_id)
-    except ProtocolError as e:
-        st = _from_copy(lay, job_id, str(e))
-        if st is None:
-            raise
-    if st is None:
-        return
-    ended = jobstate.read_ended(lay, job_id)
-    if ended is None:
-        if procs.job_alive(job_id, st.boot_id, st.start, sampler_pid=st.sampler_pid):
-            return  # still running (or its Epilog has not started yet)
-        ended = jobstate.mark_ended(
-            lay, job_id, exit_code=-1, signal=0, end=_last_seen(lay, job_id, st.start)
-        )
-    elif ended.get("epilog_pid") != os.getpid() and procs.alive(ended.get("epilog_pid")):
-        return  # its Epilog is at work right now
-    opener = LazyNvml(cfg)
-    _close_stays(cfg, lay, st, float(ended["end"]), opener)
-    if finish_record(cfg, lay, job_id) is None:
-        return
-    done.append(job_id)
-    log.warning("job %d: record recovered after an interrupted Epilog", job_id)
-    for g in st.gpus:
-        _maybe_stop(cfg, lay, g, opener, handoff=handoff)
-
-
-def _last_seen(lay: NodeLayout, job_id: int, start: float) -> float:
-    try:
-        return max(start, (lay.job_dir(job_id) / "profile.json").stat().st_mtime)
-    except OSError:
-        return start

@@ -28,7 +28,8 @@ from slurm_colo.node import procs
 from slurm_colo.node.gpu.mps_daemon import gpu_mps
 from slurm_colo.node.gpu.nvml import NvmlGate
 from slurm_colo.node.layout import NodeLayout
-from slurm_colo.node.lifecycle import JobInfo, job_end, job_start, recover
+from slurm_colo.node.lifecycle import JobInfo, job_end, job_start
+from slurm_colo.node.recovery import recover
 from slurm_colo.node.sampler import Sampler
 from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade

@@ -235,8 +235,8 @@ def test_job_directory_is_deleted_at_once_when_the_trash_is_unusable(cfg: Config
 
 
 def test_handoff_arguments() -> None:
+    from slurm_colo.node.detached import Handoff
     from slurm_colo.node.handoff import parse_args
-    from slurm_colo.node.lifecycle import Handoff
 
     h = Handoff([0, 3], ingest=True)
     assert parse_args(h.args()) == ([0, 3], True)
