@@ -22,7 +22,6 @@ from ..contracts.records import UID_MAX
 from ..errors import OptionError
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
-from ..placement.candidates import throughput_open
 from ..placement.guard import Reservation
 from ..placement.held import HeldJob, queue_head, waits_behind, wanting
 from ..scores import ScoreTable
@@ -32,6 +31,7 @@ from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
 from .occupancy import Occupancy
 from .replan import move_waiting, waiting_jobs
+from .report import status_report
 from .rights import RETRY_S as RIGHTS_RETRY_S
 from .rights import Rights, is_refused_right
 from .time_credit import GUARD_S, TimeCredit, has_limit
@@ -559,60 +559,5 @@ class AgentState:
         return ex
 
     def status(self, now: float) -> dict[str, Any]:
-        occ, led = self.occupancy, self.ledger
-        gpus = occ.gpu_rows(self.scores, now)
-        for g in gpus:
-            for o in g["occupants"]:
-                # minutes added to the job's time limit for the time sharing cost it
-                o["time_limit_added_min"] = self.credit.given_min(o["job_id"] or 0)
-        return {
-            "gpus": gpus,
-            "pending_placements": led.pending_count(),
-            # jobs waiting for a GPU at the last snapshot: the throughput path needs a queue
-            "queue": {
-                "waiting": occ.queue,
-                "per_gpu": self.view.queue_per_gpu,
-                # hours until none waits at the rate the queue has shrunk lately (None: not
-                # shrinking, or too little seen yet)
-                "drain_h": self.view.queue_drain_h,
-                "throughput_path": throughput_open(self.view, self.cfg.placement),
-            },
-            "reservation": occ.reservation_row(now),
-            # placement.time_limit (whether limits are raised now: slurm_changes)
-            "time_limits": {"setting": str(self.cfg.placement.time_limit)},
-            # why the agent changes no job in Slurm (undo, holds, re-plans, time limits)
-            "slurm_changes": {"refused": self.rights.refused, "since": self.rights.since},
-            "scores": {
-                "id": self.scores.id,
-                "created": self.scores.created,
-                "error": self.live.error,
-                # the GPU models with a set of their own, and files that failed to load
-                "models": {
-                    m: {"id": t.id, "created": t.created, "error": self.live.model_errors.get(m)}
-                    for m, t in sorted(self.live.models.items())
-                }
-                | {
-                    m: {"id": None, "created": None, "error": e}
-                    for m, e in self.live.model_errors.items()
-                    if m not in self.live.models
-                },
-            },
-            "decisions": dict(led.decisions),
-            "probes": dict(led.probes),
-            "learned_pairs": len(self.live.learned),
-            "held": [
-                {
-                    "job_id": h.job_id,
-                    "gres_type": h.gres_type,
-                    "waits_for": h.waits_for(),
-                    "cls": h.request.cls,
-                    "waiting_s": now - h.since,
-                    "reason": h.reason,
-                }
-                for h in sorted(self.held.values(), key=lambda h: h.since)
-            ],
-            "fallbacks": dict(led.fallbacks),
-            # nodes closed to placement: Slurm numbers their GPUs otherwise than the devices
-            "nodes_refused": dict(occ.gres_refused),
-            "snapshot_age_s": now - occ.snapshot_time if occ.snapshot_time else None,
-        }
+        """The STATUS answer (:func:`.report.status_report`)."""
+        return status_report(self, now)
