@@ -71,7 +71,19 @@ def trusted_uids() -> set[int]:
 
 def _job_id(p: dict[str, Any]) -> int:
     """The request's Slurm job id (Slurm's are 32-bit, 0 is none)."""
+    if "job" not in p:
+        raise ProtocolError("'job' is missing")
     return whole_in_limits(p["job"], "job")
+
+
+def _gpu_indexes(p: dict[str, Any]) -> list[int]:
+    """JOBSTART's ``gpus``: the job's GPU indexes on the node (none when absent)."""
+    gpus = p.get("gpus")
+    if gpus is None:
+        return []
+    if not isinstance(gpus, list):
+        raise ProtocolError(f"gpus: must be a list of GPU indexes, not {type(gpus).__name__}")
+    return [whole_in_limits(g, "gpu", "gpus") for g in gpus]
 
 
 def _nothing_after(delivered: bool = True) -> None:
@@ -346,6 +358,7 @@ class Agent:
         over ``JOBSTART_SLOW_S``."""
         t0 = time.perf_counter()
         job_id = _job_id(p)
+        gpus = _gpu_indexes(p)
         with self.lock:
             t_lock = time.perf_counter()
             need = self.state.needs_lookup(job_id)
@@ -360,7 +373,7 @@ class Agent:
                 tag_text,
                 now,
                 str(p.get("node", "")),
-                [whole_in_limits(g, "gpu", "gpus") for g in p.get("gpus") or []],
+                gpus,
             )
         dt = time.perf_counter() - t0
         if dt > JOBSTART_SLOW_S:

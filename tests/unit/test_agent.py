@@ -227,6 +227,27 @@ def test_server_checks_who_may_place() -> None:
     assert agent.handle(b'JOBEND\t{"nojob": 1}\n', peer_uid=0).startswith(b"ERR\tJOBEND failed")
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (b'JOBEND\t{"node": "n1"}\n', "JOBEND failed: 'job' is missing"),
+        (b"EXPLAIN\t{}\n", "EXPLAIN failed: 'job' is missing"),
+        (b'JOBSTART\t{"node": "n1", "gpus": [0]}\n', "JOBSTART failed: 'job' is missing"),
+        (b'JOBSTART\t{"job": 5, "gpus": 7}\n', "gpus: must be a list of GPU indexes, not int"),
+        (b'JOBSTART\t{"job": 5, "gpus": true}\n', "gpus: must be a list of GPU indexes, not bool"),
+        (b'JOBSTART\t{"job": 5, "gpus": "12"}\n', "gpus: must be a list of GPU indexes, not str"),
+    ],
+)
+def test_a_request_lacking_a_field_or_of_the_wrong_shape_is_named(line: bytes, said: str) -> None:
+    """Expected: the error reply names the field (it said Python's ``'job'`` or ``'int'
+    object is not iterable``), and a string of GPU indexes is not read digit by digit
+    (``"12"`` was GPUs 1 and 2)."""
+    agent = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    reply = agent.handle(line, peer_uid=0).decode()
+    assert reply.startswith("ERR\t") and said in reply, reply
+    assert agent.handle(b'JOBSTART\t{"job": 5, "node": "n1", "gpus": [0]}\n', 0).startswith(b"OK")
+
+
 def test_ping_names_the_user_the_agent_changes_jobs_as() -> None:
     import os
     import pwd
@@ -587,7 +608,7 @@ def test_a_slow_jobstart_is_logged_with_where_its_time_went(
     reply, after = agent.answer(format_request("PLACE", place), peer_uid=0)
     after(True)
     tag = reply.decode().split("\ttag=")[1].split("\t")[0]
-    start = format_request("JOBSTART", {"job": "7", "node": "n1", "gpus": "0"})
+    start = format_request("JOBSTART", {"job": "7", "node": "n1", "gpus": [0]})
     with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
         monkeypatch.setattr(agent.backend, "job", lambda job_id: _job(job_id, tag))
         quick, _ = agent.answer(start, peer_uid=0)
@@ -621,7 +642,7 @@ def test_slurm_down_while_reading_a_job_is_said_not_taken_for_no_such_job(
 
     monkeypatch.setattr(agent.backend, "job", down)
     with caplog.at_level(logging.WARNING, logger="slurm_colo.agent"):
-        start = format_request("JOBSTART", {"job": "9", "node": "n1", "gpus": "0"})
+        start = format_request("JOBSTART", {"job": "9", "node": "n1", "gpus": [0]})
         reply, _ = agent.answer(start, peer_uid=0)
     assert reply.startswith(b"OK\t") and b'"shared":true' not in reply  # fail-open: no tag
     # the Prolog is told, so it reads the job's tag itself
