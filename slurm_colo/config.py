@@ -248,9 +248,71 @@ def _whole(v: Any) -> bool:
 #: keys with a floor above zero: a slowdown bound below 1 would ask a job to run faster
 #: than alone (and 0 divides by zero)
 _AT_LEAST: dict[tuple[str, str], float] = {
+    # each look at Slurm runs squeue and scontrol against slurmctld
+    ("agent", "refresh_interval_s"): 1.0,
     ("placement", "max_slowdown"): 1.0,
     ("placement", "throughput_max_slowdown"): 1.0,
 }
+
+
+#: keys that are shares of a whole: (bound, whether the bound itself is allowed). A headroom
+#: of the whole GPU leaves no room for any job; an assumed memory share above 1 fits no job
+#: on any GPU; a held-out share of 1 leaves nothing to train on
+_AT_MOST: dict[tuple[str, str], tuple[float, bool]] = {
+    ("placement", "memory_headroom"): (1.0, False),
+    ("placement", "default_memory_share"): (1.0, True),
+    ("placement", "explore_rate"): (1.0, True),
+    ("scores", "holdout_share"): (1.0, False),
+}
+
+#: periods, timeouts and counts where 0 means nothing sensible (no "0 disables")
+_POSITIVE = frozenset(
+    {
+        ("agent", "request_timeout_ms"),
+        ("agent", "pending_ttl_s"),
+        ("node", "mps_timeout_s"),
+        ("node", "sampler_interval_s"),
+        ("scores", "window_days"),
+    }
+)
+
+#: paths the hooks and the agent open from whatever directory they run in (slurmd's, /)
+_ABSOLUTE = frozenset(
+    {("agent", "socket"), ("node", "run_dir"), ("node", "spool_dir"), ("scores", "path")}
+)
+
+#: strings that name something and may not be empty
+_NAMED = frozenset({("store", "url"), ("node", "mps_control")})
+
+
+def _check_value(name: str, key: str, value: Any, src: str) -> None:
+    """The bounds of one key beyond its type (see the tables above)."""
+    where = f"{src}: {name}.{key}"
+    if isinstance(value, str):
+        if "\0" in value:
+            raise ConfigError(f"{where} must not hold a NUL character")
+        if (name, key) in _ABSOLUTE and not value.startswith("/"):
+            raise ConfigError(f"{where} must be an absolute path, got {value!r}")
+        if (name, key) in _NAMED and not value.strip():
+            raise ConfigError(f"{where} must not be empty")
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{where} must not be negative, got {value!r}")
+    if (name, key) in _POSITIVE and value <= 0:
+        raise ConfigError(f"{where} must be greater than 0, got {value!r}")
+    least = _AT_LEAST.get((name, key))
+    if least is not None and value < least:
+        raise ConfigError(f"{where} must be at least {least:g}, got {value!r}")
+    most = _AT_MOST.get((name, key))
+    if most is not None:
+        bound, inclusive = most
+        if value > bound or (value == bound and not inclusive):
+            word = "at most" if inclusive else "below"
+            raise ConfigError(f"{where} must be {word} {bound:g}, got {value!r}")
 
 
 def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
@@ -287,13 +349,7 @@ def _build_section(name: str, cls: type, raw: Any, src: str) -> Any:
         choices = _CHOICES.get((name, key))
         if choices and value not in choices:
             raise ConfigError(f"{src}: {name}.{key} = {value!r}; accepted: {', '.join(choices)}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{src}: {name}.{key} must be a finite number, got {value!r}")
-        if isinstance(value, (int, float)) and value < 0:
-            raise ConfigError(f"{src}: {name}.{key} must not be negative, got {value!r}")
-        least = _AT_LEAST.get((name, key))
-        if least is not None and value < least:
-            raise ConfigError(f"{src}: {name}.{key} must be at least {least:g}, got {value!r}")
+        _check_value(name, key, value, src)
         kwargs[key] = value
     return cls(**kwargs)
 

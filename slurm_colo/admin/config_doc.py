@@ -50,7 +50,7 @@ HELP: dict[str, str] = {
     "agent that is not there or answers garbage trips it at once; a timeout only when it is "
     "the second in a row, so one slow answer costs one job its placement.",
     "agent.refresh_interval_s": "How often, in seconds, the agent re-reads job and node state "
-    "from Slurm.",
+    "from Slurm. At least 1 (each look asks slurmctld).",
     "agent.pending_ttl_s": "A placement the agent handed out but has not yet seen in Slurm "
     "(the job was rejected or cancelled at submit) is forgotten after this many seconds.",
     "agent.metrics_listen": 'Address ("host:port") of the Prometheus text endpoint served by '
@@ -87,16 +87,16 @@ HELP: dict[str, str] = {
     "down then is the one the site's last work waits for, while GPUs fall idle around it. "
     "Longer favours the end of a busy period (its makespan), shorter the wait of the "
     "short jobs then. 0: no forecast.",
-    "placement.memory_headroom": "Fraction of GPU memory kept free on a shared GPU.",
+    "placement.memory_headroom": "Fraction of GPU memory kept free on a shared GPU (below 1).",
     "placement.default_memory_share": "GPU memory assumed for a job class with no measured "
     "profile, as a share of each GPU's own memory ([[gpus]] memory_gib: each GPU model its "
-    "own). 0 assumes default_memory_gib on every GPU.",
+    "own), at most 1. 0 assumes default_memory_gib on every GPU.",
     "placement.default_memory_gib": "GPU memory, in GiB, assumed for a job class with no "
     "measured profile when default_memory_share is 0.",
     "placement.risk_aversion": "How many standard deviations of the predicted delta are "
     "subtracted before it is compared with min_delta. 0 trusts the mean.",
     "placement.explore_rate": "Share of placements that may try a pair of classes with no "
-    "data yet (exploration). 0 disables exploration.",
+    "data yet (exploration), 0 to 1. 0 disables exploration.",
     "placement.reserve_after_h": "Starvation guard: once a job has waited this many hours "
     "for whole GPUs (untyped gres:gpu), or held for the agent (placement.unplaced = "
     '"hold", or requeued by an undo), the shared GPU(s) expected to drain first take no '
@@ -159,7 +159,7 @@ HELP: dict[str, str] = {
     "scores.half_life_days": "Recency weighting: the weight of an observation halves every "
     "this many days.",
     "scores.holdout_share": "Share of the observed pairs held out to check a new score set "
-    "before it is published.",
+    "before it is published (below 1).",
     "scores.max_regression": "A new score set whose held-out error exceeds the live set's by "
     "more than this is not published; the live set stays.",
     # [node]
@@ -170,8 +170,9 @@ HELP: dict[str, str] = {
     "node.nvml_backend": '"real" (NVML through nvidia-ml-py) or "scenario" (explicit '
     "opt-in for tests and the lab).",
     "node.nvml_scenario": 'Scenario file used when nvml_backend is "scenario".',
-    "node.run_dir": "Runtime directory on the node (MPS pipes and logs, per-job state).",
-    "node.spool_dir": "Spool directory on the node, on disk: job records not yet sent to "
+    "node.run_dir": "Runtime directory on the node (MPS pipes and logs, per-job state); an "
+    "absolute path.",
+    "node.spool_dir": "Spool directory on the node, on disk (an absolute path): job records not yet sent to "
     "the history database, and a copy of each running job's state (running/), from which "
     "the record of a job a reboot ended is written.",
     "node.sampler_interval_s": "Seconds between two GPU utilisation samples of a running job.",

@@ -152,6 +152,56 @@ def test_config_errors_name_the_problem(text: str, msg: str) -> None:
     assert msg in str(e.value) and "site.toml" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("[placement]\nmemory_headroom = 1.0", "placement.memory_headroom must be below 1"),
+        (
+            "[placement]\ndefault_memory_share = 2.5",
+            "placement.default_memory_share must be at most 1",
+        ),
+        ("[placement]\nexplore_rate = 10", "placement.explore_rate must be at most 1"),
+        ("[scores]\nholdout_share = 1", "scores.holdout_share must be below 1"),
+        ("[agent]\nrefresh_interval_s = 0", "agent.refresh_interval_s must be at least 1"),
+        ("[agent]\nrefresh_interval_s = 0.01", "agent.refresh_interval_s must be at least 1"),
+        ("[agent]\nrequest_timeout_ms = 0", "agent.request_timeout_ms must be greater than 0"),
+        ("[agent]\npending_ttl_s = 0", "agent.pending_ttl_s must be greater than 0"),
+        ("[node]\nsampler_interval_s = 0", "node.sampler_interval_s must be greater than 0"),
+        ("[node]\nmps_timeout_s = 0", "node.mps_timeout_s must be greater than 0"),
+        ("[scores]\nwindow_days = 0", "scores.window_days must be greater than 0"),
+        ('[node]\nrun_dir = ""', "node.run_dir must be an absolute path, got ''"),
+        ('[node]\nspool_dir = "spool"', "node.spool_dir must be an absolute path, got 'spool'"),
+        ('[scores]\npath = "live.json"', "scores.path must be an absolute path"),
+        ('[agent]\nsocket = "agent.sock"', "agent.socket must be an absolute path"),
+        ('[node]\nrun_dir = "/run/a\\u0000b"', "node.run_dir must not hold a NUL character"),
+        ('[store]\nurl = ""', "store.url must not be empty"),
+        ('[node]\nmps_control = ""', "node.mps_control must not be empty"),
+    ],
+)
+def test_a_setting_that_would_quietly_stop_sharing_or_misplace_files_is_refused(
+    text: str, msg: str
+) -> None:
+    """Expected: each was accepted before. A memory headroom or an assumed memory share
+    of a whole GPU and more, or an exploration rate above 1, left no shared GPU with room
+    or made every job explore; a refresh interval of 0 had the agent ask slurmctld without
+    pause; a run or spool directory given relative (or empty) put the node's files under
+    whatever directory slurmd runs the hook in; a NUL in a path raised in every hook."""
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "site.toml")
+    assert msg in str(e.value) and "site.toml" in str(e.value), str(e.value)
+
+
+def test_the_edges_of_the_new_bounds_are_accepted() -> None:
+    cfg = parse_config(
+        "[placement]\nmemory_headroom = 0.0\ndefault_memory_share = 1.0\nexplore_rate = 1.0\n"
+        "probe_s = 0\n[agent]\nrefresh_interval_s = 1\nretry_after_s = 0\n"
+        '[node]\nrun_dir = "/r"\nnvml_scenario = ""\n[scores]\nholdout_share = 0.0\n',
+        "site.toml",
+    )
+    assert cfg.placement.explore_rate == 1.0 and cfg.agent.refresh_interval_s == 1.0
+    assert cfg.node.run_dir == "/r" and cfg.placement.probe_s == 0.0
+
+
 def test_missing_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the default file (here through the environment) may be missing: the defaults
     monkeypatch.setenv("SLURM_COLO_CONFIG", str(tmp_path / "none.toml"))
