@@ -325,7 +325,7 @@ def _register_model(app: typer.Typer) -> None:
         hide: float = typer.Option(
             0.3, "--hide", help="Share of measured pairs hidden from training."
         ),
-        seeds: int = typer.Option(5, "--seeds", help="Number of seeded splits to average."),
+        seeds: int = typer.Option(5, "--seeds", help="Number of seeded splits to average (1-100)."),
         gavel: Path | None = typer.Option(
             None,
             "--gavel",

@@ -78,9 +78,12 @@ def _word(kind: type[E], option: str, value: str) -> E:
         raise SimError(f"{option} {value!r}: accepted values are {accepted}") from None
 
 
+#: jobs one simulated GPU may hold: MPS serves at most 48 clients per GPU (Volta and later)
+MAX_SLOTS = 48
+
 #: the largest campaign ``simulate`` generates: a typo of a few zeros must fail at once,
 #: not fill the memory for an hour
-MAX_SIZES = {"jobs": 1_000_000, "gpus": 100_000, "users": 100_000}
+MAX_SIZES = {"jobs": 1_000_000, "gpus": 100_000, "users": 100_000, "slots": MAX_SLOTS}
 
 
 def _check_sizes(**sizes: int) -> None:
@@ -205,7 +208,9 @@ def register(app: typer.Typer) -> None:
             "placement.memory_headroom; the baselines check no "
             "memory.",
         ),
-        slots: int = typer.Option(4, help="Jobs one GPU may hold (shards per GPU)."),
+        slots: int = typer.Option(
+            4, help="Jobs one GPU may hold (shards per GPU), at most 48 (MPS's clients per GPU)."
+        ),
         hidden_share: float = typer.Option(
             0.3, help="Share of measured pairs hidden from the model (it must predict them)."
         ),
@@ -237,7 +242,7 @@ def register(app: typer.Typer) -> None:
             raise SimError(f"unknown policy {bad[0]!r}; known: {', '.join(KNOWN_POLICIES)}")
         if not names:
             raise SimError(f"--policies names no policy; known: {', '.join(KNOWN_POLICIES)}")
-        _check_sizes(jobs=jobs, gpus=gpus, users=users)
+        _check_sizes(jobs=jobs, gpus=gpus, users=users, slots=slots)
         _check_numbers(
             load=load,
             seed=seed,

@@ -138,12 +138,16 @@ TRAINERS: dict[str, Trainer] = {
 }
 
 
+#: the most seeded splits one evaluation averages (``simulate --seeds`` takes as many)
+MAX_SEEDS = 100
+
+
 def evaluate(
     data: GavelData, hide: float = 0.3, seeds: int = 5, trainers: dict[str, Trainer] | None = None
 ) -> dict[str, dict[str, float]]:
     """name -> averaged metrics (+ per-seed spread as ``*_sd``)."""
-    if seeds < 1:
-        raise ModelError(f"--seeds must be at least 1, got {seeds}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise ModelError(f"--seeds must be from 1 to {MAX_SEEDS}, got {seeds}")
     trainers = trainers or TRAINERS
     rows: dict[str, list[dict[str, float]]] = {n: [] for n in trainers}
     for seed in range(seeds):

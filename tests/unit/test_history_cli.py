@@ -184,3 +184,14 @@ def test_counts_and_waits_out_of_range_are_refused(
     for v in ("nan", "inf", "-1"):
         code, _, err = run(["spool", "ingest", "--busy-timeout", v], capsys)
         assert code == 2 and f"--busy-timeout {v}: give seconds from 0 to 3600" in err
+
+
+def test_model_evaluate_refuses_more_seeds_than_it_could_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Expected: ``--seeds 10^20`` is refused at once, like ``simulate --seeds`` (it trained
+    one model after another until stopped)."""
+    from cli_run import run_cli
+
+    code, _, err = run_cli(["model", "evaluate", "--seeds", "99999999999999999999"], capsys)
+    assert code == 2 and "--seeds must be from 1 to 100, got 99999999999999999999" in err, err

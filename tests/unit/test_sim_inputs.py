@@ -317,6 +317,8 @@ def test_a_gpu_memory_that_is_not_a_size_is_refused(capsys: pytest.CaptureFixtur
         (["--jobs", "100000000000"], "--jobs 100000000000: at most 1,000,000"),  # filled memory
         (["--gpus", "200000"], "--gpus 200000: at most 100,000"),
         (["--users", "1000000"], "--users 1000000: at most 100,000"),
+        # a GPU of 10^20 jobs: their speeds underflowed to 0 and a division raised
+        (["--slots", "99999999999999999999"], "--slots 99999999999999999999: at most 48"),
         (["--seeds", "1-99999999999"], "more than 100 seeds"),  # walked the range for hours
         (["--load", "1e-300"], "--load 1e-300: give an offered load"),
         (["--seed", "-1"], "--seed -1: give a non-negative seed"),
