@@ -92,7 +92,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(
                 f"state copies on disk without a job directory: jobs "
                 f"{s['copies_without_state']} in {Path(cfg.node.spool_dir) / 'running'} "
-                "(a reboot ended them: 'slurm-colo node cleanup' records them now)"
+                "(a reboot ended them, or their run directory was emptied: 'slurm-colo node "
+                "cleanup' records them, those of this boot once their jobs are gone)"
             )
         if s["damaged_jobs"]:
             typer.echo(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -74,13 +75,16 @@ def _job_entries(d: Path) -> list[tuple[int, str, Path]]:
 
 
 def _journal_again(layout: NodeLayout, st: JobState) -> None:
-    """The job's start in each of its GPUs' journals, lost with the run directory: the
-    jobs the reboot ended together on a GPU are each other's co-runners in their records
-    (the recovery closes each stay at the job's last sign of life)."""
+    """The job's start in each of its GPUs' journals that lost it with the run directory:
+    the jobs the reboot ended together on a GPU are each other's co-runners in their
+    records (the recovery closes each stay at the job's last sign of life). A journal that
+    still has the job's stay (only the job's directory was deleted) is left as it is."""
     from . import journal
 
     for g in st.gpus:
         with contextlib.suppress(OSError):
+            if st.job in journal.stays(journal.read(layout.journal(g))):
+                continue
             layout.gpu_dir(g).mkdir(parents=True, exist_ok=True, mode=0o700)
             journal.append(
                 layout.journal(g),
@@ -99,18 +103,27 @@ def orphan_copies(layout: NodeLayout) -> list[int]:
     )
 
 
+#: why :func:`restore_copies` wrote a job's state back: the node rebooted under it; it is
+#: gone (its run directory emptied by hand, no Epilog came); its own Epilog asked
+REBOOTED, GONE, OWN_EPILOG = "rebooted", "gone", "own epilog"
+
+
 def restore_copies(
-    layout: NodeLayout, boot_id: str, epilog_of: int | None = None
-) -> list[tuple[int, bool]]:
-    """Jobs whose copy on disk outlived their run directory: (job id, whether a reboot
-    ended it) for each whose ``state.json`` is written back from the copy.
+    layout: NodeLayout,
+    boot_id: str,
+    epilog_of: int | None = None,
+    gone: Callable[[JobState], bool] | None = None,
+) -> list[tuple[int, str]]:
+    """Jobs whose copy on disk outlived their run directory: (job id, why) for each whose
+    ``state.json`` is written back from the copy (``REBOOTED``, ``GONE``, ``OWN_EPILOG``).
 
     A copy from another boot (the tmpfs run directory went with the reboot) also gets an
     ``ended.json`` with exit code -1 at the copy's last change (the job was last seen
-    alive then), so the recovery records the job as failed. A copy from this boot is
-    restored only by the job's own Epilog (``epilog_of``: that job only; its run
-    directory was emptied by hand), which knows how the job ended; any other hook leaves
-    it (its record is being spooled this moment). A damaged copy is deleted."""
+    alive then), so the recovery records the job as failed. A copy from this boot (the run
+    directory emptied by hand) is restored by the job's own Epilog (``epilog_of``: that
+    job only), which knows how the job ended; by any other hook only once ``gone(state)``
+    says the job no longer runs, and then as failed, as after a reboot. A damaged copy is
+    deleted."""
     restored = []
     for job in orphan_copies(layout):
         if epilog_of is not None and job != epilog_of:
@@ -123,21 +136,26 @@ def restore_copies(
         if st is None:
             _drop_copy(layout, job)
             continue
-        rebooted = bool(st.boot_id) and st.boot_id != boot_id
-        if not rebooted and epilog_of is None:
-            continue
+        if bool(st.boot_id) and st.boot_id != boot_id:
+            why = REBOOTED
+        elif epilog_of is not None:
+            why = OWN_EPILOG
+        elif gone is not None and gone(st):
+            why = GONE
+        else:
+            continue  # it may still run: its Epilog records it
         try:
             write_state(layout, st)
-            if rebooted:
+            if why != OWN_EPILOG:
                 mark_ended(layout, job, exit_code=-1, signal=0, end=max(st.start, seen))
                 profile = read_json(layout.running_profile(job))
                 if isinstance(profile, dict):
                     atomic_write_json(layout.job_dir(job) / "profile.json", profile, fsync=False)
         except OSError:
             continue  # the run directory's disk full: the copy waits for a later hook
-        if rebooted:
+        if why != OWN_EPILOG:
             _journal_again(layout, st)
-        restored.append((job, rebooted))
+        restored.append((job, why))
     return sorted(restored)
 
 

@@ -383,16 +383,24 @@ def finish_record(cfg: Config, lay: NodeLayout, job_id: int) -> JobRecord | None
 
 
 def restore_from_copies(lay: NodeLayout, epilog_of: int | None = None) -> list[int]:
-    """:func:`jobstate.restore_copies`, logged: jobs the node's reboot ended, or (the
-    job's own Epilog) whose run directory was emptied."""
-    restored = jobstate.restore_copies(lay, procs.boot_id(), epilog_of)
-    for job_id, rebooted in restored:
+    """:func:`jobstate.restore_copies`, logged: jobs the node's reboot ended, jobs gone
+    after their run directory was emptied by hand, or (the job's own Epilog) a job whose
+    run directory was emptied."""
+    restored = jobstate.restore_copies(
+        lay,
+        procs.boot_id(),
+        epilog_of,
+        gone=lambda st: (
+            not procs.job_alive(st.job, st.boot_id, st.start, sampler_pid=st.sampler_pid)
+        ),
+    )
+    said = {
+        jobstate.REBOOTED: "ran when the node went down; recorded as failed",
+        jobstate.GONE: "its run directory was emptied and it is gone; recorded as failed",
+        jobstate.OWN_EPILOG: "its state was gone from the run directory",
+    }
+    for job_id, why in restored:
         log.warning(
-            "job %d: %s (its state restored from %s)",
-            job_id,
-            "ran when the node went down; recorded as failed"
-            if rebooted
-            else "its state was gone from the run directory",
-            lay.running_copy(job_id),
+            "job %d: %s (its state restored from %s)", job_id, said[why], lay.running_copy(job_id)
         )
     return [job_id for job_id, _ in restored]

@@ -600,6 +600,51 @@ def test_copies_on_disk_of_this_boot_or_damaged(cfg: Config) -> None:
     assert not pending_jobs(run_dir, spool_dir, 3)
 
 
+def test_a_copy_of_this_boot_whose_job_is_gone_is_recorded_by_node_cleanup(
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expected: the run directory emptied by hand under a running job, and no Epilog to
+    come (slurmd killed with it): once the job is gone, ``node cleanup`` (any hook's
+    recovery) records it as failed at its last sign of life, with the co-runner its GPU's
+    journal still has; ``node status`` had said cleanup would. While the job may still run,
+    its copy is left for its Epilog, as before. Before, the copy stayed for good."""
+    from typer.testing import CliRunner
+
+    from slurm_colo.cli import app
+
+    lay = NodeLayout.of_config(cfg)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    job_start(cfg, mps_job(2, mech="shard", cls="lm"), launch_sampler=False)
+    time.sleep(0.05)
+    seen = time.time()  # job 1's last sign of life: its sampler's last flush
+    os.utime(lay.running_copy(1), (seen, seen))
+    import shutil
+
+    shutil.rmtree(lay.job_dir(1))  # by hand; job 2 and the GPU's journal stay
+    assert recover(cfg) == []  # job 1 may still run: left to its Epilog
+    assert lay.running_copy(1).exists()
+    monkeypatch.setattr(procs, "job_alive", lambda job, *a, **k: job != 1)
+    os.environ["SLURM_COLO_CONFIG"] = cfg.source
+    try:
+        out = CliRunner().invoke(app, ["node", "status"])
+        assert "state copies on disk without a job directory: jobs [1]" in out.output
+        assert "once their jobs are gone" in out.output
+        out = CliRunner().invoke(app, ["node", "cleanup"])
+    finally:
+        del os.environ["SLURM_COLO_CONFIG"]
+    assert "recovered records: [1]" in out.output, out.output
+    assert set(spooled(cfg)) == {1} and not lay.running_copy(1).exists()
+    import json
+
+    from slurm_colo.contracts.records import JobRecord
+    from slurm_colo.spool.directory import pending
+
+    (rec,) = [JobRecord.from_dict(json.loads(f.read_text())) for f in pending(lay.spool_dirs())]
+    assert (rec.exit_code, rec.end) == (-1, pytest.approx(seen))
+    assert [c.job_id for c in rec.co_runners] == [2]
+    assert job_end(cfg, 2, 0) is not None  # job 2's stay and record are as usual
+
+
 def test_a_job_requeued_after_the_reboot_onto_the_same_node_keeps_both_runs(
     cfg: Config,
 ) -> None:
