@@ -141,6 +141,8 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     """Bring the schema to ``revision``; returns (before, after)."""
     before = current_revision(engine)
+    if before is not None and before not in _known_revisions():
+        raise _newer_schema(engine, before)
     if before is None:
         with db_errors(engine), engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
@@ -168,14 +170,22 @@ def require_schema(engine: Engine) -> None:
         raise StoreError(
             f"history database {safe_url(engine)} has no slurm-colo schema yet", hint=UPGRADE_HINT
         )
-    known = {s.revision for s in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
-    if rev in known:
+    if rev in _known_revisions():
         raise StoreError(
             f"history database {safe_url(engine)} has schema {rev}, older than "
             f"this slurm-colo's {head}",
             hint=UPGRADE_HINT,
         )
-    raise StoreError(
+    raise _newer_schema(engine, rev)
+
+
+def _known_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
+
+
+def _newer_schema(engine: Engine, rev: str) -> StoreError:
+    return StoreError(
         f"history database {safe_url(engine)} has schema {rev}, unknown to this "
-        f"slurm-colo (head {head}): it was written by a newer version"
+        f"slurm-colo (head {head_revision()}): it was written by a newer version; "
+        "nothing was changed (run that version, or restore a backup)"
     )

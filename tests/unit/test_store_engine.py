@@ -74,6 +74,22 @@ def test_schema_newer_than_this_version_is_refused(tmp_path: Path) -> None:
         require_schema(e2)
 
 
+def test_upgrading_a_schema_newer_than_this_version_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Expected: ``db upgrade`` run by an older slurm-colo on a newer history says so, as
+    every other command does, and leaves the file alone (it ended in alembic's traceback,
+    ``Can't locate revision identified by '9999'``)."""
+    e = make_engine(f"sqlite:///{tmp_path}/h.db")
+    upgrade(e)
+    with e.begin() as c:
+        c.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    e2 = make_engine(f"sqlite:///{tmp_path}/h.db")
+    with pytest.raises(StoreError, match="schema 9999, unknown to this slurm-colo .* newer"):
+        upgrade(e2)
+    assert current_revision(e2) == "9999"
+
+
 def test_tables_without_version_are_not_touched(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     con = sqlite3.connect(db)
