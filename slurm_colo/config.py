@@ -285,6 +285,14 @@ _ABSOLUTE = frozenset(
 _NAMED = frozenset({("store", "url"), ("node", "mps_control")})
 
 
+def _relative_sqlite(url: str) -> bool:
+    """``sqlite:///name.db``: three slashes, then a path that is not absolute."""
+    scheme, sep, rest = url.partition(":///")
+    return (
+        bool(sep) and scheme.split("+")[0] == "sqlite" and not rest.startswith(("/", ":", "file:"))
+    )
+
+
 def _check_value(name: str, key: str, value: Any, src: str) -> None:
     """The bounds of one key beyond its type (see the tables above)."""
     where = f"{src}: {name}.{key}"
@@ -295,6 +303,11 @@ def _check_value(name: str, key: str, value: Any, src: str) -> None:
             raise ConfigError(f"{where} must be an absolute path, got {value!r}")
         if (name, key) in _NAMED and not value.strip():
             raise ConfigError(f"{where} must not be empty")
+        if (name, key) == ("store", "url") and _relative_sqlite(value):
+            raise ConfigError(
+                f"{where} names a SQLite file by a relative path ({value!r}): the agent and "
+                "the nightly retrain run in other directories; give sqlite:////ABSOLUTE/PATH"
+            )
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return

@@ -142,8 +142,8 @@ HELP: dict[str, str] = {
     'scontrol update TimeLimit=+N, which needs the rights the undo needs). "keep" leaves '
     "the limit as submitted: a job may then be ended because it shared a GPU.",
     # [store]
-    "store.url": "SQLAlchemy URL of the job history database (SQLite file or "
-    "postgresql+psycopg://...).",
+    "store.url": "SQLAlchemy URL of the job history database: a SQLite file by its "
+    "absolute path (sqlite:////var/lib/...: four slashes) or postgresql+psycopg://....",
     "store.busy_timeout_s": "How long, in seconds, a writer waits for a locked SQLite "
     "database before giving up.",
     # [scores]

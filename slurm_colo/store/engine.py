@@ -54,6 +54,11 @@ def make_engine(url: str, busy_timeout_s: float = 10.0, create: bool = True) -> 
         u = u.set(drivername="postgresql+psycopg")
     if u.get_backend_name() == "sqlite":
         db = u.database or ""
+        if db in ("", ":memory:"):
+            raise StoreError(
+                f"store URL {url!r} keeps the history in memory, gone when the command ends",
+                hint="give a file, e.g. sqlite:////var/lib/slurm-colo/history.db",
+            )
         if db and db != ":memory:" and not db.startswith("file:"):
             if not create and not Path(db).is_file():
                 raise StoreError(

@@ -175,6 +175,10 @@ def test_config_errors_name_the_problem(text: str, msg: str) -> None:
         ('[agent]\nsocket = "agent.sock"', "agent.socket must be an absolute path"),
         ('[node]\nrun_dir = "/run/a\\u0000b"', "node.run_dir must not hold a NUL character"),
         ('[store]\nurl = ""', "store.url must not be empty"),
+        (
+            '[store]\nurl = "sqlite:///history.db"',
+            "store.url names a SQLite file by a relative path",
+        ),
         ('[node]\nmps_control = ""', "node.mps_control must not be empty"),
     ],
 )

@@ -90,6 +90,14 @@ def test_upgrading_a_schema_newer_than_this_version_is_refused_and_changes_nothi
     assert current_revision(e2) == "9999"
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_a_history_in_memory_is_refused(url: str) -> None:
+    """Expected: ``db upgrade --url sqlite://`` said it had made the schema, in a database
+    gone when the command ended; every command now refuses a history kept in memory."""
+    with pytest.raises(StoreError, match="in memory"):
+        make_engine(url)
+
+
 def test_tables_without_version_are_not_touched(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     con = sqlite3.connect(db)
