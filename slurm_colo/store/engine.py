@@ -59,7 +59,7 @@ def make_engine(url: str, busy_timeout_s: float = 10.0, create: bool = True) -> 
                 f"store URL {url!r} keeps the history in memory, gone when the command ends",
                 hint="give a file, e.g. sqlite:////var/lib/slurm-colo/history.db",
             )
-        if db and db != ":memory:" and not db.startswith("file:"):
+        if not db.startswith("file:"):
             if not create and not Path(db).is_file():
                 raise StoreError(
                     f"no history database at {db}",
