@@ -11,6 +11,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,8 +38,79 @@ def peer_uid(sock: socket.socket) -> int | None:
         return None
 
 
+#: connections one user may hold open on the unix socket at once (the Lua hook and the
+#: node hooks, run by trusted users, are not counted)
+MAX_CONNECTIONS_PER_USER = 32
+
+
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A thread per connection, at most ``per_user`` at once for a user ``exempt`` does not
+    clear: the socket is world-connectable, and a user holding connections open must not
+    take the threads the hooks need. One more is closed at once (and logged once a
+    minute at most)."""
+
     daemon_threads = True
+
+    def __init__(
+        self,
+        path: str,
+        handler: type[socketserver.BaseRequestHandler],
+        per_user: int,
+        exempt: Callable[[int | None], bool],
+    ) -> None:
+        super().__init__(path, handler)
+        self.per_user = per_user
+        self.exempt = exempt
+        self._open: dict[int | None, int] = {}
+        #: each counted connection's user
+        self._uid_of: dict[Any, int | None] = {}
+        self._count_lock = threading.Lock()
+        self._said = 0.0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        uid = peer_uid(request)
+        if not self.exempt(uid):
+            with self._count_lock:
+                n = self._open.get(uid, 0)
+                full = n >= self.per_user
+                if not full:
+                    self._open[uid] = n + 1
+                    self._uid_of[request] = uid
+                say = full and time.monotonic() - self._said > 60
+                if say:
+                    self._said = time.monotonic()
+            if full:
+                if say:
+                    log.warning(
+                        "uid %s holds %d connections to the agent's socket open; one more "
+                        "closed (at most %d per user)",
+                        uid,
+                        n,
+                        self.per_user,
+                    )
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to start: nothing will end this connection
+            self._closed(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed(request)
+
+    def _closed(self, request: Any) -> None:
+        with self._count_lock:
+            if request in self._uid_of:
+                uid = self._uid_of.pop(request)
+                left = self._open.get(uid, 1) - 1
+                if left > 0:
+                    self._open[uid] = left
+                else:
+                    self._open.pop(uid, None)
 
 
 class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
@@ -46,10 +118,17 @@ class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
 
 
-def unix_server(path: Path, answer: Answer, stop: threading.Event) -> socketserver.UnixStreamServer:
+def unix_server(
+    path: Path,
+    answer: Answer,
+    stop: threading.Event,
+    per_user: int = MAX_CONNECTIONS_PER_USER,
+    exempt: Callable[[int | None], bool] = lambda uid: False,
+) -> socketserver.UnixStreamServer:
     """The agent's unix socket (world-connectable: anyone may ask EXPLAIN/STATUS; the
-    caller's uid, from SO_PEERCRED, decides the rest). A socket left by a dead agent is
-    replaced; a live one is an error."""
+    caller's uid, from SO_PEERCRED, decides the rest), with at most ``per_user``
+    connections open per user that ``exempt`` does not clear. A socket left by a dead
+    agent is replaced; a live one is an error."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -83,7 +162,7 @@ def unix_server(path: Path, answer: Answer, stop: threading.Event) -> socketserv
                 finally:
                     after(delivered)
 
-    server = _UnixServer(str(path), Handler)
+    server = _UnixServer(str(path), Handler, per_user, exempt)
     os.chmod(path, 0o666)
     return server
 

@@ -483,7 +483,9 @@ class Agent:
     # ---- serving ----------------------------------------------------------------------
     def serve(self) -> None:
         path = Path(self.cfg.agent.socket)
-        self._server = listeners.unix_server(path, self.answer, self.stop)
+        self._server = listeners.unix_server(
+            path, self.answer, self.stop, exempt=lambda uid: uid in self.trusted
+        )
         self._start_tcp()
         self.reload_scores(force=True)
         self.refresh()

@@ -461,6 +461,62 @@ def test_a_place_answer_the_hook_did_not_get_is_dropped(tmp_path: Path) -> None:
         server.server_close()
 
 
+def test_a_user_holding_many_connections_open_cannot_crowd_out_the_hooks(
+    tmp_path: Path,
+) -> None:
+    """Expected: the socket is world-connectable (EXPLAIN, STATUS), so one user may hold
+    only so many connections open at once; one more is closed at once, and a trusted user
+    (root, Slurm's: the Lua hook and the node hooks) is never held back. Before, each
+    connection had its own thread until it sat idle for five minutes, however many."""
+    import os
+
+    from slurm_colo.agent import listeners
+
+    def pong(line: bytes, uid: int | None) -> tuple[bytes, Callable[[bool], None]]:
+        return b"OK\tpong\n", lambda delivered: None
+
+    def ping(c: socket.socket) -> bytes:
+        c.settimeout(5)
+        try:
+            c.sendall(b"PING\t{}\n")
+            return c.recv(100)
+        except (BrokenPipeError, ConnectionResetError):
+            return b""  # closed by the agent
+
+    me = os.getuid()
+    for trusted, answered in ((set(), 2), ({me}, 3)):
+        stop = threading.Event()
+        path = tmp_path / f"a{len(trusted)}.sock"
+        server = listeners.unix_server(
+            path, pong, stop, per_user=2, exempt=lambda uid, t=trusted: uid in t
+        )
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        conns = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+        try:
+            for c in conns:
+                c.connect(str(path))
+            replies = [ping(c) for c in conns]
+            assert sum(r == b"OK\tpong\n" for r in replies) == answered, replies
+            if not trusted:
+                assert replies[2] == b""  # closed at once
+                conns[0].close()
+                deadline = time.time() + 5
+                while time.time() < deadline:  # its thread ends, and a place frees
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+                        c.connect(str(path))
+                        if ping(c) == b"OK\tpong\n":
+                            break
+                    time.sleep(0.05)
+                else:
+                    raise AssertionError("no connection taken after one closed")
+        finally:
+            for c in conns:
+                c.close()
+            stop.set()
+            server.shutdown()
+            server.server_close()
+
+
 def test_jobs_the_hook_gave_the_fallback_are_counted_once() -> None:
     s = _state()
     fell_back = replace(_job(5, "", state="PENDING"), comment="colo: agent unavailable, own GPU")
