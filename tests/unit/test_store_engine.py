@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from slurm_colo.contracts.records import JobRecord
 from slurm_colo.errors import StoreError
@@ -64,14 +64,18 @@ def test_older_schema_is_refused_then_migrated_keeping_data(tmp_path: Path) -> N
     assert upgrade(e) == (head_revision(), head_revision())  # idempotent
 
 
-def test_schema_newer_than_this_version_is_refused(tmp_path: Path) -> None:
+def _newer_history(tmp_path: Path) -> Engine:
+    """A history whose schema, 9999, a newer slurm-colo wrote; a fresh engine on it."""
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     upgrade(e)
     with e.begin() as c:
         c.execute(text("UPDATE alembic_version SET version_num = '9999'"))
-    e2 = make_engine(f"sqlite:///{tmp_path}/h.db")
+    return make_engine(f"sqlite:///{tmp_path}/h.db")
+
+
+def test_schema_newer_than_this_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="newer version"):
-        require_schema(e2)
+        require_schema(_newer_history(tmp_path))
 
 
 def test_upgrading_a_schema_newer_than_this_version_is_refused_and_changes_nothing(
@@ -80,11 +84,7 @@ def test_upgrading_a_schema_newer_than_this_version_is_refused_and_changes_nothi
     """Expected: ``db upgrade`` run by an older slurm-colo on a newer history says so, as
     every other command does, and leaves the file alone (it ended in alembic's traceback,
     ``Can't locate revision identified by '9999'``)."""
-    e = make_engine(f"sqlite:///{tmp_path}/h.db")
-    upgrade(e)
-    with e.begin() as c:
-        c.execute(text("UPDATE alembic_version SET version_num = '9999'"))
-    e2 = make_engine(f"sqlite:///{tmp_path}/h.db")
+    e2 = _newer_history(tmp_path)
     with pytest.raises(StoreError, match="schema 9999, unknown to this slurm-colo .* newer"):
         upgrade(e2)
     assert current_revision(e2) == "9999"
