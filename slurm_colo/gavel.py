@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScoresError
+from .fsutil import open_regular
 
 
 def class_slug(job_type: str) -> str:
@@ -164,7 +165,8 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
     """Read a file in Gavel's format and take the GPU type ``gpu`` (any key of the file)."""
     p = Path(path)
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        with open_regular(p) as f:
+            raw = json.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         raise ScoresError(f"gavel data file {p} not found") from None
     except OSError as e:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScoresError
+from .fsutil import open_regular
 
 FORMAT = "slurm-colo-scores/1"
 
@@ -264,7 +265,8 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
 def load_scores(path: str | Path) -> ScoreTable:
     p = Path(path)
     try:
-        raw = p.read_text(encoding="utf-8")
+        with open_regular(p) as f:
+            raw = f.read().decode("utf-8")
     except UnicodeDecodeError:
         raise ScoresError(f"score file {p} is corrupt (not UTF-8 text)") from None
     except FileNotFoundError:

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fsutil import open_regular
+
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
 
@@ -29,7 +31,9 @@ def exit_code(checks: Iterable[Check]) -> int:
 
 
 def read_text(path: Path) -> str | None:
+    """The file's text, or None when it cannot be read or is not a regular file."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        with open_regular(path) as f:
+            return f.read().decode("utf-8", errors="replace")
     except OSError:
         return None

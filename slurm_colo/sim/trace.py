@@ -26,6 +26,7 @@ for ``UNLIMITED``, ``Partition_Limit`` or a value it cannot read). Produce it wi
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 import re
@@ -38,6 +39,7 @@ from pathlib import Path
 from slurm_colo.contracts.options import derive_class
 
 from ..errors import ColoError
+from ..fsutil import open_regular
 
 
 class TraceError(ColoError):
@@ -66,10 +68,12 @@ class SimJob:
 def read_philly(path: str | Path) -> list[tuple[float, int]]:
     """Rows ``(duration_s, num_gpus)`` of Gavel's Philly job distribution CSV."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open_regular(path) as b, io.TextIOWrapper(b, encoding="utf-8", newline="") as f:
             rows = [(float(r["duration_s"]), int(r["num_gpus"])) for r in csv.DictReader(f)]
     except FileNotFoundError:
         raise TraceError(f"job distribution file {path} not found") from None
+    except OSError as e:
+        raise TraceError(f"cannot read job distribution file {path}: {e.strerror or e}") from None
     except (KeyError, ValueError) as e:
         raise TraceError(f"{path}: expected columns duration_s,num_gpus ({e})") from None
     if not rows:
@@ -325,7 +329,10 @@ def read_sacct(
     path: str | Path, classes: Sequence[str], skipped: SacctSkipped | None = None
 ) -> list[SimJob]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with (
+            open_regular(path) as b,
+            io.TextIOWrapper(b, encoding="utf-8", errors="replace") as f,
+        ):
             return sacct_trace(f, classes, skipped)
     except FileNotFoundError:
         raise TraceError(f"sacct export {path} not found") from None

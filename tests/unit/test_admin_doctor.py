@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from slurm_colo.admin import doctor as doc
 from slurm_colo.admin import slurm_checks as sc
-from slurm_colo.admin.check import FAIL, OK, WARN, exit_code, format_check
+from slurm_colo.admin.check import FAIL, OK, WARN, exit_code, format_check, read_text
 from slurm_colo.admin.run import NOT_FOUND, Result
 from slurm_colo.config import NodeConfig, load_config, parse_config
 from slurm_colo.errors import AgentError, ScoresError, StoreError
@@ -251,6 +254,16 @@ def test_gres_conf_inconsistent(tmp_path):
     assert "not in the config" in chk.message
     assert sc.check_gres_conf(None, tmp_path / "gres.conf", c).status == FAIL
     assert sc.check_gres_conf("", tmp_path / "g", parse_config("", "x")).status == WARN
+
+
+@pytest.mark.timeout(30)  # before: a FIFO kept doctor waiting for a writer for ever
+def test_doctor_reads_only_regular_files(tmp_path):
+    os.mkfifo(tmp_path / "gres.conf")
+    assert read_text(tmp_path / "gres.conf") is None  # a FIFO: not read, so no wait
+    assert read_text(Path("/dev/null")) is None
+    assert read_text(tmp_path) is None
+    (tmp_path / "slurm.conf").write_bytes(b"ClusterName=c\xff\n")
+    assert read_text(tmp_path / "slurm.conf") == "ClusterName=c\ufffd\n"
 
 
 def test_node_gres_must_list_the_gpus_in_device_index_order(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +343,36 @@ def test_a_sacct_export_that_is_not_a_file_is_refused(
 ) -> None:
     code, err = cli(["simulate", "--sacct", str(tmp_path)], capsys)
     assert code == 2 and f"cannot read sacct export {tmp_path}: Is a directory" in err
+
+
+@pytest.mark.timeout(60)  # before: the FIFO waited for a writer for ever
+@pytest.mark.parametrize("special", ["fifo", "/dev/null"])
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [
+        (["simulate", "--jobs", "10", "--sacct", "F"], "cannot read sacct export"),
+        (
+            ["simulate", "--jobs", "10", "--gavel", "F", "--gpu", "a100"],
+            "cannot read gavel data file",
+        ),
+        (["simulate", "--jobs", "10", "--scores", "F"], "cannot read score file"),
+        (["model", "evaluate", "--gavel", "F", "--gpu", "a100"], "cannot read gavel data file"),
+        (["scores", "load", "F"], "cannot read score file"),
+        (["scores", "show", "--file", "F"], "cannot read score file"),
+    ],
+)
+def test_a_fifo_or_a_device_named_as_an_input_file_is_refused_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], what: str, special: str
+) -> None:
+    """A FIFO made a plain open wait for a writer for ever; /dev/zero was read until memory
+    ran out (/dev/null stands for the devices here: reading it ends)."""
+    f = tmp_path / "fifo"
+    if special == "fifo":
+        os.mkfifo(f)
+    else:
+        f = Path(special)
+    code, err = cli([str(f) if a == "F" else a for a in argv], capsys)
+    assert code == 2 and f"{what} {f}: not a regular file" in err, err
 
 
 def test_load_gavel_names_the_file(gavel: Path) -> None:
