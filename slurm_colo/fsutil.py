@@ -17,7 +17,10 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a part.
 
     The temporary file lives in the same directory (same file system) and is renamed over
-    the target; on any error the temporary file is removed and the error re-raised.
+    the target; on any error the temporary file is removed and the error re-raised. With
+    ``fsync`` the data and then the directory are flushed to disk, so the new file outlives
+    a power cut that comes after the call (without, the rename may be lost, or the file
+    found empty).
     """
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     try:
@@ -41,6 +44,18 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if fsync:  # the file is in place: a directory that cannot be flushed is not an error
+        with contextlib.suppress(OSError):
+            fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush the directory ``path`` (its entries: a file created or renamed in it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_json(path: Path, obj: Any, mode: int = 0o600, fsync: bool = True) -> None:

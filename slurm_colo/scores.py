@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScoresError
-from .fsutil import open_regular
+from .fsutil import fsync_dir, open_regular
 
 FORMAT = "slurm-colo-scores/1"
 
@@ -313,11 +313,7 @@ def publish_scores(table: ScoreTable, path: str | Path) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dfd = os.open(p.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(p.parent)
     return p
 
 

@@ -18,16 +18,19 @@ from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 from .layout import NodeLayout
 
 
-def write_state(layout: NodeLayout, state: JobState) -> None:
-    """The job's ``state.json``, then its copy on disk under the spool directory: the
-    run directory is a tmpfs, so after the node's reboot only the copy tells that the job
-    ran (:func:`restore_copies`). The copy is best effort."""
+def write_state(layout: NodeLayout, state: JobState, copy: bool = True) -> None:
+    """The job's ``state.json``, then (with ``copy``) its copy on disk under the spool
+    directory: the run directory is a tmpfs, so after the node's reboot only the copy tells
+    that the job ran (:func:`restore_copies`). The copy is flushed to disk, as a reboot is
+    often a crash or a power cut; it is best effort."""
     d = layout.job_dir(state.job)
     d.mkdir(parents=True, exist_ok=True, mode=0o755)
     atomic_write_json(d / "state.json", state.to_json(), fsync=False)
+    if not copy:
+        return
     try:
         layout.running_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write_json(layout.running_copy(state.job), state.to_json(), fsync=False)
+        atomic_write_json(layout.running_copy(state.job), state.to_json(), fsync=True)
     except OSError:
         pass  # the spool's disk full or unwritable: only a reboot would miss it
 

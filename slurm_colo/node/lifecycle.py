@@ -181,7 +181,8 @@ def job_start(
                     )
     jobstate.write_task(lay, info.job_id, info.uid, task)
     if launch_sampler and cfg.node.profile != "none":
-        jobstate.write_state(lay, state)  # first: the sampler reads the MPS outcome in it
+        # first: the sampler reads the MPS outcome in it (the copy: with the pid, below)
+        jobstate.write_state(lay, state, copy=False)
         state.sampler_pid = start_sampler(cfg, info.job_id)
     jobstate.write_state(lay, state)
     res.task = task

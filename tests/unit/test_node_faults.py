@@ -31,6 +31,7 @@ from slurm_colo.node.layout import NodeLayout
 from slurm_colo.node.lifecycle import JobInfo, job_end, job_start
 from slurm_colo.node.recovery import recover
 from slurm_colo.node.sampler import Sampler
+from slurm_colo.spool.directory import pending
 from slurm_colo.spool.drain import ingest_pending
 from slurm_colo.store import make_engine, upgrade
 
@@ -527,6 +528,31 @@ def test_a_job_the_nodes_reboot_ended_is_recorded_from_its_copy_on_disk(
     assert not lay.running_copy(1).exists() and not lay.running_profile(1).exists()
     assert recover(cfg) == []
     assert set(spooled(cfg)) == {1}
+
+
+def test_the_copy_on_disk_and_the_record_are_flushed_with_their_directories(
+    cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reboot is often a crash or a power cut: a copy or record written but not flushed
+    can be lost with it, or found empty, and the job with it. Before, the copy was not
+    flushed at all and neither were the directories that name the copy and the record."""
+    flushed: list[str] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    lay = NodeLayout.of_config(cfg)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    assert str(lay.running_copy(1).with_name(f".tmp-1.state-{os.getpid()}")) in flushed
+    assert str(lay.running_dir()) in flushed
+    flushed.clear()
+    assert job_end(cfg, 1, 0) is not None
+    (rec,) = pending(lay.spool_dirs())
+    assert str(rec.with_name(f".tmp-{rec.name}-{os.getpid()}")) in flushed
+    assert str(rec.parent) in flushed
 
 
 def test_jobs_the_reboot_ended_together_on_a_gpu_are_each_others_co_runners(
