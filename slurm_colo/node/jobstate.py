@@ -4,6 +4,7 @@ completed by the Epilog, removed only once the job's record is safely spooled.""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from slurm_colo.errors import ProtocolError
 from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json
 
 from .layout import NodeLayout
+
+log = logging.getLogger("slurm_colo.node")
 
 
 def write_state(layout: NodeLayout, state: JobState, copy: bool = True) -> None:
@@ -204,6 +207,10 @@ def mark_ended(
         "signal": signal,
         "epilog_pid": os.getpid(),
     }
+    if path.is_dir() and not path.is_symlink():  # made by hand: no file can replace it
+        aside = path.with_name(f"ended.json.not-a-file.{time.time_ns()}")
+        os.rename(path, aside)
+        log.warning("job %d: a directory stood in place of %s; moved to %s", job_id, path, aside)
     atomic_write_json(path, ended, fsync=True)
     return ended
 

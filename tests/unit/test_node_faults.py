@@ -772,6 +772,22 @@ def test_damaged_files_or_a_builder_bug_never_wedge_a_record(
     assert ingest_pending(cfg).ingested == 2
 
 
+def test_a_directory_in_place_of_the_end_file_is_moved_aside_and_the_job_recorded(
+    cfg: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: the Epilog's end file is only ever written by the hooks; a directory made
+    there by hand is moved aside (named in the log) and the job recorded. Before, no file
+    could replace it: every hook said the record waited for a later hook, for ever."""
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    lay = NodeLayout.of_config(cfg)
+    (lay.job_dir(1) / "ended.json").mkdir()
+    with caplog.at_level("WARNING"):
+        rec = job_end(cfg, 1, 0)
+    assert rec is not None and (rec.exit_code, rec.state) == (0, "COMPLETED")
+    assert set(spooled(cfg)) == {1} and not lay.job_dir(1).exists()
+    assert f"a directory stood in place of {lay.job_dir(1) / 'ended.json'}" in caplog.text
+
+
 def test_a_saved_sampler_pid_now_of_another_process_is_not_signalled(cfg: Config) -> None:
     """Expected: the sampler died and its pid went to another process: the Epilog leaves
     that process alone (it used to SIGTERM whatever held the pid) and still records."""
@@ -1018,23 +1034,29 @@ def test_a_job_whose_state_cannot_be_written_runs_untouched(
 
 
 def test_an_end_that_cannot_be_written_is_recorded_by_a_later_hook(
-    cfg: Config, caplog: pytest.LogCaptureFixture
+    cfg: Config, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Expected: the Epilog cannot write the job's end (a full disk; here a directory in
-    its place): it says so and keeps the job's state, and once the end can be written a
-    later hook's recovery spools the record when it finds the job gone (here: the node
-    rebooted; exit code -1, since the Epilog's was lost). Before, the Epilog ended in a
-    traceback."""
+    """Expected: the Epilog cannot write the job's end (a full disk): it says so and keeps
+    the job's state, and once the end can be written a later hook's recovery spools the
+    record when it finds the job gone (here: the node rebooted; exit code -1, since the
+    Epilog's was lost). Before, the Epilog ended in a traceback."""
     from slurm_colo.node import jobstate
+
+    write = jobstate.atomic_write_json
+
+    def full_disk(path: Path, *a: object, **k: object) -> None:
+        if path.name == "ended.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        write(path, *a, **k)  # type: ignore[arg-type]
 
     lay = NodeLayout.of_config(cfg)
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
-    (lay.job_dir(1) / "ended.json").mkdir()
+    monkeypatch.setattr(jobstate, "atomic_write_json", full_disk)
     with caplog.at_level("ERROR"):
         assert job_end(cfg, 1, 0, detach_stop=False) is None
     assert f"job 1: cannot write its end in {lay.job_dir(1)} (" in caplog.text
     assert spooled(cfg) == {} and lay.job_dir(1).is_dir()
-    (lay.job_dir(1) / "ended.json").rmdir()  # the disk has room again
+    monkeypatch.undo()  # the disk has room again
     assert recover(cfg) == []  # the job may still run, as far as this node can tell
     st = jobstate.read_state(lay, 1)
     assert st is not None
