@@ -21,9 +21,12 @@ set is shared out among the pairs again. Everything here is pure: no I/O except 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -301,6 +304,12 @@ def publish_scores(table: ScoreTable, path: str | Path) -> Path:
     half-written one (temp file in the same directory, fsync, rename, fsync the directory)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        mode = p.lstat().st_mode  # the rename would replace a device (as root: /dev/null)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(p))
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise OSError(errno.EINVAL, "not a regular file", str(p))
     data = json.dumps(table.to_dict(), indent=1, sort_keys=False).encode()
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:

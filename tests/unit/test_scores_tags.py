@@ -55,6 +55,24 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
     assert back.pair("resnet50-bs128", "resnet50-bs32").never
 
 
+def test_publish_refuses_to_replace_what_is_not_a_file(tmp_path: Path) -> None:
+    """Before: the rename replaced whatever stood at the path; ``retrain --out /dev/null``
+    run as root replaced the system's /dev/null with the score set."""
+    t = table_from_measurements(load_gavel(bundled_path(), "v100"))
+    fifo, folder = tmp_path / "fifo", tmp_path / "folder"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    with pytest.raises(OSError, match="not a regular file"):
+        publish_scores(t, fifo)
+    with pytest.raises(IsADirectoryError):
+        publish_scores(t, folder)
+    assert fifo.is_fifo() and folder.is_dir() and sorted(os.listdir(tmp_path)) == ["fifo", "folder"]
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    publish_scores(t, link)  # a link is replaced, as before; what it named is not written
+    assert load_scores(link).id == t.id and not (tmp_path / "elsewhere.json").exists()
+
+
 @pytest.mark.parametrize(
     "doc,msg",
     [
