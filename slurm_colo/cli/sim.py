@@ -266,6 +266,8 @@ def register(app: typer.Typer) -> None:
                 f"--gpu-memory-gib {gpu_memory_gib:g}: give a positive size in GiB "
                 "(0: the GPU model's)"
             )
+        if out:
+            _check_out(out)  # before the runs, which can take many minutes
         data = load_gavel(gavel or bundled_path(), gpu)
         from ..sim.campaigns import gpu_memory_gib as model_memory
 
@@ -443,6 +445,21 @@ def _policies() -> list[str]:
     from ..sim.run import POLICIES
 
     return list(POLICIES)
+
+
+def _check_out(out: Path) -> None:
+    """The ``--out`` directory, made now and checked writable: a simulation can run for
+    many minutes, and its results were lost when only the write at the end found out."""
+    import os
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ColoError(f"--out {out}: not a directory") from None
+    except OSError as e:
+        raise ColoError(f"--out {out}: cannot make the directory: {e.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ColoError(f"--out {out}: the directory is not writable")
 
 
 def _write(out: Path, results: list[Result], cmd: str, md: str, vs: str) -> None:

@@ -375,6 +375,18 @@ def test_a_fifo_or_a_device_named_as_an_input_file_is_refused_at_once(
     assert code == 2 and f"{what} {f}: not a regular file" in err, err
 
 
+def test_an_out_that_is_not_a_directory_is_refused_before_the_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: every policy ran (minutes for a large trace), then the write failed with
+    `cannot write results to FILE: File exists` and the results were lost."""
+    f = tmp_path / "results"
+    f.write_text("")
+    code, out, err = run_cli(["simulate", "--jobs", "10", "--out", str(f)], capsys)
+    assert code == 2 and f"--out {f}: not a directory" in err
+    assert "makespan" not in out + err  # no policy ran
+
+
 def test_load_gavel_names_the_file(gavel: Path) -> None:
     assert load_gavel(gavel, "a100").classes == CLASSES
     with pytest.raises(ScoresError, match=str(gavel)):
