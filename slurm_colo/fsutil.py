@@ -17,7 +17,9 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a part.
 
     The temporary file lives in the same directory (same file system) and is renamed over
-    the target; on any error the temporary file is removed and the error re-raised. With
+    the target, so a symlink planted at ``path`` is replaced, never written through; the
+    file gets ``mode`` exactly (the umask aside). On any error the temporary file is
+    removed and the error re-raised. With
     ``fsync`` the data and then the directory are flushed to disk, so the new file outlives
     a power cut that comes after the call (without, the rename may be lost, or the file
     found empty).
@@ -31,6 +33,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         try:
+            os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 n = os.write(fd, view)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import DEFAULT_PATH, Config
+from ..fsutil import atomic_write_bytes
 from ..gres_layout import gres_conf, slurm_conf_snippet
 
 #: the node hook shims shipped in slurm_colo/data/prolog/, in the order they run
@@ -238,11 +239,10 @@ def write_snippets(items: list[Snippet], out_dir: Path, steps: str) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for s in items:
-        p = out_dir / s.name
-        p.write_text(s.text, encoding="utf-8")
-        p.chmod(0o755 if s.executable else 0o644)
+        p = out_dir / s.name  # replaced, not written through: DIR may be world-writable
+        atomic_write_bytes(p, s.text.encode(), 0o755 if s.executable else 0o644, fsync=False)
         written.append(p)
     p = out_dir / "INSTALL.txt"
-    p.write_text(steps, encoding="utf-8")
+    atomic_write_bytes(p, steps.encode(), 0o644, fsync=False)
     written.append(p)
     return written

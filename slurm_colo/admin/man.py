@@ -19,6 +19,7 @@ import typer
 from typer.main import get_command
 
 from .. import __version__
+from ..fsutil import atomic_write_bytes
 from . import config_doc
 
 #: top-level commands documented in section 8; every other command is in section 1
@@ -254,6 +255,6 @@ def write_all(app: typer.Typer, out_dir: Path, man_tree: bool = False) -> list[P
             if old.name not in pages:
                 old.unlink()
         p = d / name
-        p.write_text(text, encoding="utf-8")
+        atomic_write_bytes(p, text.encode(), 0o644, fsync=False)  # never through a link
         written.append(p)
     return written

@@ -162,6 +162,28 @@ def test_write_snippets_one_file_each_with_modes(tmp_path):
     ]
 
 
+def test_write_snippets_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
+    """Before: ``install --write DIR`` (and ``man --out DIR``) run as root in a directory
+    another user can write wrote each file through a symlink planted under its name, and
+    chmod-ed the link's target 755."""
+    from slurm_colo.admin.man import write_all
+
+    victim = tmp_path / "victim"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    review = tmp_path / "review"
+    review.mkdir()
+    for name in ("INSTALL.txt", "slurm-colo-prolog", "slurm-colo.1"):
+        (review / name).symlink_to(victim)
+    shims = {"slurm-colo-prolog": "#!/bin/sh\nexec true\n"}
+    inst.write_snippets(_snippets(shims=shims), review, "steps\n")
+    write_all(app, review)
+    assert victim.read_text() == "secret\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    for name in ("INSTALL.txt", "slurm-colo-prolog", "slurm-colo.1"):
+        assert not (review / name).is_symlink() and (review / name).read_text() != "secret\n"
+    assert stat.S_IMODE((review / "slurm-colo-prolog").stat().st_mode) == 0o755
+
+
 def test_cli_install_write(tmp_path, monkeypatch):
     conf = tmp_path / "config.toml"
     conf.write_text(EXAMPLE_TOML)
