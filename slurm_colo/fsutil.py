@@ -158,9 +158,13 @@ def locked(path: Path, timeout_s: float = 5.0) -> Iterator[None]:
 
 
 def chown_if_root(path: Path, uid: int, gid: int = -1) -> None:
-    """Give ``path`` to ``uid`` when running as root (the real Prolog); no-op otherwise."""
+    """Give ``path`` to ``uid`` when running as root (the real Prolog); no-op otherwise.
+
+    A symlink is given, never what it names: where the user can already write the
+    directory (a job's files written again), they could swap the file for a link to a
+    file of root's between root's write and this call."""
     if os.geteuid() == 0 and uid >= 0:
-        os.chown(path, uid, gid)
+        os.chown(path, uid, gid, follow_symlinks=False)
 
 
 def ensure_dir(path: Path, mode: int = 0o755) -> Path:

@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.placement import Placement
-from slurm_colo.fsutil import atomic_write_json, read_json, read_small
+from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json, read_small
 from slurm_colo.node import jobstate
 from slurm_colo.node.layout import NodeLayout
 
@@ -33,6 +35,20 @@ def test_secret_behind_symlink_is_not_read(tmp_path: Path) -> None:
     link = tmp_path / "progress.json"
     link.symlink_to(secret)
     assert read_json(link) is None and read_json(secret) == {"password": "x"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown is root's (the suite runs as root in CI)")
+def test_a_link_swapped_in_before_the_chown_is_given_not_its_target(tmp_path: Path) -> None:
+    """Expected: the hooks give a job's user its files with a chown as root; where the user
+    can write the directory already (a job's files written again), they could swap the
+    file for a link to one of root's first. Before, the chown followed the link and gave
+    the user root's file."""
+    roots = tmp_path / "roots-file"
+    roots.write_text("root's\n")
+    link = tmp_path / "task.json"
+    link.symlink_to(roots)
+    chown_if_root(link, 4321)
+    assert roots.stat().st_uid == 0 and link.lstat().st_uid == 4321
 
 
 def test_oversized_and_fifo_files_are_refused(tmp_path: Path) -> None:
