@@ -65,21 +65,27 @@ def atomic_write_json(path: Path, obj: Any, mode: int = 0o600, fsync: bool = Tru
     atomic_write_bytes(path, json.dumps(obj, sort_keys=True).encode() + b"\n", mode, fsync)
 
 
-def open_regular(path: str | Path) -> BinaryIO:
+def open_regular(path: str | Path, pipe: bool = False) -> BinaryIO:
     """``path`` opened for reading in binary mode, if it is a regular file (a symlink to one
-    will do); OSError otherwise, ``IsADirectoryError`` for a directory.
+    will do) or, with ``pipe``, a pipe; OSError otherwise, ``IsADirectoryError`` for a
+    directory.
 
-    For the files a site names on the command line or in the config: a FIFO would make a
-    plain ``open`` wait for a writer for ever, and ``/dev/zero`` would be read until memory
-    ran out.
+    For the files a site names on the command line or in the config: ``/dev/zero`` would
+    be read until memory ran out, and a FIFO would make a plain ``open`` wait for a writer
+    for ever. A command's input may be a pipe (``--sacct <(sacct ...)``): it is read as it
+    comes, and a named FIFO without a writer reads as empty instead of waiting. A file
+    read by a daemon or a hook (the config's score set) may not.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO opens at once
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if pipe and stat.S_ISFIFO(mode):
+            os.set_blocking(fd, True)  # wait for what the writer sends, not for a writer
+        elif not stat.S_ISREG(mode):
+            kind = "a regular file or a pipe" if pipe else "a regular file"
+            raise OSError(errno.EINVAL, f"not {kind}", str(path))
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

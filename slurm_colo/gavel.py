@@ -165,7 +165,7 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
     """Read a file in Gavel's format and take the GPU type ``gpu`` (any key of the file)."""
     p = Path(path)
     try:
-        with open_regular(p) as f:
+        with open_regular(p, pipe=True) as f:  # read by commands only
             raw = json.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         raise ScoresError(f"gavel data file {p} not found") from None

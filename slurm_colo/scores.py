@@ -265,10 +265,12 @@ def scores_from_dict(d: Any, source: str = "<dict>") -> ScoreTable:
         raise ScoresError(f"{source}: malformed score set ({type(e).__name__}: {e})") from None
 
 
-def load_scores(path: str | Path) -> ScoreTable:
+def load_scores(path: str | Path, pipe: bool = False) -> ScoreTable:
+    """The score set in ``path``; ``pipe``: it may be a pipe (a file named on the command
+    line; never the live set, which the agent reads)."""
     p = Path(path)
     try:
-        with open_regular(p) as f:
+        with open_regular(p, pipe) as f:
             raw = f.read().decode("utf-8")
     except UnicodeDecodeError:
         raise ScoresError(f"score file {p} is corrupt (not UTF-8 text)") from None

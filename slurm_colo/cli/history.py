@@ -39,7 +39,7 @@ def _f(v: Any, fmt: str = ".2f") -> str:
 def _load_table(cfg: Config, file: Path | None) -> Any:
     from ..scores import load_scores
 
-    return load_scores(file or cfg.scores.path)
+    return load_scores(file, pipe=True) if file else load_scores(cfg.scores.path)
 
 
 def register(app: typer.Typer) -> None:

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
 
             table = table_from_measurements(load_gavel(bundled_path(), measured))
         elif file is not None:
-            table = load_scores(file)
+            table = load_scores(file, pipe=True)
         else:
             raise ColoError("give a score FILE or --measured GPU")
         if not table.classes and not table.pairs:

@@ -396,7 +396,7 @@ def _score_set(path: Path, data: GavelData) -> ScoreTable:
     from ..sim.run import missing_classes, unscored_pairs
 
     try:
-        table = load_scores(path)
+        table = load_scores(path, pipe=True)
     except UnicodeDecodeError:
         raise ScoresError(f"score file {path} is corrupt (not UTF-8 text)") from None
     except ScoresError as e:

@@ -68,7 +68,10 @@ class SimJob:
 def read_philly(path: str | Path) -> list[tuple[float, int]]:
     """Rows ``(duration_s, num_gpus)`` of Gavel's Philly job distribution CSV."""
     try:
-        with open_regular(path) as b, io.TextIOWrapper(b, encoding="utf-8", newline="") as f:
+        with (
+            open_regular(path, pipe=True) as b,
+            io.TextIOWrapper(b, encoding="utf-8", newline="") as f,
+        ):
             rows = [(float(r["duration_s"]), int(r["num_gpus"])) for r in csv.DictReader(f)]
     except FileNotFoundError:
         raise TraceError(f"job distribution file {path} not found") from None
@@ -330,10 +333,12 @@ def read_sacct(
 ) -> list[SimJob]:
     try:
         with (
-            open_regular(path) as b,
+            open_regular(path, pipe=True) as b,
             io.TextIOWrapper(b, encoding="utf-8", errors="replace") as f,
         ):
             return sacct_trace(f, classes, skipped)
+    except TraceError as e:  # what is wrong in the export: say which file
+        raise TraceError(f"{path}: {e.message}", hint=e.hint) from None
     except FileNotFoundError:
         raise TraceError(f"sacct export {path} not found") from None
     except OSError as e:  # a directory, a loop of links, a name too long

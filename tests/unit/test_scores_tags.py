@@ -55,6 +55,20 @@ def test_round_trip_and_atomic_publish(tmp_path: Path) -> None:
     assert back.pair("resnet50-bs128", "resnet50-bs32").never
 
 
+@pytest.mark.timeout(30)  # before: the agent's reload waited for a writer for ever
+def test_the_live_set_must_be_a_regular_file(tmp_path: Path) -> None:
+    """The agent and the hooks read the live set: a FIFO there is refused at once. A score
+    file named on the command line may be a pipe; a FIFO without a writer reads as empty."""
+    fifo = tmp_path / "scores.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ScoresError, match="not a regular file"):
+        load_scores(fifo)
+    with pytest.raises(ScoresError, match="is corrupt"):
+        load_scores(fifo, pipe=True)
+    with pytest.raises(ScoresError, match="/dev/null: not a regular file or a pipe"):
+        load_scores("/dev/null", pipe=True)
+
+
 def test_publish_refuses_to_replace_what_is_not_a_file(tmp_path: Path) -> None:
     """Before: the rename replaced whatever stood at the path; ``retrain --out /dev/null``
     run as root replaced the system's /dev/null with the score set."""

@@ -346,33 +346,60 @@ def test_a_sacct_export_that_is_not_a_file_is_refused(
 
 
 @pytest.mark.timeout(60)  # before: the FIFO waited for a writer for ever
-@pytest.mark.parametrize("special", ["fifo", "/dev/null"])
 @pytest.mark.parametrize(
-    ("argv", "what"),
+    ("argv", "what", "empty"),
     [
-        (["simulate", "--jobs", "10", "--sacct", "F"], "cannot read sacct export"),
+        (["simulate", "--jobs", "10", "--sacct", "F"], "sacct export", "sacct export is empty"),
         (
             ["simulate", "--jobs", "10", "--gavel", "F", "--gpu", "a100"],
-            "cannot read gavel data file",
+            "gavel data file",
+            "is not JSON",
         ),
-        (["simulate", "--jobs", "10", "--scores", "F"], "cannot read score file"),
-        (["model", "evaluate", "--gavel", "F", "--gpu", "a100"], "cannot read gavel data file"),
-        (["scores", "load", "F"], "cannot read score file"),
-        (["scores", "show", "--file", "F"], "cannot read score file"),
+        (["simulate", "--jobs", "10", "--scores", "F"], "score file", "is corrupt (not JSON"),
+        (["model", "evaluate", "--gavel", "F", "--gpu", "a100"], "gavel data file", "not JSON"),
+        (["scores", "load", "F"], "score file", "is corrupt (not JSON"),
+        (["scores", "show", "--file", "F"], "score file", "is corrupt (not JSON"),
     ],
 )
-def test_a_fifo_or_a_device_named_as_an_input_file_is_refused_at_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], what: str, special: str
+def test_a_device_or_a_fifo_without_writer_as_an_input_file_ends_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], what: str, empty: str
 ) -> None:
     """A FIFO made a plain open wait for a writer for ever; /dev/zero was read until memory
-    ran out (/dev/null stands for the devices here: reading it ends)."""
-    f = tmp_path / "fifo"
-    if special == "fifo":
-        os.mkfifo(f)
-    else:
-        f = Path(special)
-    code, err = cli([str(f) if a == "F" else a for a in argv], capsys)
-    assert code == 2 and f"{what} {f}: not a regular file" in err, err
+    ran out (/dev/null stands for the devices here: reading it ends). A pipe may be meant
+    (``--sacct <(sacct ...)``), so a FIFO is read: without a writer, as empty."""
+    code, err = cli([str(Path("/dev/null")) if a == "F" else a for a in argv], capsys)
+    assert code == 2 and f"cannot read {what} /dev/null: not a regular file or a pipe" in err
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, err = cli([str(fifo) if a == "F" else a for a in argv], capsys)
+    assert code == 2 and f"{fifo}" in err and empty in err, err
+
+
+def test_a_command_reads_its_input_from_a_pipe(
+    gavel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``slurm-colo scores show --file <(...)`` and ``--gavel <(...)``: the shell passes
+    /dev/fd/N, a pipe, which is read as it comes."""
+    doc = json.dumps(score_doc()).encode()
+    r, w = os.pipe()
+    os.write(w, doc)
+    os.close(w)
+    try:
+        code, out, err = run_cli(["scores", "show", "--file", f"/dev/fd/{r}"], capsys)
+    finally:
+        os.close(r)
+    assert code == 0 and "alpha-bs32" in out, err
+    r, w = os.pipe()
+    os.write(w, gavel.read_bytes())
+    os.close(w)
+    try:
+        code, out, err = run_cli(
+            ["model", "evaluate", "--gavel", f"/dev/fd/{r}", "--gpu", "a100", "--seeds", "1"],
+            capsys,
+        )
+    finally:
+        os.close(r)
+    assert code == 0 and "a100: 6 measured pairs" in out, out + err
 
 
 def test_an_out_that_is_not_a_directory_is_refused_before_the_runs(
