@@ -243,6 +243,16 @@ def job_end(
         # Slurm's exit code is 0, and now is not when the job ended
         log.warning("job %d: died with the node's slurmd; recorded as failed", job_id)
         exit_code, sig, end = -1, 0, jobstate.last_seen(lay, job_id, st.start)
+    elif time.time() < st.start:
+        # the clock stepped back since the Prolog (an NTP step, a clock set by hand): an
+        # end before the start would have the record refused by the history
+        end = jobstate.last_seen(lay, job_id, st.start)
+        log.warning(
+            "job %d: the clock is %.0f s behind the job's start (set back since its Prolog); "
+            "its end is recorded as when it was last seen alive",
+            job_id,
+            st.start - time.time(),
+        )
     try:
         ended = jobstate.mark_ended(lay, job_id, exit_code, sig, end)
     except OSError as e:  # a full disk: the state stays, and a later hook's recover ends it

@@ -788,6 +788,26 @@ def test_a_directory_in_place_of_the_end_file_is_moved_aside_and_the_job_recorde
     assert f"a directory stood in place of {lay.job_dir(1) / 'ended.json'}" in caplog.text
 
 
+def test_a_clock_set_back_since_the_prolog_still_gives_a_record_the_history_takes(
+    cfg: Config, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expected: the node's clock is set back an hour while the job runs (an NTP step): the
+    Epilog records the job ending when it was last seen alive, never before its start.
+    Before, the record ended before it started and the ingest put it in ``bad/``: the job
+    was missing from the history."""
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600.0)
+    with caplog.at_level("WARNING"):
+        rec = job_end(cfg, 1, 0)
+    monkeypatch.undo()
+    assert rec is not None and rec.end >= rec.start
+    assert "job 1: the clock is 3600 s behind the job's start" in caplog.text
+    init_db(cfg)
+    report = ingest_pending(cfg)
+    assert (report.ingested, report.bad) == (1, 0)
+
+
 def test_a_saved_sampler_pid_now_of_another_process_is_not_signalled(cfg: Config) -> None:
     """Expected: the sampler died and its pid went to another process: the Epilog leaves
     that process alone (it used to SIGTERM whatever held the pid) and still records."""
