@@ -482,7 +482,7 @@ def load_config(path: str | Path | None = None, *, missing_ok: bool | None = Non
     try:
         if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block every hook for ever
             raise ConfigError(f"config file {p} is not a regular file")
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         if missing_ok:
             return Config(source=f"{p} (missing: defaults)")

@@ -166,7 +166,7 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
     p = Path(path)
     try:
         with open_regular(p, pipe=True) as f:  # read by commands only
-            raw = json.loads(f.read().decode("utf-8"))
+            raw = json.loads(f.read().decode("utf-8-sig"))
     except FileNotFoundError:
         raise ScoresError(f"gavel data file {p} not found") from None
     except OSError as e:

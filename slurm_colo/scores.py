@@ -271,7 +271,7 @@ def load_scores(path: str | Path, pipe: bool = False) -> ScoreTable:
     p = Path(path)
     try:
         with open_regular(p, pipe) as f:
-            raw = f.read().decode("utf-8")
+            raw = f.read().decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ScoresError(f"score file {p} is corrupt (not UTF-8 text)") from None
     except FileNotFoundError:

@@ -70,7 +70,7 @@ def read_philly(path: str | Path) -> list[tuple[float, int]]:
     try:
         with (
             open_regular(path, pipe=True) as b,
-            io.TextIOWrapper(b, encoding="utf-8", newline="") as f,
+            io.TextIOWrapper(b, encoding="utf-8-sig", newline="") as f,
         ):
             rows = [(float(r["duration_s"]), int(r["num_gpus"])) for r in csv.DictReader(f)]
     except FileNotFoundError:
@@ -334,7 +334,7 @@ def read_sacct(
     try:
         with (
             open_regular(path, pipe=True) as b,
-            io.TextIOWrapper(b, encoding="utf-8", errors="replace") as f,
+            io.TextIOWrapper(b, encoding="utf-8-sig", errors="replace") as f,
         ):
             return sacct_trace(f, classes, skipped)
     except TraceError as e:  # what is wrong in the export: say which file

@@ -225,6 +225,15 @@ def test_missing_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         load_config(tmp_path / "fifo.toml")
 
 
+def test_a_config_saved_with_a_byte_order_mark_reads_as_without(tmp_path: Path) -> None:
+    """Editors on other systems save UTF-8 with a byte-order mark; before, such a config
+    was `not valid TOML: Invalid statement (at line 1, column 1)`."""
+    text = "[placement]\nexplore_rate = 0.25\n"
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    cfg = load_config(tmp_path / "bom.toml")
+    assert cfg.placement.explore_rate == 0.25 == parse_config(text, "x").placement.explore_rate
+
+
 def test_a_mistyped_config_path_on_the_command_line_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,6 +19,7 @@ from slurm_colo.errors import ScoresError
 from slurm_colo.gavel import load_gavel, parse_gavel
 from slurm_colo.scores import load_scores
 from slurm_colo.sim.run import missing_classes, unscored_pairs
+from slurm_colo.sim.trace import read_sacct
 
 #: a made-up GPU type and job types, in Gavel's format; every pair runs at 0.8 of solo speed
 TYPES = {"Alpha (batch size 32)": 10.0, "Beta (batch size 64)": 4.0, "Gamma": 2.0}
@@ -400,6 +401,28 @@ def test_a_command_reads_its_input_from_a_pipe(
     finally:
         os.close(r)
     assert code == 0 and "a100: 6 measured pairs" in out, out + err
+
+
+def test_input_files_saved_with_a_byte_order_mark_read_as_without(
+    gavel: Path, tmp_path: Path
+) -> None:
+    """Before: a score set or a Gavel file with a UTF-8 byte-order mark was "not JSON", and
+    a sacct export's first column was not JobID."""
+    bom = b"\xef\xbb\xbf"
+    scores = tmp_path / "scores.json"
+    scores.write_bytes(bom + json.dumps(score_doc()).encode())
+    assert load_scores(scores).pair("alpha-bs32", "gamma").n_a == 0.8
+    g = tmp_path / "gavel.json"
+    g.write_bytes(bom + gavel.read_bytes())
+    assert load_gavel(g, "a100").classes == load_gavel(gavel, "a100").classes
+    sacct = tmp_path / "jobs.txt"
+    t = "2026-01-01T10:{:02d}:00"
+    rows = [
+        _sacct_line(str(i), t.format(i), t.format(i + 1), t.format(40), "gres/gpu=1")
+        for i in range(3)
+    ]
+    sacct.write_bytes(bom + "\n".join([SACCT_HEAD, *rows]).encode() + b"\n")
+    assert len(read_sacct(sacct, ["resnet18-bs64"])) == 3
 
 
 def test_an_out_that_is_not_a_directory_is_refused_before_the_runs(
