@@ -19,10 +19,9 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
     The temporary file lives in the same directory (same file system) and is renamed over
     the target, so a symlink planted at ``path`` is replaced, never written through; the
     file gets ``mode`` exactly (the umask aside). On any error the temporary file is
-    removed and the error re-raised. With
-    ``fsync`` the data and then the directory are flushed to disk, so the new file outlives
-    a power cut that comes after the call (without, the rename may be lost, or the file
-    found empty).
+    removed and the error re-raised. With ``fsync`` the data and then the directory are
+    flushed to disk, so the new file outlives a power cut that comes after the call
+    (without, the rename may be lost, or the file found empty).
     """
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     try:
