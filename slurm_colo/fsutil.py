@@ -91,6 +91,12 @@ def open_regular(path: str | Path, pipe: bool = False) -> BinaryIO:
         raise
 
 
+def read_regular(path: str | Path, pipe: bool = False) -> bytes:
+    """All of the file :func:`open_regular` opens (and its errors)."""
+    with open_regular(path, pipe) as f:
+        return f.read()
+
+
 def read_small(path: Path, limit: int | None = 1024 * 1024) -> bytes | None:
     """Up to ``limit`` bytes of a regular file (None: all of it), not following a symlink
     at ``path``; None when it is missing, bigger or not a regular file.

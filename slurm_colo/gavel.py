@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScoresError
-from .fsutil import open_regular
+from .fsutil import read_regular
 
 
 def class_slug(job_type: str) -> str:
@@ -165,8 +165,7 @@ def load_gavel(path: str | Path, gpu: str) -> GavelData:
     """Read a file in Gavel's format and take the GPU type ``gpu`` (any key of the file)."""
     p = Path(path)
     try:
-        with open_regular(p, pipe=True) as f:  # read by commands only
-            raw = json.loads(f.read().decode("utf-8-sig"))
+        raw = json.loads(read_regular(p, pipe=True).decode("utf-8-sig"))  # commands only
     except FileNotFoundError:
         raise ScoresError(f"gavel data file {p} not found") from None
     except OSError as e:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScoresError
-from .fsutil import fsync_dir, open_regular
+from .fsutil import fsync_dir, read_regular
 
 FORMAT = "slurm-colo-scores/1"
 
@@ -270,8 +270,7 @@ def load_scores(path: str | Path, pipe: bool = False) -> ScoreTable:
     line; never the live set, which the agent reads)."""
     p = Path(path)
     try:
-        with open_regular(p, pipe) as f:
-            raw = f.read().decode("utf-8-sig")
+        raw = read_regular(p, pipe).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ScoresError(f"score file {p} is corrupt (not UTF-8 text)") from None
     except FileNotFoundError:

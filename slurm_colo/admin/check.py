@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fsutil import open_regular
+from ..fsutil import read_regular
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -33,7 +33,6 @@ def exit_code(checks: Iterable[Check]) -> int:
 def read_text(path: Path) -> str | None:
     """The file's text, or None when it cannot be read or is not a regular file."""
     try:
-        with open_regular(path) as f:
-            return f.read().decode("utf-8", errors="replace")
+        return read_regular(path).decode("utf-8", errors="replace")
     except OSError:
         return None
