@@ -123,6 +123,16 @@ class HeldJobs:
         #: GPU of its GPU model, not only to one of its old shard type
         self.retype_after_undo = retype_after_undo
 
+    def shift(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds (agent/clock.py): how long each job
+        has been held, and when it may be released or locked again, move with it."""
+        for h in self.jobs.values():
+            h.since += step
+            if h.release_after:
+                h.release_after += step
+            if h.lock_retry_at:
+                h.lock_retry_at += step
+
     def waits(self) -> list[HeldWait]:
         """The held jobs as the starvation guard sees them."""
         return [

@@ -68,6 +68,14 @@ class Ledger:
         #: (Slurm refused the requeue)
         self.probes: Counter[str] = Counter()
 
+    def shift(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds (agent/clock.py): the placements'
+        times move with it, so one not seen in Slurm yet keeps its ``agent.pending_ttl_s``."""
+        for p in self.placements.values():
+            p.created += step
+            if p.started is not None:
+                p.started += step
+
     # ---- placements and jobs ---------------------------------------------------------
     def link(self, p: PlacedJob, job_id: int) -> None:
         p.job_id = job_id

@@ -64,6 +64,17 @@ class Occupancy:
         #: the queue's counts of the last hours: how soon it will be gone (placement/trend.py)
         self.trend = QueueTrend()
 
+    def shift(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds (agent/clock.py): the times this view
+        keeps itself move with it (the last snapshot, the GPUs reported taken, the guard's
+        grace for drained GPUs and the jobs it gave up on, the queue's trend)."""
+        self.snapshot_time += step
+        self.unplaced_gpus = {j: (n, g, t + step) for j, (n, g, t) in self.unplaced_gpus.items()}
+        self._gave_up = {j: t + step for j, t in self._gave_up.items()}
+        if self._drained_since is not None:
+            self._drained_since += step
+        self.trend.shift(step)
+
     # ---- Slurm and the hooks ---------------------------------------------------------
     def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
         """A new Slurm snapshot (``nodes`` empty: keep the last node list)."""

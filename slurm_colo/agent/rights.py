@@ -42,6 +42,13 @@ class Rights:
         self.since = 0.0
         self._retry_at = 0.0
 
+    def shift(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds (agent/clock.py)."""
+        if self.refused is not None:
+            self.since += step
+        if self._retry_at:
+            self._retry_at += step
+
     def refuse(self, why: str, now: float) -> bool:
         """Slurm refused a change for the right; True the first time (log it then)."""
         first = self.refused is None

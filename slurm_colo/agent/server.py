@@ -42,6 +42,7 @@ from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
 from . import held, learned, listeners, score_files, time_owed
+from .clock import AgentClock
 from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
@@ -132,6 +133,8 @@ class Agent:
         #: when the time-limit accounts were last saved (they are, ``time_owed.SAVE_S`` on)
         self.owed_saved_at = 0.0
         self.lock = threading.Lock()
+        #: the wall clock, with its steps found (read under ``lock``: :meth:`now`)
+        self.clock = AgentClock()
         self.stop = threading.Event()
         self.trusted = trusted_uids()
         #: whose rights the agent changes jobs with (PING says it; slurm-colo doctor checks)
@@ -160,8 +163,26 @@ class Agent:
             with self.lock:
                 score_files.apply(self.state.live, files)
 
+    def now(self) -> float:
+        """The wall time; to be read under the agent's lock. When the wall clock stepped
+        since the last reading, the times the agent keeps itself are moved by the step
+        first (agent/clock.py), so no time read from the stepped clock meets one from
+        before the step."""
+        now, step = self.clock.read()
+        if step:
+            log.warning(
+                "the wall clock stepped %+.1f s: the agent's own times (placements not yet "
+                "in Slurm, held jobs, time owed to shared jobs) move with it; Slurm's "
+                "times are as Slurm has them",
+                step,
+            )
+            self.state.shift_clock(step)
+            self.owed_saved_at += step
+        return now
+
     def refresh(self) -> None:
-        asked = time.time()
+        with self.lock:
+            asked = self.now()
         try:
             if self.snapshots is not None:
                 jobs, nodes = self.snapshots.take()
@@ -171,8 +192,8 @@ class Agent:
             log.warning("slurm refresh failed, keeping the previous view: %s", e)
             return
         with self.lock:
-            self.state.apply_snapshot(jobs, nodes, time.time(), asked)
-            now = time.time()
+            now = self.now()
+            self.state.apply_snapshot(jobs, nodes, now, asked)
             actions = self.state.withdraw()
             actions += self.state.reaim(now) if self.state.held else []
             actions += self.state.replan(now)
@@ -200,13 +221,14 @@ class Agent:
         with self._control_lock:
             with self.lock:
                 was_refused = self.state.rights.refused is not None
-                run, skip = self.state.rights.gate(actions, time.time())
+                now = self.now()
+                run, skip = self.state.rights.gate(actions, now)
                 for a in skip:
-                    self.state.failed(a, time.time(), made=False)
+                    self.state.failed(a, now, made=False)
             for a in run:
                 if not was_refused and self.state.rights.refused is not None:
                     with self.lock:  # refused for the right earlier in this batch
-                        self.state.failed(a, time.time(), made=False)
+                        self.state.failed(a, self.now(), made=False)
                     continue
                 try:
                     if a.kind == "requeue_hold":
@@ -230,7 +252,7 @@ class Agent:
                         )
                 except SlurmError as e:
                     with self.lock:
-                        self.state.failed(a, time.time(), str(e))
+                        self.state.failed(a, self.now(), str(e))
                 else:
                     if self.state.rights.refused is not None:
                         with self.lock:
@@ -282,7 +304,7 @@ class Agent:
             self.lock.acquire()
             wait = time.perf_counter() - t0
             try:
-                reply, record = self.state.decide(payload, time.time())
+                reply, record = self.state.decide(payload, self.now())
             except (ColoError, KeyError, ValueError, TypeError) as e:
                 self.lock.release()
                 log.warning("PLACE failed: %s", e)
@@ -351,7 +373,7 @@ class Agent:
             return None, False
         return (j.admin_comment if j else None), True
 
-    def _job_start(self, p: dict[str, Any], now: float) -> dict[str, Any]:
+    def _job_start(self, p: dict[str, Any]) -> dict[str, Any]:
         """JOBSTART: the reply to a node's Prolog: the job's placement, or None; with
         ``slurm_unreachable`` when the job had to be read from Slurm and could not be (the
         Prolog then reads its tag itself). Logs where the time went when the answer took
@@ -371,7 +393,7 @@ class Agent:
             placement = self.state.job_started(
                 job_id,
                 tag_text,
-                now,
+                self.now(),
                 str(p.get("node", "")),
                 gpus,
             )
@@ -393,7 +415,6 @@ class Agent:
         return {"placement": placement}
 
     def _dispatch(self, verb: str, p: dict[str, Any]) -> dict[str, Any]:
-        now = time.time()
         if verb == "PING":
             return {
                 "pong": True,
@@ -403,11 +424,11 @@ class Agent:
                 "scores": self.state.scores.id,
             }
         if verb == "JOBSTART":
-            return self._job_start(p, now)
+            return self._job_start(p)
         if verb == "PROBE":
             report = ProbeReport.from_wire(p)
             with self.lock:
-                reply, actions = self.state.probe(report, now)
+                reply, actions = self.state.probe(report, self.now())
                 changes = self.state.live.changes
                 measured = dict(self.state.live.learned) if changes > self._saved_changes else None
             if measured is not None:
@@ -442,7 +463,7 @@ class Agent:
             return ex
         if verb == "STATUS":
             with self.lock:
-                st = self.state.status(now)
+                st = self.state.status(self.now())
                 st["requests_total"] = self.req_count
                 st["request_seconds"] = {"sum": self.req_seconds, "count": self.req_count}
                 st["place_lock_wait_seconds"] = dict(self.place_wait)
@@ -534,7 +555,9 @@ class Agent:
 
     def shutdown(self) -> None:
         self.stop.set()
-        self.save_time_owed(time.time())
+        with self.lock:
+            now = self.now()
+        self.save_time_owed(now)
         for srv in self._tcp:
             srv.shutdown()
             srv.server_close()

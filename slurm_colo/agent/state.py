@@ -119,6 +119,17 @@ class AgentState:
     def held(self) -> dict[int, HeldJob]:
         return self.holds.jobs
 
+    def shift_clock(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds (agent/clock.py): the times the
+        parts keep themselves move with it. Not moved: Slurm's times (read afresh at each
+        look), explanations' decision times (a record of the clock as it read), and the
+        times of probe measurements, which are compared with a score set's creation."""
+        self.ledger.shift(step)
+        self.holds.shift(step)
+        self.occupancy.shift(step)
+        self.rights.shift(step)
+        self.credit.shift(step)
+
     # ---- Slurm snapshots and the view --------------------------------------------------
     def apply_snapshot(
         self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float, asked: float | None = None

@@ -113,6 +113,22 @@ class TimeCredit:
         self._gone: dict[int, tuple[float, Account]] = {}
         self._pruned = 0.0
 
+    def shift(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds (agent/clock.py): the accounts'
+        times move with it, so the step is neither charged to the jobs as time owed (a
+        step forward) nor taken from them (back). Each job's start is Slurm's and stays."""
+        if self.complete_since is not None:
+            self.complete_since += step
+        if self.last_look is not None:
+            self.last_look += step
+        if self._pruned:
+            self._pruned += step
+        for acc in self.jobs.values():
+            acc.since += step
+            if acc.set_since:
+                acc.set_since += step
+        self._gone = {j: (t + step, acc) for j, (t, acc) in self._gone.items()}
+
     def observe(
         self,
         rates: Mapping[int, float],
@@ -153,9 +169,12 @@ class TimeCredit:
             if acc is None:
                 acc = self._open(job_id, rate, start, now, complete, limit)
                 self.jobs[job_id] = acc
-            elif start > acc.start:
-                acc.start = start  # known now
-            since = max(acc.since, min(start, now))  # a job started again: from its start
+            since = acc.since
+            if not opened and start > acc.start:
+                # its start known now: charged from there if later (compared only then, as
+                # a start from before a step of the clock back lies after the agent's times)
+                acc.start = start
+                since = max(since, min(start, now))
             if now > since:
                 acc.owed_s += (now - since) * max(0.0, 1.0 - acc.rate)
             members = sets.get(job_id) if sets else None

@@ -41,6 +41,11 @@ class QueueTrend:
         #: the forecast of the samples as they are; ``_STALE`` after a change
         self._forecast: float | None | object = _STALE
 
+    def shift(self, step: float) -> None:
+        """The clock the times were read from stepped by ``step`` seconds: the samples
+        move with it, so the slope stays the one measured."""
+        self._samples = deque((t + step, q) for t, q in self._samples)
+
     def observe(self, t: float, waiting: float) -> None:
         """Record ``waiting`` jobs at time ``t`` (s). The newest sample moves with each
         count until it is ``step_s`` past the one before, then stays; a time before it (a

@@ -10,6 +10,7 @@ import pytest
 from fake_slurm import FixedSlurm
 
 from slurm_colo.agent import time_owed
+from slurm_colo.agent.clock import AgentClock
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.agent.time_credit import (
@@ -267,9 +268,7 @@ class Control:
             raise SlurmError(f"scontrol update JobId={job_id} failed: Invalid job id specified")
 
 
-def _agent(
-    control: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[AgentState, Agent, list[float]]:
+def _agent(control: Control, tmp_path: Path) -> tuple[AgentState, Agent, list[float]]:
     """An agent whose state holds the pair of jobs 10 and 11, and its clock (``now[0]``),
     after its first look at Slurm at 3 s."""
     s, jobs = _pair()
@@ -281,17 +280,36 @@ def _agent(
     )
     agent.state = s
     now = [3.0]
-    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
+    agent.clock = AgentClock(wall=lambda: now[0], steady=lambda: now[0])
     agent.refresh()
     return s, agent, now
 
 
+@pytest.mark.parametrize("step", [3600.0, -3600.0])
+def test_a_step_of_the_wall_clock_is_neither_charged_to_shared_jobs_nor_taken_from_them(
+    step: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = Control("")
+    s, agent, now = _agent(control, tmp_path)
+    steady = [3.0]
+    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
+    agent.clock = AgentClock(wall=lambda: now[0], steady=lambda: steady[0])
+    agent.refresh()  # the same moment as the first look: the clock's reference
+    now[0], steady[0] = 603.0 + step, 603.0  # ten minutes, and the date set an hour off
+    agent.refresh()
+    assert s.credit.owed_s(10) == s.credit.owed_s(11) == pytest.approx(150.0)  # 600 s at 0.75
+    assert control.calls == []
+    now[0], steady[0] = 2403.0 + step, 2403.0
+    agent.refresh()  # 2400 s in all: 600 s owed each, the step, as without a step
+    assert sorted(control.calls) == [(10, 10), (11, 10)]
+
+
 @pytest.mark.parametrize(("fail", "calls"), [("", 4), ("gone", 3)])
 def test_the_server_raises_limits_and_stops_asking_for_a_job_slurm_refused(
-    fail: str, calls: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fail: str, calls: int, tmp_path: Path
 ) -> None:
     control = Control(fail)
-    s, agent, now = _agent(control, tmp_path, monkeypatch)
+    s, agent, now = _agent(control, tmp_path)
     now[0] = 2403.0
     agent.refresh()
     assert sorted(control.calls) == [(10, 10), (11, 10)]
@@ -311,7 +329,7 @@ def test_without_the_right_the_agent_asks_once_in_a_while_and_resumes_once_grant
     from slurm_colo.contracts import client
 
     control = Control("denied")
-    s, agent, now = _agent(control, tmp_path, monkeypatch)
+    s, agent, now = _agent(control, tmp_path)
     now[0] = 2403.0
     with caplog.at_level("INFO", logger="slurm_colo.agent"):
         agent.refresh()
@@ -475,22 +493,21 @@ def test_a_job_is_charged_from_the_first_look_or_its_start_whichever_is_later() 
     assert c.owed_s(8) == pytest.approx(205.0)  # with the 5 s it was owed when it left
 
 
-def test_the_agent_keeps_what_jobs_are_owed_across_a_restart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_agent_keeps_what_jobs_are_owed_across_a_restart(tmp_path: Path) -> None:
     s, jobs = _pair()
     cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
     control = Control("")
     now = [3.0]
-    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
 
     def agent() -> Agent:
-        return Agent(
+        a = Agent(
             cfg,
             FixedSlurm(jobs, [SlurmNode("n1", "MIXED")]),
             control,
             learned_file=tmp_path / "learned.json",
         )  # type: ignore[arg-type]
+        a.clock = AgentClock(wall=lambda: now[0], steady=lambda: now[0])
+        return a
 
     first = agent()
     first.state = s
