@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from dataclasses import replace
 from enum import StrEnum
@@ -15,6 +16,7 @@ import typer
 from ..config import PlacementConfig, load_config
 from ..contracts.enums import CrossUser, Undo, Unplaced
 from ..errors import ColoError, ScoresError
+from ..fsutil import atomic_write_bytes
 from ..gavel import GavelData, bundled_path, load_gavel
 from ..scores import ScoreTable
 from ..sim.metrics import Result
@@ -450,8 +452,6 @@ def _policies() -> list[str]:
 def _check_out(out: Path) -> None:
     """The ``--out`` directory, made now and checked writable: a simulation can run for
     many minutes, and its results were lost when only the write at the end found out."""
-    import os
-
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -465,21 +465,33 @@ def _check_out(out: Path) -> None:
 def _write(out: Path, results: list[Result], cmd: str, md: str, vs: str) -> None:
     from ..sim.plots import render_plots
 
+    files = {
+        "results.md": f"```\n{cmd}\n```\n\n{md}\n\n```\n{vs}\n```\n".encode(),
+        "results.json": json.dumps([r.row() for r in results], indent=1).encode(),
+        "jobs.csv": "".join(
+            ["policy,job,cls,user,jct_s,slowdown,stretch\n"]
+            + [
+                f"{r.policy},{i},{r.per_job['cls'][i]},{r.per_job['user'][i]},"
+                f"{r.per_job['jct_s'][i]:.1f},{r.per_job['slowdown'][i]:.4f},"
+                f"{r.per_job['stretch'][i]:.4f}\n"
+                for r in results
+                for i in range(len(r.per_job["jct_s"]))
+            ]
+        ).encode(),
+        **render_plots(results),
+    }
+    _write_files(out, files)
+
+
+def _write_files(out: Path, files: dict[str, bytes]) -> None:
+    """Each file written beside its name and renamed into place (a symlink planted under a
+    name is replaced, not written through), with the mode the umask gives a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.md").write_text(f"```\n{cmd}\n```\n\n{md}\n\n```\n{vs}\n```\n")
-        (out / "results.json").write_text(json.dumps([r.row() for r in results], indent=1))
-        with open(out / "jobs.csv", "w", encoding="utf-8") as f:
-            f.write("policy,job,cls,user,jct_s,slowdown,stretch\n")
-            for r in results:
-                pj = r.per_job
-                f.writelines(
-                    f"{r.policy},{i},{pj['cls'][i]},{pj['user'][i]},"
-                    f"{pj['jct_s'][i]:.1f},{pj['slowdown'][i]:.4f},{pj['stretch'][i]:.4f}\n"
-                    for i in range(len(pj["jct_s"]))
-                )
-        for name, png in render_plots(results).items():
-            (out / name).write_bytes(png)
+        for name, data in files.items():
+            atomic_write_bytes(out / name, data, mode=0o666 & ~umask, fsync=False)
     except OSError as e:
         raise ColoError(f"cannot write results to {out}: {e.strerror}") from None
 
@@ -503,18 +515,20 @@ def _write_seeds(out: Path, rows: list[SeedRow], cmd: str) -> None:
 
     names = list(dict.fromkeys(r.policy for r in rows))
     h2h = "".join(f"- {ln}\n" for ln in _head_to_head(rows, names))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "seeds.md").write_text(
-            f"```\n{cmd}\n```\n\nMakespan / average JCT against exclusive FIFO, per seed:\n\n"
-            f"{per_seed_table(rows)}\n\nMean (best .. worst seed):\n\n{spread_table(rows)}\n"
-            + (
-                f"\nSeed by seed (makespan, average and p99 JCT, average and worst-decile "
-                f"slowdown, GPU-hours, harmful share, worst class):\n\n{h2h}"
-                if h2h
-                else ""
-            )
+    seeds_md = (
+        f"```\n{cmd}\n```\n\nMakespan / average JCT against exclusive FIFO, per seed:\n\n"
+        f"{per_seed_table(rows)}\n\nMean (best .. worst seed):\n\n{spread_table(rows)}\n"
+        + (
+            f"\nSeed by seed (makespan, average and p99 JCT, average and worst-decile "
+            f"slowdown, GPU-hours, harmful share, worst class):\n\n{h2h}"
+            if h2h
+            else ""
         )
-        (out / "seeds.json").write_text(json.dumps(rows_json(rows), indent=1))
-    except OSError as e:
-        raise ColoError(f"cannot write results to {out}: {e.strerror}") from None
+    )
+    _write_files(
+        out,
+        {
+            "seeds.md": seeds_md.encode(),
+            "seeds.json": json.dumps(rows_json(rows), indent=1).encode(),
+        },
+    )

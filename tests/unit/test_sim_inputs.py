@@ -437,6 +437,25 @@ def test_an_out_that_is_not_a_directory_is_refused_before_the_runs(
     assert "makespan" not in out + err  # no policy ran
 
 
+def test_result_files_replace_a_symlink_planted_under_their_names(tmp_path: Path) -> None:
+    """Before: each file was written with ``write_text``, through a symlink planted under
+    its name (in a shared directory, the link's target was overwritten)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    for name in ("results.json", "jobs.csv", "seeds.md"):
+        (out / name).symlink_to(victim)
+    simulate("--policies", "exclusive-fifo,oracle", "--out", str(out))
+    simulate("--policies", "exclusive-fifo,oracle", "--seeds", "1-2", "--out", str(out))
+    assert victim.read_text() == "keep me"
+    for name in ("results.json", "jobs.csv", "seeds.md", "seeds.json", "summary.png"):
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert set(results(out)) == {"exclusive-fifo", "oracle"}
+    assert (out / "jobs.csv").read_text().startswith("policy,job,cls,user,jct_s")
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".tmp-")]
+
+
 def test_load_gavel_names_the_file(gavel: Path) -> None:
     assert load_gavel(gavel, "a100").classes == CLASSES
     with pytest.raises(ScoresError, match=str(gavel)):
