@@ -124,7 +124,7 @@ class HeldJobs:
         self.retype_after_undo = retype_after_undo
 
     def shift(self, step: float) -> None:
-        """The wall clock stepped by ``step`` seconds (agent/clock.py): how long each job
+        """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): how long each job
         has been held, and when it may be released or locked again, move with it."""
         for h in self.jobs.values():
             h.since += step

@@ -69,7 +69,7 @@ class Ledger:
         self.probes: Counter[str] = Counter()
 
     def shift(self, step: float) -> None:
-        """The wall clock stepped by ``step`` seconds (agent/clock.py): the placements'
+        """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): the placements'
         times move with it, so one not seen in Slurm yet keeps its ``agent.pending_ttl_s``."""
         for p in self.placements.values():
             p.created += step

@@ -65,7 +65,7 @@ class Occupancy:
         self.trend = QueueTrend()
 
     def shift(self, step: float) -> None:
-        """The wall clock stepped by ``step`` seconds (agent/clock.py): the times this view
+        """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): the times this view
         keeps itself move with it (the last snapshot, the GPUs reported taken, the guard's
         grace for drained GPUs and the jobs it gave up on, the queue's trend)."""
         self.snapshot_time += step

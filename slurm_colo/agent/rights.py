@@ -43,7 +43,7 @@ class Rights:
         self._retry_at = 0.0
 
     def shift(self, step: float) -> None:
-        """The wall clock stepped by ``step`` seconds (agent/clock.py)."""
+        """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py)."""
         if self.refused is not None:
             self.since += step
         if self._retry_at:

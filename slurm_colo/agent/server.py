@@ -34,6 +34,7 @@ from slurm_colo.contracts.placement import whole_in_limits
 from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
+from ..clock import WallClock
 from ..config import Config
 from ..contracts.enums import TimeLimit
 from ..errors import ColoError, ProtocolError, SlurmError
@@ -42,7 +43,6 @@ from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
 from . import held, learned, listeners, score_files, time_owed
-from .clock import AgentClock
 from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
@@ -134,7 +134,7 @@ class Agent:
         self.owed_saved_at = 0.0
         self.lock = threading.Lock()
         #: the wall clock, with its steps found (read under ``lock``: :meth:`now`)
-        self.clock = AgentClock()
+        self.clock = WallClock()
         self.stop = threading.Event()
         self.trusted = trusted_uids()
         #: whose rights the agent changes jobs with (PING says it; slurm-colo doctor checks)
@@ -166,7 +166,7 @@ class Agent:
     def now(self) -> float:
         """The wall time; to be read under the agent's lock. When the wall clock stepped
         since the last reading, the times the agent keeps itself are moved by the step
-        first (agent/clock.py), so no time read from the stepped clock meets one from
+        first (slurm_colo/clock.py), so no time read from the stepped clock meets one from
         before the step."""
         now, step = self.clock.read()
         if step:

@@ -120,7 +120,7 @@ class AgentState:
         return self.holds.jobs
 
     def shift_clock(self, step: float) -> None:
-        """The wall clock stepped by ``step`` seconds (agent/clock.py): the times the
+        """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): the times the
         parts keep themselves move with it. Not moved: Slurm's times (read afresh at each
         look), explanations' decision times (a record of the clock as it read), and the
         times of probe measurements, which are compared with a score set's creation."""

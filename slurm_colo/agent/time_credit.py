@@ -114,7 +114,7 @@ class TimeCredit:
         self._pruned = 0.0
 
     def shift(self, step: float) -> None:
-        """The wall clock stepped by ``step`` seconds (agent/clock.py): the accounts'
+        """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): the accounts'
         times move with it, so the step is neither charged to the jobs as time owed (a
         step forward) nor taken from them (back). Each job's start is Slurm's and stays."""
         if self.complete_since is not None:

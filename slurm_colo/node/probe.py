@@ -204,6 +204,26 @@ class Prober:
         self.result = {"verdict": "none", "reason": reason}
         return True
 
+    def clock_stepped(self, step: float) -> bool:
+        """The node's wall clock stepped by ``step`` seconds (slurm_colo/clock.py). The
+        journal's times and the jobs' progress points from either side of a step do not
+        compare: a window across it would give the set rates off by the step (a step
+        forward reads as a slowdown, and the newcomer would be undone). The probe gives
+        the window up: no verdict (True: recorded in ``result``); a verdict already
+        given stands, and the watch for a set left behind ends."""
+        if not self.pending:
+            return False
+        log.warning(
+            "job %s: the node's clock stepped %+.1f s while its set was watched: the "
+            "probe window is given up",
+            self.job_id,
+            step,
+        )
+        if self.again:
+            self.again = False
+            return False
+        return self._none(f"the node's clock stepped {step:+.1f} s in the probe window")
+
     def maybe(self, now: float) -> bool:
         """Look at the set if it is time; True when a verdict (or why there is none) was
         recorded in ``result``."""

@@ -23,6 +23,7 @@ from slurm_colo.contracts.jobstate import JobState
 from slurm_colo.errors import ProtocolError
 from slurm_colo.node.gpu.nvml import NOT_SUPPORTED, Gpu, NvmlGate, open_nvml
 
+from ..clock import WallClock
 from ..config import Config, load_config
 from ..fsutil import atomic_write_json
 from . import jobstate, journal, procs
@@ -216,6 +217,7 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         else None
     )
     cap = max_ticks or 0
+    clock = WallClock()  # a step of it spoils a probe window (Prober.clock_stepped)
     ticks, last_flush = 0, time.monotonic()
     interval = max(0.01, cfg.node.sampler_interval_s)
     nxt = time.monotonic()
@@ -223,8 +225,10 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         while not stop.is_set():
             s.tick()
             ticks += 1
-            if s.prober is not None and s.prober.pending and s.prober.maybe(time.time()):
-                s.flush()  # the verdict in the profile at once
+            if s.prober is not None and s.prober.pending:
+                now, step = clock.read()
+                if (step and s.prober.clock_stepped(step)) or s.prober.maybe(now):
+                    s.flush()  # the verdict in the profile at once
             # the first summary right away: proof of life, and a profile for short jobs
             if ticks == 1 or time.monotonic() - last_flush >= FLUSH_EVERY_S:
                 if not state_path.exists():

@@ -1,4 +1,4 @@
-"""Steps of the wall clock (agent/clock.py): the times the agent keeps itself move with
+"""Steps of the wall clock (slurm_colo/clock.py): the times the agent keeps itself move with
 them, so a step neither ends them at once nor stretches them."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fake_slurm import QuietSlurm
 
-from slurm_colo.agent.clock import STEP_S, AgentClock
 from slurm_colo.agent.rights import RETRY_S, Rights
 from slurm_colo.agent.server import Agent
+from slurm_colo.clock import STEP_S, WallClock
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.protocol import format_request
 from slurm_colo.gres_layout import NodeGpus
@@ -21,7 +21,7 @@ SCORES = table_from_pairs([("good", "good", 1.0, 1.0)], classes={"good": ClassIn
 
 def test_the_clock_tells_a_step_from_time_passing_and_from_slewing() -> None:
     wall, steady = [1000.0], [50.0]
-    c = AgentClock(wall=lambda: wall[0], steady=lambda: steady[0])
+    c = WallClock(wall=lambda: wall[0], steady=lambda: steady[0])
     assert c.read() == (1000.0, 0.0)  # the first reading has nothing to compare with
     wall[0], steady[0] = 1600.0, 650.0
     assert c.read() == (1600.0, 0.0)  # ten minutes passed on both
@@ -35,7 +35,7 @@ def test_the_clock_tells_a_step_from_time_passing_and_from_slewing() -> None:
 
 
 def test_the_real_clocks_do_not_step_between_two_readings() -> None:
-    c = AgentClock()
+    c = WallClock()
     c.read()
     assert c.read()[1] == 0.0
 
@@ -50,7 +50,7 @@ def _agent(monkeypatch: pytest.MonkeyPatch) -> tuple[Agent, list[float], list[fl
         backend=QuietSlurm("n1"),
     )
     agent.state.scores = SCORES
-    agent.clock = AgentClock(wall=lambda: wall[0], steady=lambda: steady[0])
+    agent.clock = WallClock(wall=lambda: wall[0], steady=lambda: steady[0])
     agent.refresh()
     return agent, wall, steady
 

@@ -10,7 +10,6 @@ import pytest
 from fake_slurm import FixedSlurm
 
 from slurm_colo.agent import time_owed
-from slurm_colo.agent.clock import AgentClock
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.agent.time_credit import (
@@ -21,6 +20,7 @@ from slurm_colo.agent.time_credit import (
     TimeCredit,
     has_limit,
 )
+from slurm_colo.clock import WallClock
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.enums import TimeLimit
 from slurm_colo.errors import SlurmError
@@ -280,7 +280,7 @@ def _agent(control: Control, tmp_path: Path) -> tuple[AgentState, Agent, list[fl
     )
     agent.state = s
     now = [3.0]
-    agent.clock = AgentClock(wall=lambda: now[0], steady=lambda: now[0])
+    agent.clock = WallClock(wall=lambda: now[0], steady=lambda: now[0])
     agent.refresh()
     return s, agent, now
 
@@ -293,7 +293,7 @@ def test_a_step_of_the_wall_clock_is_neither_charged_to_shared_jobs_nor_taken_fr
     s, agent, now = _agent(control, tmp_path)
     steady = [3.0]
     monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
-    agent.clock = AgentClock(wall=lambda: now[0], steady=lambda: steady[0])
+    agent.clock = WallClock(wall=lambda: now[0], steady=lambda: steady[0])
     agent.refresh()  # the same moment as the first look: the clock's reference
     now[0], steady[0] = 603.0 + step, 603.0  # ten minutes, and the date set an hour off
     agent.refresh()
@@ -506,7 +506,7 @@ def test_the_agent_keeps_what_jobs_are_owed_across_a_restart(tmp_path: Path) -> 
             control,
             learned_file=tmp_path / "learned.json",
         )  # type: ignore[arg-type]
-        a.clock = AgentClock(wall=lambda: now[0], steady=lambda: now[0])
+        a.clock = WallClock(wall=lambda: now[0], steady=lambda: now[0])
         return a
 
     first = agent()

@@ -277,3 +277,38 @@ def test_an_mps_client_job_gets_no_sm_share_of_its_own(
     prof = read_json(lay.job_dir(5) / "profile.json")
     assert prof["job_mem_peak_gib"] == 1.0
     assert prof["job_sm_util_mean"] == (None if mps_state == "ok" else 40.0)
+
+
+def test_the_run_loop_gives_a_probe_up_when_the_nodes_clock_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run loop reads the wall clock against the monotonic one while the probe waits;
+    a step ends the probe without a verdict, in the job's profile at once."""
+    from slurm_colo.contracts.enums import Mechanism
+    from slurm_colo.contracts.jobstate import JobState
+    from slurm_colo.contracts.placement import Placement
+    from slurm_colo.node import jobstate
+
+    class SteppingClock:
+        """The wall time; stepped an hour ahead at the third reading."""
+
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def read(self) -> tuple[float, float]:
+            self.reads += 1
+            return time.time(), 3600.0 if self.reads == 3 else 0.0
+
+    monkeypatch.setattr("slurm_colo.node.sampler.WallClock", SteppingClock)
+    cfg = node_config(tmp_path, interval_s=0.01)
+    lay = NodeLayout(Path(cfg.node.run_dir), Path(cfg.node.spool_dir))
+    placement = Placement("p1", "a", mechanism=Mechanism.MPS, node="n1", gpu=0, probe_s=600.0)
+    state = JobState(5, gpus=[0], start=time.time(), mechanism=Mechanism.MPS, placement=placement)
+    jobstate.write_state(lay, state)
+    lay.gpu_dir(0).mkdir(parents=True, exist_ok=True)
+    assert run(cfg, 5, max_ticks=5) == 0
+    prof = read_json(lay.job_dir(5) / "profile.json")
+    assert prof["probe"] == {
+        "verdict": "none",
+        "reason": "the node's clock stepped +3600.0 s in the probe window",
+    }
