@@ -68,7 +68,8 @@ class Occupancy:
         """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): the times this view
         keeps itself move with it (the last snapshot, the GPUs reported taken, the guard's
         grace for drained GPUs and the jobs it gave up on, the queue's trend)."""
-        self.snapshot_time += step
+        if self.snapshot_time:  # 0.0: no snapshot yet
+            self.snapshot_time += step
         self.unplaced_gpus = {j: (n, g, t + step) for j, (n, g, t) in self.unplaced_gpus.items()}
         self._gave_up = {j: t + step for j, t in self._gave_up.items()}
         if self._drained_since is not None:

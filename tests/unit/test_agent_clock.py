@@ -10,7 +10,7 @@ from slurm_colo.agent.rights import RETRY_S, Rights
 from slurm_colo.agent.server import Agent
 from slurm_colo.clock import STEP_S, WallClock
 from slurm_colo.config import Config, PlacementConfig
-from slurm_colo.contracts.protocol import format_request
+from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement.trend import QueueTrend
 from slurm_colo.scores import ClassInfo, table_from_pairs
@@ -78,6 +78,19 @@ def test_a_placement_not_yet_in_slurm_keeps_its_lifetime_across_a_step(
     steady[0] += ttl
     agent.refresh()  # never seen in Slurm within agent.pending_ttl_s: forgotten
     assert agent.state.ledger.placements == {}
+
+
+def test_status_gives_the_age_of_the_last_look_in_seconds_that_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent, wall, steady = _agent(monkeypatch)
+    wall[0] += 3600.0 + 7.0
+    steady[0] += 7.0
+    st = parse_reply("STATUS", agent.handle(b"STATUS\t{}\n", peer_uid=0))
+    assert st["snapshot_age_s"] == pytest.approx(7.0)
+    fresh = Agent(Config(gpus=LAYOUT), backend=QuietSlurm("n1"))
+    fresh.state.shift_clock(3600.0)  # before its first look: no age to give
+    assert fresh.state.status(wall[0])["snapshot_age_s"] is None
 
 
 def test_a_refused_right_is_tried_again_after_its_wait_across_a_step() -> None:
