@@ -43,6 +43,7 @@ from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
 from . import held, learned, listeners, score_files, time_owed
+from .records import RecordSink
 from .state import AgentState
 
 log = logging.getLogger("slurm_colo.agent")
@@ -149,9 +150,8 @@ class Agent:
         self.score_files = score_files.ScoreFiles(cfg)
         self._server: socketserver.UnixStreamServer | None = None
         self._tcp: list[socketserver.TCPServer] = []
-        #: the history database, opened at the first RECORDS message
-        self._store: Any = None
-        self._store_lock = threading.Lock()
+        #: the head node's history, where the GPU nodes' RECORDS go
+        self.records = RecordSink(cfg)
         self._http: ThreadingHTTPServer | None = None
 
     # ---- scores and Slurm --------------------------------------------------------------
@@ -439,7 +439,7 @@ class Agent:
                 ).start()
             return reply
         if verb == "RECORDS":
-            return self.store_records(p)
+            return self.records.store(p)
         if verb == "JOBEND":
             with self.lock:
                 self.state.job_ended(_job_id(p))
@@ -473,33 +473,6 @@ class Agent:
             self.refresh()
             return {"scores": self.state.scores.id}
         raise ProtocolError(f"unhandled verb {verb}")
-
-    def store_records(self, p: dict[str, Any]) -> dict[str, Any]:
-        """RECORDS from a GPU node: its spooled job records, stored in this (the head
-        node's) ``store.url``, once by record id. Outside the agent's lock: a busy
-        database holds up only this connection. A record that cannot be stored is named in
-        the reply and skipped; a database error is an error reply (the node keeps its
-        files and sends them again)."""
-        from ..store import make_engine
-        from ..store.ingest import BadRecord, ingest_records, record_from_dict
-
-        raw = p.get("records")
-        if not isinstance(raw, list):
-            raise ProtocolError("RECORDS: 'records' must be a list")
-        good, bad = [], []
-        for d in raw:
-            try:
-                good.append(record_from_dict(d))
-            except BadRecord as e:
-                rid = d.get("record_id", "?") if isinstance(d, dict) else "?"
-                bad.append([str(rid), str(e)])
-                log.warning("RECORDS: record %s not stored: %s", rid, e)
-        with self._store_lock:
-            if self._store is None:
-                self._store = make_engine(self.cfg.store.url, self.cfg.store.busy_timeout_s)
-            engine = self._store
-        new = ingest_records(engine, good) if good else 0
-        return {"stored": new, "duplicates": len(good) - new, "bad": bad}
 
     # ---- serving ----------------------------------------------------------------------
     def serve(self) -> None:

@@ -150,7 +150,7 @@ def test_a_record_the_agent_cannot_store_is_named_and_the_rest_stored(
     head = Head(tmp_path, munged, port)
     try:
         good = _rec(5).to_dict()
-        reply = head.agent.store_records({"records": [good, {"job_id": "x"}, "junk"]})
+        reply = head.agent.records.store({"records": [good, {"job_id": "x"}, "junk"]})
         assert reply["stored"] == 1 and len(reply["bad"]) == 2
         assert head.agent.handle(b'RECORDS\t{"records": 3}\n', 0).startswith(b"ERR\tRECORDS failed")
         assert head.agent.handle(b'RECORDS\t{"records": []}\n', 4242).startswith(
