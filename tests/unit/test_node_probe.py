@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -121,17 +123,26 @@ def test_the_sampler_probe_sends_the_set_once_and_keeps_the_verdict(tmp_path: Pa
         agent.close()
 
 
+@contextmanager
+def _probing(tmp_path: Path, reply: bytes) -> Iterator[tuple[Prober, FakeAgent]]:
+    """Job 2's probe of the set of ``_files`` (5000 s on), and an agent answering ``reply``."""
+    cfg = _cfg(tmp_path)
+    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
+    _files(lay, 5000.0)
+    agent = FakeAgent(tmp_path / "agent.sock", reply)
+    try:
+        yield Prober(cfg, lay, 2, [0]), agent
+    finally:
+        agent.close()
+
+
 @pytest.mark.parametrize("step", [3600.0, -3600.0])
 def test_a_step_of_the_nodes_clock_in_the_window_gives_the_probe_up(
     step: float, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The window spans the step: the set is not judged, nothing is sent to the agent."""
-    cfg = _cfg(tmp_path)
-    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
-    _files(lay, 5000.0)
-    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"undo","reason":"harmful: x"}\n')
-    try:
-        pr = Prober(cfg, lay, 2, [0])
+    undo = b'OK\t{"verdict":"undo","reason":"harmful: x"}\n'
+    with _probing(tmp_path, undo) as (pr, agent):
         pr.maybe(5000.0 + 1050)
         with caplog.at_level("WARNING", logger="slurm_colo.node"):
             assert pr.clock_stepped(step)
@@ -144,23 +155,15 @@ def test_a_step_of_the_nodes_clock_in_the_window_gives_the_probe_up(
         pr.maybe(5000.0 + 1100 + step)
         assert agent.requests == [] and pr.result["verdict"] == "none"
         assert not pr.clock_stepped(step)  # nothing left to give up
-    finally:
-        agent.close()
 
 
 def test_a_step_of_the_nodes_clock_ends_the_watch_of_a_kept_set(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path)
-    lay = NodeLayout.of(cfg.node.run_dir, cfg.node.spool_dir)
-    _files(lay, 5000.0)
-    agent = FakeAgent(tmp_path / "agent.sock", b'OK\t{"verdict":"keep","reason":"fine"}\n')
-    try:
-        pr = Prober(cfg, lay, 2, [0])
+    with _probing(tmp_path, b'OK\t{"verdict":"keep","reason":"fine"}\n') as (pr, agent):
         pr.maybe(5000.0 + 1100)
         assert pr.result is not None and pr.result["verdict"] == "keep" and pr.pending
+        assert len(agent.requests) == 1
         assert not pr.clock_stepped(3600.0)  # the verdict stands
         assert not pr.pending and pr.result["verdict"] == "keep"
-    finally:
-        agent.close()
 
 
 def test_the_probe_without_an_agent_or_turned_off(tmp_path: Path) -> None:
