@@ -29,12 +29,13 @@ from ..slurm.model import SlurmJob, SlurmNode
 from .held import Action, HeldJobs, can_hold, hold_unplaced
 from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
+from .limits import SetSpeeds, limit_actions
 from .occupancy import Occupancy
 from .replan import move_waiting, waiting_jobs
 from .report import status_report
 from .rights import RETRY_S as RIGHTS_RETRY_S
 from .rights import Rights, is_refused_right
-from .time_credit import GUARD_S, TimeCredit, has_limit
+from .time_credit import GUARD_S, TimeCredit
 
 __all__ = ["AgentState", "PlacedJob", "nothing"]
 
@@ -81,9 +82,8 @@ class AgentState:
         #: those are (the server's user, named in the log)
         self.rights = Rights()
         self.user = ""
-        #: members' predicted speeds per (GPU model, classes) for the score book they came from
-        self._speeds_for: ScoreBook | None = None
-        self._speeds: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+        #: members' predicted speeds per (GPU model, classes), for the time-limit accounts
+        self._set_speeds = SetSpeeds()
         #: each admin comment of the last snapshot and the tag parsed from it
         self._parsed_tags: dict[str, Placement | None] = {}
         #: jobs of the last snapshot that the Lua hook gave the fallback (counted once)
@@ -457,54 +457,19 @@ class AgentState:
 
     def extend_limits(self, now: float) -> list[Action]:
         """Add to the time limit of each job the agent placed on a shared GPU the time
-        sharing cost it (agent/time_credit.py), with ``placement.time_limit = "extend"``.
-        A job's speed is its predicted one in the set running on its GPU now (measured, once
-        the set's probe measured it: the set's time so far is then charged again at it); a
-        job new to the accounts (started since the last look, or while the agent was down)
-        is charged from its start."""
+        sharing cost it (agent/limits.py, agent/time_credit.py), with
+        ``placement.time_limit = "extend"``."""
         if self.cfg.placement.time_limit != TimeLimit.EXTEND:
             return []
-        placed = self.ledger.by_job
-        rates: dict[int, float] = {}
-        sets: dict[int, tuple[int, ...]] = {}
-        for g in self.view.gpus:
-            running = [o for o in g.occupants if not o.pending and o.job_id is not None]
-            mine = [
-                (o.job_id, i)
-                for i, o in enumerate(running)
-                if o.job_id is not None and o.job_id in placed
-            ]
-            if not mine:
-                continue  # no job of the agent's here (or the GPU is idle)
-            speeds = [1.0]
-            if len(running) > 1:
-                speeds = self._set_speeds(g.model, tuple(o.cls for o in running))
-            members = tuple(sorted(o.job_id for o in running if o.job_id is not None))
-            for job_id, i in mine:
-                rates[job_id] = speeds[i]
-                sets[job_id] = members
-        jobs = self.occupancy.jobs
-        starts = {j: jobs[j].start_time for j in rates if j in jobs}
-        ends = {
-            j: jobs[j].end_time
-            for j in rates
-            if j in jobs and has_limit(jobs[j].start_time, jobs[j].end_time)
-        }
-        limits = {j: end - starts[j] for j, end in ends.items()}
-        self.credit.observe(rates, now, starts, sets, limits)
-        return [Action("extend", j, minutes=m) for j, m in self.credit.due(ends, now)]
-
-    def _set_speeds(self, model: str, classes: tuple[str, ...]) -> list[float]:
-        """Each member's predicted speed in a set on a GPU of ``model``, remembered for as
-        long as the score sets stay the same (a site's sets repeat from look to look)."""
-        if self._speeds_for is not self.book or len(self._speeds) > 50_000:
-            self._speeds_for, self._speeds = self.book, {}
-        key = (model, classes)
-        speeds = self._speeds.get(key)
-        if speeds is None:
-            table = self.book.table(self.book.model_for(model))
-            speeds = self._speeds[key] = table.set_throughputs(list(classes))[0]
-        return speeds
+        return limit_actions(
+            self.view,
+            self.ledger.by_job,
+            self.occupancy.jobs,
+            self.credit,
+            self._set_speeds,
+            self.book,
+            now,
+        )
 
     def _queue_head(self, now: float, gres_type: str | None = None) -> float | None:
         """:func:`~slurm_colo.placement.held.queue_head` among the held jobs that may want a
