@@ -3,6 +3,7 @@ reads files, writes nothing)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from itertools import pairwise
@@ -15,6 +16,8 @@ from slurm_colo.gres_layout import NodeGpus
 from . import journal
 from .jobstate import read_ended, read_profile, read_progress, read_state
 from .layout import NodeLayout
+
+log = logging.getLogger("slurm_colo.node")
 
 
 def exit_state(exit_code: int, signal: int) -> str:
@@ -135,6 +138,17 @@ def build_record(
             fault = True
     p = st.placement
     profile = _profile(read_profile(layout, job_id))
+    progress = progress_summary(read_progress(layout, job_id), shared_iv)
+    if progress is not None and profile.get("clock_steps_s"):
+        # the job's points lie on either side of a step of the clock: its iterations are
+        # right, no rate over them is
+        log.warning(
+            "job %d: the node's clock stepped while it ran (%s s); its progress rates are "
+            "left out of its record",
+            job_id,
+            profile["clock_steps_s"],
+        )
+        progress = {**progress, "rate": None, "solo_rate": None}
     return JobRecord(
         job_id=job_id,
         node=st.node,
@@ -153,7 +167,7 @@ def build_record(
         mem_limit_gib=p.mem_limit_gib if p else None,
         co_runners=sorted(co.values(), key=lambda c: (c.start, c.job_id)),
         profile=profile,
-        progress=progress_summary(read_progress(layout, job_id), shared_iv),
+        progress=progress,
         exit_code=int(ended.get("exit_code", 0)),
         state=exit_state(int(ended.get("exit_code", 0)), int(ended.get("signal", 0))),
         mps_fault=fault,

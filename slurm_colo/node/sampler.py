@@ -95,6 +95,8 @@ class Sampler:
         self.prober: Prober | None = None
         #: the last flush could not write the profile (logged once until one can)
         self.flush_failed = False
+        #: steps of the node's wall clock seen while the job ran, seconds (the last few)
+        self.clock_steps: list[float] = []
 
     def _mine(self, pid: int) -> bool:
         if pid not in self._job_pids:
@@ -159,6 +161,20 @@ class Sampler:
             avg(jsm),
         )
 
+    def clock_stepped(self, step: float) -> None:
+        """The node's wall clock stepped by ``step`` seconds (slurm_colo/clock.py): noted in
+        the summary, so the job's record leaves out its progress rates, whose points lie
+        on either side of the step (record_build.py); the probe gives its window up."""
+        self.clock_steps = [*self.clock_steps[-9:], round(step, 1)]
+        log.warning(
+            "job %d: the node's clock stepped %+.1f s; its progress rates are left out of "
+            "its record",
+            self.job_id,
+            step,
+        )
+        if self.prober is not None:
+            self.prober.clock_stepped(step)
+
     def tick(self, dt: float | None = None) -> None:
         self.acc.add(self.read(), self.journals.shared(), dt)
 
@@ -175,6 +191,8 @@ class Sampler:
         )
         if self.prober is not None and self.prober.result is not None:
             out["probe"] = self.prober.result
+        if self.clock_steps:
+            out["clock_steps_s"] = list(self.clock_steps)
         return out
 
     def flush(self, final: bool = False) -> None:
@@ -217,7 +235,7 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         else None
     )
     cap = max_ticks or 0
-    clock = WallClock()  # a step of it spoils a probe window (Prober.clock_stepped)
+    clock = WallClock()  # a step of it spoils the job's rates (Sampler.clock_stepped)
     ticks, last_flush = 0, time.monotonic()
     interval = max(0.01, cfg.node.sampler_interval_s)
     nxt = time.monotonic()
@@ -225,10 +243,12 @@ def run(cfg: Config, job_id: int, max_ticks: int | None = None) -> int:
         while not stop.is_set():
             s.tick()
             ticks += 1
-            if s.prober is not None and s.prober.pending:
-                now, step = clock.read()
-                if (step and s.prober.clock_stepped(step)) or s.prober.maybe(now):
-                    s.flush()  # the verdict in the profile at once
+            now, step = clock.read()
+            if step:
+                s.clock_stepped(step)
+                s.flush()  # in the profile at once (and the probe's end, if it waited)
+            elif s.prober is not None and s.prober.pending and s.prober.maybe(now):
+                s.flush()  # the verdict in the profile at once
             # the first summary right away: proof of life, and a profile for short jobs
             if ticks == 1 or time.monotonic() - last_flush >= FLUSH_EVERY_S:
                 if not state_path.exists():

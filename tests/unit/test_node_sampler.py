@@ -312,3 +312,31 @@ def test_the_run_loop_gives_a_probe_up_when_the_nodes_clock_steps(
         "verdict": "none",
         "reason": "the node's clock stepped +3600.0 s in the probe window",
     }
+    assert prof["clock_steps_s"] == [3600.0]  # for the record: no progress rates
+    assert prof["clock_steps_s"] == [3600.0]  # for the record: no progress rates
+
+
+@pytest.mark.parametrize("stepped", [True, False])
+def test_a_job_the_nodes_clock_stepped_under_has_no_progress_rates_in_its_record(
+    tmp_path: Path, stepped: bool
+) -> None:
+    """Its progress points lie on either side of the step: the iterations are kept, the
+    rates (which the retraining reads) are left out."""
+    from test_node_lifecycle import mps_job, spooled
+
+    from slurm_colo.node.lifecycle import job_end, job_start
+
+    cfg = node_config(tmp_path)
+    lay = NodeLayout.of_config(cfg)
+    job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
+    t = time.time()
+    points = [[t - 30.0, 0], [t - 20.0, 100], [t - 10.0, 200]]
+    lay.user_dir(1).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(lay.user_dir(1) / "progress.json", {"points": points})
+    profile = {"samples": 3, "clock_steps_s": [3600.0]} if stepped else {"samples": 3}
+    atomic_write_json(lay.job_dir(1) / "profile.json", profile)
+    assert job_end(cfg, 1, 0) is not None
+    rec = spooled(cfg)[1]
+    assert rec.progress is not None and rec.progress["iterations"] == 200
+    assert rec.progress["rate"] == (None if stepped else pytest.approx(10.0))
+    assert rec.profile.get("clock_steps_s") == ([3600.0] if stepped else None)
