@@ -13,15 +13,19 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool = True) -> None:
+def atomic_write_bytes(
+    path: Path, data: bytes, mode: int = 0o600, fsync: bool = True, strict: bool = False
+) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a part.
 
     The temporary file lives in the same directory (same file system) and is renamed over
     the target, so a symlink planted at ``path`` is replaced, never written through; the
-    file gets ``mode`` exactly (the umask aside). On any error the temporary file is
+    file gets ``mode`` exactly, whatever the umask. On any error the temporary file is
     removed and the error re-raised. With ``fsync`` the data and then the directory are
     flushed to disk, so the new file outlives a power cut that comes after the call
-    (without, the rename may be lost, or the file found empty).
+    (without, the rename may be lost, or the file found empty). A directory that cannot
+    be flushed is no error (the file is in place), unless ``strict``: then it is raised,
+    for a caller that must say the file may not outlive a power cut.
     """
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     try:
@@ -46,7 +50,9 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600, fsync: bool =
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if fsync:  # the file is in place: a directory that cannot be flushed is not an error
+    if fsync and strict:
+        fsync_dir(path.parent)
+    elif fsync:  # the file is in place: a directory that cannot be flushed is not an error
         with contextlib.suppress(OSError):
             fsync_dir(path.parent)
 

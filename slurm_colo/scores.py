@@ -27,14 +27,13 @@ import json
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ScoresError
-from .fsutil import fsync_dir, read_regular
+from .fsutil import atomic_write_bytes, read_regular
 
 FORMAT = "slurm-colo-scores/1"
 
@@ -302,7 +301,9 @@ def model_scores_path(path: str | Path, gpu_model: str) -> Path:
 
 def publish_scores(table: ScoreTable, path: str | Path) -> Path:
     """Write ``table`` to ``path`` atomically: readers see the old or the new file, never a
-    half-written one (temp file in the same directory, fsync, rename, fsync the directory)."""
+    half-written one (fsutil.atomic_write_bytes: temporary file in the same directory,
+    fsync, rename, fsync the directory, whose failure is raised too). A path that is
+    neither a regular file nor a symlink is refused and left as it is."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
@@ -312,18 +313,7 @@ def publish_scores(table: ScoreTable, path: str | Path) -> Path:
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             raise OSError(errno.EINVAL, "not a regular file", str(p))
     data = json.dumps(table.to_dict(), indent=1, sort_keys=False).encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(p.parent)
+    atomic_write_bytes(p, data, mode=0o644, fsync=True, strict=True)
     return p
 
 

@@ -15,6 +15,7 @@ from slurm_colo.errors import ProtocolError, ScoresError
 from slurm_colo.gavel import bundled_path, load_gavel
 from slurm_colo.placement.view import Decision
 from slurm_colo.scores import (
+    ScoreTable,
     load_scores,
     publish_scores,
     scores_from_dict,
@@ -67,6 +68,29 @@ def test_the_live_set_must_be_a_regular_file(tmp_path: Path) -> None:
         load_scores(fifo, pipe=True)
     with pytest.raises(ScoresError, match="/dev/null: not a regular file or a pipe"):
         load_scores("/dev/null", pipe=True)
+
+
+def test_publish_says_when_the_directory_could_not_be_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set is in place, but may not outlive a power cut: publishing says so (the
+    node's own files, written the same way, take a file in place for written)."""
+    import errno
+
+    from slurm_colo import fsutil
+
+    def failing(path: Path) -> None:
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(fsutil, "fsync_dir", failing)
+    t = ScoreTable(id="flushed")
+    with pytest.raises(OSError, match="Input/output error"):
+        publish_scores(t, tmp_path / "live.json")
+    assert load_scores(tmp_path / "live.json").id == "flushed"
+    fsutil.atomic_write_bytes(tmp_path / "node.json", b"{}")  # not strict: no error
+    assert (tmp_path / "node.json").read_bytes() == b"{}"
+    assert sorted(os.listdir(tmp_path)) == ["live.json", "node.json"]  # no temporary left
+    assert (tmp_path / "live.json").stat().st_mode & 0o777 == 0o644
 
 
 def test_publish_refuses_to_replace_what_is_not_a_file(tmp_path: Path) -> None:
