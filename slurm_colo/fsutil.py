@@ -50,11 +50,12 @@ def atomic_write_bytes(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if fsync and strict:
-        fsync_dir(path.parent)
-    elif fsync:  # the file is in place: a directory that cannot be flushed is not an error
-        with contextlib.suppress(OSError):
+    if fsync:
+        try:
             fsync_dir(path.parent)
+        except OSError:
+            if strict:
+                raise  # else the file is in place: that is written
 
 
 def fsync_dir(path: Path) -> None:
