@@ -40,11 +40,11 @@ def test_the_real_clocks_do_not_step_between_two_readings() -> None:
     assert c.read()[1] == 0.0
 
 
-def _agent(monkeypatch: pytest.MonkeyPatch) -> tuple[Agent, list[float], list[float]]:
-    """An agent on one idle node, its wall clock (``wall[0]``, as the whole process reads
-    it) and the monotonic clock beside it (``steady[0]``), after its first look."""
+def _agent() -> tuple[Agent, list[float], list[float]]:
+    """An agent on one idle node, its wall clock (``wall[0]``, a million seconds from the
+    real one: a time read past the agent's clock would show) and the monotonic clock
+    beside it (``steady[0]``), after its first look."""
     wall, steady = [1_000_000.0], [50.0]
-    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: wall[0])
     agent = Agent(
         Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0)),
         backend=QuietSlurm("n1"),
@@ -62,9 +62,9 @@ def _place(agent: Agent) -> None:
 
 @pytest.mark.parametrize("step", [3600.0, -3600.0])
 def test_a_placement_not_yet_in_slurm_keeps_its_lifetime_across_a_step(
-    step: float, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    step: float, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent, wall, steady = _agent(monkeypatch)
+    agent, wall, steady = _agent()
     ttl = agent.cfg.agent.pending_ttl_s
     _place(agent)
     assert len(agent.state.ledger.placements) == 1
@@ -80,10 +80,8 @@ def test_a_placement_not_yet_in_slurm_keeps_its_lifetime_across_a_step(
     assert agent.state.ledger.placements == {}
 
 
-def test_status_gives_the_age_of_the_last_look_in_seconds_that_passed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    agent, wall, steady = _agent(monkeypatch)
+def test_status_gives_the_age_of_the_last_look_in_seconds_that_passed() -> None:
+    agent, wall, steady = _agent()
     wall[0] += 3600.0 + 7.0
     steady[0] += 7.0
     st = parse_reply("STATUS", agent.handle(b"STATUS\t{}\n", peer_uid=0))

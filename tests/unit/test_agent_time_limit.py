@@ -287,12 +287,11 @@ def _agent(control: Control, tmp_path: Path) -> tuple[AgentState, Agent, list[fl
 
 @pytest.mark.parametrize("step", [3600.0, -3600.0])
 def test_a_step_of_the_wall_clock_is_neither_charged_to_shared_jobs_nor_taken_from_them(
-    step: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    step: float, tmp_path: Path
 ) -> None:
     control = Control("")
     s, agent, now = _agent(control, tmp_path)
     steady = [3.0]
-    monkeypatch.setattr("slurm_colo.agent.server.time.time", lambda: now[0])
     agent.clock = WallClock(wall=lambda: now[0], steady=lambda: steady[0])
     agent.refresh()  # the same moment as the first look: the clock's reference
     now[0], steady[0] = 603.0 + step, 603.0  # ten minutes, and the date set an hour off
