@@ -11,6 +11,11 @@ several records on one node (a requeued job) the one that started last counts. A
 whose record is missing gets the class the episode's first record (earliest start) gives
 it. This locality is what lets :mod:`.episode_sync` rebuild only the episodes that contain
 a job with a new record.
+
+A record whose node's clock stepped while the job ran (``clock_steps_s`` in its profile)
+gives its episodes their structure, its class and its fault flags, but no figures: its
+duration and shared seconds are off by the step, so its member's throughput is unknown,
+and it is no solo run.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class JobView:
     mem_peak: float | None = None
     #: the model of the GPU the record ran on ("" = unknown)
     gpu_model: str = ""
+    #: the node's clock stepped while the job ran: its start, end and overlaps are off
+    clock_stepped: bool = False
 
 
 class Member(NamedTuple):
@@ -154,7 +161,15 @@ def shared_s(j: JobView) -> float:
 
 
 def member_of(j: JobView) -> Member:
+    if j.clock_stepped:
+        return Member(j.job_id, j.cls)
     return Member(j.job_id, j.cls, j.rate, j.solo_rate, j.end - j.start, shared_s(j))
+
+
+def is_solo_run(j: JobView) -> bool:
+    """The record counts as a solo run of its class: no co-runner, no out-of-memory end
+    and a clock that did not step under it."""
+    return not j.co_runners and not j.oom and not j.clock_stepped
 
 
 Segment = tuple[float, float, frozenset[int], dict[int, str]]
@@ -291,7 +306,9 @@ def build_episodes(
     figures (default: from the solo runs among ``jobs``)."""
     if ref is None:
         ref = solo_reference(
-            (j.cls, j.rate, j.end - j.start) for j in jobs if not j.oom and shared_s(j) <= 0
+            (j.cls, j.rate, j.end - j.start)
+            for j in jobs
+            if not j.oom and not j.clock_stepped and shared_s(j) <= 0
         )
     rep = BuildReport(
         jobs=len(jobs),

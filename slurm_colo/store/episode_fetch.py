@@ -32,6 +32,9 @@ _JOB_COLUMNS = (
     Job.state,
     Job.gpu_model,
     Profile.mem_peak_gib,
+    # the sampler's note of a step of the node's clock (stored among the profile's
+    # other keys); a record without a profile has none
+    Profile.extra.contains('"clock_steps_s"'),
 )
 _CO_COLUMNS = (
     CoRunnerRow.record_id,
@@ -137,6 +140,7 @@ def _fill(conn: Connection, jq: Select, cq: Select, views: dict[str, JobView], k
         state,
         model,
         peak,
+        stepped,
         built,
     ) in conn.execute(jq).all():
         if keep(rid, node, jid, built):
@@ -154,6 +158,7 @@ def _fill(conn: Connection, jq: Select, cq: Select, views: dict[str, JobView], k
                 record_id=rid,
                 mem_peak=peak,
                 gpu_model=model or "",
+                clock_stepped=bool(stepped),
             )
     for rid, cid, ccls, st, en in conn.execute(cq).all():
         v = views.get(rid)

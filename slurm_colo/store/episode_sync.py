@@ -19,7 +19,14 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from .engine import db_errors, require_schema
-from .episode_build import BuildReport, EpisodeRow, JobView, build_groups, skewed_intervals
+from .episode_build import (
+    BuildReport,
+    EpisodeRow,
+    JobView,
+    build_groups,
+    is_solo_run,
+    skewed_intervals,
+)
 from .episode_fetch import bulk_insert, chunks, episodes_with, job_views, node_views, related_jobs
 from .schema import Episode, EpisodeMember, EpisodeSource, Job
 
@@ -72,7 +79,7 @@ def _source_row(v: JobView) -> tuple[Any, ...]:
         v.end,
         v.rate,
         v.mem_peak,
-        not v.co_runners and not v.oom,
+        is_solo_run(v),
         skewed_intervals(v),
         v.gpu_model,
     )

@@ -19,7 +19,8 @@ reference of its class:
 - ``duration``: proxy without progress: ``n_job = median solo duration of the class /
   duration``, then the same split. Its error is the spread of solo durations within a
   class (coefficient of variation, reported per retrain); it gets a lower weight.
-- ``null``: nothing usable (no solo reference, or a co-runner whose record is missing).
+- ``null``: nothing usable (no solo reference, a co-runner whose record is missing, or a
+  record whose node's clock stepped while the job ran: its duration is off by the step).
 """
 
 from __future__ import annotations

@@ -147,3 +147,85 @@ def test_corrupt_episode_rows_are_skipped(tmp_path: Path) -> None:
         c.execute(ins, {"e": 2, "j": 3, "c": "x", "r": 5.0, "s": 10.0, "t": 10.0, "sh": 10.0})
     eps = load_episodes(e)  # episode 2 lost a member: skipped
     assert len(eps) == 1 and eps[0].members == [(1, "x", 0.5, "progress"), (2, "y", None, "null")]
+
+
+def test_a_record_across_a_clock_step_gives_its_episode_but_no_figures() -> None:
+    # the node's clock stepped an hour ahead while jobs 12, 13 and 1 ran: their durations
+    # are an hour too long
+    solo = [view(10 + i, "x", i * 5000, i * 5000 + 100, []) for i in range(2)]
+    stepped_solo = [view(12 + i, "x", 20_000 + i * 5000, 23_700 + i * 5000, []) for i in range(2)]
+    for v in stepped_solo:
+        v.clock_stepped = True
+    x = view(1, "x", 0, 3800, [(2, "y", 0, 3800)], rate=1.0, solo=10.0)
+    x.clock_stepped, x.mps_fault = True, True
+    y = view(2, "y", 0, 3800, [(1, "x", 0, 3800)])
+    eps, rep = build_episodes(solo + stepped_solo + [x, y])
+    assert len(eps) == 1 and (eps[0].start, eps[0].end) == (0, 3800) and eps[0].mps_fault
+    m = {k[1]: k for k in eps[0].members}
+    assert m["x"][2] is None and m["x"][3] == "null"  # not 1.0/10.0, not 100 s / 3800 s
+    assert rep.proxy_cv["x"] == pytest.approx(0.0)  # the solo runs of 100 s only
+    shared = view(3, "x", 50_000, 50_200, [(4, "y", 50_000, 50_200)])
+    eps, _ = build_episodes(solo + stepped_solo + [shared])
+    assert eps[0].members[0][2] == pytest.approx(0.5)  # 100 s against 200 s, not 1900 s
+
+
+def test_a_stepped_record_in_the_database_is_no_solo_run_and_has_no_figures(
+    tmp_path: Path,
+) -> None:
+    from slurm_colo.store.episodes import db_solo_reference, update_episodes
+
+    e = make_engine(f"sqlite:///{tmp_path}/h.db")
+    upgrade(e)
+    step = {"sm_util_mean": 50.0, "clock_steps_s": [3600.0]}
+
+    def rec(jid: int, start: float, end: float, **kw: object) -> JobRecord:
+        return JobRecord(
+            job_id=jid, node="n1", user="a", uid=1, cls="x", start=start, end=end, gpus=[0], **kw
+        )
+
+    ingest_records(
+        e,
+        [
+            rec(10, 0, 100, progress={"rate": 10.0}),
+            rec(11, 1000, 4700, profile=step),  # solo, across a step
+            rec(
+                1,
+                5000,
+                8800,
+                profile=step,
+                progress={"rate": 1.0, "solo_rate": 10.0},
+                co_runners=[CoRunner(2, "y", "a", 5000, 8800)],
+                mps_fault=True,
+            ),
+        ],
+    )
+    rebuild_episodes(e)
+    with e.connect() as c:
+        ref = db_solo_reference(c, None)
+    assert ref.duration == {"x": 100.0} and ref.rate == {"x": 10.0}
+    eps = load_episodes(e)
+    assert len(eps) == 1 and eps[0].mps_fault
+    assert (1, "x", None, "null") in eps[0].members
+    # the incremental build gives the same as the full one
+    ingest_records(
+        e,
+        [
+            rec(
+                3,
+                9000,
+                9200,
+                co_runners=[CoRunner(4, "y", "a", 9000, 9200)],
+            ),
+            rec(
+                5,
+                10_000,
+                13_700,
+                profile=step,
+                co_runners=[CoRunner(6, "y", "a", 10_000, 13_700)],
+            ),
+        ],
+    )
+    update_episodes(e)
+    eps = {ep.members[0][0]: ep for ep in load_episodes(e)}
+    assert eps[3].members[0][2:] == (pytest.approx(0.5), "duration")
+    assert eps[5].members[0][2:] == (None, "null")
