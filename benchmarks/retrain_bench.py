@@ -157,13 +157,18 @@ def _retrain_child(url: str, now: float, scores: str) -> None:
     """Run one retrain in this process and print its figures as JSON (one line)."""
     from slurm_colo.config import Config, ScoresConfig
     from slurm_colo.store import make_engine
-    from slurm_colo.train.retrain import retrain
+    from slurm_colo.train.by_model import retrain_site
 
     engine = make_engine(url)
     cfg = Config(scores=ScoresConfig(path=scores, window_days=10_000))
     t0 = time.perf_counter()
-    res = retrain(engine, cfg, now=now, force=True)
+    run = retrain_site(engine, cfg, now=now, force=True)  # as `slurm-colo retrain` does
     t1 = time.perf_counter()
+    res = run.outcomes[0].result
+    if res is None:
+        raise SystemExit(
+            f"no score set trained: {run.outcomes[0].skipped or run.outcomes[0].error}"
+        )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(
         json.dumps(
