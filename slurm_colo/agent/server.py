@@ -34,7 +34,7 @@ from slurm_colo.contracts.placement import whole_in_limits
 from slurm_colo.contracts.probe import ProbeReport
 from slurm_colo.contracts.protocol import format_error, format_reply, parse_request
 
-from ..clock import WallClock
+from ..clock import WallClock, boot_id
 from ..config import Config
 from ..contracts.enums import TimeLimit
 from ..errors import ColoError, ProtocolError, SlurmError
@@ -100,6 +100,7 @@ class Agent:
         control: JobControl | None = None,
         learned_file: Path | None = None,
         owed_file: Path | None = None,
+        clock: WallClock | None = None,
     ) -> None:
         self.cfg = cfg
         self.backend = backend or open_backend(cfg.agent.slurm_backend)
@@ -134,8 +135,13 @@ class Agent:
         #: when the time-limit accounts were last saved (they are, ``time_owed.SAVE_S`` on)
         self.owed_saved_at = 0.0
         self.lock = threading.Lock()
-        #: the wall clock, with its steps found (read under ``lock``: :meth:`now`)
-        self.clock = WallClock()
+        #: the wall clock, with its steps found (read under ``lock``: :meth:`now`); on the
+        #: boot the accounts were saved in, from the offset saved with them, so a step
+        #: made while the agent was down is found at its first reading too
+        self.clock = clock or WallClock()
+        self.boot = boot_id()
+        if saved is not None and saved.clock is not None and saved.clock[0] == self.boot:
+            self.clock.resume(saved.clock[1])
         self.stop = threading.Event()
         self.trusted = trusted_uids()
         #: whose rights the agent changes jobs with (PING says it; slurm-colo doctor checks)
@@ -208,6 +214,9 @@ class Agent:
             return
         with self.lock:
             saved = self.state.credit.accounts()
+            offset = self.clock.offset
+        if self.boot is not None and offset is not None:
+            saved.clock = (self.boot, offset)
         if saved.at is not None:
             with self._save_lock:
                 time_owed.save(self.owed_file, saved)

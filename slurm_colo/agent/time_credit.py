@@ -94,6 +94,10 @@ class Accounts:
     #: new run of theirs keeps (minutes given, a refusal): job id -> (when it left, its
     #: account then)
     left: dict[int, tuple[float, Account]] = field(default_factory=dict)
+    #: (the boot's id, the wall clock's offset from the boot-time clock) as the accounts
+    #: were copied (slurm_colo/clock.py): the next agent of the same boot finds a step of
+    #: the clock made while it was down; None when not known
+    clock: tuple[str, float] | None = None
 
 
 class TimeCredit:

@@ -20,7 +20,12 @@ The file::
                "members": [12, 15], "set_since": ..., "limit_s": 3600.0}, ...],
      "left": [{"job": 9, "left_at": ..., <the same fields>}, ...]}
 
-``left`` may be missing (none).
+``left`` may be missing (none). ``clock`` (``{"boot_id": ..., "offset": ...}``, the
+wall clock's offset from the boot-time clock as the accounts were copied) lets an agent
+restarted on the same boot find a step of the clock made while it was down and move the
+accounts by it (slurm_colo/clock.py); without it, or after a reboot, a step meanwhile is
+charged as time (forward) or owes nothing until the clock passes ``at`` again (back). A
+``clock`` that cannot be read is left out: the accounts are read as without one.
 """
 
 from __future__ import annotations
@@ -64,8 +69,19 @@ def _row(job: int, a: Account) -> dict[str, Any]:
 def to_json(saved: Accounts) -> bytes:
     jobs = [_row(j, a) for j, a in sorted(saved.jobs.items())]
     left = [_row(j, a) | {"left_at": t} for j, (t, a) in sorted(saved.left.items())]
-    doc = {"format": FORMAT, "at": saved.at, "jobs": jobs, "left": left}
+    doc: dict[str, Any] = {"format": FORMAT, "at": saved.at, "jobs": jobs, "left": left}
+    if saved.clock is not None:
+        doc["clock"] = {"boot_id": saved.clock[0], "offset": saved.clock[1]}
     return json.dumps(doc).encode() + b"\n"
+
+
+def _clock(d: Any) -> tuple[str, float] | None:
+    """The file's clock mark; None when missing or unreadable (it only refines)."""
+    try:
+        boot, offset = d["boot_id"], float(d["offset"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (boot, offset) if isinstance(boot, str) and boot and math.isfinite(offset) else None
 
 
 def _account(r: Any, at: float, where: str, source: str) -> tuple[int, Account]:
@@ -98,7 +114,7 @@ def from_json(raw: bytes, source: str) -> Accounts:
         raise TimeOwedError(f"{source}: no time of the last look ('at')") from None
     if not math.isfinite(at):
         raise TimeOwedError(f"{source}: the time of the last look ('at') is not a number")
-    out = Accounts(at, {})
+    out = Accounts(at, {}, clock=_clock(d.get("clock")))
     for k, r in enumerate(d.get("jobs") or []):
         job, acc = _account(r, at, f"jobs[{k}]", source)
         out.jobs[job] = acc

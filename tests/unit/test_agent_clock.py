@@ -3,12 +3,14 @@ them, so a step neither ends them at once nor stretches them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fake_slurm import QuietSlurm
 
 from slurm_colo.agent.rights import RETRY_S, Rights
 from slurm_colo.agent.server import Agent
-from slurm_colo.clock import STEP_S, WallClock
+from slurm_colo.clock import STEP_S, WallClock, boot_id
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.protocol import format_request, parse_reply
 from slurm_colo.gres_layout import NodeGpus
@@ -108,3 +110,24 @@ def test_the_queue_trend_keeps_its_samples_across_a_step_back() -> None:
     t.shift(-7200.0)
     t.observe(10 * 300.0 - 7200.0, 90.0)  # the next sample, read from the stepped clock
     assert t.slope_per_h() == pytest.approx(-12.0)
+
+
+def test_a_later_process_of_the_same_boot_finds_a_step_made_between_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wall, boot_clock = [1000.0], [50.0]
+    first = WallClock(wall=lambda: wall[0], steady=lambda: boot_clock[0])
+    first.read()
+    saved = first.offset
+    assert saved == 950.0
+    wall[0], boot_clock[0] = 1000.0 + 600.0 - 3600.0, 650.0  # ten minutes on, set back an hour
+    later = WallClock(wall=lambda: wall[0], steady=lambda: boot_clock[0])
+    later.resume(saved)
+    assert later.read()[1] == pytest.approx(-3600.0)
+    later.resume(0.0)  # only before the first reading
+    assert later.read()[1] == 0.0
+    # the boot's id, to tell a later process of this boot from one after a reboot
+    monkeypatch.setattr("slurm_colo.clock.BOOT_ID", tmp_path / "boot_id")
+    assert boot_id() is None  # cannot be read: nothing is handed on
+    (tmp_path / "boot_id").write_text("1f0e-77\n")
+    assert boot_id() == "1f0e-77"

@@ -597,3 +597,69 @@ def test_an_accounts_copy_keeps_every_field() -> None:
     ]
     assert changed == [], f"set these fields in the test too: {changed}"
     assert acc.copy() == acc and acc.copy() is not acc
+
+
+@pytest.mark.parametrize(("step", "same_boot"), [(3600.0, True), (-1800.0, True), (3600.0, False)])
+def test_a_step_of_the_clock_while_the_agent_was_down_is_found_on_the_same_boot(
+    step: float, same_boot: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, jobs = _pair()
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    control = Control("")
+    wall, boot_clock = [3.0], [100.0]
+    boot = tmp_path / "boot_id"
+    boot.write_text("1f0e\n")
+    monkeypatch.setattr("slurm_colo.clock.BOOT_ID", boot)
+
+    def agent() -> Agent:
+        clock = WallClock(wall=lambda: wall[0], steady=lambda: boot_clock[0])
+        return Agent(
+            cfg,
+            FixedSlurm(jobs, [SlurmNode("n1", "MIXED")]),
+            control,
+            learned_file=tmp_path / "learned.json",
+            clock=clock,
+        )  # type: ignore[arg-type]
+
+    first = agent()
+    first.state = s
+    first.refresh()
+    wall[0] += 1800.0
+    boot_clock[0] += 1800.0
+    first.refresh()  # 450 s owed each, not given yet
+    first.shutdown()
+    # down for 3000 s, sharing all the while (750 s more each), and the date was set
+    # by ``step`` meanwhile
+    wall[0] += 3000.0 + step
+    boot_clock[0] += 3000.0
+    if not same_boot:
+        boot.write_text("2a7c\n")
+        boot_clock[0] = 40.0
+    again = agent()
+    again.state.scores = s.scores
+    again.refresh()
+    if same_boot:  # 1200 s owed each: 20 minutes, as without a step
+        assert sorted(control.calls) == [(10, 20), (11, 20)]
+    else:  # after a reboot the step cannot be told from time passing: charged as time
+        # (450 s + (3000 s + 3600 s) x 0.25 = 2100 s)
+        assert sorted(control.calls) == [(10, 35), (11, 35)]
+
+
+def test_the_clock_mark_reads_back_and_a_bad_one_is_left_out(tmp_path: Path) -> None:
+    c = TimeCredit(step_s=600, guard_s=180)
+    c.observe({7: 0.5}, 1000.0)
+    accounts = c.accounts()
+    accounts.clock = ("1f0e", 999_900.5)
+    assert time_owed.save(tmp_path / "time_owed.json", accounts)
+    saved = time_owed.load(tmp_path / "time_owed.json")
+    assert saved == accounts and saved.clock == ("1f0e", 999_900.5)
+    head = '{"format": "slurm-colo-time-owed/1", "at": 5, "jobs": [], "clock": '
+    for bad in (
+        '{"boot_id": "1f0e"}',
+        '{"boot_id": 3, "offset": 1}',
+        '{"boot_id": "1f0e", "offset": NaN}',
+        "[1, 2]",
+        '"x"',
+    ):
+        saved = time_owed.from_json((head + bad + "}").encode(), "time_owed.json")
+        assert saved.at == 5 and saved.clock is None  # the accounts read as without one
