@@ -8,9 +8,16 @@ import fcntl
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+
+def temp_name(name: str) -> str:
+    """The temporary name :func:`atomic_write_bytes` writes ``name`` under: its own for
+    each process and thread, so two writers of one file never share one."""
+    return f".tmp-{name}-{os.getpid()}-{threading.get_native_id()}"
 
 
 def atomic_write_bytes(
@@ -27,9 +34,9 @@ def atomic_write_bytes(
     be flushed is no error (the file is in place), unless ``strict``: then it is raised,
     for a caller that must say the file may not outlive a power cut.
     """
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    tmp = path.with_name(temp_name(path.name))
     try:
-        os.unlink(tmp)  # a leftover of a killed writer with our pid
+        os.unlink(tmp)  # a leftover of a killed writer with our pid and thread id
     except FileNotFoundError:
         pass
     # O_EXCL | O_NOFOLLOW: never write through a planted file or symlink

@@ -24,6 +24,7 @@ from slurm_colo.config import Config
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.placement import Placement
 from slurm_colo.emulators.nvml_scenario import ScenarioNvml
+from slurm_colo.fsutil import temp_name
 from slurm_colo.node import procs
 from slurm_colo.node.gpu.mps_daemon import gpu_mps
 from slurm_colo.node.gpu.nvml import NvmlGate
@@ -546,12 +547,12 @@ def test_the_copy_on_disk_and_the_record_are_flushed_with_their_directories(
     monkeypatch.setattr(os, "fsync", recording_fsync)
     lay = NodeLayout.of_config(cfg)
     job_start(cfg, mps_job(1, mech="shard"), launch_sampler=False)
-    assert str(lay.running_copy(1).with_name(f".tmp-1.state-{os.getpid()}")) in flushed
+    assert str(lay.running_copy(1).with_name(temp_name("1.state"))) in flushed
     assert str(lay.running_dir()) in flushed
     flushed.clear()
     assert job_end(cfg, 1, 0) is not None
     (rec,) = pending(lay.spool_dirs())
-    assert str(rec.with_name(f".tmp-{rec.name}-{os.getpid()}")) in flushed
+    assert str(rec.with_name(temp_name(rec.name))) in flushed
     assert str(rec.parent) in flushed
 
 

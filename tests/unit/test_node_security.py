@@ -12,7 +12,7 @@ import pytest
 
 from slurm_colo.contracts.enums import Mechanism
 from slurm_colo.contracts.placement import Placement
-from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json, read_small
+from slurm_colo.fsutil import atomic_write_json, chown_if_root, read_json, read_small, temp_name
 from slurm_colo.node import jobstate
 from slurm_colo.node.layout import NodeLayout
 
@@ -93,9 +93,51 @@ def test_planted_temp_symlink_is_not_written_through(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("precious")
     target = tmp_path / "task.json"
-    (tmp_path / f".tmp-task.json-{os.getpid()}").symlink_to(victim)
+    (tmp_path / temp_name("task.json")).symlink_to(victim)
     atomic_write_json(target, {"ok": True})
     assert victim.read_text() == "precious" and read_json(target) == {"ok": True}
+
+
+def test_two_threads_writing_one_file_never_leave_a_part_of_one(tmp_path: Path) -> None:
+    """Before, both wrote under ``.tmp-NAME-PID``: each removed the other's temporary as a
+    leftover, and one renamed the other's half-written file into place."""
+    import threading
+
+    from slurm_colo.fsutil import atomic_write_bytes
+
+    target = tmp_path / "learned.json"
+    bodies = [bytes([65 + k]) * 200_000 for k in range(2)]
+    errors: list[BaseException] = []
+    seen: set[bytes] = set()
+    done = threading.Event()
+
+    def writer(body: bytes) -> None:
+        try:
+            for _ in range(150):
+                atomic_write_bytes(target, body, fsync=False)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                data = target.read_bytes()
+            except FileNotFoundError:
+                continue
+            seen.add(data if data in bodies else b"part:" + data[:1] + bytes([len(set(data))]))
+
+    threads = [threading.Thread(target=writer, args=(b,)) for b in bodies]
+    watch = threading.Thread(target=reader)
+    watch.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watch.join()
+    assert errors == []
+    assert seen <= set(bodies) and target.read_bytes() in bodies
+    assert [p.name for p in tmp_path.iterdir()] == ["learned.json"]  # no temporary left
 
 
 def test_mps_directories_permissions(tmp_path: Path) -> None:
