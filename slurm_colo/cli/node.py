@@ -60,8 +60,9 @@ def register(app: typer.Typer) -> None:
 
     @node.command("status")
     def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
-        """Per-GPU MPS daemons and jobs on this node, the last MPS faults of the last day,
-        pending records, job state set aside as damaged, state copies a reboot left."""
+        """MPS daemons, jobs, recent MPS faults and pending records of this node.
+
+        Per GPU: its MPS daemon and jobs; the last MPS faults of the last day, pending records, job state set aside as damaged, state copies a reboot left."""
         from pathlib import Path
 
         from ..node.jobstate import DAMAGED_KEEP_S
@@ -109,8 +110,9 @@ def register(app: typer.Typer) -> None:
             False, "--force", help="stop daemons even if jobs are recorded on them"
         ),
     ) -> None:
-        """Stop MPS daemons with no live job, kill stale MPS processes, reset the
-        restart-loop guard, spool records of finished jobs."""
+        """Stop idle MPS daemons and stale MPS processes; spool finished jobs' records.
+
+        Stops MPS daemons with no live job, kills stale MPS processes, resets the restart-loop guard and spools the records of finished jobs."""
         from ..fsutil import locked
         from ..node import journal
         from ..node.gpu.mps_daemon import gpu_mps
@@ -163,10 +165,9 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="machine-readable"),
     ) -> None:
-        """Test the idle GPUs of this node end to end, one after the other, as root, before
-        they take shared jobs: NVML, a CUDA client alone, the MPS daemon the Prolog would
-        start (in a scratch directory), a client with a thread percentage and a memory limit
-        as a job gets them, the logs, and the stop. Exits 1 if a step failed."""
+        """Test this node's idle GPUs end to end, as root, before they take shared jobs.
+
+        One GPU after the other: NVML, a CUDA client alone, the MPS daemon the Prolog would start (in a scratch directory), a client with a thread percentage and a memory limit as a job gets them, the logs, and the stop. Exits 1 if a step failed."""
         from ..admin.check import Check, exit_code, format_check
         from ..node.selftest import node_gpus, run_selftest
 
@@ -189,8 +190,9 @@ def register(app: typer.Typer) -> None:
         busy_timeout: float = typer.Option(None, help="seconds to wait on a locked DB"),
         wait: float = typer.Option(10.0, help="seconds to wait for a running ingest"),
     ) -> None:
-        """Ingest spooled records (spool and fallback spool) into the history store, or send
-        them to the agent on the head node (node.records_to); one try, no retries."""
+        """Ingest spooled records into the history store, or send them to the head node.
+
+        Reads the spool and the fallback spool; with node.records_to the records go to the agent on the head node. One try, no retries."""
         from slurm_colo.spool.drain import ingest_pending
 
         from ..errors import ColoError, StoreError

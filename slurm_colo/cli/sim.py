@@ -222,8 +222,9 @@ def register(app: typer.Typer) -> None:
         out: Path = _OUT,
         config: Path = _CONFIG,
     ) -> None:
-        """Simulate exclusive, untargeted-shard, Gandiva-random, our policy and an oracle side
-        by side on one trace; print makespan, JCT, slowdown, GPU-hours and harmful sharing."""
+        """Simulate our policy against exclusive, Gandiva-random and an oracle on one trace.
+
+        Runs exclusive, untargeted-shard, Gandiva-random, our policy and an oracle side by side; prints makespan, JCT, slowdown, GPU-hours and harmful sharing."""
         from ..sim.engine import SimConfig, SimError
         from ..sim.metrics import table, versus
         from ..sim.run import KNOWN_POLICIES, Setup

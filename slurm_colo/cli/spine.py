@@ -185,8 +185,9 @@ def register(app: typer.Typer) -> None:
         ),
         config: Path | None = ConfigOpt,
     ) -> None:
-        """Jobs held for the agent to release (requeued after a harmful probe, or held at
-        submission), read from Slurm; --release lets them go without the agent."""
+        """Jobs held for the agent to release, read from Slurm; --release lets them go.
+
+        A job is held when it was requeued after a harmful probe, or held at submission; --release lets it go without the agent."""
         from ..agent.held import held_in_slurm
         from ..slurm import open_backend
         from ..slurm.control import ScontrolControl

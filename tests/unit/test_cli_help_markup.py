@@ -1,6 +1,7 @@
 """The terminal help is rendered with rich markup, where ``[word]`` is a style tag and
 vanishes: a config section named in a help text (``[scores] path``) must be written
-``\\[scores]`` to show."""
+``\\[scores]`` to show. Rich markup also keeps a help paragraph's line breaks, so each
+paragraph of a command's help is one line of its docstring."""
 
 from __future__ import annotations
 
@@ -38,3 +39,18 @@ def test_a_config_section_shows_in_the_help() -> None:
     assert "instead of [scores] path" in out
     out = CliRunner().invoke(app, ["scores", "load", "--help"], env={"COLUMNS": "200"}).output
     assert "that model in [[gpus]] are judged" in out
+
+
+def test_each_paragraph_of_a_commands_help_is_one_line() -> None:
+    """Before, six commands' summaries broke mid-sentence in their group's list (``node
+    --help``: "reset the" / "restart-loop guard, ...")."""
+    import inspect
+
+    broken = []
+    for path, cmd in _commands(typer.main.get_command(app)):
+        paragraphs = inspect.cleandoc(cmd.help or "").split("\n\n")
+        broken += [f"{' '.join(path)}: {p[:40]!r}" for p in paragraphs if "\n" in p.strip()]
+    assert broken == []
+    out = CliRunner().invoke(app, ["node", "--help"], env={"COLUMNS": "200"}).output
+    line = next(x for x in out.splitlines() if "cleanup" in x)
+    assert "Stop idle MPS daemons and stale MPS processes; spool finished jobs' records." in line
