@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from slurm_colo.contracts.records import CoRunner, JobRecord
 from slurm_colo.store import ingest_records, make_engine, upgrade
@@ -172,10 +173,16 @@ def test_a_record_across_a_clock_step_gives_its_episode_but_no_figures() -> None
 def test_a_stepped_record_in_the_database_is_no_solo_run_and_has_no_figures(
     tmp_path: Path,
 ) -> None:
-    from slurm_colo.store.episodes import db_solo_reference, update_episodes
-
     e = make_engine(f"sqlite:///{tmp_path}/h.db")
     upgrade(e)
+    check_stepped_records(e)
+
+
+def check_stepped_records(e: Engine) -> None:
+    """A record across a step of its node's clock, in an upgraded store (also run on
+    PostgreSQL: tests/unit/test_store_postgres.py)."""
+    from slurm_colo.store.episodes import db_solo_reference, update_episodes
+
     step = {"sm_util_mean": 50.0, "clock_steps_s": [3600.0]}
 
     def rec(jid: int, start: float, end: float, **kw: object) -> JobRecord:

@@ -18,6 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from retrain_one import retrain
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from test_store_episodes import check_stepped_records
 
 from slurm_colo.config import Config, ScoresConfig
 from slurm_colo.contracts.records import CoRunner, JobRecord
@@ -175,6 +176,11 @@ def test_upgrade_to_0005_keeps_the_records_stored_before(engine: Engine) -> None
     assert [tuple(r) for r in uids] == [(5, 2147483647), (6, 4294967294)]
     with engine.connect() as c:  # the migrated tables are the models' (types and indexes)
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+
+
+def test_a_record_across_a_clock_step_gives_no_figures_on_postgres(engine: Engine) -> None:
+    upgrade(engine)
+    check_stepped_records(engine)
 
 
 def test_retrain_end_to_end_on_postgres(engine: Engine, tmp_path: Path) -> None:
