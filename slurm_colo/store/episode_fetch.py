@@ -34,7 +34,7 @@ _JOB_COLUMNS = (
     Profile.mem_peak_gib,
     # the sampler's note of a step of the node's clock (stored among the profile's
     # other keys); a record without a profile has none
-    Profile.extra.contains('"clock_steps_s"'),
+    Profile.extra.contains('"clock_steps_s"', autoescape=True),
 )
 _CO_COLUMNS = (
     CoRunnerRow.record_id,
