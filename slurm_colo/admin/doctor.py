@@ -14,6 +14,7 @@ from ..config import Config, NodeConfig, load_config
 from ..contracts.enums import Replan, TimeLimit, Undo, Unplaced
 from ..errors import ColoError
 from .check import FAIL, OK, WARN, Check, read_text
+from .clock_check import check_clock
 from .run import Runner
 from .slurm_checks import (
     LUA_SOCKET_GLOBS,
@@ -343,4 +344,7 @@ def run_checks(config_path: Path, sys: System) -> list[Check]:
     files = check_node_files(cfg, gpu_node)
     if files is not None:
         checks.append(files)
+    clock = check_clock(sys.runner)
+    if clock is not None:
+        checks.append(clock)
     return checks

@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check the installation and print OK/WARN/FAIL with the fixing command for each check.
 
-        Checks the config, slurm.conf, the SPANK plugin, the node hooks, job_submit.lua, gres.conf, the agent, the database, the score set and MPS. Exits with status 1 when any check fails."""
+        Checks the config, slurm.conf, the SPANK plugin, the node hooks, job_submit.lua, gres.conf, the agent, the database, the score set, MPS and the clock's synchronisation. Exits with status 1 when any check fails."""
         system = doc.System(
             etc_slurm=etc_slurm,
             runner=run_command,

@@ -631,3 +631,58 @@ def test_run_checks_names_the_agents_rights_when_it_says_its_user(tmp_path):
     names = [c.name for c in checks]
     assert names[names.index("agent") + 1] == "agent rights"
     assert all(c.status == OK for c in checks), [format_check(c) for c in checks]
+
+
+CHRONY_SYNCED = """Reference ID    : C0A80001 (ntp.example.org)
+Stratum         : 3
+System time     : 0.000012 seconds fast of NTP time
+Leap status     : Normal
+"""
+CHRONY_UNSYNCED = CHRONY_SYNCED.replace("Normal", "Not synchronised")
+NO_SYSTEMD = Result(("timedatectl",), 1, "", "System has not been booted with systemd")
+
+
+@pytest.mark.parametrize(
+    ("answers", "status", "said"),
+    [
+        ({"timedatectl": Result(("timedatectl",), 0, "yes\n")}, OK, "(timedatectl)"),
+        ({"timedatectl": Result(("timedatectl",), 0, "no\n")}, WARN, "NTPSynchronized=no"),
+        (
+            {"timedatectl": NO_SYSTEMD, "chronyc": Result(("chronyc",), 0, CHRONY_SYNCED)},
+            OK,
+            "leap status Normal",
+        ),
+        (
+            {"timedatectl": NO_SYSTEMD, "chronyc": Result(("chronyc",), 0, CHRONY_UNSYNCED)},
+            WARN,
+            "leap status Not synchronised",
+        ),
+        (
+            {"timedatectl": NO_SYSTEMD, "ntpstat": Result(("ntpstat",), 1, "unsynchronised")},
+            WARN,
+            "ntpstat",
+        ),
+        ({"ntpstat": Result(("ntpstat",), 0, "synchronised to NTP server")}, OK, "(ntpstat)"),
+    ],
+)
+def test_the_clock_check_asks_the_time_service_the_host_runs(answers, status, said):
+    from slurm_colo.admin.clock_check import check_clock
+
+    c = check_clock(FakeRunner(answers))
+    assert c is not None and (c.name, c.status) == ("clock", status) and said in c.message
+    if status == WARN:
+        assert "munge credentials" in c.message and "timedatectl set-ntp true" in c.fix
+
+
+def test_the_clock_check_is_left_out_where_no_time_service_answers(tmp_path):
+    from dataclasses import replace
+
+    from slurm_colo.admin.clock_check import check_clock
+
+    assert check_clock(FakeRunner({"timedatectl": NO_SYSTEMD})) is None
+    assert check_clock(FakeRunner({"ntpstat": Result(("ntpstat",), 2, "")})) is None
+    conf, system = _host(tmp_path)
+    runner = FakeRunner({**SBATCH_OK, "timedatectl": Result(("timedatectl",), 0, "no\n")})
+    checks = doc.run_checks(conf, replace(system, runner=runner))
+    assert (checks[-1].name, checks[-1].status) == ("clock", WARN)
+    assert exit_code(checks) == 0  # a warning: the host works, its measurements suffer
