@@ -1,7 +1,8 @@
-"""Each benchmark that needs no Slurm, munge or lab runs at a small size and prints its
-figures: a benchmark broken by a change of the code it measures fails here, not on the
-day someone wants its figures. (``simulator_tables.py`` has its own tests; the hook,
-submit and transport benchmarks need a lab or munge and are run by hand.)"""
+"""Each benchmark that needs no Slurm lab runs at a small size and prints its figures: a
+benchmark broken by a change of the code it measures fails here, not on the day someone
+wants its figures. (``simulator_tables.py`` has its own tests; ``submit_latency.py`` and
+``submit_rate.py`` submit jobs to a lab and are run by hand. ``transport_bench.py`` starts
+private munged instances, as the munge gate's tests do.)"""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ RUNS = [
         r"saving 10 time-limit accounts .*: \d+ ms",
     ),
     ("placement_bench.py", [], r"single placement over \d+ jobs: median [\d.]+ ms"),
+    ("hooks_bench.py", ["--pairs", "1"], r"records spooled: 4 \(expected 4\)"),
+    (
+        "transport_bench.py",
+        ["--n", "20", "--n-cli", "5"],
+        r"round trip: tcp \+ munge, libmunge +median +[\d.]+ ms",
+    ),
     ("sampler_bench.py", ["--seconds", "1", "--gpus", "1"], r"in-process: \d+ us CPU per tick"),
     ("sim_bench.py", ["--jobs", "200", "--gpus", "8"], r"ours: +[\d.]+ s for 200 jobs on 8 GPUs"),
     ("ingest_bench.py", ["--records", "200"], r"rebuild_episodes: 400 jobs -> 200 episodes"),
