@@ -121,7 +121,10 @@ def retrain_site(
             to = model_scores_path(dest, model) if run.mixed else dest
             res = train_and_publish(engine, cfg, model, obs, info, now, to, dry_run, force)
             run.outcomes.append(ModelOutcome(model, res, pairs=len(obs.observed_pairs())))
-            run.also_in_history = sorted(m for m in history_gpu_models(engine) if m and m != model)
+            if model:  # a set of one named model trained from the history of others too
+                run.also_in_history = sorted(
+                    m for m in history_gpu_models(engine) if m and m != model
+                )
             run.mixed = run.mixed and bool(gpu)
             return run
         for model in ["", *models]:

@@ -180,6 +180,9 @@ def test_a_single_model_site_trains_one_set_as_before(engine: Engine, tmp_path: 
     run = retrain_site(engine, cfg(tmp_path), now=NOW)
     assert not run.mixed and [o.gpu_model for o in run.outcomes] == [""]
     assert sorted(p.name for p in (tmp_path / "scores").iterdir()) == ["live.json"]
+    # before, `retrain` noted "the history also has GPU model(s) v100; one set was trained
+    # for all of them" on every run of a site with one model
+    assert run.also_in_history == []
 
 
 def test_old_records_are_trained_with_their_nodes_model(engine: Engine, tmp_path: Path) -> None:
@@ -303,3 +306,4 @@ def test_scores_load_takes_a_file_or_the_measured_data_not_both(
     code, out, err = cli(argv, capsys)
     assert code == 2 and "give a score FILE or --measured k80, not both" in err
     assert not live.exists()
+
