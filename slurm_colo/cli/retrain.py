@@ -66,6 +66,15 @@ def report(run: Any) -> tuple[list[str], list[str]]:
     )
     if skewed:
         err.append(f"warning: {skewed} co-runner interval(s) ignored (clock skew)")
+    stepped = max(
+        (o.result.info.get("clock_stepped_records", 0) for o in run.outcomes if o.result),
+        default=0,
+    )
+    if stepped:
+        err.append(
+            f"warning: {stepped} record(s) ran across a step of their node's clock: no "
+            "figures taken from them (check the nodes' time synchronisation: slurm-colo doctor)"
+        )
     if run.also_in_history:
         err.append(
             "note: the history also has GPU model(s) "

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Select, null, select
 from sqlalchemy.engine import Connection
 
-from .episode_build import OOM_STATES, JobView
+from .episode_build import CLOCK_STEPPED_KEY, OOM_STATES, JobView
 from .schema import CoRunnerRow, Episode, EpisodeMember, EpisodeSource, Job, Profile
 
 #: ids per IN (...) list
@@ -34,7 +34,7 @@ _JOB_COLUMNS = (
     Profile.mem_peak_gib,
     # the sampler's note of a step of the node's clock (stored among the profile's
     # other keys); a record without a profile has none
-    Profile.extra.contains('"clock_steps_s"', autoescape=True),
+    Profile.extra.contains(CLOCK_STEPPED_KEY, autoescape=True),
 )
 _CO_COLUMNS = (
     CoRunnerRow.record_id,

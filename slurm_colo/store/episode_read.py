@@ -18,8 +18,14 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from .engine import db_errors, require_schema
-from .episode_build import SKEW_TOLERANCE_S, EpisodeView, SoloRef, solo_reference
-from .schema import Episode, EpisodeSource
+from .episode_build import (
+    CLOCK_STEPPED_KEY,
+    SKEW_TOLERANCE_S,
+    EpisodeView,
+    SoloRef,
+    solo_reference,
+)
+from .schema import Episode, EpisodeSource, Profile
 
 log = logging.getLogger("slurm_colo.store")
 
@@ -51,6 +57,8 @@ class WindowEpisodes:
     models: dict[str, int] = field(default_factory=dict)
     #: episode rows skipped for having fewer than two member rows
     corrupt: int = 0
+    #: records of the window whose node's clock stepped while the job ran: no figures
+    clock_stepped: int = 0
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -183,6 +191,16 @@ def read_window(
         sq = sq.where(EpisodeSource.end_time >= since)
     if gpu_model is not None:
         sq = sq.where(EpisodeSource.gpu_model == gpu_model)
+    stepped_q = (
+        select(func.count())
+        .select_from(EpisodeSource)
+        .join(Profile, Profile.record_id == EpisodeSource.record_id)
+        .where(Profile.extra.contains(CLOCK_STEPPED_KEY, autoescape=True))
+    )
+    if since is not None:
+        stepped_q = stepped_q.where(EpisodeSource.end_time >= since)
+    if gpu_model is not None:
+        stepped_q = stepped_q.where(EpisodeSource.gpu_model == gpu_model)
     ix, mx = _Index(), _Index()
     with db_errors(engine), engine.connect() as conn:
         refs = db_solo_references(conn, since, gpu_model)
@@ -192,6 +210,7 @@ def read_window(
             else db_solo_reference(conn, since)
         )
         skewed = int(conn.execute(sq).scalar() or 0)
+        stepped = int(conn.execute(stepped_q).scalar() or 0)
         m_eid, m_jid, m_cls, m_model, rate, solo, total, shared, start, end, fault, oom = _columns(
             conn, since, gpu_model, ix, mx
         )
@@ -240,6 +259,12 @@ def read_window(
             skewed,
             SKEW_TOLERANCE_S,
         )
+    if stepped:
+        log.warning(
+            "%d record(s) ran across a step of their node's clock: no figures taken from "
+            "them (their profiles list clock_steps_s)",
+            stepped,
+        )
     return WindowEpisodes(
         classes,
         m_eid[first[keep_e]],
@@ -256,6 +281,7 @@ def read_window(
         skewed,
         dict(zip(mx, np.bincount(m_model[e_at], minlength=len(mx)).tolist(), strict=True)),
         corrupt,
+        stepped,
     )
 
 

@@ -139,6 +139,7 @@ def _history(
         "history_entries": kept,
         "records_built": built.jobs,
         "skewed_intervals": w.skewed_intervals,
+        "clock_stepped_records": w.clock_stepped,
         "duration_proxy_cv": {c: round(v, 3) for c, v in sorted(w.ref.cv.items())},
         "episode_gpu_models": {m or "(unknown)": k for m, k in sorted(w.models.items())},
     }
@@ -188,6 +189,7 @@ def gather(
         "history_entries": hist["history_entries"],
         "campaign_pairs": n_campaign,
         "skewed_intervals": hist["skewed_intervals"],
+        "clock_stepped_records": hist["clock_stepped_records"],
         "rejected_entries": obs.rejected,
         "duration_proxy_cv": hist["duration_proxy_cv"],
         "records_built": hist["records_built"],

@@ -307,3 +307,38 @@ def test_scores_load_takes_a_file_or_the_measured_data_not_both(
     assert code == 2 and "give a score FILE or --measured k80, not both" in err
     assert not live.exists()
 
+
+def test_retrain_says_how_many_records_ran_across_a_step_of_their_nodes_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    e = site(tmp_path, monkeypatch, {"v1": "v100"})
+    ingest_records(e, history("v1", "v100", v100, 1, CLASSES))
+    code, out, err = cli(["retrain"], capsys)
+    assert code == 0 and err == "", err  # a site of one model: no note of other models
+    t = NOW - 5 * 86400
+    stepped = {"sm_util_mean": 40.0, "clock_steps_s": [3600.0]}
+    common = {"node": "v1", "user": "u", "uid": 1, "gpus": [0], "gpu_model": "v100"}
+    ingest_records(
+        e,
+        [
+            JobRecord(job_id=90_001, cls="a", start=t, end=t + 4200, profile=stepped, **common),  # type: ignore[arg-type]
+            JobRecord(
+                job_id=90_002,
+                cls="b",
+                start=t + 5000,
+                end=t + 9200,
+                shared=True,
+                co_runners=[CoRunner(90_003, "c", "u", t + 5000, t + 9200)],
+                profile=stepped,
+                **common,  # type: ignore[arg-type]
+            ),
+        ],
+    )
+    code, out, err = cli(["retrain", "--force"], capsys)
+    assert code == 0, err
+    assert (
+        "warning: 2 record(s) ran across a step of their node's clock: no figures taken "
+        "from them" in err
+    )
+    training = json.loads((tmp_path / "live.json").read_text())["training"]
+    assert training["clock_stepped_records"] == 2
