@@ -61,15 +61,14 @@ def report(run: Any) -> tuple[list[str], list[str]]:
             err.append(f"{name}: {o.error}")
         elif o.result is not None:
             out += [("  " if run.mixed else "") + line for line in set_lines(o.result)]
-    skewed = max(
-        (o.result.info.get("skewed_intervals", 0) for o in run.outcomes if o.result), default=0
-    )
+    def most(key: str) -> int:
+        """The largest count ``key`` of the sets trained (each read the same history)."""
+        return max((o.result.info.get(key, 0) for o in run.outcomes if o.result), default=0)
+
+    skewed = most("skewed_intervals")
     if skewed:
         err.append(f"warning: {skewed} co-runner interval(s) ignored (clock skew)")
-    stepped = max(
-        (o.result.info.get("clock_stepped_records", 0) for o in run.outcomes if o.result),
-        default=0,
-    )
+    stepped = most("clock_stepped_records")
     if stepped:
         err.append(
             f"warning: {stepped} record(s) ran across a step of their node's clock: no "
