@@ -60,8 +60,8 @@ class WallClock:
         steady: Callable[[], float] | None = None,
         step_s: float = STEP_S,
     ) -> None:
-        self._wall = wall
-        self._steady = steady
+        self._wall = wall or time.time
+        self._steady = steady or _steady
         self.step_s = step_s
         self._offset: float | None = None
 
@@ -81,8 +81,7 @@ class WallClock:
     def read(self) -> tuple[float, float]:
         """(the wall time, how far the wall clock stepped since the last reading: 0.0 when
         it did not, or at the first reading unless :meth:`resume` gave one)."""
-        wall = self._wall() if self._wall is not None else time.time()
-        steady = self._steady() if self._steady is not None else _steady()
+        wall, steady = self._wall(), self._steady()
         offset = wall - steady
         last, self._offset = self._offset, offset
         if last is None:
