@@ -29,8 +29,6 @@ from typing import NamedTuple
 #: co-runner intervals reaching further than this outside the job's own run are clock
 #: skew or corruption and are dropped (smaller excursions are clipped)
 SKEW_TOLERANCE_S = 300.0
-#: a record whose profile's stored keys hold this ran across a step of its node's clock
-CLOCK_STEPPED_KEY = '"clock_steps_s"'
 #: segments of one set of jobs closer than this (seconds) merge into one episode
 MERGE_GAP_S = 1.0
 OOM_STATES = ("OUT_OF_MEMORY", "OOM")

@@ -12,11 +12,14 @@ from typing import Any
 from sqlalchemy import Select, null, select
 from sqlalchemy.engine import Connection
 
-from .episode_build import CLOCK_STEPPED_KEY, OOM_STATES, JobView
+from .episode_build import OOM_STATES, JobView
 from .schema import CoRunnerRow, Episode, EpisodeMember, EpisodeSource, Job, Profile
 
 #: ids per IN (...) list
 CHUNK = 500
+#: the record ran across a step of its node's clock: the sampler's note of it is stored
+#: among the profile's other keys (a record without a profile has none)
+CLOCK_STEPPED = Profile.extra.contains('"clock_steps_s"', autoescape=True)
 _JOB_COLUMNS = (
     Job.record_id,
     Job.node,
@@ -32,9 +35,7 @@ _JOB_COLUMNS = (
     Job.state,
     Job.gpu_model,
     Profile.mem_peak_gib,
-    # the sampler's note of a step of the node's clock (stored among the profile's
-    # other keys); a record without a profile has none
-    Profile.extra.contains(CLOCK_STEPPED_KEY, autoescape=True),
+    CLOCK_STEPPED,
 )
 _CO_COLUMNS = (
     CoRunnerRow.record_id,

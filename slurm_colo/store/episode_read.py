@@ -18,13 +18,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from .engine import db_errors, require_schema
-from .episode_build import (
-    CLOCK_STEPPED_KEY,
-    SKEW_TOLERANCE_S,
-    EpisodeView,
-    SoloRef,
-    solo_reference,
-)
+from .episode_build import SKEW_TOLERANCE_S, EpisodeView, SoloRef, solo_reference
+from .episode_fetch import CLOCK_STEPPED
 from .schema import Episode, EpisodeSource, Profile
 
 log = logging.getLogger("slurm_colo.store")
@@ -195,7 +190,7 @@ def read_window(
         select(func.count())
         .select_from(EpisodeSource)
         .join(Profile, Profile.record_id == EpisodeSource.record_id)
-        .where(Profile.extra.contains(CLOCK_STEPPED_KEY, autoescape=True))
+        .where(CLOCK_STEPPED)
     )
     if since is not None:
         stepped_q = stepped_q.where(EpisodeSource.end_time >= since)
