@@ -2,9 +2,10 @@
 
 Two things here need clocks that agree and do not step. Munge credentials carry their
 creation time and live 60 s here (docs/transport.md): a GPU node whose clock is a minute
-off the head node's has its records and probe reports refused as expired. And a step of a clock costs measurements: the agent moves its own times by it,
-but a GPU node drops the progress rates of the jobs running across it and gives up their
-probe windows (docs/node.md).
+off the head node's has its records and probe reports refused as expired. And a step of a
+clock costs measurements: the agent moves its own times by it, but a GPU node drops the
+progress rates of the jobs running across it and gives up their probe windows
+(docs/node.md).
 
 The check asks the time service the host runs, in turn: ``timedatectl`` (systemd), then
 ``chronyc``, then ``ntpstat`` (ntpd). The first that answers decides: synchronised is

@@ -61,6 +61,7 @@ def report(run: Any) -> tuple[list[str], list[str]]:
             err.append(f"{name}: {o.error}")
         elif o.result is not None:
             out += [("  " if run.mixed else "") + line for line in set_lines(o.result)]
+
     def most(key: str) -> int:
         """The largest count ``key`` of the sets trained (each read the same history)."""
         return max((o.result.info.get(key, 0) for o in run.outcomes if o.result), default=0)
