@@ -14,8 +14,11 @@ machine noise and drift fall evenly on all of them:
 * ``with``: ``sbatch --colocate --colocate-class=... --gres=gpu:1``: the plugin carries the
   option and the hook asks the agent, which places the job (one round trip).
 
-Jobs are submitted held and cancelled at the end. Targets: median ratio with/without
-<= 1.05, p99 difference <= +5 ms.
+Jobs are submitted held (named ``colo-latency-bench``) and cancelled at the end. Targets: median ratio with/without
+<= 1.05, p99 difference <= +5 ms. Before cancelling, the ``with`` jobs' comments are read:
+a job the hook gave its fail-open answer ("agent unavailable") measured the path without
+the agent, so the run then says how many and exits 1 instead of passing those figures off
+as the suite's.
 
 ``--floor`` measures what Slurm itself charges for such a job: for the run, the installed
 job_submit.lua is replaced by a minimal script that gives every --colocate job a fixed
@@ -51,6 +54,7 @@ function slurm_job_modify(j, r, p, u) return slurm.SUCCESS end
 return slurm.SUCCESS
 """
 WARMUP = 3
+NAME = "colo-latency-bench"  # the benchmark cancels its own jobs by this name, and no others
 KINDS = ("without", "plugin", "with")
 
 
@@ -69,10 +73,11 @@ def client_conf_without_plugins(src: Path, workdir: Path) -> Path:
     return conf
 
 
-def _submit(args: list[str], env: dict[str, str]) -> float:
+def _submit(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Milliseconds one held ``sbatch`` took, and the job id it printed."""
     t0 = time.perf_counter()
     p = subprocess.run(
-        ["sbatch", "--hold", "--parsable", "-o", "/dev/null", *args, "--wrap", "true"],
+        ["sbatch", "--hold", "--parsable", "-J", NAME, "-o", "/dev/null", *args, "--wrap", "true"],
         check=False,
         capture_output=True,
         text=True,
@@ -82,7 +87,27 @@ def _submit(args: list[str], env: dict[str, str]) -> float:
     dt = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"sbatch failed: {p.stderr.strip()}")
-    return dt * 1000.0
+    return dt * 1000.0, p.stdout.strip().split(";")[0]
+
+
+def fell_open(job_ids: list[str]) -> list[str]:
+    """The jobs among ``job_ids`` that the hook gave its fail-open answer (the agent did not
+    answer): their comment says "agent unavailable"."""
+    out: list[str] = []
+    for i in range(0, len(job_ids), 200):
+        chunk = ",".join(job_ids[i : i + 200])
+        p = subprocess.run(
+            ["squeue", "-h", "-j", chunk, "-o", "%i|%k"],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+        )
+        for line in p.stdout.splitlines():
+            job, _, comment = line.partition("|")
+            if "agent unavailable" in comment:
+                out.append(job.strip())
+    return out
 
 
 def _p(xs: list[float], q: float) -> float:
@@ -110,14 +135,21 @@ def main() -> None:
         HOOK.write_text(FLOOR_LUA.format(node=node, gres_type=gres_type))
         time.sleep(1.1)  # a new mtime: slurmctld reloads the script on the next submission
     try:
-        res = _run(a)
+        res, unplaced = _run(a)
     finally:
         if saved is not None:
             HOOK.write_text(saved)
     _report(res, a.n, floor=bool(a.floor))
+    if unplaced:
+        raise SystemExit(
+            f"{len(unplaced)} of {a.n + WARMUP} 'with' jobs got the hook's fail-open answer "
+            f"(agent unavailable; first: job {unplaced[0]}): the figures above are not the "
+            "suite's. Is the agent running? (slurm-colo status)"
+        )
 
 
-def _run(a: argparse.Namespace) -> dict[str, list[float]]:
+def _run(a: argparse.Namespace) -> tuple[dict[str, list[float]], list[str]]:
+    """Each kind's latencies (ms), and the ``with`` jobs that fell open."""
     plain = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="colo-bench-") as tmp:
         bare = dict(os.environ, SLURM_CONF=str(client_conf_without_plugins(SLURM_CONF, Path(tmp))))
@@ -127,20 +159,22 @@ def _run(a: argparse.Namespace) -> dict[str, list[float]]:
             "with": (["--colocate", f"--colocate-class={a.cls}", "--gres=gpu:1"], plain),
         }
         res: dict[str, list[float]] = {k: [] for k in KINDS}
+        with_jobs: list[str] = []
         rnd = random.Random(a.seed)
         try:
             for i in range(a.n + WARMUP):
                 order = list(KINDS)
                 rnd.shuffle(order)
                 for k in order:
-                    dt = _submit(*how[k])
+                    dt, job = _submit(*how[k])
+                    if k == "with":
+                        with_jobs.append(job)
                     if i >= WARMUP:
                         res[k].append(dt)
+            unplaced = fell_open(with_jobs)
         finally:
-            subprocess.run(
-                ["scancel", "--state=PENDING", "--full"], check=False, capture_output=True
-            )
-    return res
+            subprocess.run(["scancel", "--name", NAME, "--full"], check=False, capture_output=True)
+    return res, unplaced
 
 
 def _report(res: dict[str, list[float]], n: int, floor: bool) -> None:

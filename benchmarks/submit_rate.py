@@ -26,7 +26,10 @@ later than the one it loaded, so each rewrite waits for the next second and the 
 original keeps its new time. Afterwards the lab's slurm.conf and job_submit.lua are put back
 byte for byte, ``scontrol reconfigure`` is run, the JobSubmitPlugins setting is checked, and a
 ``--colocate`` job is submitted to check that the hook answers again; the benchmark's jobs are
-cancelled after each block. Not a timed test: figures go to docs/slurm-versions.md.
+cancelled after each block. Where the agent did not answer (a ``--colocate`` job's comment
+says "agent unavailable", in the hook's blocks or in the check after), the run says so and
+exits 1: the hook's rate would be that of its fail-open path. Not a timed test: figures go
+to docs/slurm-versions.md.
 """
 
 from __future__ import annotations
@@ -189,6 +192,13 @@ def block(lab: Lab, args: list[str], clients: int, seconds: float) -> tuple[floa
     return sum(counts[:-1]) / elapsed, counts[-1] + warm[-1]
 
 
+def fell_open(lab: Lab) -> tuple[int, int]:
+    """Of the benchmark's jobs in the queue, how many the hook gave its fail-open answer
+    ("agent unavailable" in the comment: the agent did not answer), and how many there are."""
+    comments = lab.run("squeue", "-h", "-n", NAME, "-o", "%k", timeout=300).stdout.splitlines()
+    return sum("agent unavailable" in c for c in comments), len(comments)
+
+
 def cancel(lab: Lab, purged: bool = False) -> None:
     """Cancel the benchmark's jobs; with ``purged``, also wait until slurmctld has dropped
     their records (MinJobAge), so that the next block starts with room below MaxJobCount."""
@@ -251,6 +261,7 @@ def main() -> int:
     order = [*SETUPS, *reversed(SETUPS)] * (a.rounds // 2) + list(SETUPS) * (a.rounds % 2)
     rates: dict[str, list[float]] = {s: [] for s in SETUPS}
     failed = 0
+    open_jobs = 0  # --colocate jobs of the hook's blocks that the agent did not answer
     print(
         f"{version} ({'version lab ' + a.suite if a.suite else 'host lab'}), "
         f"{a.clients} clients, {a.seconds:g} s blocks, jobs: sbatch --hold "
@@ -261,6 +272,11 @@ def main() -> int:
         for setup in order:
             set_up(lab, setup, conf, hook, base_conf, orig_hook)
             rate, bad = block(lab, KINDS[a.kind], a.clients, a.seconds)
+            if setup == "hook" and a.kind == "colocate":
+                n_open, n_jobs = fell_open(lab)
+                open_jobs += n_open
+                if n_open:
+                    print(f"  ({n_open} of {n_jobs} jobs got the fail-open answer)")
             cancel(lab, purged=True)
             rates[setup].append(rate)
             failed += bad
@@ -286,6 +302,14 @@ def main() -> int:
     )
     if failed:
         print(f"{failed} submissions failed", file=sys.stderr)
+    if open_jobs or "agent unavailable" in comment:
+        print(
+            f"the agent did not answer {open_jobs} of the hook's jobs"
+            f"{' and the check after' if 'agent unavailable' in comment else ''}: the hook's "
+            "rate is that of its fail-open path, not the suite's (slurm-colo status)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -1,7 +1,7 @@
 """Each benchmark that needs no Slurm lab runs at a small size and prints its figures: a
 benchmark broken by a change of the code it measures fails here, not on the day someone
 wants its figures. (``simulator_tables.py`` has its own tests; ``submit_latency.py`` and
-``submit_rate.py`` submit jobs to a lab and are run by hand. ``transport_bench.py`` starts
+``submit_rate.py`` submit jobs to a lab: ``tests/slurm/test_benchmarks_lab.py`` runs them. ``transport_bench.py`` starts
 private munged instances, as the munge gate's tests do.)"""
 
 from __future__ import annotations
