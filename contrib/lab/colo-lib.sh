@@ -14,7 +14,8 @@ request_timeout_ms = 400
 retry_after_s = 2
 refresh_interval_s = 2.0
 metrics_listen = "127.0.0.1:9464"
-slurm_backend = "json"
+# LAB_SLURM_BACKEND=pyslurm runs the lab's agent on a pyslurm build in its venv
+slurm_backend = "${LAB_SLURM_BACKEND:-json}"
 
 [placement]
 fallback = "exclusive"

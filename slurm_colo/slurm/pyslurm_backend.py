@@ -1,10 +1,13 @@
 """Backend on pyslurm's new object API (``pyslurm.Jobs.load()`` / ``pyslurm.Nodes.load()``).
 
 pyslurm builds only against one Slurm major.minor; :func:`pyslurm_matches` checks that.
-pyslurm's job objects carry the GRES *request* (``gres_per_node``) but no per-job GPU
-index. Under the slurm-colo layout every shared GPU has its own GRES type, so the index of
-a shard job follows from its type (the agent maps it); an exclusive job's GPU index is
-unknown with this backend, which is why ``json`` stays the default on Slurm 22.05.
+The attribute names are those of pyslurm's releases for 22.05 (tag ``v22.5.3``) and 24.11
+(``v24.11.0``); ``tests/fixtures/slurm/pyslurm-22.5.3.json`` is what a real build answered
+on the lab, beside Slurm's JSON. A running job's node is ``allocated_nodes``; the GRES it
+holds, with their indices, come from ``Job.get_resource_layout_per_node()`` (Slurm's
+``gres_detail``, as squeue's JSON gives it), the request (``gres_per_node``) where a job
+has no layout yet. pyslurm has no per-job GPU request (``--gpus``, squeue's
+``tres_per_job``), so such a job is seen as a GPU job only once it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from ..errors import SlurmError
 from ..gres_layout import tres_gres
-from .model import GresAlloc, SlurmJob, SlurmNode
+from .model import GresAlloc, SlurmJob, SlurmNode, _indices
 
 #: Slurm's errno for a job it does not know (slurm_errno.h), in pyslurm's RPCError
 ESLURM_INVALID_JOB_ID = 2017
@@ -47,6 +50,42 @@ def _gres_items(gres: Any) -> tuple[GresAlloc, ...]:
     return tuple(out)
 
 
+def _held_gres(j: Any) -> tuple[GresAlloc, ...] | None:
+    """The GRES a job holds, with their indices, from pyslurm's
+    ``get_resource_layout_per_node()`` (``{node: {"gres": {"gpu:v100": {"count": "2",
+    "indexes": "2-3"}, "gpu:v100_s0": 0, "shard": {...}}}}``); None where it has none (a
+    job not started). An entry in another shape raises :class:`SlurmError`, as an unknown
+    ``gres_detail`` item does for the JSON backend: a job on a GPU the agent cannot see must
+    not be taken for a job on no GPU."""
+    layout = getattr(j, "get_resource_layout_per_node", None)
+    if layout is None:
+        return None
+    try:
+        per_node = layout() or {}
+    except Exception as e:  # pyslurm parses Slurm's text itself
+        raise SlurmError(
+            f"pyslurm: the GPUs of job {getattr(j, 'id', '?')} could not be read ({e!r})",
+            hint="set agent.slurm_backend = json",
+        ) from None
+    out: list[GresAlloc] = []
+    for node in per_node.values() if isinstance(per_node, dict) else ():
+        gres = node.get("gres") if isinstance(node, dict) else None
+        for key, v in (gres or {}).items():
+            name, _, typ = str(key).partition(":")
+            try:
+                if isinstance(v, dict):
+                    out.append(GresAlloc(name, typ, int(v["count"]), _indices(str(v["indexes"]))))
+                else:
+                    out.append(GresAlloc(name, typ, int(v), ()))
+            except (KeyError, TypeError, ValueError):
+                raise SlurmError(
+                    f"pyslurm: job {getattr(j, 'id', '?')} holds GRES {key}={v!r}, "
+                    "a shape slurm-colo does not know",
+                    hint="set agent.slurm_backend = json, and report it with your pyslurm version",
+                ) from None
+    return tuple(out) if out else None
+
+
 def _s(v: Any) -> str:
     return "" if v is None else str(v)
 
@@ -66,9 +105,9 @@ def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob
         user=_s(getattr(j, "user_name", "")),
         uid=int(getattr(j, "user_id", 0) or 0),
         state=_s(getattr(j, "state", "")),
-        nodes=_s(getattr(j, "nodes", "")),
+        nodes=_s(getattr(j, "allocated_nodes", "")),
         node_count=int(getattr(j, "num_nodes", 1) or 1),
-        gres=_gres_items(getattr(j, "gres_per_node", None)),
+        gres=_held_gres(j) or _gres_items(getattr(j, "gres_per_node", None)),
         tres_per_node=_tres_text(getattr(j, "gres_per_node", None), version),
         comment=_s(getattr(j, "comment", "")),
         admin_comment=_s(getattr(j, "admin_comment", "")),
@@ -93,6 +132,7 @@ def node_from_pyslurm(n: Any) -> SlurmNode:
         gres=fmt(cfg),
         gres_used=fmt(used),
         features=tuple(getattr(n, "active_features", None) or ()),
+        partitions=tuple(getattr(n, "partitions", None) or ()),
     )
 
 

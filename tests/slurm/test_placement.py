@@ -57,6 +57,21 @@ def test_incompatible_jobs_never_share(clean: None) -> None:
     assert kind_of(q[c.job_id]) == "gpu" and "own GPU" in q[c.job_id]["comment"]
 
 
+def test_a_shared_gpu_held_whole_by_another_job_is_not_opened(clean: None) -> None:
+    """A job holding shared GPU 0 whole (its GRES type asked by name): the agent sees it in
+    Slurm's state and opens the other shared GPU for a --colocate job, which runs at once.
+    (With ``LAB_SLURM_BACKEND=pyslurm`` this is the pyslurm backend's check too: one that
+    did not read running jobs' nodes put the job on GPU 0, where it waited.)"""
+    whole = sbatch("--gres=gpu:v100_s0:1", sleep=30)
+    q = wait_running(whole.job_id)
+    assert gpu_of(q[whole.job_id]) == {0}
+    agent_refresh()  # the agent's next look at Slurm, now
+    c = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")
+    q = wait_running(c.job_id, timeout=20)
+    assert gpu_of(q[c.job_id]) == {1} and kind_of(q[c.job_id]) == "shard"
+    assert "GPU 1 of" in q[c.job_id]["comment"]
+
+
 def test_jobs_of_different_users_never_share_an_mps_gpu(clean: None) -> None:
     a = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="alice")
     b = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="bob")

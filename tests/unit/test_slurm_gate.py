@@ -1,5 +1,6 @@
 """The Slurm state gate: parsing recorded 22.05 JSON, and the pyslurm backend on a stand-in
-module with pyslurm's documented attribute names (no pyslurm build exists for 22.05)."""
+module with pyslurm's attribute names (``test_slurm_pyslurm.py`` replays a real build's
+answers)."""
 
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ def _fake_pyslurm(version: str) -> types.ModuleType:
         user_name="alice",
         user_id=1000,
         state="RUNNING",
-        nodes="gpu01",
+        allocated_nodes="gpu01",
         num_nodes=1,
         gres_per_node={"shard:a100_s1": 1},
         comment="c",

@@ -1,0 +1,118 @@
+"""The pyslurm backend against what a real pyslurm build answered on the lab
+(``tests/fixtures/slurm/pyslurm-22.5.3.json``, written by ``pyslurm_capture.py`` beside it):
+the jobs and nodes it gives must be those the JSON backend reads from Slurm's own JSON taken
+at the same moment, for everything the agent reads of them."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_colo.errors import SlurmError
+from slurm_colo.slurm.json_backend import parse_nodes, parse_squeue
+from slurm_colo.slurm.model import SlurmJob
+from slurm_colo.slurm.pyslurm_backend import PyslurmBackend, pyslurm_matches
+
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "pyslurm-22.5.3.json"
+ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
+
+
+class _Recorded:
+    """A pyslurm object as captured: its attributes, and its resource layout."""
+
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        for k, v in attrs.items():
+            if k != "get_resource_layout_per_node" and v != {"missing": True}:
+                setattr(self, k, v)
+        self._layout = attrs.get("get_resource_layout_per_node")
+
+    def get_resource_layout_per_node(self) -> Any:
+        return self._layout
+
+
+def _module(doc: dict[str, Any]) -> types.ModuleType:
+    m = types.ModuleType("pyslurm")
+    m.__version__ = doc["pyslurm_version"]  # type: ignore[attr-defined]
+    jobs = {j["id"]: _Recorded(j) for j in doc["jobs"]}
+    nodes = {n["name"]: _Recorded(n) for n in doc["nodes"]}
+    m.Jobs = types.SimpleNamespace(load=lambda: jobs)  # type: ignore[attr-defined]
+    m.Job = types.SimpleNamespace(load=lambda i: jobs[i])  # type: ignore[attr-defined]
+    m.Nodes = types.SimpleNamespace(load=lambda: nodes)  # type: ignore[attr-defined]
+    return m
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return json.loads(CAPTURE.read_text())
+
+
+def _sorted_gres(j: SlurmJob) -> list[tuple[str, str, int, tuple[int, ...]]]:
+    return sorted((g.name, g.type, g.count, g.indices) for g in j.gres)
+
+
+def test_the_capture_is_of_a_matching_build_with_jobs_of_every_kind(doc: dict[str, Any]) -> None:
+    assert pyslurm_matches(_module(doc), doc["slurm_version"])
+    states = {j["state"] for j in doc["jobs"]}
+    assert {"RUNNING", "PENDING"} <= states
+    running = [j for j in doc["jobs"] if j["state"] == "RUNNING"]
+    kinds = {k.split(":")[0] for j in running for k in j["gres_per_node"]}
+    assert kinds == {"gpu", "shard"}  # exclusive and shared jobs running
+
+
+def test_jobs_are_those_slurms_json_gives(doc: dict[str, Any]) -> None:
+    """Every field of every job the agent may act on; a running job's GRES with their GPU
+    indices (a job not started has none in Slurm's JSON; pyslurm gives its request)."""
+    mine = {j.job_id: j for j in PyslurmBackend(_module(doc)).jobs()}
+    theirs = {j.job_id: j for j in parse_squeue(doc["squeue"])}
+    assert sorted(mine) == sorted(theirs)
+    compared = 0
+    for job_id, t in theirs.items():
+        if t.state not in ACTIVE:
+            continue
+        m = mine[job_id]
+        for field in SlurmJob.__dataclass_fields__:
+            if field in ("gres", "tres_per_job", "requeue"):
+                continue
+            assert getattr(m, field) == getattr(t, field), (job_id, field)
+        if t.state == "RUNNING":
+            assert _sorted_gres(m) == _sorted_gres(t), job_id
+            assert any(g.indices for g in m.gres), job_id  # the agent sees which GPU
+            compared += 1
+    assert compared >= 4
+
+
+def test_running_jobs_sit_where_slurm_says(doc: dict[str, Any]) -> None:
+    """The GPU indices each running job holds, by kind: what the agent's occupancy reads."""
+    held = {}
+    for j in PyslurmBackend(_module(doc)).jobs():
+        if j.state == "RUNNING":
+            held[j.job_id] = (j.nodes, {g.name: g.indices for g in j.gres if g.count})
+    expected = {}
+    for j in parse_squeue(doc["squeue"]):
+        if j.state == "RUNNING":
+            expected[j.job_id] = (j.nodes, {g.name: g.indices for g in j.gres if g.count})
+    assert held == expected
+    assert all(node for node, _ in held.values())
+
+
+def test_nodes_are_those_slurms_json_gives(doc: dict[str, Any]) -> None:
+    mine = {n.name: n for n in PyslurmBackend(_module(doc)).nodes()}
+    theirs = {n.name: n for n in parse_nodes(doc["node_json"])}
+    assert sorted(mine) == sorted(theirs)
+    for name, t in theirs.items():
+        m = mine[name]
+        assert sorted(m.gres.split(",")) == sorted(t.gres.split(",")), name
+        assert (m.partitions, m.features, m.usable) == (t.partitions, t.features, t.usable)
+
+
+def test_a_layout_slurm_colo_cannot_read_is_an_error(doc: dict[str, Any]) -> None:
+    m = _module(doc)
+    job = next(j for j in m.Jobs.load().values() if j.state == "RUNNING")
+    job._layout = {"vm": {"gres": {"gpu:v100": {"count": "2", "indexes": "0/4,1/4"}}}}
+    with pytest.raises(SlurmError, match=f"job {job.id} holds GRES gpu:v100") as e:
+        PyslurmBackend(m).jobs()
+    assert "slurm_backend = json" in (e.value.hint or "")
