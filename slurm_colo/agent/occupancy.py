@@ -190,8 +190,9 @@ class Occupancy:
                             placed.add(token)
         self._occupants = now_built
         for job_id, (node, idxs, _) in self.unplaced_gpus.items():
-            if job_id in self.jobs and self.jobs[job_id].active:
-                continue  # the snapshot already knows this job
+            sj = self.jobs.get(job_id)
+            if sj is not None and sj.active and any(g.indices for g in sj.gres):
+                continue  # the snapshot already says which GPUs the job holds
             for i in idxs:
                 if (node, i) in gpus and not gpus[(node, i)].occupants:
                     gpus[(node, i)].exclusive_job = job_id

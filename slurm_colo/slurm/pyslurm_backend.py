@@ -6,8 +6,11 @@ The attribute names are those of pyslurm's releases for 22.05 (tag ``v22.5.3``) 
 on the lab, beside Slurm's JSON. A running job's node is ``allocated_nodes``; the GRES it
 holds, with their indices, come from ``Job.get_resource_layout_per_node()`` (Slurm's
 ``gres_detail``, as squeue's JSON gives it), the request (``gres_per_node``) where a job
-has no layout yet. pyslurm has no per-job GPU request (``--gpus``, squeue's
-``tres_per_job``), so such a job is seen as a GPU job only once it runs.
+has no layout. pyslurm 24.11.0 on Slurm 24.11 gives no layout for any job
+(``pyslurm-24.11.0.json``): there a shard job's GPU follows from its GRES type, as before,
+and the agent takes an untyped exclusive job's GPUs from the Prolog's report (JOBSTART).
+pyslurm has no per-job GPU request (``--gpus``, squeue's ``tres_per_job``), so such a job is
+seen as a GPU job only once it runs.
 """
 
 from __future__ import annotations
@@ -37,12 +40,22 @@ def pyslurm_matches(module: ModuleType, slurm_version: str) -> bool:
     return mine is not None and theirs is not None and mine == theirs
 
 
+def _gres_key(key: Any) -> str:
+    """``gpu:v100`` from pyslurm's GRES key: 22.5 strips Slurm's ``gres:`` prefix, 24.11
+    keeps the ``gres/`` one it gets from 24.11 (``gres/shard:v100_s0``)."""
+    text = str(key)
+    for prefix in ("gres/", "gres:"):
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    return text
+
+
 def _gres_items(gres: Any) -> tuple[GresAlloc, ...]:
     if not isinstance(gres, dict):
         return ()
     out = []
     for key, count in gres.items():
-        name, _, typ = str(key).partition(":")
+        name, _, typ = _gres_key(key).partition(":")
         try:
             out.append(GresAlloc(name, typ, int(count), ()))
         except (TypeError, ValueError):
@@ -71,7 +84,7 @@ def _held_gres(j: Any) -> tuple[GresAlloc, ...] | None:
     for node in per_node.values() if isinstance(per_node, dict) else ():
         gres = node.get("gres") if isinstance(node, dict) else None
         for key, v in (gres or {}).items():
-            name, _, typ = str(key).partition(":")
+            name, _, typ = _gres_key(key).partition(":")
             try:
                 if isinstance(v, dict):
                     out.append(GresAlloc(name, typ, int(v["count"]), _indices(str(v["indexes"]))))
@@ -95,7 +108,7 @@ def _tres_text(gres: Any, version: tuple[int, int] | None = None) -> str:
     ``gres/gpu:1``), as squeue shows it."""
     if not isinstance(gres, dict):
         return ""
-    return tres_gres(",".join(f"gres:{k}:{v}" for k, v in gres.items()), version)
+    return tres_gres(",".join(f"gres:{_gres_key(k)}:{v}" for k, v in gres.items()), version)
 
 
 def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob:

@@ -266,6 +266,20 @@ def test_reported_jobs_are_forgotten_when_slurm_no_longer_lists_them() -> None:
     assert s.view.gpus[0].exclusive_job is None
 
 
+def test_a_reported_gpu_counts_while_slurms_state_gives_the_job_no_index() -> None:
+    """pyslurm 24.11 lists a running job with its request (``gpu:1``) and no GPU index: the
+    GPU its Prolog reported (JOBSTART) stays taken whole. Expected before: the snapshot's
+    entry for the job hid the report, and GPU 0 was opened for sharing."""
+    s = _state()
+    s.job_started(6, None, 10.0, "n1", [0])
+    running = SlurmJob(
+        6, "x", "carol", 7, "RUNNING", nodes="n1", gres=(GresAlloc("gpu", "", 1, ()),)
+    )
+    s.apply_snapshot([running], [], 11.0, asked=10.5)
+    assert s.view.gpus[0].exclusive_job == 6
+    assert s.place_request(_req("good"), 11.0)["gres"] == "gres:shard:v100_s1:1"
+
+
 def test_a_reported_job_a_later_snapshot_does_not_list_is_forgotten_at_once() -> None:
     """A snapshot asked for after the report lists every job still running: one it does not
     list has ended (its Epilog's word may have been lost), however recent the report."""

@@ -1,7 +1,10 @@
-"""The pyslurm backend against what a real pyslurm build answered on the lab
-(``tests/fixtures/slurm/pyslurm-22.5.3.json``, written by ``pyslurm_capture.py`` beside it):
-the jobs and nodes it gives must be those the JSON backend reads from Slurm's own JSON taken
-at the same moment, for everything the agent reads of them."""
+"""The pyslurm backend against what real pyslurm builds answered on the labs
+(``tests/fixtures/slurm/pyslurm-22.5.3.json`` on the 22.05 lab, ``pyslurm-24.11.0.json`` on
+the 24.11 one; written by ``pyslurm_capture.py`` beside them): the jobs and nodes it gives
+must be those the JSON backend reads from Slurm's own JSON taken at the same moment, for
+everything the agent reads of them. pyslurm 24.11.0 gives no job a resource layout, so
+there a running job's GPU indices are not compared (the agent maps a shard type to its GPU
+and takes an exclusive job's GPUs from the Prolog's report)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from slurm_colo.slurm.json_backend import parse_nodes, parse_squeue
 from slurm_colo.slurm.model import SlurmJob
 from slurm_colo.slurm.pyslurm_backend import PyslurmBackend, pyslurm_matches
 
-CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "pyslurm-22.5.3.json"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+CAPTURE = FIX / "pyslurm-22.5.3.json"
+CAPTURE_24 = FIX / "pyslurm-24.11.0.json"
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
 
 
@@ -116,3 +121,59 @@ def test_a_layout_slurm_colo_cannot_read_is_an_error(doc: dict[str, Any]) -> Non
     with pytest.raises(SlurmError, match=f"job {job.id} holds GRES gpu:v100") as e:
         PyslurmBackend(m).jobs()
     assert "slurm_backend = json" in (e.value.hint or "")
+
+
+@pytest.fixture(scope="module")
+def doc24() -> dict[str, Any]:
+    return json.loads(CAPTURE_24.read_text())
+
+
+def test_on_24_11_jobs_are_those_slurms_json_gives_but_their_gpu_indices(
+    doc24: dict[str, Any],
+) -> None:
+    """pyslurm 24.11 keeps Slurm's ``gres/`` prefix in its GRES keys (``gres/shard:v100_s0``):
+    a job's GRES name is still ``shard``, its request text squeue's. Slurm 24.11's JSON leaves
+    ended jobs out; pyslurm lists them."""
+    assert pyslurm_matches(_module(doc24), doc24["slurm_version"])
+    mine = {j.job_id: j for j in PyslurmBackend(_module(doc24)).jobs()}
+    theirs = {j.job_id: j for j in parse_squeue(doc24["squeue"])}
+    assert set(theirs) <= set(mine)
+    running = 0
+    for job_id, t in theirs.items():
+        m = mine[job_id]
+        for field in SlurmJob.__dataclass_fields__:
+            if field not in ("gres", "tres_per_job", "requeue"):
+                assert getattr(m, field) == getattr(t, field), (job_id, field)
+        assert all(g.name in ("gpu", "shard") for g in m.gres), m.gres
+        if t.state == "RUNNING":
+            running += 1
+            held = {(g.name, g.count) for g in t.gres if g.count}
+            assert {(g.name, g.count) for g in m.gres} == held, job_id
+    assert running >= 4
+    assert all(not j.active for i, j in mine.items() if i not in theirs)
+
+
+def test_on_24_11_a_shard_jobs_type_names_the_gpu_slurm_gives_it(doc24: dict[str, Any]) -> None:
+    from slurm_colo.gres_layout import NodeGpus
+
+    (node,) = doc24["nodes"]
+    layout = NodeGpus(nodes=node["name"], count=4, shared=(0, 1), model="v100")
+    theirs = {j.job_id: j for j in parse_squeue(doc24["squeue"])}
+    shard_jobs = 0
+    for j in PyslurmBackend(_module(doc24)).jobs():
+        for g in j.gres:
+            if j.state == "RUNNING" and g.name == "shard":
+                (t,) = [a for a in theirs[j.job_id].gres if a.name == "shard"]
+                assert (layout.index_for_type(g.type),) == t.indices
+                shard_jobs += 1
+    assert shard_jobs >= 2
+
+
+def test_on_24_11_nodes_are_those_slurms_json_gives(doc24: dict[str, Any]) -> None:
+    mine = {n.name: n for n in PyslurmBackend(_module(doc24)).nodes()}
+    theirs = {n.name: n for n in parse_nodes(doc24["node_json"])}
+    assert sorted(mine) == sorted(theirs)
+    for name, t in theirs.items():
+        m = mine[name]
+        assert sorted(m.gres.split(",")) == sorted(t.gres.split(",")), name
+        assert (m.partitions, m.features, m.usable) == (t.partitions, t.features, t.usable)
