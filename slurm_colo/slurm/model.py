@@ -28,7 +28,8 @@ class GresAlloc:
     indices: tuple[int, ...]
 
 
-def _indices(text: str) -> tuple[int, ...]:
+def parse_indices(text: str) -> tuple[int, ...]:
+    """``0-1,3`` -> ``(0, 1, 3)`` (``N/A`` and empty parts: none); ValueError otherwise."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -56,7 +57,9 @@ def parse_gres_item(item: str) -> GresAlloc:
         body = m["body"]
         try:
             if body.startswith("IDX:"):
-                return GresAlloc(m["name"], m["type"] or "", int(m["count"]), _indices(body[4:]))
+                return GresAlloc(
+                    m["name"], m["type"] or "", int(m["count"]), parse_indices(body[4:])
+                )
             if _PER_INDEX_RE.match(body):
                 return GresAlloc(m["name"], m["type"] or "", int(m["count"]), _per_index(body))
         except ValueError:

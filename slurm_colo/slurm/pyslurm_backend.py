@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import SlurmError
 from ..gres_layout import tres_gres
-from .model import GresAlloc, SlurmJob, SlurmNode, _indices
+from .model import GresAlloc, SlurmJob, SlurmNode, parse_indices
 
 #: Slurm's errno for a job it does not know (slurm_errno.h), in pyslurm's RPCError
 ESLURM_INVALID_JOB_ID = 2017
@@ -71,8 +71,8 @@ def _held_gres(j: Any) -> tuple[GresAlloc, ...] | None:
     ``gres_detail`` item does for the JSON backend: a job on a GPU the agent cannot see must
     not be taken for a job on no GPU."""
     layout = getattr(j, "get_resource_layout_per_node", None)
-    if layout is None:
-        return None
+    if layout is None or not getattr(j, "allocated_nodes", None):
+        return None  # (a pending job has no node: its layout is not worked out)
     try:
         per_node = layout() or {}
     except Exception as e:  # pyslurm parses Slurm's text itself
@@ -87,7 +87,9 @@ def _held_gres(j: Any) -> tuple[GresAlloc, ...] | None:
             name, _, typ = _gres_key(key).partition(":")
             try:
                 if isinstance(v, dict):
-                    out.append(GresAlloc(name, typ, int(v["count"]), _indices(str(v["indexes"]))))
+                    out.append(
+                        GresAlloc(name, typ, int(v["count"]), parse_indices(str(v["indexes"])))
+                    )
                 else:
                     out.append(GresAlloc(name, typ, int(v), ()))
             except (KeyError, TypeError, ValueError):
