@@ -5,6 +5,7 @@ with a message saying how to run them."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -55,3 +56,15 @@ def clean(lab: None) -> Iterator[None]:
     labtools.cancel_all()
     yield
     labtools.cancel_all()
+
+
+@pytest.fixture()
+def restore_agent(clean: None) -> Iterator[None]:
+    """For a test that stops, pauses or kills the agent: afterwards it runs again (resumed
+    if paused) and the Lua hook's circuit breaker has closed."""
+    yield
+    pid = labtools.agent_pid()
+    if pid:
+        os.kill(pid, signal.SIGCONT)
+    labtools.start_agent()
+    time.sleep(labtools.RETRY_AFTER_S + 0.5)

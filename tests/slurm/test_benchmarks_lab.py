@@ -6,13 +6,10 @@ sizes say nothing)."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,16 +38,6 @@ def bystander(clean: None) -> Iterator[int]:
     r = lt.sbatch("--hold", "-J", "not-the-bench", "--gres=gpu:1")
     assert r.job_id is not None, r.stderr
     yield r.job_id
-
-
-@pytest.fixture()
-def restore_agent(clean: None) -> Iterator[None]:
-    yield
-    pid = lt.agent_pid()
-    if pid:
-        os.kill(pid, signal.SIGCONT)
-    lt.start_agent()
-    time.sleep(lt.RETRY_AFTER_S + 0.5)  # let the Lua hook's circuit breaker close
 
 
 def _rows(out: str) -> dict[str, list[float]]:

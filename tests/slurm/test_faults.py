@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -38,16 +37,6 @@ def _submit_and_check(mark: int, name: str, reason: str | tuple[str, ...]) -> No
     )
     reasons = (reason,) if isinstance(reason, str) else reason
     assert any(r in log for r in reasons), log
-
-
-@pytest.fixture()
-def restore_agent(clean: None) -> Iterator[None]:
-    yield
-    pid = lt.agent_pid()
-    if pid:
-        os.kill(pid, signal.SIGCONT)
-    lt.start_agent()
-    time.sleep(lt.RETRY_AFTER_S + 0.5)  # let the Lua hook's circuit breaker close
 
 
 def test_agent_stopped_socket_gone(restore_agent: None) -> None:
