@@ -12,9 +12,10 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import Select, case, func, select
 from sqlalchemy.engine import Connection, Engine
 
 from .engine import db_errors, require_schema
@@ -67,6 +68,16 @@ def db_solo_reference(
     return db_solo_references(conn, since, gpu_model, pooled=True)[""]
 
 
+def _in_window(q: Select[Any], since: float | None, gpu_model: str | None) -> Select[Any]:
+    """``q`` over episode sources, kept to those ending at or after ``since`` (all if
+    None) and, with ``gpu_model``, on GPUs of that model."""
+    if since is not None:
+        q = q.where(EpisodeSource.end_time >= since)
+    if gpu_model is not None:
+        q = q.where(EpisodeSource.gpu_model == gpu_model)
+    return q
+
+
 def db_solo_references(
     conn: Connection, since: float | None, gpu_model: str | None = None, pooled: bool = False
 ) -> dict[str, SoloRef]:
@@ -78,10 +89,7 @@ def db_solo_references(
         EpisodeSource.start_time,
         EpisodeSource.end_time,
     ).where(EpisodeSource.solo)
-    if since is not None:
-        q = q.where(EpisodeSource.end_time >= since)
-    if gpu_model is not None:
-        q = q.where(EpisodeSource.gpu_model == gpu_model)
+    q = _in_window(q, since, gpu_model)
     runs: dict[str, list[tuple[str, float | None, float]]] = {"": []}
     for m, c, r, st, en in conn.execute(q):
         runs.setdefault("" if pooled else m, []).append((c, r, en - st))
@@ -181,21 +189,18 @@ def read_window(
     member's ``n`` is computed against the solo runs of its episode's GPU model; ``ref``
     is the reference of ``gpu_model`` (of all solo runs when None)."""
     require_schema(engine)
-    sq = select(func.coalesce(func.sum(EpisodeSource.skewed), 0))
-    if since is not None:
-        sq = sq.where(EpisodeSource.end_time >= since)
-    if gpu_model is not None:
-        sq = sq.where(EpisodeSource.gpu_model == gpu_model)
-    stepped_q = (
-        select(func.count())
+    # co-runner intervals left out for clock skew, and records across a clock step: one
+    # pass over the window's sources (a record has at most one profile)
+    counts = _in_window(
+        select(
+            func.coalesce(func.sum(EpisodeSource.skewed), 0),
+            func.coalesce(func.sum(case((CLOCK_STEPPED, 1), else_=0)), 0),
+        )
         .select_from(EpisodeSource)
-        .join(Profile, Profile.record_id == EpisodeSource.record_id)
-        .where(CLOCK_STEPPED)
+        .outerjoin(Profile, Profile.record_id == EpisodeSource.record_id),
+        since,
+        gpu_model,
     )
-    if since is not None:
-        stepped_q = stepped_q.where(EpisodeSource.end_time >= since)
-    if gpu_model is not None:
-        stepped_q = stepped_q.where(EpisodeSource.gpu_model == gpu_model)
     ix, mx = _Index(), _Index()
     with db_errors(engine), engine.connect() as conn:
         refs = db_solo_references(conn, since, gpu_model)
@@ -204,8 +209,7 @@ def read_window(
             if gpu_model is not None
             else db_solo_reference(conn, since)
         )
-        skewed = int(conn.execute(sq).scalar() or 0)
-        stepped = int(conn.execute(stepped_q).scalar() or 0)
+        skewed, stepped = (int(v or 0) for v in conn.execute(counts).one())
         m_eid, m_jid, m_cls, m_model, rate, solo, total, shared, start, end, fault, oom = _columns(
             conn, since, gpu_model, ix, mx
         )
