@@ -37,21 +37,24 @@ class ScoreFiles:
     def __init__(self, cfg: Config) -> None:
         self.path = Path(cfg.scores.path)
         self.models = sorted({ng.model for ng in cfg.gpus if ng.model})
-        #: the mtime of each file when last read, by model ("" the site default)
-        self._mtime: dict[str, float | None] = {}
+        #: each file as last read, by model ("" the site default): its modification time,
+        #: inode and size, so a set renamed into place with an older time (``cp -p``,
+        #: ``rsync -t``) is read too
+        self._seen: dict[str, tuple[int, int, int] | None] = {}
 
     def read(self, force: bool = False) -> list[ScoreFile]:
         out = []
         for model in ["", *self.models]:
             path = model_scores_path(self.path, model)
             try:
-                mtime: float | None = path.stat().st_mtime
+                st = path.stat()
+                seen: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_ino, st.st_size)
             except OSError:
-                mtime = None
-            if not force and model in self._mtime and mtime == self._mtime[model]:
+                seen = None
+            if not force and model in self._seen and seen == self._seen[model]:
                 continue
-            self._mtime[model] = mtime
-            if model and mtime is None:
+            self._seen[model] = seen
+            if model and seen is None:
                 out.append(ScoreFile(model, path, None))
                 continue
             try:

@@ -143,7 +143,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def agent(config: Path | None = ConfigOpt) -> None:
-        """Run the placement agent (a long-running daemon; systemd unit in contrib/)."""
+        """Run the placement agent (a long-running daemon; systemd unit in contrib/).
+
+        SIGHUP (systemctl reload) reads the score sets again at once, whatever their files' times; SIGTERM stops it. A change to the config file needs a restart."""
         from ..agent.server import Agent
 
         cfg = load_config(config)

@@ -5,6 +5,7 @@ keeps the last good set when a model's file is corrupt."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,32 @@ def test_a_filtered_request_leaves_the_kept_parts_alone(agent: Agent) -> None:
     reply = agent.state.place_request(req | {"req_nodes": "v1"}, 2.0)
     assert reply["gres"] == "gres:shard:v100_s0:1"
     assert agent.state._model_views.parts(agent.state.view, agent.state.book) is kept
+
+
+def test_a_set_put_in_place_with_an_older_file_time_is_read_at_the_next_look(
+    agent: Agent, tmp_path: Path
+) -> None:
+    live = publish(agent, "k80", table(0.3, "k80-1", "k80"))
+    agent.reload_scores()
+    assert agent.state.book.by_model["k80"].id == "k80-1"
+    st = live.stat()
+    # an unchanged file is not read again
+    agent.reload_scores()
+    assert agent.state.book.by_model["k80"].id == "k80-1"
+    # a new set copied with its old time (cp -p, rsync -t), renamed into place
+    staged = publish_scores(table(1.0, "k80-2", "k80"), tmp_path / "staged.json")
+    os.utime(staged, ns=(st.st_atime_ns, st.st_mtime_ns))
+    staged.replace(live)
+    assert live.stat().st_mtime_ns == st.st_mtime_ns
+    agent.reload_scores()
+    assert agent.state.book.by_model["k80"].id == "k80-2"
+    # written over in place with its time kept: a SIGHUP (force) reads it whatever it looks like
+    text = live.read_text().replace("k80-2", "k80-3")
+    st = live.stat()
+    live.write_text(text)
+    os.utime(live, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert live.stat().st_size == st.st_size
+    agent.reload_scores()
+    assert agent.state.book.by_model["k80"].id == "k80-2"
+    agent.reload_scores(force=True)
+    assert agent.state.book.by_model["k80"].id == "k80-3"
