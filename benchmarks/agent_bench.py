@@ -41,6 +41,9 @@ from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.seed import table_from_measurements
 from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 
+#: the job array whose tasks end together
+BURST = 100
+
 
 class _Backend:
     name = "bench"
@@ -147,14 +150,25 @@ def main() -> None:
         agent.state.credit.accounts()  # the part of the save made under the agent's lock
         t_copy = min(t_copy, time.perf_counter() - t0)
     accounts = len(agent.state.credit.jobs)
-    # a job's end as its Epilog reports it: the view is built again (the look's work, less
-    # the snapshot's); the median of a few
-    t_end = []
+    # a job's end as its Epilog reports it, then the view built again (by the agent's view
+    # thread soon after, or by whatever reads it first); the median of a few
+    t_end, t_view = [], []
     for k in range(5):
         line = format_request("JOBEND", {"job": 100000 + k, "node": jobs[k].nodes, "exit_code": 0})
         t0 = time.perf_counter()
         agent.handle(line, peer_uid=0)
         t_end.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        agent.state.fresh()
+        t_view.append(time.perf_counter() - t0)
+    # a job array's tasks ending together: their ends, then the view built once
+    burst = range(5, min(5 + BURST, len(jobs)))
+    t0 = time.perf_counter()
+    for k in burst:
+        line = format_request("JOBEND", {"job": 100000 + k, "node": jobs[k].nodes, "exit_code": 0})
+        agent.handle(line, peer_uid=0)
+    agent.state.fresh()
+    t_burst = time.perf_counter() - t0
     shutil.rmtree(kept, ignore_errors=True)
     assert derive_class(classes[0]) == classes[0]
     lat = []
@@ -183,7 +197,11 @@ def main() -> None:
         + "; "
         f"snapshot rebuild {t_refresh * 1000:.0f} ms, the next look {t_next * 1000:.0f} ms"
     )
-    print(f"a job's end reported by its Epilog (JOBEND): {statistics.median(t_end) * 1000:.0f} ms")
+    print(
+        f"a job's end reported by its Epilog (JOBEND): {statistics.median(t_end) * 1000:.1f} ms; "
+        f"the view built again after it: {statistics.median(t_view) * 1000:.0f} ms; "
+        f"{len(burst)} ends together and the view: {t_burst * 1000:.0f} ms"
+    )
     if accounts:
         print(
             f"saving {accounts} time-limit accounts (once a minute): {t_save * 1000:.0f} ms, "

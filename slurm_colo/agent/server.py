@@ -52,6 +52,9 @@ log = logging.getLogger("slurm_colo.agent")
 JOBSTART_SLOW_S = JOBSTART_TIMEOUT_S / 4
 PRIVILEGED_VERBS = ("PLACE", "JOBSTART", "JOBEND", "PROBE", "RECORDS", "RELOAD")
 SWITCH_INTERVAL_S = 0.0005
+#: how long after a job's end or start (the hooks' reports) the view is built again, off
+#: the request path: the reports that come meanwhile (a job array's) are built with it
+VIEW_DELAY_S = 0.05
 
 
 def _user_name(uid: int) -> str:
@@ -143,6 +146,8 @@ class Agent:
         if saved is not None and saved.clock is not None and saved.clock[0] == self.boot:
             self.clock.resume(saved.clock[1])
         self.stop = threading.Event()
+        #: set when a hook's report left the view behind (:meth:`_view_builder`)
+        self.view_due = threading.Event()
         self.trusted = trusted_uids()
         #: whose rights the agent changes jobs with (PING says it; slurm-colo doctor checks)
         self.user = self.state.user = _user_name(os.geteuid())
@@ -285,6 +290,17 @@ class Agent:
             self.reload_scores()
             self.refresh()
 
+    def _view_builder(self) -> None:
+        """Build the view again soon after a job's end or start left it behind, so the next
+        request finds it built; whatever reads it first builds it anyway (AgentState.fresh)."""
+        while not self.stop.is_set():
+            if not self.view_due.wait(1.0):
+                continue
+            self.stop.wait(VIEW_DELAY_S)
+            self.view_due.clear()
+            with self.lock:
+                self.state.fresh()
+
     # ---- requests ---------------------------------------------------------------------
     def handle(self, line: bytes, peer_uid: int | None) -> bytes:
         reply, after = self.answer(line, peer_uid)
@@ -406,6 +422,8 @@ class Agent:
                 str(p.get("node", "")),
                 gpus,
             )
+            if self.state.stale:
+                self.view_due.set()
         dt = time.perf_counter() - t0
         if dt > JOBSTART_SLOW_S:
             log.warning(
@@ -452,6 +470,7 @@ class Agent:
         if verb == "JOBEND":
             with self.lock:
                 self.state.job_ended(_job_id(p))
+            self.view_due.set()
             return {}
         if verb == "EXPLAIN":
             job_id = _job_id(p)
@@ -493,6 +512,7 @@ class Agent:
         self.reload_scores(force=True)
         self.refresh()
         threading.Thread(target=self._refresher, name="refresher", daemon=True).start()
+        threading.Thread(target=self._view_builder, name="view", daemon=True).start()
         if self.cfg.agent.metrics_listen:
             self._http = listeners.metrics_server(
                 self.cfg.agent.metrics_listen, lambda: self._dispatch("STATUS", {})

@@ -91,6 +91,13 @@ class AgentState:
         #: holds of pending jobs on closed nodes the last snapshot called for, not yet
         #: handed to the server (:meth:`withdraw`)
         self._withdrawn: list[Action] = []
+        #: the view lags what the hooks reported (a job's end or start): built again
+        #: before anything reads it (:meth:`fresh`), so a burst of reports (a job array
+        #: ending) builds it once, not once per job; ``_members_stale``: a GPU's jobs may
+        #: differ too (an end, or a start we did not place), not only a placed job's
+        #: running flag
+        self.stale = False
+        self._members_stale = False
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -109,10 +116,12 @@ class AgentState:
 
     @property
     def view(self) -> ClusterView:
+        self.fresh()
         return self.occupancy.view
 
     @property
     def reservation(self) -> Reservation | None:
+        self.fresh()
         return self.occupancy.reservation
 
     @property
@@ -170,8 +179,16 @@ class AgentState:
         self.ledger.fallbacks["agent_unavailable"] += len(fell_back - self._fell_back)
         self._fell_back = fell_back
 
+    def fresh(self) -> bool:
+        """Build the view again if a hook's report left it behind; whether it was built."""
+        if not self.stale:
+            return False
+        self.rebuild()
+        return True
+
     def rebuild(self, plan_at: float | None = None) -> None:
         """The view afresh; with ``plan_at`` (a new snapshot) the starvation guard too."""
+        self.stale = self._members_stale = False
         self.occupancy.rebuild(
             self.ledger,
             self.scores,
@@ -221,6 +238,7 @@ class AgentState:
             fields.get("req_nodes", ""),
             fields.get("exc_nodes", ""),
         )
+        self.fresh()
         ready = self._prepared
         self._prepared = None
         if (
@@ -359,19 +377,26 @@ class AgentState:
         node: str = "",
         gpus: list[int] | None = None,
     ) -> dict[str, Any] | None:
+        linked = job_id in self.ledger.by_job
         token = self.ledger.token_for(job_id, tag_text)
         placements = self.ledger.placements
         if token is None or token not in placements or not placements[token].decision.shared:
             if node and gpus:  # not ours: the GPU is taken whole until the job ends
                 self.occupancy.report_unplaced(job_id, node, gpus, now)
-                self.rebuild()
+                self.stale = self._members_stale = True
             return None
+        if self._members_stale:
+            self.rebuild()
         p = placements[token]
         p.running, p.started = True, now
-        self.rebuild()
+        # its partners are the jobs on its GPU in the view as it is: the flag just set
+        # changes no GPU's jobs, and the view is built again later, once for a burst
         d = p.decision
-        g = on_gpu(self.view, d)
+        g = on_gpu(self.occupancy.view, d)
         partners = [o.job_id for o in (g.occupants if g else []) if o.job_id and o.job_id != job_id]
+        self.stale = True
+        if not linked:  # linked to its job just now: the view's jobs lack its job id
+            self._members_stale = True
         log.info(
             "job %s: started on GPU %s of %s with %s",
             job_id,
@@ -393,12 +418,13 @@ class AgentState:
         elif p is not None:  # the end of a run before a requeue: the new placement stays
             log.info("job %s: an earlier run ended; its new placement is kept", job_id)
         self.occupancy.job_ended(job_id)
-        self.rebuild()
+        self.stale = self._members_stale = True  # built before it is read (:meth:`fresh`)
         log.info("job %s: ended", job_id)
 
     # ---- probes and held jobs ------------------------------------------------------------
     def probe(self, report: ProbeReport, now: float) -> tuple[dict[str, Any], list[Action]]:
         """Judge a probe report (agent/held.py): the reply and what to do in Slurm."""
+        self.fresh()
         return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
 
     def withdraw(self) -> list[Action]:
@@ -421,6 +447,7 @@ class AgentState:
         the agent the right, until a change is to be tried again (agent/rights.py)."""
         if self.rights.holding_back(now):
             return []
+        self.fresh()
         return self.holds.reaim(now, self.ledger, self.occupancy, self.book)
 
     def replan(self, now: float) -> list[Action]:
@@ -431,6 +458,7 @@ class AgentState:
             return []
         if self.rights.holding_back(now):
             return []
+        self.fresh()
         occ = self.occupancy
         tags = {}
         for j in occ.jobs.values():
@@ -505,6 +533,7 @@ class AgentState:
             )
         if not right:
             log.error("job %s: %s failed: %s", action.job_id, action.kind, why)
+        self.fresh()
         if action.kind == "extend":
             if right:
                 self.credit.not_given(action.job_id, action.minutes)
@@ -536,4 +565,5 @@ class AgentState:
 
     def status(self, now: float) -> dict[str, Any]:
         """The STATUS answer (:func:`.report.status_report`)."""
+        self.fresh()
         return status_report(self, now)
