@@ -366,16 +366,21 @@ def test_mps_never_puts_two_users_on_one_gpu() -> None:
     assert summarize(sim).colocated_share > 0
 
 
-def test_cli_replays_a_sacct_export(tmp_path: Path) -> None:
-    f = tmp_path / "jobs.txt"
+def write_sacct_export(f: Path, jobs: int, users: int) -> Path:
+    """A `sacct --parsable2` export of ``jobs`` one-hour single-GPU jobs, a minute apart."""
     rows = ["JobID|User|JobName|Submit|Start|End|AllocTRES"]
-    for i in range(40):
+    for i in range(jobs):
         m = 10 + i
         rows.append(
-            f"{100 + i}|u{i % 3}|lm-bs20|2026-01-01T10:{m:02d}:00|"
+            f"{100 + i}|u{i % users}|lm-bs20|2026-01-01T10:{m:02d}:00|"
             f"2026-01-01T10:{m:02d}:30|2026-01-01T11:{m:02d}:30|gres/gpu=1"
         )
     f.write_text("\n".join(rows) + "\n")
+    return f
+
+
+def test_cli_replays_a_sacct_export(tmp_path: Path) -> None:
+    f = write_sacct_export(tmp_path / "jobs.txt", jobs=40, users=3)
     r = CliRunner().invoke(
         app, ["simulate", "--sacct", str(f), "--gpus", "4", "--policies", "exclusive-fifo,oracle"]
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cli_run import run_cli
 from test_sim_inputs import gavel_doc, score_doc
+from test_sim_ours import write_sacct_export
 
 
 def written_command(md: Path) -> list[str]:
@@ -91,15 +92,7 @@ def test_a_seed_list_replays_to_the_same_per_seed_figures(
 def test_a_sacct_export_replays_to_the_same_figures(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    export = tmp_path / "jobs.txt"
-    rows = ["JobID|User|JobName|Submit|Start|End|AllocTRES"]
-    for i in range(30):
-        m = 10 + i
-        rows.append(
-            f"{100 + i}|u{i % 2}|lm-bs20|2026-01-01T10:{m:02d}:00|"
-            f"2026-01-01T10:{m:02d}:30|2026-01-01T11:{m:02d}:30|gres/gpu=1"
-        )
-    export.write_text("\n".join(rows) + "\n")
+    export = write_sacct_export(tmp_path / "jobs.txt", jobs=30, users=2)
     argv = ["simulate", "--sacct", str(export), "--gpus", "3"]
     argv += ["--policies", "exclusive-fifo,ours", "--out", str(tmp_path / "first")]
     code, _, err = run_cli(argv, capsys)
