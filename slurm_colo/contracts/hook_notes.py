@@ -10,6 +10,7 @@ FALLBACK_NOTE = "colo: agent unavailable"
 HOOK_NOTES = (
     FALLBACK_NOTE,
     "colo: interactive job",
+    "colo: job array not shared",
     "colo: not shared (",
     "colo: multi-GPU/multi-node jobs are never shared",
 )

@@ -254,6 +254,15 @@ local function place(job_desc, submit_uid)
     log("job %s not shared: interactive", clean(job_desc.name))
     return
   end
+  local array = job_desc.array_inx
+  if array ~= nil and array ~= "" then
+    -- one submission for every task: a placement set here would send all of them to the
+    -- same GPU, judged as one job; each task keeps the GPU request it was submitted with
+    add_comment(job_desc, "colo: job array not shared (each task keeps its own GPU request)")
+    slurm.log_user("slurm-colo: job arrays are not shared; submit the tasks as separate jobs to share GPUs")
+    log("job %s not shared: job array", clean(job_desc.name))
+    return
+  end
   local req, why = gpu_request(job_desc)
   if not req then
     add_comment(job_desc, "colo: not shared (" .. why .. ")")

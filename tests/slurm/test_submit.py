@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from .labtools import OUT, kind_of, run, sbatch, squeue, wait_done, wait_running
+from .labtools import (
+    OUT,
+    agent_cli,
+    gpu_of,
+    kind_of,
+    run,
+    sbatch,
+    squeue,
+    wait_done,
+    wait_for,
+    wait_running,
+)
 
 
 def test_sbatch_srun_salloc_list_the_options(clean: None) -> None:
@@ -103,6 +114,30 @@ def test_multi_gpu_and_multi_node_jobs_are_accepted_untouched(clean: None) -> No
         assert kind_of(q[b.job_id]) == "gpu" and "never shared" in q[b.job_id]["comment"]
     else:
         assert "slurm-colo" not in b.stderr
+
+
+def test_a_job_array_runs_as_submitted_each_task_on_a_gpu_of_its_own(clean: None) -> None:
+    # one submission for every task: a placement would have sent all of them to one GPU
+    # (four running there, the rest waiting for it while the other GPUs were idle)
+    r = sbatch("--array=0-3", "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1")
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    assert "slurm-colo: job arrays are not shared" in r.stderr
+
+    def tasks_running() -> list[dict] | None:
+        rows = [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
+        running = [j for j in rows if j["job_state"] == "RUNNING"]
+        return running if len(running) == 4 else None
+
+    tasks = wait_for(tasks_running, 40, 0.5, "the array's 4 tasks running at once")
+    assert sorted(j["array_task_id"] for j in tasks) == [0, 1, 2, 3]
+    gpus = [gpu_of(j) for j in tasks]
+    assert all(len(g) == 1 for g in gpus) and len(set().union(*gpus)) == 4, gpus
+    for j in tasks:
+        assert kind_of(j) == "gpu" and j["tres_per_node"] == "gres:gpu:1", j
+        assert j["comment"] == "colo: job array not shared (each task keeps its own GPU request)"
+        assert not j.get("admin_comment"), j
+    said = agent_cli("explain", str(tasks[0]["job_id"])).stdout
+    assert 'its comment says "colo: job array not shared' in said, said
 
 
 def test_srun_and_salloc_with_colocate_run_on_their_own_gpu(clean: None) -> None:

@@ -552,6 +552,9 @@ def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
 
     lua = (files("slurm_colo") / "data" / "job_submit.lua").read_text()
     assert all(n in lua for n in HOOK_NOTES)  # the notes the hook writes itself
+    # and every note it writes on its own is one of them (not the agent's answer)
+    written = re.findall(r'add_comment\(job_desc, "([^"]*)"', lua)
+    assert len(written) >= 5 and all(w.startswith(HOOK_NOTES) for w in written), written
     unknown = {"job_id": 7, "known": False, "reason": "no placement recorded: x"}
     late = _fmt_explain(dict(unknown, slurm_comment="mine | colo: agent unavailable, own GPU"))
     assert late.startswith('job 7: not placed by the agent; its comment says "colo: agent')
@@ -560,6 +563,10 @@ def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
         dict(unknown, slurm_comment="colo: multi-GPU/multi-node jobs are never shared")
     )
     assert big.endswith('says "colo: multi-GPU/multi-node jobs are never shared"')
+    array = _fmt_explain(
+        dict(unknown, slurm_comment="colo: job array not shared (each task keeps its own GPU)")
+    )
+    assert array.startswith('job 7: not placed by the agent; its comment says "colo: job array')
     # the agent's own note (a placement it has forgotten) and no note keep the reason
     for comment in ("colo: GPU 0 of vm (opened for sharing)", "", None):
         assert (

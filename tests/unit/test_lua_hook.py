@@ -212,6 +212,8 @@ def test_user_comment_is_kept(tmp_path: Path, cfg: Config, agent: FakeAgent) -> 
         ({"tres_per_node": "gres:gpu:1,gres:nic:1"}, "several GRES"),
         ({"tres_per_node": None}, "no GPU requested"),
         ({"script": None}, "interactive"),
+        ({"array_inx": "0-5"}, "job array"),
+        ({"array_inx": "1,4,7%2"}, "job array"),
     ],
 )
 def test_jobs_that_are_never_shared_are_left_as_submitted(
@@ -475,6 +477,19 @@ def test_slash_form_jobs_that_are_never_shared(
 def test_render_refuses_an_unknown_tres_form(cfg: Config) -> None:
     with pytest.raises(ValueError, match="tres_sep"):
         render_job_submit_lua(cfg, "gres")
+
+
+def test_a_job_array_is_told_why_it_is_not_shared(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
+    out, err, _ = _run(tmp_path, dict(BATCH, array_inx="0-99"), COLO, cfg)
+    assert out["tres_per_node"] == "gres:gpu:1" and agent.requests == []
+    assert out["comment"] == "colo: job array not shared (each task keeps its own GPU request)"
+    user = [ln for ln in err.splitlines() if ln.startswith("USER ")]
+    assert user == [
+        "USER slurm-colo: job arrays are not shared; submit the tasks as separate jobs to "
+        "share GPUs"
+    ], err
 
 
 def test_interactive_jobs_are_told_why_on_every_version(
