@@ -182,6 +182,23 @@ def test_bad_colocate_value_is_refused_at_submit(vclean: VersionLab) -> None:
     assert set(lab.squeue()) == before
 
 
+def test_a_job_array_is_left_as_submitted(vclean: VersionLab) -> None:
+    lab = vclean
+    r = lab.sbatch("--array=0-1", "--colocate", "--gres=gpu:1", script="sleep 8")
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    assert "slurm-colo: job arrays are not shared" in r.stderr
+
+    def tasks() -> list[dict] | None:
+        note = "colo: job array not shared (each task keeps its own GPU request)"
+        js = [j for j in lab.jobs().values() if j["comment"] == note]
+        return js if len(js) == 2 and all(j["state"] == "RUNNING" for j in js) else None
+
+    js = wait_for(tasks, 40, 0.5, "the array's two tasks running")
+    for j in js:
+        assert not j["admin_comment"] and "shard" not in j["tres_per_node"], j
+        assert j["gres"] and all(g[0] == "gpu" for g in j["gres"]), j
+
+
 def test_job_record_reaches_the_history(vclean: VersionLab) -> None:
     lab = vclean
     since = time.time()
