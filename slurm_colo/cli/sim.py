@@ -1,8 +1,7 @@
 """``slurm-colo simulate``: compare sharing policies on a job trace (Philly-like or sacct).
 
 The options' checks are in :mod:`.sim_inputs`, what is written under ``--out`` in
-:mod:`.sim_out`; the simulator itself is ``slurm_colo.sim`` (imported when the command runs,
-so the CLI's other commands start without it)."""
+:mod:`.sim_out`; the simulator itself is ``slurm_colo.sim``."""
 
 from __future__ import annotations
 
