@@ -93,9 +93,10 @@ class AgentState:
         self._withdrawn: list[Action] = []
         #: the view lags what the hooks reported (a job's end or start): built again
         #: before anything reads it (:meth:`fresh`), so a burst of reports (a job array
-        #: ending) builds it once, not once per job; ``_members_stale``: a GPU's jobs may
-        #: differ too (an end, or a start we did not place), not only a placed job's
-        #: running flag
+        #: ending) builds it once, not once per job. Read it through this class (its
+        #: ``view`` property, or a method that calls :meth:`fresh` first), never as
+        #: ``occupancy.view`` from outside. ``_members_stale``: a GPU's jobs may differ
+        #: too (an end, or a start we did not place), not only a placed job's running flag
         self.stale = False
         self._members_stale = False
 
