@@ -378,7 +378,6 @@ class AgentState:
         node: str = "",
         gpus: list[int] | None = None,
     ) -> dict[str, Any] | None:
-        linked = job_id in self.ledger.by_job
         token = self.ledger.token_for(job_id, tag_text)
         placements = self.ledger.placements
         if token is None or token not in placements or not placements[token].decision.shared:
@@ -391,13 +390,17 @@ class AgentState:
         p = placements[token]
         p.running, p.started = True, now
         # its partners are the jobs on its GPU in the view as it is: the flag just set
-        # changes no GPU's jobs, and the view is built again later, once for a burst
+        # changes no GPU's jobs, and the view is built again later, once for a burst. A
+        # placement linked to its job since the view was built is there by its token.
         d = p.decision
         g = on_gpu(self.occupancy.view, d)
-        partners = [o.job_id for o in (g.occupants if g else []) if o.job_id and o.job_id != job_id]
+        partners = []
+        for o in g.occupants if g else []:
+            q = placements.get(o.key) if o.job_id is None else None
+            other = q.job_id if q is not None else o.job_id
+            if other and other != job_id:
+                partners.append(other)
         self.stale = True
-        if not linked:  # linked to its job just now: the view's jobs lack its job id
-            self._members_stale = True
         log.info(
             "job %s: started on GPU %s of %s with %s",
             job_id,

@@ -169,16 +169,21 @@ def test_placed_jobs_starting_together_name_each_other_without_a_build_each(
     assert len(builds) == before + 1
 
 
-def test_jobs_started_before_a_look_linked_them_still_name_each_other() -> None:
+def test_jobs_started_before_a_look_linked_them_still_name_each_other(
+    builds: list[float],
+) -> None:
     # the Prolog's report comes before the agent's next look: the job is linked to its
-    # placement by the tag the agent reads from Slurm (JOBSTART's lookup)
+    # placement by the tag the agent reads from Slurm (JOBSTART's lookup); in the view as
+    # last built its partner is still there by its placement's token
     s = AgentState(Config(gpus=LAYOUT, placement=PLACEMENT), SCORES)
     s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
     ta, tb = _placed_pair(s)
+    before = len(builds)
     a = s.job_started(201, ta, 1.5, "n1", [0])
     b = s.job_started(202, tb, 1.5, "n1", [0])
     assert a is not None and b is not None
     assert a["partners"] == [] and b["partners"] == [201], (a, b)
+    assert len(builds) == before
     s.job_ended(201)
     c = s.place_request(_req("good"), 2.0)
     assert c["gres"] == "gres:shard:v100_s0:1"
