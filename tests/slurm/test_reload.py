@@ -34,7 +34,9 @@ def scores_back(clean: None) -> Iterator[None]:
         )
 
 
-def test_sighup_reloads_a_score_set_whose_file_time_did_not_change(scores_back: None) -> None:
+def test_sighup_reloads_a_score_set_written_over_with_its_time_and_size_kept(
+    scores_back: None,
+) -> None:
     pid = lt.agent_pid()
     assert pid is not None
     before = lt.agent_status()["scores"]["id"]
@@ -45,8 +47,8 @@ def test_sighup_reloads_a_score_set_whose_file_time_did_not_change(scores_back: 
     lt.SCORES.write_text(text.replace(f'"id": "{before}"', f'"id": "{new}"', 1))
     assert lt.SCORES.stat().st_size == st.st_size, "the set is not written as the lab wrote it"
     os.utime(lt.SCORES, ns=(st.st_atime_ns, st.st_mtime_ns))
-    # the agent looks at the file's time on every refresh (2 s in the lab): unchanged, so
-    # it keeps the set it has
+    # the agent looks at the file's time, inode and size on every refresh (2 s in the lab):
+    # all unchanged, so it keeps the set it has
     time.sleep(5)
     assert lt.agent_status()["scores"]["id"] == before
     os.kill(pid, signal.SIGHUP)
