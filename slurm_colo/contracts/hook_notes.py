@@ -11,6 +11,7 @@ HOOK_NOTES = (
     FALLBACK_NOTE,
     "colo: interactive job",
     "colo: job array not shared",
+    "colo: heterogeneous job not shared",
     "colo: not shared (",
     "colo: multi-GPU/multi-node jobs are never shared",
 )

@@ -244,6 +244,15 @@ local function place(job_desc, submit_uid)
   if mode == nil then return end                   -- not a --colocate job: untouched
   if mode == "" or mode == "(null)" then mode = "auto" end
   if mode == "off" then return end
+  local het = tonumber(job_desc.het_job_offset)
+  if het ~= nil and het < 4294967294 then               -- a component (NO_VAL: none)
+    -- the hook runs once per component, and only the first carries the script: each
+    -- keeps the GPU request it was submitted with
+    add_comment(job_desc, "colo: heterogeneous job not shared (each component keeps its own GPU request)")
+    if het == 0 then slurm.log_user("slurm-colo: heterogeneous jobs are not shared") end
+    log("job %s not shared: heterogeneous job component %d", clean(job_desc.name), het)
+    return
+  end
   if job_desc.script == nil then
     -- srun/salloc allocation: srun has fixed its steps' GPU request (the job's own --gres)
     -- before this hook runs, and a step cannot ask for a whole GPU in an allocation that holds

@@ -140,6 +140,24 @@ def test_a_job_array_runs_as_submitted_each_task_on_a_gpu_of_its_own(clean: None
     assert 'its comment says "colo: job array not shared' in said, said
 
 
+def test_a_heterogeneous_job_is_left_as_submitted(clean: None) -> None:
+    script = OUT / "hetjob.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --colocate --gres=gpu:1\n#SBATCH hetjob\n#SBATCH --gres=gpu:1\n"
+        "sleep 1\n"
+    )
+    p = run(["sbatch", "--parsable", "-o", "/dev/null", str(script)], user="alice")
+    assert p.returncode == 0, p.stderr
+    lead = int(p.stdout.strip().split(";")[0].split("+")[0])
+    assert p.stderr.count("slurm-colo: heterogeneous jobs are not shared") == 1, p.stderr
+    parts = [j for j in squeue().values() if j.get("het_job_id") == lead]
+    assert sorted(j["het_job_offset"] for j in parts) == [0, 1], parts
+    for j in parts:
+        assert j["tres_per_node"] == "gres:gpu:1" and not j.get("admin_comment"), j
+        assert j["comment"].startswith("colo: heterogeneous job not shared"), j
+    run(["scancel", str(lead)])
+
+
 def test_srun_and_salloc_with_colocate_run_on_their_own_gpu(clean: None) -> None:
     # Slurm 22.05 cannot run a job step on a typed shard it inherits, and srun fixes its
     # step's GPU request before job_submit runs: interactive jobs are accepted untouched.

@@ -214,6 +214,8 @@ def test_user_comment_is_kept(tmp_path: Path, cfg: Config, agent: FakeAgent) -> 
         ({"script": None}, "interactive"),
         ({"array_inx": "0-5"}, "job array"),
         ({"array_inx": "1,4,7%2"}, "job array"),
+        ({"het_job_offset": "0"}, "heterogeneous job"),
+        ({"het_job_offset": "1", "script": None}, "heterogeneous job"),
     ],
 )
 def test_jobs_that_are_never_shared_are_left_as_submitted(
@@ -490,6 +492,22 @@ def test_a_job_array_is_told_why_it_is_not_shared(
         "USER slurm-colo: job arrays are not shared; submit the tasks as separate jobs to "
         "share GPUs"
     ], err
+
+
+def test_a_heterogeneous_job_is_told_once_why_it_is_not_shared(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
+    note = "colo: heterogeneous job not shared (each component keeps its own GPU request)"
+    lead, err, _ = _run(tmp_path, dict(BATCH, het_job_offset="0"), COLO, cfg)
+    rest = {k: v for k, v in {**BATCH, "het_job_offset": "1"}.items() if k != "script"}
+    other, err1, _ = _run(tmp_path, rest, COLO, cfg)
+    assert lead["comment"] == other["comment"] == note and agent.requests == []
+    assert lead["tres_per_node"] == other["tres_per_node"] == "gres:gpu:1"
+    user = [ln for ln in (err + err1).splitlines() if ln.startswith("USER ")]
+    assert user == ["USER slurm-colo: heterogeneous jobs are not shared"], err + err1
+    # a job that is no component (NO_VAL) is placed as before
+    out, _, _ = _run(tmp_path, dict(BATCH, het_job_offset="4294967294"), COLO, cfg)
+    assert out["tres_per_node"].startswith("gres:shard:") and len(agent.requests) == 1
 
 
 def test_interactive_jobs_are_told_why_on_every_version(

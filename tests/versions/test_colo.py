@@ -11,7 +11,7 @@ from typing import Any
 
 from rights_probe import REFUSALS_SCRIPT, check_refusals
 
-from .vlab import PY, SHARED_GPUS, VersionLab, wait_for
+from .vlab import CLAB, PY, SHARED_GPUS, VersionLab, wait_for
 
 ENV = "env | grep -E '^(CUDA_|SLURM_SHARDS_ON_NODE|SLURM_JOB_GPUS|SLURM_GRES)'"
 #: gres_detail of a shard job on 24.11+: allocated/total shards per GPU index
@@ -197,6 +197,22 @@ def test_a_job_array_is_left_as_submitted(vclean: VersionLab) -> None:
     for j in js:
         assert not j["admin_comment"] and "shard" not in j["tres_per_node"], j
         assert j["gres"] and all(g[0] == "gpu" for g in j["gres"]), j
+
+
+def test_a_heterogeneous_job_is_left_as_submitted(vclean: VersionLab) -> None:
+    lab = vclean
+    script = "#!/bin/bash\n#SBATCH --colocate --gres=gpu:1\n#SBATCH hetjob\n#SBATCH --gres=gpu:1\nsleep 1\n"
+    path = f"{CLAB}/out/hetjob.sh"
+    lab.x("/bin/sh", "-c", f"printf '%s' '{script}' > {path}", check=True)
+    p = lab.x("sbatch", "--parsable", "-o", "/dev/null", path)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("slurm-colo: heterogeneous jobs are not shared") == 1, p.stderr
+    lead = int(p.stdout.strip().split(";")[0].split("+")[0])
+    note = "colo: heterogeneous job not shared (each component keeps its own GPU request)"
+    parts = lab.jobs(lead, lead + 1)
+    assert parts[lead]["comment"] == parts[lead + 1]["comment"] == note, parts
+    assert not parts[lead]["admin_comment"] and not parts[lead + 1]["admin_comment"]
+    lab.x("scancel", str(lead))
 
 
 def test_job_record_reaches_the_history(vclean: VersionLab) -> None:
