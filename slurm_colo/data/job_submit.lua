@@ -238,6 +238,14 @@ local function fallback(job_desc, req, why, skipped)
   end
 end
 
+-- Leave the job as submitted: a note in its comment (what `slurm-colo explain` quotes), a
+-- line in slurmctld's log, and, where the user should hear why, a message at submit time.
+local function not_shared(job_desc, note, why, user_msg)
+  add_comment(job_desc, note)
+  if user_msg then slurm.log_user("%s", user_msg) end
+  log("job %s not shared: %s", clean(job_desc.name), why)
+end
+
 local function place(job_desc, submit_uid)
   local opts = spank_options(job_desc)
   local mode = opts.COLOCATE
@@ -248,41 +256,34 @@ local function place(job_desc, submit_uid)
   if het ~= nil and het < 4294967294 then               -- a component (NO_VAL: none)
     -- the hook runs once per component, and only the first carries the script: each
     -- keeps the GPU request it was submitted with
-    add_comment(job_desc, "colo: heterogeneous job not shared (each component keeps its own GPU request)")
-    if het == 0 then slurm.log_user("slurm-colo: heterogeneous jobs are not shared") end
-    log("job %s not shared: heterogeneous job component %d", clean(job_desc.name), het)
-    return
+    return not_shared(job_desc,
+      "colo: heterogeneous job not shared (each component keeps its own GPU request)",
+      "heterogeneous job component " .. het,
+      het == 0 and "slurm-colo: heterogeneous jobs are not shared" or nil)
   end
   if job_desc.script == nil then
     -- srun/salloc allocation: srun has fixed its steps' GPU request (the job's own --gres)
     -- before this hook runs, and a step cannot ask for a whole GPU in an allocation that holds
     -- a shard of it (22.05 also cannot hand a typed shard down to a step), so on every
     -- version interactive jobs keep their own GPU
-    add_comment(job_desc, "colo: interactive job (srun/salloc) not shared; submit with sbatch")
-    slurm.log_user("slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate")
-    log("job %s not shared: interactive", clean(job_desc.name))
-    return
+    return not_shared(job_desc, "colo: interactive job (srun/salloc) not shared; submit with sbatch",
+      "interactive", "slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate")
   end
   local array = job_desc.array_inx
   if array ~= nil and array ~= "" then
     -- one submission for every task: a placement set here would send all of them to the
     -- same GPU, judged as one job; each task keeps the GPU request it was submitted with
-    add_comment(job_desc, "colo: job array not shared (each task keeps its own GPU request)")
-    slurm.log_user("slurm-colo: job arrays are not shared; submit the tasks as separate jobs to share GPUs")
-    log("job %s not shared: job array", clean(job_desc.name))
-    return
+    return not_shared(job_desc, "colo: job array not shared (each task keeps its own GPU request)",
+      "job array", "slurm-colo: job arrays are not shared; submit the tasks as separate jobs to share GPUs")
   end
   local req, why = gpu_request(job_desc)
   if not req then
-    add_comment(job_desc, "colo: not shared (" .. why .. ")")
-    log("job %s not shared: %s", clean(job_desc.name), why)
-    return
+    return not_shared(job_desc, "colo: not shared (" .. why .. ")", why)
   end
   local nodes = nodes_requested(job_desc)
   if req.count ~= 1 or nodes ~= 1 then
-    add_comment(job_desc, "colo: multi-GPU/multi-node jobs are never shared")
-    log("job %s not shared: %d GPU(s) on %d node(s)", clean(job_desc.name), req.count, nodes)
-    return
+    return not_shared(job_desc, "colo: multi-GPU/multi-node jobs are never shared",
+      string.format("%d GPU(s) on %d node(s)", req.count, nodes))
   end
   if now() < down_until then
     return fallback(job_desc, req, "agent skipped after failure: " .. tostring(down_reason), true)

@@ -553,7 +553,7 @@ def test_explain_of_a_job_the_hook_never_placed_gives_the_hooks_note() -> None:
     lua = (files("slurm_colo") / "data" / "job_submit.lua").read_text()
     assert all(n in lua for n in HOOK_NOTES)  # the notes the hook writes itself
     # and every note it writes on its own is one of them (not the agent's answer)
-    written = re.findall(r'add_comment\(job_desc, "([^"]*)"', lua)
+    written = re.findall(r'(?:add_comment|not_shared)\(job_desc,\s*"([^"]*)"', lua)
     assert len(written) >= 5 and all(w.startswith(HOOK_NOTES) for w in written), written
     unknown = {"job_id": 7, "known": False, "reason": "no placement recorded: x"}
     late = _fmt_explain(dict(unknown, slurm_comment="mine | colo: agent unavailable, own GPU"))
