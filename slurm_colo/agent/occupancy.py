@@ -5,7 +5,7 @@ the GPUs the starvation guard (:mod:`slurm_colo.placement.guard`) keeps free clo
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 from ..config import Config
@@ -35,12 +35,26 @@ def waiting_for_gpus(jobs: Iterable[SlurmJob]) -> int:
     )
 
 
+def _unset_builder() -> None:
+    raise RuntimeError("the view is behind and no builder was given (Occupancy(build=...))")
+
+
 class Occupancy:
-    def __init__(self, cfg: Config) -> None:
+    """The view, built lazily: a hook's report (a job's end or start) only marks it behind
+    (:meth:`mark_behind`), and it is built again before anything reads it (its ``view`` and
+    ``reservation``), by ``build``, which must call :meth:`rebuild` with what the view is
+    built from. A burst of reports (a job array ending) so costs one build, not one per job."""
+
+    def __init__(self, cfg: Config, build: Callable[[], None] = _unset_builder) -> None:
         self.cfg = cfg
         self.jobs: dict[int, SlurmJob] = {}
         self.nodes: dict[str, SlurmNode] = {}
-        self.view = ClusterView()
+        self._view = ClusterView()
+        self._build = build
+        #: a report left the view behind; ``members_behind``: a GPU's jobs may differ too
+        #: (an end, or a start we did not place), not only a placed job's running flag
+        self.behind = False
+        self.members_behind = False
         self.layouts: dict[str, NodeGpus] = {n: ng for ng in cfg.gpus for n in ng.node_names}
         #: nodes closed to placement because Slurm numbers their GPUs otherwise -> why
         self.gres_refused: dict[str, str] = {}
@@ -55,7 +69,7 @@ class Occupancy:
         #: GPUs that the node hooks reported as taken by jobs we did not place
         self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
         #: shared GPUs drained for a job waiting too long (placement/guard.py)
-        self.reservation: Reservation | None = None
+        self._reservation: Reservation | None = None
         #: waiting jobs the guard gave up on (GPUs drained, still not started) -> when
         self._gave_up: dict[int, float] = {}
         self._drained_since: float | None = None
@@ -135,6 +149,39 @@ class Occupancy:
         return ng.gres_type(d.index or 0) if ng is not None else ""
 
     # ---- the view ----------------------------------------------------------------------
+    @property
+    def view(self) -> ClusterView:
+        """The view, built first if a report left it behind."""
+        self.catch_up()
+        return self._view
+
+    @property
+    def reservation(self) -> Reservation | None:
+        """The GPUs drained for a waiting job, as of the view (built first if behind)."""
+        self.catch_up()
+        return self._reservation
+
+    def view_of_members(self) -> ClusterView:
+        """The view with each GPU's jobs as they are, though a placed job's start since the
+        last build may not show in its running flag yet: built first only if a GPU's jobs
+        changed (what a start names as the job's partners needs no more)."""
+        if self.members_behind:
+            self.catch_up()
+        return self._view
+
+    def mark_behind(self, members: bool) -> None:
+        """A report changed what the view is built from (``members``: which jobs a GPU has,
+        not only a placed job's running flag)."""
+        self.behind = True
+        self.members_behind = self.members_behind or members
+
+    def catch_up(self) -> bool:
+        """Build the view if a report left it behind; whether it was built."""
+        if not self.behind:
+            return False
+        self._build()
+        return True
+
     def rebuild(
         self,
         ledger: Ledger,
@@ -146,6 +193,7 @@ class Occupancy:
         """The view from the last snapshot, the hooks' reports and the ledger's placements
         (``held``: jobs being requeued, leaving their GPU); with ``plan_at`` (a new
         snapshot) the starvation guard is planned afresh too (``waits``: the held jobs)."""
+        self.behind = self.members_behind = False
         gpus: dict[tuple[str, int], GpuView] = {}
         for node, ng in self.layouts.items():
             sn = self.nodes.get(node)
@@ -218,13 +266,13 @@ class Occupancy:
         if plan_at is not None:
             self._plan_reservation(view, plan_at, waits)
         self._close_reserved(view)
-        carry_index(self.view, view)  # only the GPUs that changed are recomputed
-        self.view = view
-        index_for(self.view, scores, self.cfg.placement)  # built here, off the request path
+        carry_index(self._view, view)  # only the GPUs that changed are recomputed
+        self._view = view
+        index_for(view, scores, self.cfg.placement)  # built here, off the request path
 
     def _plan_reservation(self, view: ClusterView, now: float, waits: Sequence[HeldWait]) -> None:
         after_s = self.cfg.placement.reserve_after_h * 3600.0
-        old = self.reservation
+        old = self._reservation
         sj = self.jobs.get(old.job_id) if old is not None else None
         if old is not None and sj is not None and sj.state == "PENDING" and drained(old, view):
             # its GPUs are free: keep them for it while Slurm gets round to starting it
@@ -275,10 +323,10 @@ class Occupancy:
             )
         elif new is None and old is not None:
             log.info("job %s: GPUs of %s open to partners again", old.job_id, old.node)
-        self.reservation = new
+        self._reservation = new
 
     def _close_reserved(self, view: ClusterView) -> None:
-        r = self.reservation
+        r = self._reservation
         if r is None:
             return
         sj = self.jobs.get(r.job_id)
@@ -286,7 +334,7 @@ class Occupancy:
             log.info(
                 "job %s: no longer waiting; GPUs of %s open to partners again", r.job_id, r.node
             )
-            self.reservation = None
+            self._reservation = None
             return
         for g in kept(r, view):
             g.closed_for = r.job_id

@@ -292,7 +292,7 @@ class Agent:
 
     def _view_builder(self) -> None:
         """Build the view again soon after a job's end or start left it behind, so the next
-        request finds it built; whatever reads it first builds it anyway (AgentState.fresh)."""
+        request finds it built; whatever reads it first builds it anyway (Occupancy.view)."""
         while not self.stop.is_set():
             if not self.view_due.wait(1.0):
                 continue

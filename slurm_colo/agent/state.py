@@ -69,7 +69,9 @@ class AgentState:
         self.cfg = cfg
         self.live = LiveScores(scores)
         self.ledger = Ledger(cfg)
-        self.occupancy = Occupancy(cfg)
+        #: the view, built lazily (by :meth:`rebuild`) before anything reads it after a
+        #: hook's report left it behind
+        self.occupancy = Occupancy(cfg, build=self.rebuild)
         self.holds = HeldJobs(cfg)
         #: (request key, view, view version, score book, token, decision) prepared after
         #: the last placement for the next request of the same kind; see :meth:`decide`
@@ -91,14 +93,6 @@ class AgentState:
         #: holds of pending jobs on closed nodes the last snapshot called for, not yet
         #: handed to the server (:meth:`withdraw`)
         self._withdrawn: list[Action] = []
-        #: the view lags what the hooks reported (a job's end or start): built again
-        #: before anything reads it (:meth:`fresh`), so a burst of reports (a job array
-        #: ending) builds it once, not once per job. Read it through this class (its
-        #: ``view`` property, or a method that calls :meth:`fresh` first), never as
-        #: ``occupancy.view`` from outside. ``_members_stale``: a GPU's jobs may differ
-        #: too (an end, or a start we did not place), not only a placed job's running flag
-        self.stale = False
-        self._members_stale = False
 
     # ---- the parts' state, by its usual names ------------------------------------------
     @property
@@ -117,13 +111,16 @@ class AgentState:
 
     @property
     def view(self) -> ClusterView:
-        self.fresh()
         return self.occupancy.view
 
     @property
     def reservation(self) -> Reservation | None:
-        self.fresh()
         return self.occupancy.reservation
+
+    @property
+    def stale(self) -> bool:
+        """A hook's report left the view behind (built before it is next read)."""
+        return self.occupancy.behind
 
     @property
     def held(self) -> dict[int, HeldJob]:
@@ -181,15 +178,12 @@ class AgentState:
         self._fell_back = fell_back
 
     def fresh(self) -> bool:
-        """Build the view again if a hook's report left it behind; whether it was built."""
-        if not self.stale:
-            return False
-        self.rebuild()
-        return True
+        """Build the view now if a hook's report left it behind (the agent's view thread:
+        whatever reads the view first builds it anyway); whether it was built."""
+        return self.occupancy.catch_up()
 
     def rebuild(self, plan_at: float | None = None) -> None:
         """The view afresh; with ``plan_at`` (a new snapshot) the starvation guard too."""
-        self.stale = self._members_stale = False
         self.occupancy.rebuild(
             self.ledger,
             self.scores,
@@ -239,7 +233,6 @@ class AgentState:
             fields.get("req_nodes", ""),
             fields.get("exc_nodes", ""),
         )
-        self.fresh()
         ready = self._prepared
         self._prepared = None
         if (
@@ -383,24 +376,22 @@ class AgentState:
         if token is None or token not in placements or not placements[token].decision.shared:
             if node and gpus:  # not ours: the GPU is taken whole until the job ends
                 self.occupancy.report_unplaced(job_id, node, gpus, now)
-                self.stale = self._members_stale = True
+                self.occupancy.mark_behind(members=True)
             return None
-        if self._members_stale:
-            self.rebuild()
         p = placements[token]
         p.running, p.started = True, now
         # its partners are the jobs on its GPU in the view as it is: the flag just set
         # changes no GPU's jobs, and the view is built again later, once for a burst. A
         # placement linked to its job since the view was built is there by its token.
         d = p.decision
-        g = on_gpu(self.occupancy.view, d)
+        g = on_gpu(self.occupancy.view_of_members(), d)
         partners = []
         for o in g.occupants if g else []:
             q = placements.get(o.key) if o.job_id is None else None
             other = q.job_id if q is not None else o.job_id
             if other and other != job_id:
                 partners.append(other)
-        self.stale = True
+        self.occupancy.mark_behind(members=False)
         log.info(
             "job %s: started on GPU %s of %s with %s",
             job_id,
@@ -422,13 +413,12 @@ class AgentState:
         elif p is not None:  # the end of a run before a requeue: the new placement stays
             log.info("job %s: an earlier run ended; its new placement is kept", job_id)
         self.occupancy.job_ended(job_id)
-        self.stale = self._members_stale = True  # built before it is read (:meth:`fresh`)
+        self.occupancy.mark_behind(members=True)
         log.info("job %s: ended", job_id)
 
     # ---- probes and held jobs ------------------------------------------------------------
     def probe(self, report: ProbeReport, now: float) -> tuple[dict[str, Any], list[Action]]:
         """Judge a probe report (agent/held.py): the reply and what to do in Slurm."""
-        self.fresh()
         return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
 
     def withdraw(self) -> list[Action]:
@@ -451,7 +441,6 @@ class AgentState:
         the agent the right, until a change is to be tried again (agent/rights.py)."""
         if self.rights.holding_back(now):
             return []
-        self.fresh()
         return self.holds.reaim(now, self.ledger, self.occupancy, self.book)
 
     def replan(self, now: float) -> list[Action]:
@@ -462,7 +451,6 @@ class AgentState:
             return []
         if self.rights.holding_back(now):
             return []
-        self.fresh()
         occ = self.occupancy
         tags = {}
         for j in occ.jobs.values():
@@ -537,7 +525,6 @@ class AgentState:
             )
         if not right:
             log.error("job %s: %s failed: %s", action.job_id, action.kind, why)
-        self.fresh()
         if action.kind == "extend":
             if right:
                 self.credit.not_given(action.job_id, action.minutes)
@@ -569,5 +556,4 @@ class AgentState:
 
     def status(self, now: float) -> dict[str, Any]:
         """The STATUS answer (:func:`.report.status_report`)."""
-        self.fresh()
         return status_report(self, now)

@@ -188,3 +188,33 @@ def test_jobs_started_before_a_look_linked_them_still_name_each_other(
     c = s.place_request(_req("good"), 2.0)
     assert c["gres"] == "gres:shard:v100_s0:1"
     assert s.job_started(203, c["tag"], 2.5, "n1", [0])["partners"] == [202]  # type: ignore[index]
+
+
+def test_the_view_read_through_the_occupancy_itself_is_built_first(
+    builds: list[float],
+) -> None:
+    # the held-job and re-plan code read ``state.occupancy``, not the state: the view
+    # builds itself when read behind, so no reader has to remember to build it
+    s = _full_state()
+    s.job_ended(11)
+    before = len(builds)
+    assert [g.exclusive_job for g in s.occupancy.view.gpus] == [None, 12, 13, 14]
+    s.job_ended(12)
+    assert s.occupancy.reservation is None
+    assert [g.exclusive_job for g in s.occupancy.view.gpus] == [None, None, 13, 14]
+    assert len(builds) == before + 2 and not s.stale
+
+
+def test_a_refused_replan_after_a_jobs_end_builds_the_view_once(builds: list[float]) -> None:
+    from slurm_colo.agent.held import Action
+
+    s = AgentState(Config(gpus=LAYOUT, placement=PLACEMENT), SCORES)
+    s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
+    ta, _ = _placed_pair(s)
+    s.apply_snapshot([_linked(101, ta)], [SlurmNode("n1", "IDLE")], 2.0)
+    s.job_ended(999)  # some other job's end leaves the view behind
+    before = len(builds)
+    s.failed(Action("retarget", 101), 3.0, "Job is no longer pending")
+    assert len(builds) == before + 1  # its placement forgotten, the view built once
+    assert 101 not in s.ledger.by_job
+    assert len(s.view.gpus[0].occupants) == 1 and len(builds) == before + 1
