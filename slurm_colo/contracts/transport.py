@@ -29,7 +29,12 @@ port; while the agent is down any user on the head node could listen on it, and 
 on the network path could answer in the agent's place. An unsigned reply could give a
 job a whole GPU's threads next to a partner, or starve it. The hash ties a reply to one
 request, so a reply recorded on one node cannot be replayed to another node (munge's
-replay cache is per host). A refusal before authentication (``ERR<TAB>auth <reason>:
+replay cache is per host). munged seals at most 1 MiB, and a ``STATUS`` of a large site is
+more (2.6 MB for 2,000 shared GPUs and 10,000 jobs): a reply line longer than
+``INLINE_REPLY_MAX`` follows its envelope as it is, ``MUNGE<TAB><credential><TAB><length>\\n
+<reply line>``, and the credential's payload, ``slurm-colo/1 reply-digest\\n<cluster>\\n
+<sha256 of the request credential>\\n<sha256 of the reply line>\\n<length>\\n``, signs
+it just as well. Shorter replies keep the first form, which older clients read. A refusal before authentication (``ERR<TAB>auth <reason>:
 ...``) is sent unsigned: it carries no data, is raised as the matching ``AuthError``,
 never returned as a reply, and a forged one only denies service, which anyone on the
 path can do anyway.
@@ -83,8 +88,13 @@ REQUEST_TTL_S = 60
 REPLY_TTL_S = 60
 #: longest enveloped request line the agent need read (protocol.MAX_LINE of payload)
 MAX_REQUEST_ENVELOPE = 128 * 1024
-#: longest reply line a client reads (STATUS replies can be large)
+#: longest envelope line a client reads
 MAX_REPLY_LINE = munge.MAX_CREDENTIAL + 64
+#: a reply line longer than this goes beside its envelope, which signs its SHA-256 and
+#: length (munged refuses a payload over 1 MiB: "length ... exceeds max of 1048576")
+INLINE_REPLY_MAX = 512 * 1024
+#: longest reply line a client reads beside its envelope
+MAX_REPLY_BODY = 256 * 1024 * 1024
 
 
 def _as_address(address: str | Address) -> Address:
@@ -132,8 +142,8 @@ def _credential_of(line: bytes, what: str) -> str:
             hint="point agent.address of that host at the agent's tcp: address, with the same "
             "slurm-colo version, or use the unix socket on the head node",
         )
-    try:
-        return line[len(ENVELOPE) :].decode("ascii")
+    try:  # (a large reply's length may follow: see seal_reply)
+        return line[len(ENVELOPE) :].partition(b"\t")[0].decode("ascii")
     except UnicodeDecodeError:
         raise CredentialInvalid(f"{what}: the credential is not ASCII") from None
 
@@ -178,9 +188,20 @@ def open_envelope(line: bytes, cluster: str, decode: Decode = munge.decode) -> t
 
 
 def seal_reply(reply_line: bytes, request_envelope: bytes, cluster: str, encode: Encode) -> bytes:
-    """The signed envelope line carrying ``reply_line``, the answer to ``request_envelope``."""
+    """The signed envelope line carrying ``reply_line``, the answer to ``request_envelope``;
+    a line longer than ``INLINE_REPLY_MAX`` follows the envelope, which signs its digest."""
     cred = _credential_of(request_envelope, "request").encode("ascii")
-    return _seal("reply", [_check_cluster(cluster), _binding(cred)], _line(reply_line), encode)
+    fields = [_check_cluster(cluster), _binding(cred)]
+    body = _line(reply_line)
+    if len(body) <= INLINE_REPLY_MAX:
+        return _seal("reply", fields, body, encode)
+    import hashlib
+
+    size = str(len(body)).encode()
+    envelope = _seal(
+        "reply-digest", [*fields, hashlib.sha256(body).hexdigest().encode(), size], b"", encode
+    )
+    return envelope[:-1] + b"\t" + size + b"\n" + body
 
 
 def refusal(err: AuthError) -> bytes:
@@ -210,13 +231,15 @@ def open_reply(
     cluster: str,
     signers: Collection[int],
     decode: Decode = munge.decode,
+    body: bytes | None = None,
 ) -> bytes:
-    """The reply line inside the agent's signed envelope (client side).
+    """The reply line inside the agent's signed envelope (client side); ``body``: the line
+    that followed an envelope signing a large reply's digest.
 
     A refusal raises the ``AuthError`` it names; an unsigned reply raises
     ``Unauthenticated``; a reply signed by a uid not in ``signers`` raises
     ``UntrustedSigner``; one for another cluster or another request ``WrongCluster`` /
-    ``CredentialInvalid``."""
+    ``CredentialInvalid``, and so does a large reply whose line is not the one signed."""
     text = line.rstrip(b"\r\n")
     if text.startswith(b"ERR\tauth "):
         reason, _, msg = text[len(b"ERR\tauth ") :].decode("utf-8", "replace").partition(": ")
@@ -229,7 +252,11 @@ def open_reply(
             hint="something else answers on the agent's TCP port, or agent.user does not name "
             "the user the agent runs as",
         )
-    _, their_cluster, binding, reply_line = _split(cred.payload, b"reply", 3)
+    if cred.payload.startswith(MAGIC + b" reply-digest\n"):
+        _, their_cluster, binding, digest, size, _ = _split(cred.payload, b"reply-digest", 5)
+        reply_line = _signed_body(body, digest, size)
+    else:
+        _, their_cluster, binding, reply_line = _split(cred.payload, b"reply", 3)
     if their_cluster != _check_cluster(cluster):
         raise WrongCluster(
             f"reply is from the agent of cluster "
@@ -286,23 +313,73 @@ def _line(b: bytes) -> bytes:
     return b if b.endswith(b"\n") else b + b"\n"
 
 
+def _signed_body(body: bytes | None, digest: bytes, size: bytes) -> bytes:
+    import hashlib
+
+    if (
+        body is None
+        or str(len(body)).encode() != size
+        or hashlib.sha256(body).hexdigest().encode() != digest
+    ):
+        got = "no reply line" if body is None else f"{len(body)} bytes"
+        raise CredentialInvalid(
+            f"the reply line ({got}) does not match the signed digest of {size.decode('ascii', 'replace')} bytes"
+        )
+    return body
+
+
+def body_length(line: bytes) -> int | None:
+    """The length of the reply line that follows an envelope signing its digest, from the
+    envelope line (None: the reply is in the envelope). Checked again against the signed
+    length; here only bounded (``MAX_REPLY_BODY``)."""
+    if not line.startswith(ENVELOPE):
+        return None
+    _, tab, size = line.rstrip(b"\r\n")[len(ENVELOPE) :].partition(b"\t")
+    if not tab:
+        return None
+    if not size.isdigit() or int(size) > MAX_REPLY_BODY:
+        raise CredentialInvalid(
+            f"reply length {size[:20]!r} is not a number up to {MAX_REPLY_BODY}"
+        )
+    return int(size)
+
+
 # ---- client ------------------------------------------------------------------------------
 
 
-def _read_line(s: socket.socket, deadline: float, limit: int) -> bytes:
+def _recv(s: socket.socket, deadline: float, size: int) -> bytes:
+    s.settimeout(max(0.001, deadline - time.monotonic()))
+    return s.recv(size)
+
+
+def _read_reply(s: socket.socket, deadline: float, limit: int) -> tuple[bytes, bytes | None]:
+    """The reply's first line (at most ``limit`` bytes), and the reply line that follows an
+    envelope signing its digest (None for any other reply; short if the agent hung up)."""
     buf = b""
-    while not buf.endswith(b"\n"):
-        s.settimeout(max(0.001, deadline - time.monotonic()))
-        chunk = s.recv(65536)
+    while b"\n" not in buf:
+        chunk = _recv(s, deadline, 65536)
         if not chunk:
             break
         buf += chunk
-        if len(buf) > limit:
+        if len(buf) > limit and b"\n" not in buf[: limit + 1]:
             raise AgentError(f"agent reply longer than {limit} bytes")
-    return buf
+    line, nl, rest = buf.partition(b"\n")
+    size = body_length(line) if nl else None
+    if size is None:
+        return line + nl, None
+    parts, have = [rest[:size]], min(len(rest), size)
+    while have < size:
+        chunk = _recv(s, deadline, min(1 << 20, size - have))
+        if not chunk:
+            break
+        parts.append(chunk)
+        have += len(chunk)
+    return line + nl, b"".join(parts)
 
 
-def _exchange(addr: Address, line: bytes, timeout_s: float, deadline: float, limit: int) -> bytes:
+def _exchange(
+    addr: Address, line: bytes, timeout_s: float, deadline: float, limit: int
+) -> tuple[bytes, bytes | None]:
     where = str(addr)
     try:
         if addr.scheme == UNIX:
@@ -319,7 +396,7 @@ def _exchange(addr: Address, line: bytes, timeout_s: float, deadline: float, lim
             )
         with s:
             s.sendall(line)
-            buf = _read_line(s, deadline, limit)
+            buf, body = _read_reply(s, deadline, limit)
     except FileNotFoundError:
         raise AgentError(
             f"agent socket {addr.path} does not exist", hint="start the agent: slurm-colo agent"
@@ -342,7 +419,7 @@ def _exchange(addr: Address, line: bytes, timeout_s: float, deadline: float, lim
         raise AgentError(f"agent at {where}: {e.strerror or e}") from None
     if not buf:
         raise AgentError("agent closed the connection without answering")
-    return buf
+    return buf, body
 
 
 def round_trip(
@@ -367,7 +444,7 @@ def round_trip(
     deadline = time.monotonic() + timeout_s
     line = _line(request_line)
     if addr.scheme == UNIX:
-        return _exchange(addr, line, timeout_s, deadline, MAX_REPLY_LINE)
+        return _exchange(addr, line, timeout_s, deadline, MAX_REPLY_LINE)[0]
 
     def decode(c: str) -> munge.Credential:
         return munge.decode(c, munge_socket, backend=backend)
@@ -375,5 +452,5 @@ def round_trip(
     envelope = seal_request(
         line, cluster, lambda p: munge.encode(p, munge_socket, REQUEST_TTL_S, backend=backend)
     )
-    reply = _exchange(addr, envelope, timeout_s, deadline, MAX_REPLY_LINE)
-    return _line(open_reply(reply, envelope, cluster, signers, decode))
+    reply, body = _exchange(addr, envelope, timeout_s, deadline, MAX_REPLY_LINE)
+    return _line(open_reply(reply, envelope, cluster, signers, decode, body))

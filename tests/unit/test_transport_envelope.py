@@ -438,6 +438,68 @@ def test_tcp_reply_from_an_impostor_is_refused(foreign, node, how):
         impostor.close()
 
 
+def _big_status(request_line: bytes, uid: int) -> bytes:
+    """A STATUS the size of a site with 2,000 shared GPUs and 10,000 jobs (2.6 MB):
+    above what munged seals in one credential (about 1 MiB)."""
+    gpus = [
+        {"node": f"g{k:04d}", "index": k % 8, "occupants": ["x" * 200] * 5} for k in range(2500)
+    ]
+    return format_reply("STATUS", {"gpus": gpus, "uid": uid})
+
+
+@pytest.mark.parametrize("backend", ["lib", "cli"])
+def test_a_status_larger_than_a_munge_credential_comes_whole_over_tcp(head, node, backend):
+    agent = TcpAgent(
+        head,
+        respond=lambda line: transport.serve_line(
+            line, CLUSTER, _big_status, decode=dec(head), encode=enc(head, transport.REPLY_TTL_S)
+        ),
+    )
+    try:
+        reply = transport.round_trip(
+            agent.address,
+            format_request("STATUS", {}),
+            10.0,
+            CLUSTER,
+            node.socket,
+            signers={0, os.getuid()},
+            backend=backend,
+        )
+    finally:
+        agent.close()
+    want = _big_status(b"", os.getuid())
+    assert len(want) > 2_000_000 and reply == want
+
+
+def _big_reply(head, node) -> tuple[bytes, bytes, bytes]:
+    """A request, and the envelope line and reply line of its large answer (each call makes
+    new credentials: munge decodes one only once per host)."""
+    env = transport.seal_request(b"STATUS\t{}\n", CLUSTER, enc(node))
+    signed = transport.seal_reply(_big_status(b"", 0), env, CLUSTER, enc(head))
+    line, _, body = signed.partition(b"\n")
+    assert transport.body_length(line) == len(body)
+    return env, line + b"\n", body
+
+
+def test_a_large_reply_is_refused_when_its_line_was_changed_or_cut(head, node):
+    env, line, body = _big_reply(head, node)
+    assert transport.open_reply(line, env, CLUSTER, {0, os.getuid()}, dec(node), body) == body
+    for forged in (body.replace(b"g0001", b"g0002", 1), body[:-10], None):
+        env, line, _ = _big_reply(head, node)
+        with pytest.raises(CredentialInvalid, match="does not match the signed digest"):
+            transport.open_reply(line, env, CLUSTER, {0, os.getuid()}, dec(node), forged)
+
+
+def test_a_large_replys_length_in_clear_is_bounded(head, node):
+    _, line, _ = _big_reply(head, node)
+    cred = line.rstrip(b"\n").rpartition(b"\t")[0]
+    with pytest.raises(CredentialInvalid, match="not a number"):
+        transport.body_length(cred + b"\t" + str(transport.MAX_REPLY_BODY + 1).encode())
+    with pytest.raises(CredentialInvalid, match="not a number"):
+        transport.body_length(cred + b"\t-5")
+    assert transport.body_length(cred) is None and transport.body_length(b"OK\t{}") is None
+
+
 def test_tcp_reply_signed_by_an_untrusted_user_is_refused(tcp_agent, node):
     with pytest.raises(UntrustedSigner):
         transport.round_trip(tcp_agent.address, JOBSTART, 5.0, CLUSTER, node.socket, signers={4242})
