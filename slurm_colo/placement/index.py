@@ -38,6 +38,12 @@ _SHARED: dict[str, Any] = {"classes": None, "matrices": None, "cfg": None, "rows
 
 _Row = tuple[Any, ...]
 
+#: the one column every class the score table does not know shares (a job named afresh
+#: for each run, as sweeps and dated runs are): all its pairs are the table's prior, so such
+#: classes differ in nothing the index computes, and a site with thousands of job names
+#: keeps an index the size of its score table
+UNKNOWN = "\0unknown"
+
 
 class PlacementIndex:
     def __init__(self, view: ClusterView, scores: ScoreTable, cfg: PlacementConfig) -> None:
@@ -47,8 +53,7 @@ class PlacementIndex:
         names = set(scores.classes)
         for a, b in scores.pairs:
             names.update((a, b))
-        for g in view.gpus:
-            names.update(o.cls for o in g.occupants)
+        names.add(UNKNOWN)
         self._set_classes(sorted(names))
         n = len(view.gpus)
         self.open = np.zeros(n, dtype=bool)
@@ -72,7 +77,7 @@ class PlacementIndex:
         groups: dict[tuple[str, ...], list[int]] = {}
         for i, g in enumerate(self.gpus):
             self._scalars(i, g)
-            groups.setdefault(tuple(sorted(o.cls for o in g.occupants)), []).append(i)
+            groups.setdefault(self._key(g), []).append(i)
         for key, pos in groups.items():
             self._put(np.array(pos, dtype=np.int64), self._row(key))
 
@@ -103,14 +108,26 @@ class PlacementIndex:
         """Pair predictions between every two classes (read-only once built: shared by
         every index of the same score table and class list)."""
         k = len(self.names)
-        self.N = np.ones((k, k))
-        self.S2 = np.zeros((k, k))
+        t = self.scores
+        # every pair the table has no figure for is its prior (ScoreTable.pair); then the
+        # pairs it has, each read back to front first, so that where the table holds both
+        # orders the pair as written wins, as ScoreTable.pair reads it
+        self.N = np.full((k, k), t.prior_n)
+        self.S2 = np.full((k, k), t.prior_sd * t.prior_sd)
         self.NEVER = np.zeros((k, k), dtype=bool)
-        self.KNOWN = np.ones((k, k), dtype=bool)
+        self.KNOWN = np.zeros((k, k), dtype=bool)
         self.OBS = np.zeros((k, k), dtype=bool)
-        for i in range(k):
-            for j in range(k):
-                self._pair_entry(i, j)
+        cix = self.cix
+        for back in (True, False):
+            for (a, b), p in t.pairs.items():
+                i, j = cix[a], cix[b]
+                if back:
+                    i, j = j, i
+                self.N[i, j] = p.n_b if back else p.n_a
+                self.S2[i, j] = p.sd * p.sd
+                self.NEVER[i, j] = p.never
+                self.KNOWN[i, j] = p.known
+                self.OBS[i, j] = p.observed
         self.NT = np.ascontiguousarray(self.N.T)
         self._lists = (self.N.tolist(), self.S2.tolist(), self.NEVER.tolist(), self.KNOWN.tolist())
 
@@ -132,14 +149,14 @@ class PlacementIndex:
         self.acc_explore_delta = np.zeros((k, n), dtype=bool)
 
     def ensure_class(self, cls: str) -> int:
-        """Column of ``cls``, adding it (and recomputing every row) when it is new."""
+        """Column of ``cls`` (:data:`UNKNOWN`'s for a class the score table does not know)."""
         i = self.cix.get(cls)
-        if i is not None:
-            return i
-        self._set_classes(sorted([*self.names, cls]))
-        self._alloc_rows()
-        self._build()
-        return self.cix[cls]
+        return self.cix[UNKNOWN] if i is None else i
+
+    def _key(self, g: GpuView) -> tuple[str, ...]:
+        """The classes on ``g`` as the rows are kept: by column name, sorted."""
+        cix = self.cix
+        return tuple(sorted(o.cls if o.cls in cix else UNKNOWN for o in g.occupants))
 
     def rescore(self, scores: ScoreTable) -> bool:
         """Take ``scores`` in place of the index's table when the two differ only in pairs
@@ -166,9 +183,8 @@ class PlacementIndex:
         self._rows = rows
         groups: dict[tuple[str, ...], list[int]] = {}
         for i, g in enumerate(self.gpus):
-            key = tuple(sorted(o.cls for o in g.occupants))
-            # a GPU with a class the index lacks is dirty: ``update`` adds the class
-            if not changed.isdisjoint(key) and self.cix.keys() >= set(key):
+            key = self._key(g)
+            if not changed.isdisjoint(key):
                 groups.setdefault(key, []).append(i)
         for key, pos in groups.items():
             self._put(np.array(pos, dtype=np.int64), self._row(key))
@@ -317,12 +333,8 @@ class PlacementIndex:
     def update(self, i: int) -> None:
         """Recompute GPU ``i`` after its occupants or state changed."""
         g: GpuView = self.gpus[i]
-        for o in g.occupants:
-            if o.cls not in self.cix:
-                self.ensure_class(o.cls)  # rebuilds every row
-                return
         self._scalars(i, g)
-        self._put(i, self._row(tuple(sorted(o.cls for o in g.occupants))))
+        self._put(i, self._row(self._key(g)))
 
     # ---- queries -----------------------------------------------------------------------
     @property

@@ -425,6 +425,72 @@ def test_place_matches_the_rules_written_out_plainly(cross_user: str, full: bool
     assert checked >= (100 if full else 1)
 
 
+def test_classes_the_table_does_not_know_share_one_column_and_place_as_written_out() -> None:
+    """Jobs named afresh for each run (a sweep, dated runs) are classes the score table has
+    never seen: thousands of them on a site. They share the index's one column for unknown
+    classes (the index stays the size of the table) and are placed as the rules say."""
+    from slurm_colo.placement.index import UNKNOWN
+    from slurm_colo.placement.policy import index_for
+
+    rng = random.Random(5)
+    known = ["a", "b", "c"]
+    fresh = iter(f"run-{k:05d}" for k in range(100000))
+    t = ScoreTable(pairs=dict(SCORES.pairs), prior_n=0.8, prior_sd=0.05)
+    cfg = PlacementConfig(cross_user="shard", explore_rate=0.3)
+    checked = 0
+    for trial in range(60):
+        gpus = []
+        for i in range(rng.randrange(1, 40)):
+            g = gpu(i, node=f"n{i // 4}", slots=rng.randrange(1, 5))
+            for k in range(rng.randrange(trial % 2, g.slots + 1)):  # odd trials: none idle
+                cls = next(fresh) if rng.random() < 0.6 else rng.choice(known)
+                g.occupants.append(occ(f"t{trial}g{i}o{k}", cls, uid=rng.randrange(2)))
+            gpus.append(g)
+        view = ClusterView(gpus, queue_per_gpu=rng.choice([None, 2.0]))
+        names = index_for(view, t, cfg).names
+        assert sorted(names) == sorted(["a", "b", "c", "d", UNKNOWN]), names
+        for q in range(10):
+            cls = next(fresh) if rng.random() < 0.5 else rng.choice(known)
+            j = job(f"t{trial}q{q}", cls, uid=rng.randrange(2), mem=rng.uniform(1, 8))
+            d = place(j, view, t, cfg)
+            action, allowed = _reference(j, view, t, cfg)
+            assert d.action == action, (trial, q, d.reason)
+            if d.shared:
+                assert view.position(d.node or "", d.index or 0) in allowed, (trial, q, d.reason)
+                checked += d.partners != () and cls.startswith("run-")
+        assert index_for(view, t, cfg).names == names  # no column added for a new name
+    assert checked >= 20
+
+
+def test_the_index_class_matrices_read_every_pair_as_the_table_does() -> None:
+    """Filled from the table's pairs over its prior (not pair by pair): each entry is what
+    ScoreTable.pair gives, also where the table holds a pair in both orders."""
+    from slurm_colo.placement.index import PlacementIndex
+
+    rng = random.Random(2)
+    classes = [f"c{i}" for i in range(25)]
+    t = ScoreTable(prior_n=0.7, prior_sd=0.2)
+    for _ in range(500):
+        a, b = rng.choice(classes), rng.choice(classes)
+        t.pairs[(a, b)] = PairScore(
+            rng.random(),
+            rng.random(),
+            rng.uniform(0.0, 0.2),
+            observed=rng.random() < 0.5,
+            never=rng.random() < 0.1,
+            known=rng.random() < 0.8,
+        )
+    both = sum((b, a) in t.pairs for a, b in t.pairs if a != b)
+    assert both > 50  # the two orders disagree: which one the index keeps matters
+    idx = PlacementIndex(ClusterView([]), t, CFG)
+    for i, a in enumerate(idx.names):
+        for j, b in enumerate(idx.names):
+            p = t.pair(a, b)
+            want = (p.n_a, p.sd * p.sd, p.never, p.known, p.observed)
+            got = (idx.N[i, j], idx.S2[i, j], idx.NEVER[i, j], idx.KNOWN[i, j], idx.OBS[i, j])
+            assert got == pytest.approx(want), (a, b)
+
+
 def test_a_table_with_learned_pairs_updates_the_index_to_what_a_rebuild_gives() -> None:
     from slurm_colo.placement.policy import index_for
     from slurm_colo.placement.retract import with_pairs
