@@ -3,6 +3,7 @@ messages through the same client as on the head node; anything else is refused."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from slurm_colo.config import AgentConfig, Config
 from slurm_colo.contracts import client
 from slurm_colo.errors import AgentError, CredentialForeign, WrongCluster
 from slurm_colo.gres_layout import NodeGpus
+from slurm_colo.slurm.model import GresAlloc, SlurmJob, SlurmNode
 
 LAYOUT = (NodeGpus("n1", 4, "v100", 32.0, (0, 1), 4),)
 
@@ -43,10 +45,18 @@ def gpu_node(head: private_munged.Munged) -> Iterator[private_munged.Munged]:
 
 @pytest.fixture()
 def agent(head: private_munged.Munged, tmp_path: Path) -> Iterator[tuple[Agent, int]]:
+    with _tcp_agent(head, tmp_path, LAYOUT) as a:
+        yield a
+
+
+@contextlib.contextmanager
+def _tcp_agent(
+    head: private_munged.Munged, tmp_path: Path, layout: tuple[NodeGpus, ...]
+) -> Iterator[tuple[Agent, int]]:
     port = _free_port()
     sock = str(tmp_path / "agent.sock")
     cfg = Config(
-        gpus=LAYOUT,
+        gpus=layout,
         agent=AgentConfig(
             socket=sock,
             listen=(f"unix:{sock}", f"tcp:127.0.0.1:{port}"),
@@ -58,8 +68,10 @@ def agent(head: private_munged.Munged, tmp_path: Path) -> Iterator[tuple[Agent, 
     )
     a = Agent(cfg, backend=QuietSlurm("n1"), learned_file=tmp_path / "learned.json")
     a._start_tcp()
-    yield a, port
-    a.shutdown()
+    try:
+        yield a, port
+    finally:
+        a.shutdown()
 
 
 def _node_cfg(port: int, munged: private_munged.Munged, cluster: str = "alpha") -> Config:
@@ -117,3 +129,32 @@ def test_an_unreachable_agent_is_an_agent_error(gpu_node: private_munged.Munged)
     cfg = _node_cfg(_free_port(), gpu_node)
     with pytest.raises(AgentError, match="nothing listens"):
         client.request(cfg.agent.address, "PING", {}, 1.0, cfg)
+
+
+def test_the_status_of_a_large_site_reaches_another_host(
+    head: private_munged.Munged, gpu_node: private_munged.Munged, tmp_path: Path
+) -> None:
+    # 1,000 shared GPUs and 5,000 running jobs: a STATUS reply above the 1 MiB that munged
+    # seals in one credential (`slurm-colo status` run on a login or GPU node)
+    layout = (NodeGpus("g[001-125]", 8, "v100", 32.0, tuple(range(8)), 8),)
+    names = layout[0].node_names
+    jobs = [
+        SlurmJob(
+            1000 + k,
+            f"train-{k}",
+            f"user{k % 40}",
+            2000 + k % 40,
+            "RUNNING",
+            nodes=names[k % len(names)],
+            gres=(GresAlloc("shard", "", 1, ((k // len(names)) % 8,)),),
+        )
+        for k in range(5000)
+    ]
+    with _tcp_agent(head, tmp_path, layout) as (a, port):
+        a.state.apply_snapshot(jobs, [SlurmNode(n, "MIXED") for n in names], 0.0)
+        local = a.handle(b"STATUS\t{}\n", peer_uid=0)
+        assert len(local) > 1024 * 1024
+        st = client.status(_node_cfg(port, gpu_node), timeout_s=30.0)
+    assert len(st["gpus"]) == 1000
+    assert sum(len(g["occupants"]) for g in st["gpus"]) == 5000
+    assert {o["job_id"] for g in st["gpus"] for o in g["occupants"]} == {j.job_id for j in jobs}
