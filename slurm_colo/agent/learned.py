@@ -29,6 +29,12 @@ from .kept import KeptFileError
 log = logging.getLogger("slurm_colo.agent")
 
 FORMAT = "slurm-colo-learned/1"
+#: classes no score set in use knows whose measured pairs are kept: the most recently
+#: measured ones. A job named afresh for each run (``run-00042``) is such a class and never
+#: comes back, and each class kept is a row and a column of the placement index, built
+#: again at the next look when one is added: without a bound a day of such probes on a
+#: large site grows it past the Lua hook's deadline. The next score set starts afresh.
+MAX_NEW_CLASSES = 256
 #: (class a, class b) -> (the pair as measured, when), as LiveScores.learned keeps them
 Learned = dict[tuple[str, str], tuple[PairScore, float]]
 
@@ -106,6 +112,8 @@ class LiveScores:
         self._model_tables: dict[str, ScoreTable] = {}
         self.model_errors: dict[str, str] = {}
         self._book: ScoreBook | None = None
+        #: the score sets in use and the classes they know (:meth:`_bound_new_classes`)
+        self._known: tuple[tuple[ScoreTable, ...], set[str]] | None = None
         self.load(table or ScoreTable())
 
     @property
@@ -161,6 +169,7 @@ class LiveScores:
         for (a, b), ps in observed.items():
             self.learned.pop((b, a), None)
             self.learned[(a, b)] = (ps, now)
+        self._bound_new_classes()
         self._pending = True
         self.changes += 1
         if at_once:  # the caller rebuilds the view
@@ -170,7 +179,40 @@ class LiveScores:
         """Measurements saved before a restart, laid over the score set unless it was made
         after them."""
         self.learned = dict(learned)
+        self._bound_new_classes()
         self.load(self._base)
+
+    def _bound_new_classes(self) -> None:
+        """Keep the measurements of at most ``MAX_NEW_CLASSES`` classes that no score set in
+        use knows (by the time each was last measured); those of known classes all stay."""
+        tables = (self._base, *self._models.values())
+        if (
+            self._known is None
+            or len(self._known[0]) != len(tables)
+            or any(a is not b for a, b in zip(self._known[0], tables, strict=True))
+        ):
+            known: set[str] = set()
+            for t in tables:
+                known.update(t.classes)
+                for pair in t.pairs:
+                    known.update(pair)
+            self._known = (tables, known)
+        known = self._known[1]
+        last: dict[str, float] = {}
+        for pair, (_, at) in self.learned.items():
+            for c in pair:
+                if c not in known:
+                    last[c] = max(last.get(c, at), at)
+        if len(last) <= MAX_NEW_CLASSES:
+            return
+        drop = set(sorted(last, key=lambda c: last[c])[: len(last) - MAX_NEW_CLASSES])
+        self.learned = {k: v for k, v in self.learned.items() if drop.isdisjoint(k)}
+        log.info(
+            "probe measurements of %d job class(es) no score set knows were dropped (the "
+            "oldest; at most %d such classes are kept until the next score set)",
+            len(drop),
+            MAX_NEW_CLASSES,
+        )
 
     def apply(self) -> None:
         """Lay the pairs probes measured over the score set."""
