@@ -154,6 +154,9 @@ class ScoresConfig:
     holdout_share: float = 0.2
     #: a new set whose held-out error exceeds the live set's by more than this is not published
     max_regression: float = 0.03
+    #: the most job classes a set scores: those with the most evidence (jobs named afresh for
+    #: each run are classes of one job each; the others get the set's prior)
+    max_classes: int = 500
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,8 @@ def _whole(v: Any) -> bool:
 _AT_LEAST: dict[tuple[str, str], float] = {
     # each look at Slurm runs squeue and scontrol against slurmctld
     ("agent", "refresh_interval_s"): 1.0,
+    # a set scores pairs of classes
+    ("scores", "max_classes"): 2.0,
     ("placement", "max_slowdown"): 1.0,
     ("placement", "throughput_max_slowdown"): 1.0,
 }

@@ -162,6 +162,11 @@ HELP: dict[str, str] = {
     "before it is published (below 1).",
     "scores.max_regression": "A new score set whose held-out error exceeds the live set's by "
     "more than this is not published; the live set stays.",
+    "scores.max_classes": "The most job classes a score set scores, at least 2: those with "
+    "the most evidence in the history. A set holds every pair of its classes, so its size and "
+    "the retrain's time grow with their square (500 classes: 125,000 pairs). Jobs named afresh "
+    "for each run are classes of one job each; the classes left out get the set's prior, and "
+    "`slurm-colo retrain` says how many.",
     # [node]
     "node.mps_backend": '"real" (nvidia-cuda-mps-control) or "emulator" (explicit opt-in '
     "for tests and the lab; never on a production node).",

@@ -38,6 +38,13 @@ def set_lines(res: Any) -> list[str]:
             f"{_f(m.get('live_holdout_mae'), '.4f')}"
         ),
     ]
+    left = info.get("classes_left_out", 0)
+    if left:
+        lines.append(
+            f"{left} class(es) with the least evidence left out ([scores] max_classes = "
+            f"{info.get('max_classes')}): their jobs get the set's prior; jobs named afresh for "
+            "each run are classes of one job each (sbatch --colocate-class names a kind of job)"
+        )
     if res.published:
         lines.append(f"published -> {res.path} (live)")
     else:

@@ -187,6 +187,45 @@ class Observations:
                 out[k] = out.get(k, 0.0) + float(c)
         return out
 
+    def class_weights(self) -> dict[str, float]:
+        """Per class, the summed weight of the entries it takes part in (as either side);
+        a class with only a solo profile or a never pair has 0."""
+        out = dict.fromkeys(self.classes, 0.0)
+        for a, b, w in zip(self._a, self._b, self._w):
+            out[a] += w
+            if b != a:
+                out[b] += w
+        for cl, ia, ib, _, cw, _ in self._chunks:
+            by = np.bincount(ia, weights=cw, minlength=len(cl))
+            by += np.bincount(ib, weights=np.where(ia != ib, cw, 0.0), minlength=len(cl))
+            for c, v in zip(cl, by.tolist()):
+                out[c] += v
+        return out
+
+    def restricted(self, keep: set[str]) -> Observations:
+        """The same observations between the classes in ``keep`` only."""
+        pick = [k for k, (a, b) in enumerate(zip(self._a, self._b)) if a in keep and b in keep]
+        chunks = []
+        for cl, ia, ib, cn, cw, cc in self._chunks:
+            inside = np.array([c in keep for c in cl], dtype=bool)
+            ok = inside[ia] & inside[ib]
+            if ok.any():  # the chunk's class list without the others, its indexes moved
+                new_ix = np.cumsum(inside) - 1
+                kept = [c for c, i in zip(cl, inside.tolist()) if i]
+                chunks.append((kept, new_ix[ia[ok]], new_ix[ib[ok]], cn[ok], cw[ok], cc[ok]))
+        return Observations(
+            classes={c: p for c, p in self.classes.items() if c in keep},
+            never={k for k in self.never if k[0] in keep and k[1] in keep},
+            faults={k: v for k, v in self.faults.items() if k[0] in keep and k[1] in keep},
+            _a=[self._a[k] for k in pick],
+            _b=[self._b[k] for k in pick],
+            _n=[self._n[k] for k in pick],
+            _w=[self._w[k] for k in pick],
+            _c=[self._c[k] for k in pick],
+            rejected=self.rejected,
+            _chunks=chunks,
+        )
+
     def copy(self) -> Observations:
         return Observations(
             classes=self.classes,

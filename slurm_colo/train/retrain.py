@@ -198,6 +198,21 @@ def gather(
     return obs, info
 
 
+def _busiest_classes(
+    obs: Observations, info: dict[str, Any], most: int
+) -> tuple[Observations, dict[str, Any]]:
+    """``obs`` between its ``most`` classes with the most evidence (``scores.max_classes``;
+    ties by name), and ``info`` with how many were left out. A set scores every pair of its
+    classes, so its size and the fit's time grow with their square; a site whose jobs are
+    named afresh for each run has a class per job."""
+    if len(obs.classes) <= most:
+        return obs, info
+    weight = obs.class_weights()
+    keep = set(sorted(weight, key=lambda c: (-weight[c], c))[:most])
+    left = len(obs.classes) - most
+    return obs.restricted(keep), info | {"classes_left_out": left, "max_classes": most}
+
+
 def train_and_publish(
     engine: Engine,
     cfg: Config,
@@ -219,6 +234,7 @@ def train_and_publish(
             f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
             hint="slurm-colo history import --gavel FILE --gpu MODEL",
         )
+    obs, info = _busiest_classes(obs, info, sc.max_classes)
     mae, n_hidden, hyper = holdout_mae(obs, share=sc.holdout_share, seed=0)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     table = fit_table(obs, seed=0, gpu_model=gpu_model, training=info, hyper=hyper)

@@ -224,3 +224,39 @@ def test_the_published_fit_reuses_the_hyper_parameters_the_held_out_check_scored
         assert t.pair(a, b).n_a == pytest.approx(truth(a, b), abs=0.02)
     fresh = fit_table(obs)
     assert len(searches) == 3 and fresh.training["hyper_search"] == "fitted"
+
+
+def test_observations_restricted_to_some_classes_aggregate_as_if_only_those_were_added() -> None:
+    import numpy as np
+
+    from slurm_colo.model.data import Observations
+
+    full, only = Observations(), Observations()
+    keep = {"a", "b", "c"}
+    rows = [("a", "b", 0.8, 0.7), ("a", "x", 0.5, 0.9), ("c", "c", 0.6, 0.6), ("y", "b", 0.4, 0.3)]
+    for a, b, na, nb in rows:
+        full.add_pair(a, b, na, nb, weight=2.0)
+        if a in keep and b in keep:
+            only.add_pair(a, b, na, nb, weight=2.0)
+    cl = ["x", "b", "a", "y", "c"]  # bulk entries, as the history adds them
+    ia, ib = np.array([2, 0, 4, 1, 3]), np.array([1, 2, 1, 4, 1])
+    n, w = np.array([0.9, 0.5, 0.7, 0.6, 0.2]), np.array([1.0, 3.0, 2.0, 1.0, 4.0])
+    full.add_arrays(cl, ia, ib, n, w)
+    ok = [k for k in range(5) if cl[ia[k]] in keep and cl[ib[k]] in keep]
+    order = sorted(keep)
+    to = {c: i for i, c in enumerate(order)}
+    only.add_arrays(
+        order,
+        np.array([to[cl[ia[k]]] for k in ok]),
+        np.array([to[cl[ib[k]]] for k in ok]),
+        n[ok],
+        w[ok],
+    )
+    full.add_never("a", "y")
+    weights = full.class_weights()
+    assert weights["x"] == 2.0 + 2.0 + 3.0 and weights["c"] == 2.0 + 2.0 + 1.0
+    got = full.restricted(keep)
+    assert set(got.classes) == keep and got.never == set()
+    want_e, got_e = only.aggregate(order), got.aggregate(order)
+    for f in ("ia", "ib", "y", "w", "censored"):
+        assert np.array_equal(getattr(got_e, f), getattr(want_e, f)), f

@@ -283,3 +283,55 @@ def test_a_second_retrain_stops_at_once_and_changes_nothing(engine: Engine, tmp_
         child.wait()
     # the holder died: the kernel dropped its lock, the next night runs
     assert retrain(engine, cfg(tmp_path), now=NOW).published
+
+
+def _one_off_jobs(n: int, start_id: int) -> list[JobRecord]:
+    """Jobs named afresh for each run (``run-00042``), each sharing a GPU once with a job of
+    a known class: a class of one job each."""
+    recs = []
+    t = NOW - 10 * 86400
+    for k in range(n):
+        t += 4000
+        ja, jb = start_id + 2 * k, start_id + 2 * k + 1
+        one, known = f"run-{k:05d}", CLASSES[k % len(CLASSES)]
+        common = dict(node="n1", user="u", uid=1, start=t, end=t + 3600, gpus=[0], shared=True)
+        for jid, cls, other, oid in ((ja, one, known, jb), (jb, known, one, ja)):
+            recs.append(
+                JobRecord(
+                    job_id=jid,
+                    cls=cls,
+                    co_runners=[CoRunner(oid, other, "u", t, t + 3600)],
+                    progress={"rate": 7.0, "solo_rate": 10.0},
+                    profile={"mem_peak_gib": 4.0},
+                    **common,
+                )
+            )
+    return recs
+
+
+def test_a_set_scores_the_classes_with_the_most_evidence_up_to_max_classes(
+    engine: Engine, tmp_path: Path
+) -> None:
+    from slurm_colo.cli.retrain import set_lines
+
+    ingest_records(engine, history(noise=0.01) + _one_off_jobs(30, start_id=10_000))
+    res = retrain(engine, cfg(tmp_path, max_classes=len(CLASSES)), now=NOW)
+    assert res.published
+    t = load_scores(res.path)
+    assert set(t.classes) == set(CLASSES)  # each run-NNNNN has one job's evidence
+    assert len(t.pairs) == len(CLASSES) * (len(CLASSES) + 1) // 2
+    assert res.info["classes_left_out"] == 30 and t.training["classes_left_out"] == 30
+    assert t.pair("beta-bs32", "delta").n_a == pytest.approx(truth("beta-bs32", "delta"), abs=0.05)
+    assert t.pair("run-00003", "gamma").n_a == t.prior_n  # left to the prior
+    assert any("30 class(es) with the least evidence left out" in line for line in set_lines(res))
+    # the default keeps them all
+    res = retrain(engine, cfg(tmp_path), now=NOW + 86400)
+    assert len(res.table.classes) == len(CLASSES) + 30 and "classes_left_out" not in res.info
+
+
+def test_max_classes_below_two_is_refused(tmp_path: Path) -> None:
+    from slurm_colo.config import parse_config
+    from slurm_colo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="scores.max_classes must be at least 2"):
+        parse_config("[scores]\nmax_classes = 1\n", "site.toml")
