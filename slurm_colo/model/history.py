@@ -121,20 +121,39 @@ def _share(
     return shares[partners.index(j)]
 
 
+@dataclass(frozen=True)
+class AloneLogs:
+    """Weighted mean log throughput of class ``a`` next to class ``b`` alone, for the pairs
+    measured (sparse: a history of jobs named afresh for each run has a class per job, and
+    a ``classes x classes`` matrix of them would not fit in memory)."""
+
+    classes: int
+    keys: np.ndarray  # a * classes + b, sorted
+    values: np.ndarray
+
+    def at(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The value of each (``a``, ``b``), NaN where that pair was not measured."""
+        q = np.asarray(a, np.int64) * self.classes + np.asarray(b, np.int64)
+        if len(self.keys) == 0:
+            return np.full(q.shape, np.nan)
+        pos = np.minimum(np.searchsorted(self.keys, q), len(self.keys) - 1)
+        return np.where(self.keys[pos] == q, self.values[pos], np.nan)
+
+
 def alone_logs(
     classes: int, a: np.ndarray, b: np.ndarray, n: np.ndarray, weight: np.ndarray
-) -> np.ndarray:
-    """``classes x classes`` weighted mean log throughput of class ``a`` next to ``b`` over
-    pair episodes (``n`` of ``a``, NaN or negative unknown; clamped to [1e-6, 1]); NaN
-    where no such pair was measured."""
+) -> AloneLogs:
+    """Weighted mean log throughput of class ``a`` next to ``b`` over pair episodes (``n``
+    of ``a``, NaN or negative unknown; clamped to [1e-6, 1]), per pair measured."""
     ok = ~np.isnan(n) & (n >= 0) & (weight > 0)
-    key = a[ok] * classes + b[ok]
+    key = a[ok].astype(np.int64) * classes + b[ok]
     w = weight[ok]
     logs = np.log(np.clip(n[ok], LOG_FLOOR, 1.0))
-    tw = np.bincount(key, weights=w, minlength=classes * classes)
-    tl = np.bincount(key, weights=w * logs, minlength=classes * classes)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tw > 0, tl / np.where(tw > 0, tw, 1.0), np.nan).reshape(classes, classes)
+    uniq, inv = np.unique(key, return_inverse=True)
+    tw = np.bincount(inv, weights=w, minlength=len(uniq))
+    tl = np.bincount(inv, weights=w * logs, minlength=len(uniq))
+    has = tw > 0
+    return AloneLogs(classes, uniq[has], tl[has] / tw[has])
 
 
 def member_pair_episodes(
@@ -229,14 +248,14 @@ def member_pair_episodes(
     )
 
 
-def _shares(alone: np.ndarray, members: np.ndarray) -> np.ndarray:
+def _shares(alone: AloneLogs, members: np.ndarray) -> np.ndarray:
     """``[e, x, y]``: the share of member ``x``'s slowdown that goes to partner ``y`` in
     episode ``e`` (``members``: episodes x k class indexes): :func:`_share` for a whole
     array of episodes at once."""
     kk = members.shape[1]
     if kk == 2:
         return np.ones((len(members), 2, 2))
-    logs = alone[members[:, :, None], members[:, None, :]]
+    logs = alone.at(*np.broadcast_arrays(members[:, :, None], members[:, None, :]))
     partner = ~np.eye(kk, dtype=bool)[None, :, :]
     known = np.where(partner, ~np.isnan(logs), True).all(axis=2)
     total = np.where(partner, np.nan_to_num(logs), 0.0).sum(axis=2)
