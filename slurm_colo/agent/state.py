@@ -324,6 +324,7 @@ class AgentState:
         held: bool = False,
     ) -> None:
         req = self._request(token, key)
+        self.live.placed(req.cls)
         led = self.ledger
         d = bd.decision
         led.remember(
