@@ -38,7 +38,7 @@ MAX_NEW_CLASSES = 256
 #: how many jobs of a class no score set knows the agent must have placed since the set
 #: was loaded before a probe's measurement of it is laid over the set: a name used once
 #: (``run-00042``) never comes back, and each new class costs a rebuild of the placement
-#: index at the next look (0.1 s over 2,000 GPUs with tens of classes, up to 1 s with 500)
+#: index at the next look (0.1 s over 2,000 GPUs with tens of classes, 0.5-1.4 s with 500)
 RECURRING = 2
 #: classes no score set knows whose placements are counted at once (beyond it, those
 #: placed once are forgotten)
