@@ -29,15 +29,20 @@ port; while the agent is down any user on the head node could listen on it, and 
 on the network path could answer in the agent's place. An unsigned reply could give a
 job a whole GPU's threads next to a partner, or starve it. The hash ties a reply to one
 request, so a reply recorded on one node cannot be replayed to another node (munge's
-replay cache is per host). munged seals at most 1 MiB, and a ``STATUS`` of a large site is
-more (2.6 MB for 2,000 shared GPUs and 10,000 jobs): a reply line longer than
-``INLINE_REPLY_MAX`` follows its envelope as it is, ``MUNGE<TAB><credential><TAB><length>\\n
-<reply line>``, and the credential's payload, ``slurm-colo/1 reply-digest\\n<cluster>\\n
-<sha256 of the request credential>\\n<sha256 of the reply line>\\n<length>\\n``, signs
-it just as well. Shorter replies keep the first form, which older clients read. A refusal before authentication (``ERR<TAB>auth <reason>:
+replay cache is per host). A refusal before authentication (``ERR<TAB>auth <reason>:
 ...``) is sent unsigned: it carries no data, is raised as the matching ``AuthError``,
 never returned as a reply, and a forged one only denies service, which anyone on the
 path can do anyway.
+
+munged seals at most 1 MiB, and a ``STATUS`` of a large site is more (2.6 MB for 2,000
+shared GPUs and 10,000 jobs). A reply line longer than ``INLINE_REPLY_MAX`` follows its
+envelope as it is::
+
+    MUNGE<TAB><credential><TAB><length>\\n<reply line>
+
+and the credential's payload, ``slurm-colo/1 reply-digest\\n<cluster>\\n<sha256 of the
+request credential>\\n<sha256 of the reply line>\\n<length>\\n``, signs it just as well.
+Shorter replies keep the first form, which older clients read.
 
 Cost (``benchmarks/transport_bench.py``: two private munged with one key, munge 0.5.15,
 a 2-CPU build host shared with other work; medians, the range over five runs):
@@ -322,8 +327,9 @@ def _signed_body(body: bytes | None, digest: bytes, size: bytes) -> bytes:
         or hashlib.sha256(body).hexdigest().encode() != digest
     ):
         got = "no reply line" if body is None else f"{len(body)} bytes"
+        signed = size.decode("ascii", "replace")
         raise CredentialInvalid(
-            f"the reply line ({got}) does not match the signed digest of {size.decode('ascii', 'replace')} bytes"
+            f"the reply line ({got}) does not match the signed digest of {signed} bytes"
         )
     return body
 
