@@ -177,7 +177,8 @@ class LiveScores:
     ) -> None:
         """Use pair throughputs a probe measured (until a newer score set): ``at_once`` (a
         harmful set: the caller rebuilds the view), else from the next look at Slurm, so a
-        kept set costs no rebuild of the placement cache on a hook's request."""
+        kept set costs no rebuild of the placement cache on a hook's request. A pair with a
+        class no score set knows is used only once that class recurs (:meth:`placed`)."""
         known, seen = self._known_classes(), self._unknown_placed
         observed = {
             k: v

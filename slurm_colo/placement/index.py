@@ -148,7 +148,7 @@ class PlacementIndex:
         self.acc_delta = np.zeros((k, n), dtype=bool)
         self.acc_explore_delta = np.zeros((k, n), dtype=bool)
 
-    def ensure_class(self, cls: str) -> int:
+    def column(self, cls: str) -> int:
         """Column of ``cls`` (:data:`UNKNOWN`'s for a class the score table does not know)."""
         i = self.cix.get(cls)
         return self.cix[UNKNOWN] if i is None else i

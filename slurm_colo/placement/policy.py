@@ -199,9 +199,7 @@ def gpu_outcome(
     ``"idle"`` (could be opened), ``"share"`` (an accepted set) or ``"no"``. A simulator
     uses it to skip re-placing a waiting job when none of the GPUs that changed can help."""
     idx = index_for(view, scores, cfg)
-    return idx.outcome(
-        idx.ensure_class(sig.cls), sig.uid, sig.est, sig.aggressive, sig.explore, pos
-    )
+    return idx.outcome(idx.column(sig.cls), sig.uid, sig.est, sig.aggressive, sig.explore, pos)
 
 
 def _why_not(
@@ -264,7 +262,7 @@ def place(job: JobRequest, view: ClusterView, scores: ScoreTable, cfg: Placement
     rows = None
     if job.gres_type:
         rows = idx.type_rows(view, job.gres_type)
-    m = idx.candidates(idx.ensure_class(job.cls), j.uid, est, j.aggressive, j.explore, rows=rows)
+    m = idx.candidates(idx.column(job.cls), j.uid, est, j.aggressive, j.explore, rows=rows)
     if job.rate_floor > 0:
         m = m.keep(m.rate >= job.rate_floor)
     k = m.best()
