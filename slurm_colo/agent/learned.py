@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..placement.by_model import ScoreBook
-from ..placement.retract import with_pairs
+from ..placement.retract import RECURRING, known_classes, recurring_only, with_pairs
 from ..scores import PairScore, ScoreTable
 from . import kept
 from .kept import KeptFileError
@@ -35,11 +35,6 @@ FORMAT = "slurm-colo-learned/1"
 #: again at the next look when one is added: without a bound a day of such probes on a
 #: large site grows it past the Lua hook's deadline. The next score set starts afresh.
 MAX_NEW_CLASSES = 256
-#: how many jobs of a class no score set knows the agent must have placed since the set
-#: was loaded before a probe's measurement of it is laid over the set: a name used once
-#: (``run-00042``) never comes back, and each new class costs a rebuild of the placement
-#: index at the next look (0.1 s over 2,000 GPUs with tens of classes, 0.5-1.4 s with 500)
-RECURRING = 2
 #: classes no score set knows whose placements are counted at once (beyond it, those
 #: placed once are forgotten)
 MAX_COUNTED = 100_000
@@ -179,12 +174,9 @@ class LiveScores:
         harmful set: the caller rebuilds the view), else from the next look at Slurm, so a
         kept set costs no rebuild of the placement cache on a hook's request. A pair with a
         class no score set knows is used only once that class recurs (:meth:`placed`)."""
-        known, seen = self._known_classes(), self._unknown_placed
-        observed = {
-            k: v
-            for k, v in observed.items()
-            if all(c in known or seen.get(c, 0) >= RECURRING for c in k)
-        }
+        # a class learnt costs a build of the placement index at the next look (0.1 s over
+        # 2,000 GPUs with tens of classes, 0.5-1.4 s with 500)
+        observed = recurring_only(observed, self._known_classes(), self._unknown_placed)
         if not observed:
             return
         for (a, b), ps in observed.items():
@@ -222,12 +214,7 @@ class LiveScores:
             or len(self._known[0]) != len(tables)
             or any(a is not b for a, b in zip(self._known[0], tables, strict=True))
         ):
-            known: set[str] = set()
-            for t in tables:
-                known.update(t.classes)
-                for pair in t.pairs:
-                    known.update(pair)
-            self._known = (tables, known)
+            self._known = (tables, known_classes(tables))
         return self._known[1]
 
     def _bound_new_classes(self) -> None:

@@ -23,7 +23,7 @@ next nightly retrain. Pure: the simulator and the agent call the same functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -213,3 +213,30 @@ def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTab
         pairs.pop((b, a), None)
         pairs[(a, b)] = p
     return replace(t, pairs=pairs, id=f"{t.id}+{len(obs)}obs")
+
+
+#: jobs of a class no score set knows that must have come (placed by the agent, arrived in
+#: the simulator) before a probe's measurement of it is learnt: a job name used once
+#: (``run-00042``) never comes back, and each class learnt is a row and a column of the
+#: placement index, built afresh when one is added
+RECURRING = 2
+
+
+def known_classes(tables: Iterable[ScoreTable]) -> set[str]:
+    """The classes the score sets ``tables`` have a profile or a pair for."""
+    known: set[str] = set()
+    for t in tables:
+        known.update(t.classes)
+        for pair in t.pairs:
+            known.update(pair)
+    return known
+
+
+def recurring_only(
+    obs: dict[tuple[str, str], PairScore], known: Container[str], came: Mapping[str, int]
+) -> dict[tuple[str, str], PairScore]:
+    """The pairs of ``obs`` whose classes are all ``known`` or have come ``RECURRING``
+    times (``came``: jobs per class that no score set knows)."""
+    return {
+        k: p for k, p in obs.items() if all(c in known or came.get(c, 0) >= RECURRING for c in k)
+    }

@@ -38,7 +38,14 @@ from ..placement import ClusterView, Decision, GpuView, JobRequest, place
 from ..placement.candidates import throughput_open
 from ..placement.held import HeldJob, Newcomer, requeued, why_not_undone
 from ..placement.policy import job_signature, occupant_for
-from ..placement.retract import Member, judge, with_pairs
+from ..placement.retract import (
+    RECURRING,
+    Member,
+    judge,
+    known_classes,
+    recurring_only,
+    with_pairs,
+)
 from ..placement.trend import QueueTrend
 from ..scores import PairScore, ScoreTable
 from .drain import StarvationGuard
@@ -88,6 +95,10 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         self.reservations = 0
         self._pending_obs: dict[tuple[str, str], PairScore] = {}
         self._last_learn = 0.0
+        #: the classes the score set knows; jobs come per class it does not (up to
+        #: RECURRING): only pairs of recurring classes are learnt, as the agent does
+        self._known = known_classes([scores])
+        self._came: dict[str, int] = {}
 
     @property
     def held_q(self) -> dict[str, list[int]]:
@@ -163,6 +174,9 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
             self._held_all = True
 
     def arrive(self, sim: Sim, jid: int) -> None:
+        cls = self._req(jid).cls
+        if cls not in self._known:
+            self._came[cls] = min(self._came.get(cls, 0) + 1, RECURRING)
         if self.submit_time and not self.waiting.whole(self.waiting.sig_list[self._sid(jid)]):
             if self._try(jid, hold_idle=False, since=sim.now) == "started":
                 return
@@ -245,6 +259,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
     # ---- learning --------------------------------------------------------------------
     def _apply(self, obs: dict[tuple[str, str], PairScore]) -> None:
         obs = {k: p for k, p in obs.items() if self.scores.pair(*k) != p}  # news only
+        obs = recurring_only(obs, self._known, self._came)
         if not obs:
             return
         self.scores = with_pairs(self.scores, obs)

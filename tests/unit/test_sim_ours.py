@@ -96,6 +96,24 @@ def test_a_wrong_prediction_is_retracted_and_learned() -> None:
     assert sim.runs[1].end == pytest.approx(sim.runs[0].end + 5000)
 
 
+def test_a_class_the_score_set_does_not_know_is_learnt_only_once_it_recurs() -> None:
+    # "x" is not in the score set (its pairs are the prior, predicted compatible): a job of
+    # it that comes once teaches nothing, as in the agent; a second one makes it recur
+    known = oracle_scores(data())
+    known.pairs = {k: p for k, p in known.pairs.items() if "x" not in k}
+    known.classes = {c: info for c, info in known.classes.items() if c != "x"}
+    known.prior_n, known.prior_sd = 0.95, 0.01
+    cfg = replace(CFG, probe_s=60, explore_rate=1.0)  # a pair with no data may be tried
+    once = PolicyScheduler("ours", known, cfg, learn=True)
+    run([job(0, 0, 5000, "a"), job(1, 1, 5000, "x")], once)
+    assert once.retractions == 1 and not once.scores.pair("x", "a").observed
+    twice = PolicyScheduler("ours", known, cfg, learn=True)
+    run([job(0, 0, 5000, "a"), job(1, 1, 5000, "x"), job(2, 2, 100, "x")], twice)
+    assert twice.retractions >= 1
+    learned = twice.scores.pair("x", "a")
+    assert learned.observed and learned.n_a == pytest.approx(0.3)
+
+
 def test_without_undo_a_wrong_pair_runs_on_and_is_learned_from_its_probe() -> None:
     # placement.undo = "off": the bad pair runs to the end; what its probe measured teaches
     # the scores all the same
