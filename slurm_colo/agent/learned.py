@@ -115,7 +115,7 @@ class LiveScores:
         self._model_tables: dict[str, ScoreTable] = {}
         self.model_errors: dict[str, str] = {}
         self._book: ScoreBook | None = None
-        #: the score sets in use and the classes they know (:meth:`_known_classes`)
+        #: the score sets in use and the classes they know (:meth:`known_classes`)
         self._known: tuple[tuple[ScoreTable, ...], set[str]] | None = None
         #: classes no score set knows -> jobs of each placed since the site default set
         #: was loaded, up to RECURRING (:meth:`placed`)
@@ -176,7 +176,7 @@ class LiveScores:
         class no score set knows is used only once that class recurs (:meth:`placed`)."""
         # a class learnt costs a build of the placement index at the next look (0.1 s over
         # 2,000 GPUs with tens of classes, 0.5-1.4 s with 500)
-        observed = recurring_only(observed, self._known_classes(), self._unknown_placed)
+        observed = recurring_only(observed, self.known_classes(), self._unknown_placed)
         if not observed:
             return
         for (a, b), ps in observed.items():
@@ -199,15 +199,16 @@ class LiveScores:
         """The agent placed a job of ``cls`` (whatever it decided): a class no score set
         knows counts as recurring from its second job (:data:`RECURRING`), and only then
         are probes' measurements of it laid over the set."""
-        if cls in self._known_classes():
+        if cls in self.known_classes():
             return
         n = self._unknown_placed.get(cls, 0)
         if n + 1 < RECURRING and len(self._unknown_placed) >= MAX_COUNTED:
             self._unknown_placed = {c: k for c, k in self._unknown_placed.items() if k >= RECURRING}
         self._unknown_placed[cls] = min(n + 1, RECURRING)
 
-    def _known_classes(self) -> set[str]:
-        """The classes the score sets in use know (computed once per set of tables)."""
+    def known_classes(self) -> set[str]:
+        """The classes the score sets in use have a profile or a pair for (computed once
+        per set of tables; the probes' measurements aside)."""
         tables = (self._base, *self._models.values())
         if (
             self._known is None
@@ -220,7 +221,7 @@ class LiveScores:
     def _bound_new_classes(self) -> None:
         """Keep the measurements of at most ``MAX_NEW_CLASSES`` classes that no score set in
         use knows (by the time each was last measured); those of known classes all stay."""
-        known = self._known_classes()
+        known = self.known_classes()
         last: dict[str, float] = {}
         for pair, (_, at) in self.learned.items():
             for c in pair:

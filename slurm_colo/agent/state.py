@@ -15,7 +15,7 @@ from typing import Any
 from ..config import Config
 from ..contracts.enums import Replan, TimeLimit
 from ..contracts.hook_notes import FALLBACK_NOTE
-from ..contracts.options import derive_class, parse_mode
+from ..contracts.options import DEFAULT_CLASS, derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.probe import ProbeReport
 from ..contracts.records import UID_MAX
@@ -550,6 +550,9 @@ class AgentState:
 
     def explain(self, job_id: int, tag_text: str | None = None) -> dict[str, Any]:
         ex = self.ledger.explain(job_id, tag_text, self.view)
+        cls = ex.get("cls")
+        if ex.get("known") and cls != DEFAULT_CLASS and cls not in self.live.known_classes():
+            ex["class_unknown"] = True  # its pairs were the score set's prior
         added = self.credit.given_min(job_id)
         if added:
             ex["time_limit_added_min"] = added

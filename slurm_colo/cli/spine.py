@@ -45,6 +45,12 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
     lines = [
         f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"
     ]
+    if ex.get("class_unknown"):
+        lines.append(
+            f"  class {ex.get('cls')}: no score set in use knows it, so it was placed on what the "
+            "set assumes of any job (a name with a run number is a new class each time; "
+            "sbatch --colocate-class names a kind of job)"
+        )
     if ex.get("action") == "share":
         partners = ex.get("partners") or []
         where = f"GPU {ex.get('gpu')} of node {ex.get('node')}"

@@ -596,6 +596,20 @@ def test_explain_text_gives_the_reason_once() -> None:
     assert "  not shared: --colocate=off: job left as submitted" in off
 
 
+def test_explain_says_when_no_score_set_knows_the_jobs_class() -> None:
+    from slurm_colo.cli.spine import _fmt_explain
+
+    s = _state()
+    for job_id, name, cls in ((21, "run-00042", ""), (22, "job", "good"), (23, "job.sh", "")):
+        reply = s.place_request({**_req(cls), "name": name}, 1.0)
+        s.apply_snapshot([_job(job_id, reply["tag"], "PENDING")], [SlurmNode("n1", "IDLE")], 2.0)
+        ex = s.explain(job_id)
+        text = _fmt_explain(ex)
+        one_off = name == "run-00042"  # "job.sh" is the default class, treated apart
+        assert ex.get("class_unknown", False) is one_off, ex
+        assert ("class run-00042: no score set in use knows it" in text) is one_off, text
+
+
 def test_each_look_at_slurm_keeps_the_placement_index_and_parses_each_tag_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
