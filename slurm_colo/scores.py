@@ -80,6 +80,13 @@ class ScoreTable:
     metrics: dict[str, Any] = field(default_factory=dict)
 
     # ---- lookups --------------------------------------------------------------------
+    def known_classes(self) -> set[str]:
+        """The classes the set has a profile or a pair for (any other class gets the prior)."""
+        names = set(self.classes)
+        for a, b in self.pairs:
+            names.update((a, b))
+        return names
+
     def pair(self, a: str, b: str) -> PairScore:
         p = self.pairs.get((a, b))
         if p is not None:

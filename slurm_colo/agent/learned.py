@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..placement.by_model import ScoreBook
-from ..placement.retract import RECURRING, known_classes, recurring_only, with_pairs
+from ..placement.retract import RECURRING, recurring_only, with_pairs
 from ..scores import PairScore, ScoreTable
 from . import kept
 from .kept import KeptFileError
@@ -215,7 +215,7 @@ class LiveScores:
             or len(self._known[0]) != len(tables)
             or any(a is not b for a, b in zip(self._known[0], tables, strict=True))
         ):
-            self._known = (tables, known_classes(tables))
+            self._known = (tables, set().union(*(t.known_classes() for t in tables)))
         return self._known[1]
 
     def _bound_new_classes(self) -> None:

@@ -11,10 +11,7 @@ from ..scores import ScoreTable
 
 
 def table_classes(table: ScoreTable) -> list[str]:
-    names = set(table.classes)
-    for a, b in table.pairs:
-        names.update((a, b))
-    return sorted(names)
+    return sorted(table.known_classes())
 
 
 def export_rows(table: ScoreTable) -> list[dict[str, Any]]:

@@ -50,9 +50,7 @@ class PlacementIndex:
         self.scores = scores
         self.cfg = cfg
         self.gpus = view.gpus
-        names = set(scores.classes)
-        for a, b in scores.pairs:
-            names.update((a, b))
+        names = scores.known_classes()
         names.add(UNKNOWN)
         self._set_classes(sorted(names))
         n = len(view.gpus)

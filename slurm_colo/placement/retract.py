@@ -23,7 +23,7 @@ next nightly retrain. Pure: the simulator and the agent call the same functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -220,16 +220,6 @@ def with_pairs(t: ScoreTable, obs: dict[tuple[str, str], PairScore]) -> ScoreTab
 #: (``run-00042``) never comes back, and each class learnt is a row and a column of the
 #: placement index, built afresh when one is added
 RECURRING = 2
-
-
-def known_classes(tables: Iterable[ScoreTable]) -> set[str]:
-    """The classes the score sets ``tables`` have a profile or a pair for."""
-    known: set[str] = set()
-    for t in tables:
-        known.update(t.classes)
-        for pair in t.pairs:
-            known.update(pair)
-    return known
 
 
 def recurring_only(

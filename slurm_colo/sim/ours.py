@@ -42,7 +42,6 @@ from ..placement.retract import (
     RECURRING,
     Member,
     judge,
-    known_classes,
     recurring_only,
     with_pairs,
 )
@@ -97,7 +96,7 @@ class PolicyScheduler(StarvationGuard, HeldJobs, SchedulingPass, ProbeWatch):
         self._last_learn = 0.0
         #: the classes the score set knows; jobs come per class it does not (up to
         #: RECURRING): only pairs of recurring classes are learnt, as the agent does
-        self._known = known_classes([scores])
+        self._known = scores.known_classes()
         self._came: dict[str, int] = {}
 
     @property
