@@ -40,10 +40,11 @@ def set_lines(res: Any) -> list[str]:
     ]
     left = info.get("classes_left_out", 0)
     if left:
+        from ..contracts.options import ONE_OFF_CLASS_HINT
+
         lines.append(
             f"{left} class(es) with the least evidence left out ([scores] max_classes = "
-            f"{info.get('max_classes')}): their jobs get the set's prior; jobs named afresh for "
-            "each run are classes of one job each (sbatch --colocate-class names a kind of job)"
+            f"{info.get('max_classes')}): their jobs get the set's prior ({ONE_OFF_CLASS_HINT})"
         )
     if res.published:
         lines.append(f"published -> {res.path} (live)")

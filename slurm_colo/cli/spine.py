@@ -46,10 +46,11 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
         f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"
     ]
     if ex.get("class_unknown"):
+        from ..contracts.options import ONE_OFF_CLASS_HINT
+
         lines.append(
             f"  class {ex.get('cls')}: no score set in use knows it, so it was placed on what the "
-            "set assumes of any job (a name with a run number is a new class each time; "
-            "sbatch --colocate-class names a kind of job)"
+            f"set assumes of any job ({ONE_OFF_CLASS_HINT})"
         )
     if ex.get("action") == "share":
         partners = ex.get("partners") or []

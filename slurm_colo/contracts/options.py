@@ -41,6 +41,10 @@ GENERIC_JOB_NAMES = frozenset(
     }
 )
 DEFAULT_CLASS = "default"
+#: what the CLI tells a user about classes no score set knows (explain, retrain)
+ONE_OFF_CLASS_HINT = (
+    "a name with a run number is a new class each time; sbatch --colocate-class names a kind of job"
+)
 
 
 def parse_mode(value: str | None) -> Mode:
