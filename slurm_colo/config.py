@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .contracts.enums import (
+    ClassNumbers,
     CrossUser,
     Fallback,
     LeftBehind,
@@ -71,6 +72,9 @@ class PlacementConfig:
     fallback: Fallback = Fallback.EXCLUSIVE
     #: jobs of different users on one GPU: "shard" (plain time-sliced sharing, no MPS) or "never"
     cross_user: CrossUser = CrossUser.NEVER
+    #: a class taken from a job's name (no --colocate-class): "keep" the numbers at the
+    #: name's end (run-00042 is a class of its own) or "strip" them (run-00042 is "run")
+    class_name_numbers: ClassNumbers = ClassNumbers.KEEP
     #: the predicted speedup (delta) a shared GPU must keep, auto mode
     min_delta: float = 1.05
     #: the same for --colocate=aggressive

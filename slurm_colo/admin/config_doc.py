@@ -64,6 +64,14 @@ HELP: dict[str, str] = {
     "untargeted gres:shard sharing.",
     "placement.cross_user": 'Jobs of different users on one GPU: "never", or "shard" '
     "(plain time-sliced sharing without MPS, which gives no memory isolation).",
+    "placement.class_name_numbers": "A job's class is its --colocate-class, else taken "
+    'from its name. "keep": the numbers at the name\'s end stay, so a job named with a run '
+    "number or a date (run-00042, train_2026-11-25) is a class of its own, never learnt "
+    'from and placed on what the score set assumes of any job; "strip": numbers after a '
+    "separator at the name's end are cut off (run-00042 and run-00043 are both class "
+    '"run"; resnet50 and lr0.001 stay as they are, but resnet-50 and resnet-101 are both '
+    '"resnet"). Jobs recorded before a change keep the class they had; the next retrain '
+    "learns the new classes from the jobs recorded since.",
     "placement.min_delta": "The predicted combined speedup (delta) a shared GPU must keep for "
     "--colocate=auto. 1.0 means no gain over running the jobs one after the other.",
     "placement.aggressive_min_delta": "The same threshold for --colocate=aggressive.",

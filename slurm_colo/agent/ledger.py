@@ -211,7 +211,7 @@ class Ledger:
             occ.since = j.start_time or occ.since
             return occ
         # a shard job we did not place (fallback sharing, or asked for by hand)
-        cls = derive_class(j.name)
+        cls = derive_class(j.name, numbers=self.cfg.placement.class_name_numbers)
         return Occupant(
             key=str(j.job_id),
             user=j.user,

@@ -219,7 +219,11 @@ class AgentState:
             if not -1 <= uid <= UID_MAX:  # -1: unknown; a larger one would break the index
                 raise ValueError(f"uid {fields['uid'][:20]} is not a user id")
             mode = parse_mode(fields.get("mode"))
-            cls = derive_class(fields.get("name"), fields.get("class") or None)
+            cls = derive_class(
+                fields.get("name"),
+                fields.get("class") or None,
+                self.cfg.placement.class_name_numbers,
+            )
         except (OptionError, ValueError) as e:
             self.ledger.decisions["exclusive:bad-input"] += 1
             return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, nothing

@@ -97,3 +97,14 @@ class Replan(StrEnum):
     AUTO = "auto"
     #: left waiting for its whole GPU
     OFF = "off"
+
+
+class ClassNumbers(StrEnum):
+    """``placement.class_name_numbers``: what the class taken from a job's name keeps of
+    the numbers at the name's end (not for ``--colocate-class``)."""
+
+    #: the name as it is: ``run-00042`` is a class of its own
+    KEEP = "keep"
+    #: numbers after a separator at the end are cut off: ``run-00042`` and ``run-00043``
+    #: are both class ``run`` (and ``resnet-50`` is ``resnet``)
+    STRIP = "strip"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from slurm_colo.contracts.enums import Mode
+from slurm_colo.contracts.enums import ClassNumbers, Mode
 from slurm_colo.errors import OptionError
 
 #: Accepted ``--colocate`` modes (see :class:`~slurm_colo.contracts.enums.Mode`).
@@ -20,6 +20,9 @@ DEFAULT_MODE = Mode.AUTO
 CLASS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}"
 _CLASS_RE = re.compile(rf"^{CLASS_PATTERN}$")
 _NOT_CLASS_CHAR = re.compile(r"[^a-z0-9._+-]+")
+#: numbers after a separator at a name's end: a run number, a date, a time stamp; not a
+#: decimal number's fraction (``lr0.001``)
+_TRAILING_NUMBERS = re.compile(r"(?:[_+-]|(?<![0-9])\.)[0-9]+(?:[._+-][0-9]+)*$")
 
 #: Job names that say nothing about the job (Slurm defaults): they map to DEFAULT_CLASS.
 GENERIC_JOB_NAMES = frozenset(
@@ -71,13 +74,21 @@ def validate_class(value: str) -> str:
     return value
 
 
-def derive_class(job_name: str | None, explicit: str | None = None) -> str:
+def derive_class(
+    job_name: str | None,
+    explicit: str | None = None,
+    numbers: ClassNumbers = ClassNumbers.KEEP,
+) -> str:
     """The job's class: the explicit hint if given, else derived from the job name.
 
     Derivation: lower-case the job name, drop a trailing script suffix (``.sh``, ``.py``,
-    ``.sbatch``), replace runs of other characters by ``-``, cut to 64 characters. Slurm's
-    default names (``wrap``, the bare script names in :data:`GENERIC_JOB_NAMES`) say nothing
-    about the job and give :data:`DEFAULT_CLASS`, which placement treats conservatively.
+    ``.sbatch``), replace runs of other characters by ``-``; with ``numbers`` STRIP
+    (``placement.class_name_numbers``) cut the numbers that follow a separator at its end
+    (``run-00042``, ``train_2026-11-25``: ``run``, ``train``; ``resnet50`` and ``lr0.001``
+    stay); cut to
+    64 characters. Slurm's default names (``wrap``, the bare script names in
+    :data:`GENERIC_JOB_NAMES`) say nothing about the job and give :data:`DEFAULT_CLASS`,
+    which placement treats conservatively; so does a name left with nothing else.
     """
     if explicit not in (None, "", "(null)"):
         return validate_class(explicit)  # type: ignore[arg-type]
@@ -85,5 +96,10 @@ def derive_class(job_name: str | None, explicit: str | None = None) -> str:
     if name in GENERIC_JOB_NAMES:
         return DEFAULT_CLASS
     name = re.sub(r"\.(sh|py|sbatch|slurm|bash)$", "", name)
-    name = _NOT_CLASS_CHAR.sub("-", name).strip("-._+")[:64]
+    name = _NOT_CLASS_CHAR.sub("-", name)
+    if numbers == ClassNumbers.STRIP:
+        name = _TRAILING_NUMBERS.sub("", name.strip("-._+"))
+        if name in GENERIC_JOB_NAMES:
+            return DEFAULT_CLASS
+    name = name.strip("-._+")[:64]
     return name if name and _CLASS_RE.match(name) else DEFAULT_CLASS

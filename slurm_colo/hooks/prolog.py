@@ -45,7 +45,7 @@ def placement_for(
     return tag
 
 
-def job_class() -> str:
+def job_class(cfg: Config) -> str:
     """The class of a job without placement (``profile = "all"``): its --colocate-class,
     else derived from its name, as the agent does; never raises."""
     from slurm_colo.contracts.options import derive_class
@@ -53,10 +53,11 @@ def job_class() -> str:
     from ..errors import OptionError
 
     name = os.environ.get("SLURM_JOB_NAME")
+    numbers = cfg.placement.class_name_numbers
     try:
-        return derive_class(name, os.environ.get("SPANK_COLOCATE_CLASS"))
+        return derive_class(name, os.environ.get("SPANK_COLOCATE_CLASS"), numbers)
     except OptionError:
-        return derive_class(name)
+        return derive_class(name, numbers=numbers)
 
 
 def shared_gpus_held(cfg: Config) -> tuple[str, list[int]] | None:
@@ -148,7 +149,7 @@ def main() -> int:
         node,
         gpus,
         p,
-        cls=job_class(),
+        cls=job_class(cfg),
         cluster=os.environ.get("SLURM_CLUSTER_NAME") or "default",
     )
     res = job_start(cfg, info)

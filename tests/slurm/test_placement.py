@@ -226,3 +226,25 @@ def test_an_idle_shared_gpu_an_exclusive_job_took_is_open_again_when_it_ends(
     b = sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", user="bob")
     qb = wait_running(b.job_id)
     assert gpu_of(qa[a.job_id]) | gpu_of(qb[b.job_id]) == SHARED_GPUS
+
+
+def test_with_numbers_stripped_runs_named_afresh_are_placed_as_their_kind(clean: None) -> None:
+    """``placement.class_name_numbers = "strip"``: jobs whose names carry a run number or
+    a date are placed as the class the name gives without it, which the score set knows."""
+    from slurm_colo.contracts.placement import Placement
+
+    from .labtools import agent_with
+
+    assert _delta("resnet18-bs32", "resnet18-bs64") > 1.5
+    with agent_with('class_name_numbers = "strip"\n'):
+        a = sbatch("--colocate", "--job-name=resnet18-bs32-00042", "--gres=gpu:1", user="alice")
+        b = sbatch(
+            "--colocate", "--job-name=resnet18-bs64_2026-11-29", "--gres=gpu:1", user="alice"
+        )
+        q = wait_running(a.job_id, b.job_id)
+        assert gpu_of(q[a.job_id]) == gpu_of(q[b.job_id]) and kind_of(q[b.job_id]) == "shard"
+        tags = [Placement.from_tag(q[j]["admin_comment"]) for j in (a.job_id, b.job_id)]
+        assert [t.cls if t else None for t in tags] == ["resnet18-bs32", "resnet18-bs64"]
+        out = agent_cli("explain", str(b.job_id)).stdout
+        assert "class resnet18-bs64," in out and "no score set in use knows it" not in out, out
+        assert "predicted speedup delta" in out, out

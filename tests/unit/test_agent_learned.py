@@ -81,3 +81,37 @@ def test_the_agents_placements_count_the_jobs_of_each_class() -> None:
     s.place_request({**req, "name": "run-00007"}, 3.0)  # derived from the name, as any class
     s.live.learn({("run-00007", "bert"): _seen(0.5)}, 4.0)
     assert ("run-00007", "bert") in s.live.learned
+
+
+def test_with_numbers_stripped_the_runs_of_a_name_are_one_class_that_is_learnt() -> None:
+    from slurm_colo.agent.state import AgentState
+    from slurm_colo.config import Config
+    from slurm_colo.contracts.enums import ClassNumbers
+    from slurm_colo.gres_layout import NodeGpus
+
+    gpus = (NodeGpus("n1", 2, "v100", 32.0, (0, 1), 4),)
+    s = AgentState(
+        Config(placement=PlacementConfig(class_name_numbers=ClassNumbers.STRIP), gpus=gpus),
+        SCORES,
+    )
+    req = {"user": "alice", "uid": "1000", "mode": "auto"}
+    s.place_request({**req, "name": "run-00007"}, 1.0)
+    s.place_request({**req, "name": "run-00008"}, 2.0)  # another run: the same class
+    assert {e["cls"] for e in s.ledger.explanations.values()} == {"run"}
+    s.live.learn({("run", "bert"): _seen(0.5)}, 3.0)
+    assert ("run", "bert") in s.live.learned
+    # a --colocate-class is taken as given
+    s.place_request({**req, "name": "run-00009", "class": "sweep-7"}, 4.0)
+    assert "sweep-7" in {e["cls"] for e in s.ledger.explanations.values()}
+
+
+def test_a_shard_job_the_agent_did_not_place_takes_its_class_by_the_same_rule() -> None:
+    from slurm_colo.agent.ledger import Ledger
+    from slurm_colo.config import Config
+    from slurm_colo.contracts.enums import ClassNumbers
+    from slurm_colo.slurm.model import SlurmJob
+
+    job = SlurmJob(job_id=7, name="run-00042", user="alice", uid=1000, state="RUNNING")
+    strip = Config(placement=PlacementConfig(class_name_numbers=ClassNumbers.STRIP))
+    assert Ledger(strip).occupant_for_job(job, SCORES).cls == "run"
+    assert Ledger(Config()).occupant_for_job(job, SCORES).cls == "run-00042"

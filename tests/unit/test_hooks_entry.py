@@ -321,6 +321,18 @@ def test_profile_all_records_an_exclusive_job_with_its_class(tmp_path: Path) -> 
     assert rec["cls"] == "resnet50-train" and rec["shared"] is False and rec["mechanism"] is None
 
 
+def test_profile_all_records_a_run_under_its_names_class_when_numbers_are_stripped(
+    tmp_path: Path,
+) -> None:
+    cfg = node_config(tmp_path, profile="all")
+    text = Path(cfg.source).read_text() + '\n[placement]\nclass_name_numbers = "strip"\n'
+    Path(cfg.source).write_text(text)
+    assert hook(cfg, "prolog", 52, SLURM_JOB_NAME="train_2026-11-25").returncode == 0
+    assert hook(cfg, "epilog", 52).returncode == 0
+    (rec,) = spool_records(cfg)
+    assert rec["cls"] == "train"
+
+
 def test_missing_mps_binary_never_drains_and_the_job_is_told(tmp_path: Path) -> None:
     cfg = node_config(tmp_path)
     text = (

@@ -68,6 +68,47 @@ def test_derive_class_from_job_name(job_name: str | None, cls: str) -> None:
     assert derive_class(job_name) == cls
 
 
+@pytest.mark.parametrize(
+    "job_name,cls",
+    [
+        ("run-00042", "run"),
+        ("train_2026-11-25", "train"),
+        ("Train 2026-11-25 12:30", "train"),
+        ("run_2026.11.25", "run"),
+        ("sweep.7", "sweep"),
+        ("run-00042.sh", "run"),
+        ("exp1-00042", "exp1"),
+        ("resnet50", "resnet50"),  # a name's own digits stay
+        ("resnet-50", "resnet"),  # after a separator they are a number
+        ("bert_lr0.001", "bert_lr0.001"),  # a decimal number is not cut at its point
+        ("bert_lr0.001-3", "bert_lr0.001"),
+        ("v1.2.3", "v1.2.3"),
+        ("job_42", DEFAULT_CLASS),  # what is left is a generic name
+        ("42", "42"),
+        ("x" * 70 + "-12", "x" * 64),  # cut to 64 characters either way
+    ],
+)
+def test_numbers_at_a_names_end_are_cut_when_asked(job_name: str, cls: str) -> None:
+    from slurm_colo.contracts.enums import ClassNumbers
+
+    assert derive_class(job_name, numbers=ClassNumbers.STRIP) == cls
+    # names with nothing cut are the same class either way
+    same = ("resnet50", "bert_lr0.001", "v1.2.3", "42", "x" * 70 + "-12")
+    assert (derive_class(job_name) == cls) == (job_name in same)
+    # an explicit class is never cut
+    assert derive_class(job_name, "run-00042", ClassNumbers.STRIP) == "run-00042"
+
+
+def test_class_name_numbers_is_a_placement_setting() -> None:
+    assert (
+        parse_config('[placement]\nclass_name_numbers = "strip"').placement.class_name_numbers
+        == "strip"
+    )
+    assert parse_config("").placement.class_name_numbers == "keep"
+    with pytest.raises(ConfigError, match="class_name_numbers = 'trim'; accepted: keep, strip"):
+        parse_config('[placement]\nclass_name_numbers = "trim"')
+
+
 def test_explicit_class_wins_and_is_validated() -> None:
     assert derive_class("train.sh", "bert-bs32") == "bert-bs32"
     with pytest.raises(OptionError):
