@@ -44,7 +44,8 @@ def set_lines(res: Any) -> list[str]:
 
         lines.append(
             f"{left} class(es) with the least evidence left out ([scores] max_classes = "
-            f"{info.get('max_classes')}): their jobs get the set's prior ({ONE_OFF_CLASS_HINT})"
+            f"{info.get('max_classes')}): their jobs get the set's prior ({ONE_OFF_CLASS_HINT}; "
+            '[placement] class_name_numbers = "strip" makes one class of a name\'s runs)'
         )
     if res.published:
         lines.append(f"published -> {res.path} (live)")

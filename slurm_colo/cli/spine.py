@@ -46,11 +46,11 @@ def _fmt_explain(ex: dict[str, Any]) -> str:
         f"job {job} ({ex.get('name') or '?'}, user {ex.get('user')}, class {ex.get('cls')}, mode {ex.get('mode')})"
     ]
     if ex.get("class_unknown"):
-        from ..contracts.options import ONE_OFF_CLASS_HINT
+        from ..contracts.options import unknown_class_hint
 
         lines.append(
             f"  class {ex.get('cls')}: no score set in use knows it, so it was placed on what the "
-            f"set assumes of any job ({ONE_OFF_CLASS_HINT})"
+            f"set assumes of any job ({unknown_class_hint(str(ex.get('cls')))})"
         )
     if ex.get("action") == "share":
         partners = ex.get("partners") or []

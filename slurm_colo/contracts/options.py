@@ -50,6 +50,16 @@ ONE_OFF_CLASS_HINT = (
 )
 
 
+def unknown_class_hint(cls: str) -> str:
+    """What ``slurm-colo explain`` adds about a class no score set in use knows: a name
+    ending in a number is the likely cause (:data:`ONE_OFF_CLASS_HINT`); any other class is
+    new and learnt from its jobs (with ``class_name_numbers = "strip"`` a run's class is
+    its name without the number, which recurs)."""
+    if _TRAILING_NUMBERS.search(cls):
+        return ONE_OFF_CLASS_HINT
+    return "a class is learnt from its jobs that ran, by the nightly retrain"
+
+
 def parse_mode(value: str | None) -> Mode:
     """Normalise a ``--colocate`` value. ``None``, empty and the literal ``(null)`` mean auto."""
     if value is None:

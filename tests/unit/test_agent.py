@@ -608,6 +608,17 @@ def test_explain_says_when_no_score_set_knows_the_jobs_class() -> None:
         one_off = name == "run-00042"  # "job.sh" is the default class, treated apart
         assert ex.get("class_unknown", False) is one_off, ex
         assert ("class run-00042: no score set in use knows it" in text) is one_off, text
+        assert ("a name with a run number is a new class each time" in text) is one_off, text
+
+
+def test_explain_of_a_new_class_without_a_run_number_says_it_is_learnt() -> None:
+    from slurm_colo.cli.spine import _fmt_explain
+
+    ex = {"known": True, "job_id": 5, "cls": "run", "class_unknown": True, "action": "exclusive"}
+    text = _fmt_explain(ex)
+    assert "class run: no score set in use knows it" in text
+    assert "learnt from its jobs that ran, by the nightly retrain" in text
+    assert "run number" not in text
 
 
 def test_each_look_at_slurm_keeps_the_placement_index_and_parses_each_tag_once(
