@@ -85,6 +85,7 @@ def _job(j: Any) -> SlurmJob:
         requeue=bool(j.get("requeue", True)) and bool(j.get("batch_flag", True)),
         required_nodes=_str(j.get("required_nodes")),
         excluded_nodes=_str(j.get("excluded_nodes")),
+        array_tasks=_str(j.get("array_task_string")),
     )
 
 

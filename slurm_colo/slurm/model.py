@@ -114,6 +114,9 @@ class SlurmJob:
     #: the nodes the job must run on (``-w``) and may not run on (``-x``), host lists
     required_nodes: str = ""
     excluded_nodes: str = ""
+    #: the record of a job array's tasks not started yet: their ids (``2-3,5``, Slurm's
+    #: ``array_task_string``); "" for any other job, a task of its own included
+    array_tasks: str = ""
 
     @property
     def active(self) -> bool:

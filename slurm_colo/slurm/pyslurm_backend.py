@@ -134,6 +134,7 @@ def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob
         requeue=bool(getattr(j, "is_requeueable", True)),
         required_nodes=_s(getattr(j, "required_nodes", "")),
         excluded_nodes=_s(getattr(j, "excluded_nodes", "")),
+        array_tasks=_s(getattr(j, "array_tasks_waiting", "")),
     )
 
 

@@ -169,3 +169,13 @@ def test_on_24_11_a_shard_jobs_type_names_the_gpu_slurm_gives_it(doc24: dict[str
                 assert (layout.index_for_type(g.type),) == t.indices
                 shard_jobs += 1
     assert shard_jobs >= 2
+
+
+def test_an_arrays_record_gives_its_waiting_tasks() -> None:
+    """pyslurm's ``Job.array_tasks_waiting`` (None for any job but an array's record)."""
+    from slurm_colo.slurm.pyslurm_backend import job_from_pyslurm
+
+    rec = types.SimpleNamespace(id=40, state="PENDING", array_tasks_waiting="2-3,5")
+    task = types.SimpleNamespace(id=41, state="PENDING", array_tasks_waiting=None)
+    assert job_from_pyslurm(rec).array_tasks == "2-3,5"
+    assert job_from_pyslurm(task).array_tasks == ""

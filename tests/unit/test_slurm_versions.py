@@ -287,3 +287,12 @@ def test_scontrol_update_writes_the_gres_of_the_installed_slurm(version: str, wa
         c = Recording(version)
         c.aim_and_release(12, "n1", "tag", "comment", given)
         assert f"TresPerNode={want}" in c.argvs[0]
+
+
+@pytest.mark.parametrize("name", ["squeue-22.05.json", "squeue-24.11.json", "squeue-26.05.json"])
+def test_an_arrays_record_gives_its_waiting_tasks_and_no_other_job_does(name: str) -> None:
+    doc = _load(name)
+    assert isinstance(doc, dict)
+    assert all(j.array_tasks == "" for j in parse_squeue(doc))  # no array in the capture
+    doc["jobs"][-1]["array_task_string"] = "2-3,5"  # as 24.11 gives an array's record
+    assert parse_squeue(doc)[-1].array_tasks == "2-3,5"
