@@ -111,6 +111,14 @@ class Action:
     start_now: bool = False
     #: aim of a job held off a node closed to placement (so held again if Slurm refuses)
     withdrawn: bool = False
+    #: retarget of one waiting task of a job array (``job_id`` the array's): Slurm splits
+    #: it from the array into a job of its own
+    task: int | None = None
+
+    @property
+    def target(self) -> str:
+        """The job as ``scontrol update JobId=`` names it: ``123``, or ``123_4`` for a task."""
+        return f"{self.job_id}_{self.task}" if self.task is not None else str(self.job_id)
 
 
 class HeldJobs:

@@ -11,6 +11,8 @@ and ``-w``/``-x`` allow; a job a shared GPU takes is re-aimed there (``retarget`
 ``TresPerNode`` becomes that GPU's shard request, its node that GPU's node, its tag and
 comment say so). It is not released or held: Slurm starts it on the shard as soon as it can.
 This is the simulator's ``ours`` (re-plan) form, as far as a live cluster allows it.
+The waiting tasks of a ``--colocate`` job array are re-planned the same way, task by task,
+each its own placement (agent/arrays.py).
 
 No I/O: actions are returned for the server to run outside its lock.
 """
@@ -20,13 +22,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config import Config
 from ..contracts.enums import Mode
 from ..contracts.placement import Placement
 from ..placement.by_model import ScoreBook, place_by_model
 from ..slurm.model import SlurmJob
+from .arrays import task_token, waiting_tasks
 from .held import Action
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
@@ -100,43 +103,95 @@ def move_waiting(
     at once, so the next one sees it. Each GPU is judged with its model's score set. A job
     for which ``behind(submitted, shard type of the GPU it would take)`` is true waits its
     turn (bounded queue jumping: a held job waiting longer may want that GPU)."""
-    out = []
-    for w in waiting[:MAX_PER_PASS]:
-        j, tag = w.job, w.tag
-        part = j.partition if "," not in j.partition else ""
-        view = occ.candidate_view(
-            {
-                "partition": part,
-                "gpu_type": w.model,
-                "req_nodes": j.required_nodes,
-                "exc_nodes": j.excluded_nodes,
-            }
-        )
-        req = request_from_tag(j, tag, cfg.placement, partition=part)
-        bd = place_by_model(req, view, book, cfg.placement)
-        d = bd.decision
-        if not d.shared or d.node is None or d.node not in occ.layouts:
+    out: list[Action] = []
+    for w in waiting:
+        if len(out) >= MAX_PER_PASS:
+            break
+        if w.job.array_tasks:
+            out += _move_tasks(cfg, now, w, ledger, occ, book, behind, MAX_PER_PASS - len(out))
             continue
-        if behind is not None and behind(j.submit_time or now, d.gres_type):
-            continue
-        token = tag.token or f"job{j.job_id}"
-        ledger.drop(token)
-        ledger.remember(
-            token,
-            j.name,
-            j.user,
-            tag.cls,
-            str(tag.mode),
-            d,
-            now,
-            bd.scores.id,
-            scores_model=bd.model if book.by_model else None,
-        )
-        ledger.add(token, req, d, now, occ.view, job_id=j.job_id)
-        ledger.note(token, f"waited for a whole GPU; then {d.reason}")
-        new_tag = d.placement(token, tag.cls, tag.mode, undone=tag.undone).to_tag()
-        comment = f"colo: re-planned onto GPU {d.index} of {d.node}: {d.reason}"
-        log.info("job %s: re-planned onto GPU %s of %s: %s", j.job_id, d.index, d.node, d.reason)
-        gres = occ.layouts[d.node].shard_request(d.index or 0)
-        out.append(Action("retarget", j.job_id, new_tag, comment, node=d.node, gres=gres))
+        moved = _move(cfg, now, w, ledger, occ, book, behind, w.tag.token or f"job{w.job.job_id}")
+        if moved is not None:
+            out.append(moved)
     return out
+
+
+def _move_tasks(
+    cfg: Config,
+    now: float,
+    w: Waiting,
+    ledger: Ledger,
+    occ: Occupancy,
+    book: ScoreBook,
+    behind: Callable[[float, str | None], bool] | None,
+    most: int,
+) -> list[Action]:
+    """The waiting tasks of an array that shared GPUs take now, lowest task first, each its
+    own placement (agent/arrays.py); a task moved at an earlier look, not yet split from
+    the array in Slurm's answer, is not moved again. Stops at the first task none takes."""
+    out: list[Action] = []
+    for task in waiting_tasks(w.job.array_tasks, MAX_PER_PASS * 4):
+        token = task_token(w.tag.token or f"job{w.job.job_id}", task)
+        if token in ledger.placements:
+            continue
+        moved = _move(cfg, now, w, ledger, occ, book, behind, token, task)
+        if moved is None:
+            break
+        out.append(moved)
+        if len(out) >= most:
+            break
+    return out
+
+
+def _move(
+    cfg: Config,
+    now: float,
+    w: Waiting,
+    ledger: Ledger,
+    occ: Occupancy,
+    book: ScoreBook,
+    behind: Callable[[float, str | None], bool] | None,
+    token: str,
+    task: int | None = None,
+) -> Action | None:
+    """Re-aim one waiting job (or one task of an array) if a shared GPU takes it now."""
+    j, tag = w.job, w.tag
+    part = j.partition if "," not in j.partition else ""
+    view = occ.candidate_view(
+        {
+            "partition": part,
+            "gpu_type": w.model,
+            "req_nodes": j.required_nodes,
+            "exc_nodes": j.excluded_nodes,
+        }
+    )
+    req = request_from_tag(j, tag, cfg.placement, partition=part)
+    if task is not None:  # not the array's record: a job of its own once split
+        req = replace(req, key=token)
+    bd = place_by_model(req, view, book, cfg.placement)
+    d = bd.decision
+    if not d.shared or d.node is None or d.node not in occ.layouts:
+        return None
+    if behind is not None and behind(j.submit_time or now, d.gres_type):
+        return None
+    who = f"job {j.job_id}" if task is None else f"job {j.job_id}_{task}"
+    ledger.drop(token)
+    ledger.remember(
+        token,
+        j.name,
+        j.user,
+        tag.cls,
+        str(tag.mode),
+        d,
+        now,
+        bd.scores.id,
+        scores_model=bd.model if book.by_model else None,
+    )
+    # a task has no job id of its own until Slurm splits it: linked by its tag then
+    ledger.add(token, req, d, now, occ.view, job_id=j.job_id if task is None else None)
+    ledger.note(token, f"waited for a whole GPU; then {d.reason}")
+    new_tag = d.placement(token, tag.cls, tag.mode, undone=tag.undone).to_tag()
+    comment = f"colo: re-planned onto GPU {d.index} of {d.node}: {d.reason}"
+    log.info("%s: re-planned onto GPU %s of %s: %s", who, d.index, d.node, d.reason)
+    gres = occ.layouts[d.node].shard_request(d.index or 0)
+    return Action("retarget", j.job_id, new_tag, comment, node=d.node, gres=gres, task=task)

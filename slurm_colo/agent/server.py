@@ -252,7 +252,7 @@ class Agent:
                     elif a.kind == "withdraw":
                         self.control.hold_pending(a.job_id, a.admin_comment, a.comment, a.restore)
                     elif a.kind == "retarget":
-                        self.control.retarget(a.job_id, a.node, a.admin_comment, a.comment, a.gres)
+                        self.control.retarget(a.target, a.node, a.admin_comment, a.comment, a.gres)
                     elif a.kind == "extend":
                         self.control.extend_time_limit(a.job_id, a.minutes)
                         log.info(

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import Config
-from ..contracts.enums import Replan, TimeLimit
+from ..contracts.enums import Mode, Replan, TimeLimit
 from ..contracts.hook_notes import FALLBACK_NOTE
 from ..contracts.options import DEFAULT_CLASS, derive_class, parse_mode
 from ..contracts.placement import ANY_SHARED, Placement
@@ -26,6 +26,7 @@ from ..placement.guard import Reservation
 from ..placement.held import HeldJob, queue_head, waits_behind, wanting
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
+from .arrays import array_decision, array_reply
 from .held import Action, HeldJobs, can_hold, hold_unplaced
 from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
@@ -227,6 +228,8 @@ class AgentState:
         except (OptionError, ValueError) as e:
             self.ledger.decisions["exclusive:bad-input"] += 1
             return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, nothing
+        if fields.get("array") == "1":
+            return self._array(fields, cls, mode, now)
         key = (
             uid,
             fields.get("user", ""),
@@ -302,6 +305,25 @@ class AgentState:
             self._record(token, key, fields, bd, now, held=hold)
             if hold:
                 self.ledger.note(token, reply["comment"][6:])
+
+        return reply, record
+
+    def _array(
+        self, fields: dict[str, str], cls: str, mode: Mode, now: float
+    ) -> tuple[dict[str, str], Callable[[], None]]:
+        """A job array keeps its own-GPU request; where Slurm can change a waiting task's
+        GRES its tag makes its waiting tasks re-planned one by one (agent/arrays.py)."""
+        shared = self.cfg.placement.replan == Replan.AUTO and self.holds.retype_after_undo
+        token = _new_token()
+        d = array_decision(shared)
+        reply = array_reply(shared, d.placement(token, cls, mode).to_tag())
+
+        def record() -> None:
+            user, name = fields.get("user", ""), fields.get("name", "")
+            if shared:  # explained by its tag, which every task carries until moved
+                self.ledger.remember(token, name, user, cls, str(mode), d, now, "")
+            self.ledger.decisions["exclusive:job array"] += 1
+            log.info("placement %s (%s, user %s, class %s): %s", token, name, user, cls, d.reason)
 
         return reply, record
 
@@ -478,7 +500,11 @@ class AgentState:
                 heads[gres_type] = self._queue_head(now, gres_type)
             return waits_behind(since, heads[gres_type], now, self.cfg.placement)
 
-        return move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book, behind)
+        moves = move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book, behind)
+        for a in moves:
+            if a.task is not None:  # a task of an array: each one a job of its class
+                self.live.placed(tags[a.job_id].cls)
+        return moves
 
     def extend_limits(self, now: float) -> list[Action]:
         """Add to the time limit of each job the agent placed on a shared GPU the time
@@ -537,7 +563,10 @@ class AgentState:
                 self.credit.refused(action.job_id)
             return
         if action.kind == "retarget":
-            token = self.ledger.by_job.get(action.job_id)
+            # the placement the re-plan made (a task of an array has no job of its own yet)
+            tag = Placement.from_tag(action.admin_comment)
+            token = self.ledger.by_job.get(action.job_id) if action.task is None else None
+            token = token or (tag.token if tag is not None else None)
             if token is not None:
                 self.ledger.drop(token)
             self.rebuild()

@@ -36,9 +36,9 @@ def requeue_hold_argv(job_id: int) -> list[str]:
     return ["scontrol", "requeuehold", str(job_id)]
 
 
-def update_argv(job_id: int, **fields: str) -> list[str]:
+def update_argv(job_id: int | str, **fields: str) -> list[str]:
     """``scontrol update JobId=N Key=Value...`` (one argv item per field, so values may hold
-    spaces)."""
+    spaces); ``N`` may name one task of an array (``123_4``)."""
     return ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
 
 
@@ -72,7 +72,7 @@ class JobControl(Protocol):
     ) -> None: ...
 
     def retarget(
-        self, job_id: int, node: str, admin_comment: str, comment: str, gres: str
+        self, job_id: int | str, node: str, admin_comment: str, comment: str, gres: str
     ) -> None: ...
 
     def extend_time_limit(self, job_id: int, minutes: int) -> None: ...
@@ -156,10 +156,13 @@ class ScontrolControl:
         ``restore`` (admin comment, comment)."""
         self._tag_then(job_id, admin_comment, comment, hold_argv(job_id), restore)
 
-    def retarget(self, job_id: int, node: str, admin_comment: str, comment: str, gres: str) -> None:
+    def retarget(
+        self, job_id: int | str, node: str, admin_comment: str, comment: str, gres: str
+    ) -> None:
         """Give a pending job another GPU request (``gres``, e.g. a shard of one GPU) on
         ``node``, with its comments, in one update (Slurm 23.11+; a job that started
-        meanwhile is refused by Slurm and keeps what it had)."""
+        meanwhile is refused by Slurm and keeps what it had). ``job_id`` ``123_4``: one
+        waiting task of an array, which Slurm splits from the array into a job of its own."""
         self.run(
             update_argv(
                 job_id,

@@ -222,3 +222,111 @@ def test_a_waiting_job_does_not_pass_a_held_job_that_has_waited_too_long() -> No
     assert moved("*") == []  # ... or for any shared GPU
     # a job held for GPU 1's type takes nothing of GPU 0: b passes it
     assert moved("v100_s1") == [30]
+
+
+# ---- job arrays (agent/arrays.py) -----------------------------------------------------
+
+
+def _array(job_id: int, cls: str, tasks: str) -> SlurmJob:
+    """An array's record in Slurm: its tasks not started yet, its own-GPU request and the
+    tag the agent gave it at submission."""
+    return _waiting(job_id, cls, array_tasks=tasks)
+
+
+def test_waiting_tasks_reads_slurms_lists_of_an_arrays_tasks() -> None:
+    from slurm_colo.agent.arrays import waiting_tasks
+
+    assert waiting_tasks("2-3,5", 10) == [2, 3, 5]
+    assert waiting_tasks("1-9:2", 10) == [1, 3, 5, 7, 9]
+    assert waiting_tasks("0-99%4", 3) == [0, 1, 2]  # a throttle is no task
+    assert waiting_tasks("[7]", 10) == [7]
+    assert waiting_tasks("", 10) == [] and waiting_tasks("0x3F", 10) == []
+
+
+def test_the_waiting_tasks_of_an_array_are_moved_onto_shared_gpus_one_by_one() -> None:
+    s = _state()
+    arr = _array(40, "b", "2-5")
+    s.apply_snapshot([_running_a(), arr, *_whole_gpus_busy()], NODES, 5.0)
+    placed: list[str] = []
+    s.live.placed = placed.append  # type: ignore[method-assign]
+    acts = s.replan(5.0)
+    assert [(a.kind, a.job_id, a.task, a.target) for a in acts] == [
+        ("retarget", 40, 2, "40_2"),
+        ("retarget", 40, 3, "40_3"),
+    ]
+    tags = [Placement.from_tag(a.admin_comment) for a in acts]
+    assert [(t.token, t.gpu, t.cls) for t in tags if t] == [("t40-2", 0, "b"), ("t40-3", 1, "b")]
+    # task 2 next to a (the pair gains), task 3 opened GPU 1; task 4 fits nowhere: none after
+    assert [o.key for o in s.view.gpus[0].occupants] == ["10", "t40-2"]
+    assert [o.key for o in s.view.gpus[1].occupants] == ["t40-3"]
+    assert placed == ["b", "b"]  # each task a job of its class (the class recurs)
+    # not moved again before Slurm shows them split from the array
+    assert s.replan(5.5) == []
+    # Slurm split them: jobs 41 and 42, each with its placement's tag
+    split = [
+        replace(
+            _waiting(41 + i, "b"),
+            admin_comment=a.admin_comment,
+            tres_per_node="gres/shard:v100_s0:1",
+            submit_time=40.0,
+        )
+        for i, a in enumerate(acts)
+    ]
+    s.apply_snapshot(
+        [_running_a(), _array(40, "b", "4-5"), *split, *_whole_gpus_busy()], NODES, 7.0
+    )
+    assert s.ledger.by_job[41] == "t40-2" and s.ledger.by_job[42] == "t40-3"
+    assert s.replan(7.0) == []
+    ex = s.explain(41, acts[0].admin_comment)
+    assert ex["action"] == "share" and ex["reason"].startswith("waited for a whole GPU; then")
+
+
+def test_a_refused_retarget_of_a_task_forgets_its_placement() -> None:
+    s = _state()
+    s.apply_snapshot([_running_a(), _array(40, "b", "2"), *_whole_gpus_busy()], NODES, 5.0)
+    [act] = s.replan(5.0)
+    s.failed(act, 5.2)  # Slurm started the task from the array meanwhile
+    assert "t40-2" not in s.ledger.placements
+    assert [o.key for o in s.view.gpus[0].occupants] == ["10"]
+
+
+@pytest.mark.parametrize("newer_slurm", [True, False])
+def test_an_array_is_answered_with_its_request_kept_and_a_tag_where_slurm_can_move_tasks(
+    newer_slurm: bool,
+) -> None:
+    s = _state(newer_slurm=newer_slurm)
+    req = {"user": "alice", "uid": "1000", "mode": "auto", "name": "sweep", "class": "b"}
+    reply = s.place_request({**req, "array": "1"}, 1.0)
+    assert reply["action"] == "exclusive" and reply["array"] == "1"
+    assert s.ledger.placements == {}  # the array itself is never placed
+    if newer_slurm:
+        tag = Placement.from_tag(reply["tag"])
+        assert tag is not None and not tag.shared and tag.cls == "b" and tag.mode == Mode.AUTO
+        assert reply["comment"].startswith("colo: job array: each task waiting for a GPU")
+        assert "user_msg" not in reply
+    else:
+        assert "tag" not in reply and "not shared" in reply["comment"]
+        assert reply["user_msg"].startswith("slurm-colo: job arrays are not shared")
+    assert s.ledger.decisions["exclusive:job array"] == 1
+    # placement.replan = "off" shares no array either
+    off = _state(Replan.OFF).place_request({**req, "array": "1"}, 1.0)
+    assert "tag" not in off and "user_msg" in off
+
+
+def test_the_agent_retargets_a_task_of_an_array_by_its_task_id(tmp_path: Path) -> None:
+    control = Recording()
+    cfg = Config(gpus=LAYOUT, placement=PlacementConfig(explore_rate=0.0))
+    agent = Agent(
+        cfg,
+        FixedSlurm([_running_a(), _array(40, "b", "7"), *_whole_gpus_busy()], NODES),
+        control,
+        learned_file=tmp_path / "learned.json",
+    )
+    agent.state.scores = SCORES
+    agent.refresh()
+    deadline = time.monotonic() + 5
+    while not control.argvs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    [argv] = control.argvs
+    assert argv[:4] == ["scontrol", "update", "JobId=40_7", "ReqNodeList=n1"]
+    assert any(a.startswith("AdminComment=slurm-colo[v=1 tok=t40-7") for a in argv)
