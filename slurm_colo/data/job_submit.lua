@@ -228,7 +228,9 @@ local function fallback(job_desc, req, why, skipped)
       timeouts = 0  -- each opening counts afresh
     end
   end
-  if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" then
+  -- untargeted shards would stack every task of an array on one GPU
+  local array = job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
+  if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" and not array then
     set_gres(job_desc, req, "gres" .. req.sep .. "shard:1")
     add_comment(job_desc, "colo: agent unavailable, untargeted shard sharing")
     log("job %s fallback=shard reason=%s", clean(job_desc.name), why)
@@ -269,13 +271,12 @@ local function place(job_desc, submit_uid)
     return not_shared(job_desc, "colo: interactive job (srun/salloc) not shared; submit with sbatch",
       "interactive", "slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate")
   end
-  local array = job_desc.array_inx
-  if array ~= nil and array ~= "" then
-    -- one submission for every task: a placement set here would send all of them to the
-    -- same GPU, judged as one job; each task keeps the GPU request it was submitted with
-    return not_shared(job_desc, "colo: job array not shared (each task keeps its own GPU request)",
-      "job array", "slurm-colo: job arrays are not shared; submit the tasks as separate jobs to share GPUs")
-  end
+  -- one submission for every task of an array: a placement set here would send all of
+  -- them to the same GPU, judged as one job. The agent is asked with array=1: it keeps the
+  -- array's own GPU request and, where Slurm can change a waiting task's GRES, moves its
+  -- tasks onto shared GPUs one by one as they wait; otherwise (an agent that does not know
+  -- arrays, none answering) each task keeps the GPU request it was submitted with.
+  local array = job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
   local req, why = gpu_request(job_desc)
   if not req then
     return not_shared(job_desc, "colo: not shared (" .. why .. ")", why)
@@ -301,10 +302,16 @@ local function place(job_desc, submit_uid)
     "req_nodes=" .. clean(job_desc.req_nodes),
     "exc_nodes=" .. clean(job_desc.exc_nodes),
   }, "\t")
+  if array then line = line .. "\tarray=1" end
   local reply, err = ask_agent(line)
   if not reply then return fallback(job_desc, req, err) end
   local ans, perr = parse_reply(reply)
   if not ans then return fallback(job_desc, req, perr) end
+  if array and not (ans.array == "1" and ans.action == "exclusive") then
+    -- an agent that does not know arrays placed it as one job: leave it as submitted
+    return not_shared(job_desc, "colo: job array not shared (each task keeps its own GPU request)",
+      "job array, agent answered " .. clean(ans.action):sub(1, 40))
+  end
   if ans.action == "share" then
     local gres, node = shard_gres(ans.gres or "", req), ans.node or ""
     if not gres or not node:match("^[%w._-]+$") then

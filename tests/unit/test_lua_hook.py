@@ -212,8 +212,6 @@ def test_user_comment_is_kept(tmp_path: Path, cfg: Config, agent: FakeAgent) -> 
         ({"tres_per_node": "gres:gpu:1,gres:nic:1"}, "several GRES"),
         ({"tres_per_node": None}, "no GPU requested"),
         ({"script": None}, "interactive"),
-        ({"array_inx": "0-5"}, "job array"),
-        ({"array_inx": "1,4,7%2"}, "job array"),
         ({"het_job_offset": "0"}, "heterogeneous job"),
         ({"het_job_offset": "1", "script": None}, "heterogeneous job"),
     ],
@@ -307,6 +305,9 @@ def test_shard_fallback_is_untargeted_sharing(tmp_path: Path, cfg: Config) -> No
     typed = dict(BATCH, tres_per_node="gres:gpu:a100:1")  # typed requests keep their GPU type
     out, _, _ = _run(tmp_path, typed, COLO, c)
     assert out["tres_per_node"] == "gres:gpu:a100:1"
+    # untargeted shards would stack every task of an array on one GPU
+    out, err, _ = _run(tmp_path, dict(BATCH, array_inx="0-9"), COLO, c)
+    assert out["tres_per_node"] == "gres:gpu:1" and "fallback=exclusive" in err
 
 
 def test_hook_bug_never_rejects(tmp_path: Path, cfg: Config, agent: FakeAgent) -> None:
@@ -481,17 +482,50 @@ def test_render_refuses_an_unknown_tres_form(cfg: Config) -> None:
         render_job_submit_lua(cfg, "gres")
 
 
-def test_a_job_array_is_told_why_it_is_not_shared(
+ARRAY_SHARED = (
+    b"OK\taction=exclusive\tarray=1\tcomment=colo: job array: each task waiting for a GPU "
+    b"is moved onto a shared GPU that takes it\ttag=slurm-colo[v=1 tok=ar cls=x mode=auto]\n"
+)
+ARRAY_NOT_SHARED = (
+    b"OK\taction=exclusive\tarray=1\tcomment=colo: job array not shared (each task keeps its "
+    b"own GPU request)\tuser_msg=slurm-colo: job arrays are not shared on this cluster\n"
+)
+
+
+@pytest.mark.parametrize("agent", [(ARRAY_SHARED, 0.0)], indirect=True)
+@pytest.mark.parametrize("array_inx", ["0-99", "1,4,7%2"])
+def test_a_job_array_keeps_its_request_and_carries_the_agents_tag(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, array_inx: str
+) -> None:
+    out, err, _ = _run(tmp_path, dict(BATCH, array_inx=array_inx), COLO, cfg)
+    (req,) = agent.requests
+    assert req.endswith("\tarray=1\n") and "\tname=train\t" in req, req
+    assert out["tres_per_node"] == "gres:gpu:1" and out["req_nodes"] == "nil"
+    assert out["admin_comment"] == "slurm-colo[v=1 tok=ar cls=x mode=auto]"
+    assert out["comment"].startswith("colo: job array: each task waiting for a GPU")
+    assert out["rc"] == "0"
+
+
+@pytest.mark.parametrize("agent", [(ARRAY_NOT_SHARED, 0.0)], indirect=True)
+def test_a_job_array_the_agent_cannot_share_is_told_why(
     tmp_path: Path, cfg: Config, agent: FakeAgent
 ) -> None:
     out, err, _ = _run(tmp_path, dict(BATCH, array_inx="0-99"), COLO, cfg)
-    assert out["tres_per_node"] == "gres:gpu:1" and agent.requests == []
+    assert out["tres_per_node"] == "gres:gpu:1" and out["admin_comment"] == "nil"
     assert out["comment"] == "colo: job array not shared (each task keeps its own GPU request)"
     user = [ln for ln in err.splitlines() if ln.startswith("USER ")]
-    assert user == [
-        "USER slurm-colo: job arrays are not shared; submit the tasks as separate jobs to "
-        "share GPUs"
-    ], err
+    assert user == ["USER slurm-colo: job arrays are not shared on this cluster"], err
+
+
+def test_a_job_array_placed_by_an_agent_that_does_not_know_arrays_is_left_as_submitted(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
+    out, err, _ = _run(tmp_path, dict(BATCH, array_inx="0-99"), COLO, cfg)
+    assert len(agent.requests) == 1  # answered as one job (SHARE): not applied
+    assert out["tres_per_node"] == "gres:gpu:1" and out["req_nodes"] == "nil"
+    assert out["admin_comment"] == "nil"
+    assert out["comment"] == "colo: job array not shared (each task keeps its own GPU request)"
+    assert "not shared: job array, agent answered share" in err, err
 
 
 def test_a_heterogeneous_job_is_told_once_why_it_is_not_shared(
