@@ -182,21 +182,63 @@ def test_bad_colocate_value_is_refused_at_submit(vclean: VersionLab) -> None:
     assert set(lab.squeue()) == before
 
 
-def test_a_job_array_is_left_as_submitted(vclean: VersionLab) -> None:
+def test_the_waiting_tasks_of_a_job_array_are_moved_onto_shared_gpus(vclean: VersionLab) -> None:
+    """24.11+: an array keeps its own-GPU request; each task waiting for a GPU is split from
+    it onto a shared GPU that takes it (``scontrol update JobId=ARRAY_TASK``)."""
     lab = vclean
-    r = lab.sbatch("--array=0-1", "--colocate", "--gres=gpu:1", script="sleep 8")
+    # the two whole GPUs (type v100) are busy; the array asks for that type, so its tasks
+    # wait in the queue (an untyped gpu:1 could take an idle shared GPU whole)
+    whole = [lab.sbatch("--gres=gpu:v100:1", user="bob", script="sleep 60") for _ in range(2)]
+    lab.wait_running(*[w.job_id for w in whole if w.job_id is not None])
+    r = lab.sbatch(
+        "--array=0-3",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:v100:1",
+        user="alice",
+        script=f"{ENV}; sleep 5",
+    )
     assert r.rc == 0 and r.job_id is not None, r.stderr
-    assert "slurm-colo: job arrays are not shared" in r.stderr
+    assert "not shared" not in r.stderr, r.stderr
 
-    def tasks() -> list[dict] | None:
-        note = "colo: job array not shared (each task keeps its own GPU request)"
-        js = [j for j in lab.jobs().values() if j["comment"] == note]
-        return js if len(js) == 2 and all(j["state"] == "RUNNING" for j in js) else None
+    def tasks() -> list[dict]:
+        return [j for j in lab.squeue_all().values() if _num(j.get("array_job_id")) == r.job_id]
 
-    js = wait_for(tasks, 40, 0.5, "the array's two tasks running")
-    for j in js:
-        assert not j["admin_comment"] and "shard" not in j["tres_per_node"], j
-        assert j["gres"] and all(g[0] == "gpu" for g in j["gres"]), j
+    def moved() -> list[dict] | None:
+        done = [j for j in tasks() if "shard" in (j.get("tres_per_node") or "")]
+        return done if len(done) >= 2 else None
+
+    shared = wait_for(moved, 40, 0.5, "two tasks of the array moved onto shared GPUs")
+    # each its own placement, named after the array's and the task's (on 26.05 the
+    # array's last task, moved, had no array_task_id)
+    toks = [re.search(r"tok=(\S+)", j["admin_comment"]) for j in shared]
+    assert all(t and re.fullmatch(r"p[0-9a-f]+-[0-3]", t.group(1)) for t in toks), shared
+    assert len({t.group(1) for t in toks if t}) == len(shared), shared
+    for j in shared:
+        assert "re-planned onto GPU" in j["comment"], j
+        assert j["tres_per_node"].startswith("gres/shard:v100_s"), j
+
+    def all_done() -> list[dict] | None:
+        ts = tasks()
+        states = [j["job_state"][0] for j in ts]
+        return ts if len(ts) == 4 and all(s == "COMPLETED" for s in states) else None
+
+    ts = wait_for(all_done, 90, 1.0, "the array's four tasks completed")
+    for j in ts:
+        if "shard" in (j.get("tres_per_node") or ""):
+            env = lab.job_env(int(j["job_id"]))
+            assert env["SLURM_SHARDS_ON_NODE"] == "1", env
+            ex = json.loads(lab.cli("explain", "--json", str(j["job_id"])).stdout)
+            assert ex["reason"].startswith("waited for a whole GPU; then"), ex
+    for w in whole:
+        lab.x("scancel", str(w.job_id))
+
+
+def _num(v: object) -> int | None:
+    """A number of Slurm's JSON (24.11+: ``{"set": true, "number": N}``)."""
+    if isinstance(v, dict):
+        return int(v["number"]) if v.get("set") else None
+    return int(v) if isinstance(v, int) else None
 
 
 def test_a_heterogeneous_job_is_left_as_submitted(vclean: VersionLab) -> None:
