@@ -1,67 +1,44 @@
 """The agent's state, as the server sees it: one object holding the parts -- the live
 scores (:mod:`.learned`), the view of the GPUs (:mod:`.occupancy`), the placements handed
 out and their explanations (:mod:`.ledger`) and the held jobs (:mod:`.held`) -- and
-answering the protocol's requests with them. No I/O here: the server feeds it Slurm
-snapshots and hook events, under one lock."""
+answering the protocol's requests with them (PLACE in :mod:`.requests`). No I/O here: the
+server feeds it Slurm snapshots and hook events, under one lock."""
 
 from __future__ import annotations
 
 import logging
-import secrets
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from ..config import Config
-from ..contracts.enums import Mode, Replan, TimeLimit
+from ..contracts.enums import Replan, TimeLimit
 from ..contracts.hook_notes import FALLBACK_NOTE
-from ..contracts.options import DEFAULT_CLASS, derive_class, parse_mode
-from ..contracts.placement import ANY_SHARED, Placement
+from ..contracts.options import DEFAULT_CLASS
+from ..contracts.placement import Placement
 from ..contracts.probe import ProbeReport
-from ..contracts.records import UID_MAX
-from ..errors import OptionError
-from ..placement import ClusterView, Decision, JobRequest
-from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model, prepare
+from ..placement.by_model import ModelViews, prepare
 from ..placement.guard import Reservation
-from ..placement.held import HeldJob, queue_head, waits_behind, wanting
+from ..placement.held import HeldJob, waits_behind
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
-from .arrays import array_decision, array_reply
-from .held import Action, HeldJobs, can_hold, hold_unplaced
+from .held import Action, HeldJobs
 from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
 from .limits import SetSpeeds, limit_actions
 from .occupancy import Occupancy
 from .replan import move_waiting, waiting_jobs
 from .report import status_report
+from .requests import PlaceRequests
 from .rights import RETRY_S as RIGHTS_RETRY_S
 from .rights import Rights, is_refused_right
 from .time_credit import GUARD_S, TimeCredit
 
-__all__ = ["AgentState", "PlacedJob", "nothing"]
+__all__ = ["AgentState", "PlacedJob"]
 
 log = logging.getLogger("slurm_colo.agent")
 
 
-def _new_token() -> str:
-    return "p" + secrets.token_hex(4)
-
-
-def nothing() -> None:
-    """The follow-up of a request that has nothing to record."""
-
-
-def _partner_text(keys: tuple[str, ...]) -> str:
-    """Job ids where known; a placement not yet seen in Slurm has only its token."""
-    ids = [k for k in keys if k.isdigit()]
-    fresh = len(keys) - len(ids)
-    parts = [f"job(s) {','.join(ids)}"] if ids else []
-    if fresh:
-        parts.append(f"{fresh} just-submitted job(s)")
-    return " and ".join(parts)
-
-
-class AgentState:
+class AgentState(PlaceRequests):
     """The parts of the agent's state, and the requests that touch more than one of them
     (PLACE, JOBSTART, JOBEND, PROBE, a look at Slurm); each part's own work is in its
     module."""
@@ -74,10 +51,8 @@ class AgentState:
         #: hook's report left it behind
         self.occupancy = Occupancy(cfg, build=self.rebuild)
         self.holds = HeldJobs(cfg)
-        #: (request key, view, view version, score book, token, decision) prepared after
-        #: the last placement for the next request of the same kind; see :meth:`decide`
-        self._prepared: tuple[Any, ...] | None = None
-        #: the view's parts per GPU model's score set, kept between requests
+        #: see :class:`~slurm_colo.agent.requests.PlaceRequests`
+        self._prepared = None
         self._model_views = ModelViews()
         #: time owed to shared jobs' limits (a few looks at Slurm before a job's end)
         self.credit = TimeCredit(guard_s=max(GUARD_S, 3 * cfg.agent.refresh_interval_s))
@@ -104,15 +79,6 @@ class AgentState:
     @scores.setter
     def scores(self, table: ScoreTable) -> None:
         self.live.load(table)
-
-    @property
-    def book(self) -> ScoreBook:
-        """The site default set and the sets of the GPU models that have their own."""
-        return self.live.book
-
-    @property
-    def view(self) -> ClusterView:
-        return self.occupancy.view
 
     @property
     def reservation(self) -> Reservation | None:
@@ -194,201 +160,6 @@ class AgentState:
         )
         # a site with per-model score sets: each model's part of the view, indexed now
         prepare(self.view, self.book, self.cfg.placement, self._model_views)
-
-    # ---- requests ------------------------------------------------------------------------
-    def place_request(self, fields: dict[str, str], now: float) -> dict[str, str]:
-        """Decide and record in one go (see :meth:`decide` for the split form)."""
-        reply, record = self.decide(fields, now)
-        record()
-        return reply
-
-    def decide(
-        self, fields: dict[str, str], now: float
-    ) -> tuple[dict[str, str], Callable[[], None]]:
-        """The answer to one PLACE request, and the bookkeeping to run once it is sent.
-
-        The caller must run the returned ``record`` before deciding anything else (the
-        agent holds its lock across both): it adds the placement to the view, writes the
-        explanation and the log line, and prepares the answer to the next request of the
-        same kind (same user, class, mode and filters), which :meth:`decide` then returns
-        at once if nothing in the view, the scores or the config changed meanwhile -- the
-        same decision :func:`~slurm_colo.placement.place` would compute, with its token
-        drawn in advance.
-        """
-        try:
-            uid = int(fields.get("uid", "-1"))
-            if not -1 <= uid <= UID_MAX:  # -1: unknown; a larger one would break the index
-                raise ValueError(f"uid {fields['uid'][:20]} is not a user id")
-            mode = parse_mode(fields.get("mode"))
-            cls = derive_class(
-                fields.get("name"),
-                fields.get("class") or None,
-                self.cfg.placement.class_name_numbers,
-            )
-        except (OptionError, ValueError) as e:
-            self.ledger.decisions["exclusive:bad-input"] += 1
-            return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, nothing
-        if fields.get("array") == "1":
-            return self._array(fields, cls, mode, now)
-        key = (
-            uid,
-            fields.get("user", ""),
-            cls,
-            mode,
-            fields.get("partition", ""),
-            fields.get("gpu_type", ""),
-            fields.get("req_nodes", ""),
-            fields.get("exc_nodes", ""),
-        )
-        ready = self._prepared
-        self._prepared = None
-        if (
-            ready is not None
-            and ready[0] == key
-            and ready[1] is self.view
-            and ready[2] == self.view.version
-            and ready[3] is self.book
-        ):
-            token, bd = ready[4], ready[5]
-        else:
-            token = _new_token()
-            bd = self._place(token, key, fields)
-        d = bd.decision
-        oldest = self._queue_head(now, d.gres_type) if d.shared else None
-        if d.shared and waits_behind(now, oldest, now, self.cfg.placement):
-            d = Decision(
-                "exclusive",
-                "own GPU: waits its turn behind a job held for "
-                f"{(now - (oldest or now)) / 3600:.1f} h (placement.bypass_h)",
-                memory_gib=d.memory_gib,
-            )
-            bd = replace(bd, decision=d)
-        tag = d.placement(token, cls, mode).to_tag()
-        would_hold = not d.shared and hold_unplaced(self.cfg) and can_hold(self.occupancy, fields)
-        # a held job waits for the agent's release: none while Slurm refuses it the right
-        hold = would_hold and self.rights.refused is None
-        if hold:
-            # held without a GPU request: the agent sets it when it releases the job onto
-            # whichever shared GPU fits it first (agent/held.py, HeldJobs.reaim)
-            tag = d.placement(
-                token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")
-            ).to_tag()
-            reply = {
-                "action": "hold",
-                "gres": "none",
-                "tag": tag,
-                "comment": f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
-                "user_msg": "slurm-colo: held until a shared GPU fits; "
-                "the job is released there by the placement agent",
-            }
-        elif not d.shared:
-            why = f"colo: {d.reason}" + (
-                "; not held: Slurm refuses the agent the right to release it" if would_hold else ""
-            )
-            reply = {"action": "exclusive", "comment": why, "tag": tag}
-        else:
-            short = f"colo: GPU {d.index} of {d.node}" + (
-                f" with {_partner_text(d.partners)}, predicted delta {d.predicted_delta:.2f}"
-                if d.partners
-                else " (opened for sharing)"
-            )
-            reply = {
-                "action": "share",
-                "gres": self.occupancy.layouts[d.node or ""].shard_request(d.index or 0),
-                "node": d.node or "",
-                "comment": short,
-                "tag": tag,
-                "user_msg": f"slurm-colo: {short[6:]}",
-            }
-
-        def record() -> None:
-            self._record(token, key, fields, bd, now, held=hold)
-            if hold:
-                self.ledger.note(token, reply["comment"][6:])
-
-        return reply, record
-
-    def _array(
-        self, fields: dict[str, str], cls: str, mode: Mode, now: float
-    ) -> tuple[dict[str, str], Callable[[], None]]:
-        """A job array keeps its own-GPU request; where Slurm can change a waiting task's
-        GRES its tag makes its waiting tasks re-planned one by one (agent/arrays.py)."""
-        shared = self.cfg.placement.replan == Replan.AUTO and self.holds.retype_after_undo
-        token = _new_token()
-        d = array_decision(shared)
-        reply = array_reply(shared, d.placement(token, cls, mode).to_tag())
-
-        def record() -> None:
-            user, name = fields.get("user", ""), fields.get("name", "")
-            if shared:  # explained by its tag, which every task carries until moved
-                self.ledger.remember(token, name, user, cls, str(mode), d, now, "")
-            self.ledger.decisions["exclusive:job array"] += 1
-            log.info("placement %s (%s, user %s, class %s): %s", token, name, user, cls, d.reason)
-
-        return reply, record
-
-    def _request(self, token: str, key: tuple[Any, ...]) -> JobRequest:
-        uid, user, cls, mode, partition = key[:5]
-        return JobRequest(key=token, user=user, uid=uid, cls=cls, mode=mode, partition=partition)
-
-    def _place(self, token: str, key: tuple[Any, ...], fields: dict[str, str]) -> BookDecision:
-        """The placement, each GPU judged with its own model's score set
-        (:func:`~slurm_colo.placement.by_model.place_by_model`: one ``place`` call on the
-        whole view when the site has one set)."""
-        view = self.occupancy.candidate_view(fields)
-        # the kept parts belong to the whole view; a filtered one is split afresh
-        cache = self._model_views if view is self.view else None
-        return place_by_model(self._request(token, key), view, self.book, self.cfg.placement, cache)
-
-    def _record(
-        self,
-        token: str,
-        key: tuple[Any, ...],
-        fields: dict[str, str],
-        bd: BookDecision,
-        now: float,
-        held: bool = False,
-    ) -> None:
-        req = self._request(token, key)
-        self.live.placed(req.cls)
-        led = self.ledger
-        d = bd.decision
-        led.remember(
-            token,
-            fields.get("name", ""),
-            req.user,
-            req.cls,
-            req.mode,
-            d,
-            now,
-            bd.scores.id,
-            scores_model=bd.model if self.book.by_model else None,
-        )
-        log.info(
-            "placement %s (%s, user %s, class %s): %s",
-            token,
-            fields.get("name"),
-            req.user,
-            req.cls,
-            d.reason,
-        )
-        if held:
-            led.decisions["hold:no partner now"] += 1
-        elif not d.shared:
-            led.decisions["exclusive:" + d.reason.split(":")[0]] += 1
-        else:
-            led.add(token, req, d, now, self.view)
-            led.decisions["share:" + ("partner" if d.partners else "open")] += 1
-        # the next job of a stream (job arrays, sweeps) usually asks the same question
-        nxt = _new_token()
-        self._prepared = (
-            key,
-            self.view,
-            self.view.version,
-            self.book,
-            nxt,
-            self._place(nxt, key, fields),
-        )
 
     def job_started(
         self,
@@ -521,19 +292,6 @@ class AgentState:
             self.book,
             now,
         )
-
-    def _queue_head(self, now: float, gres_type: str | None = None) -> float | None:
-        """:func:`~slurm_colo.placement.held.queue_head` among the held jobs that may want a
-        GPU of shard type ``gres_type`` (None: any shared GPU), looked for only once a held
-        job has waited ``placement.reserve_after_h`` (before that :func:`waits_behind` holds
-        nobody up): the answer path pays nothing for it until then."""
-        cfg, jobs = self.cfg.placement, self.holds.jobs
-        if not jobs or cfg.bypass_h <= 0 or cfg.reserve_after_h <= 0:
-            return None
-        if now - min(h.since for h in jobs.values()) < cfg.reserve_after_h * 3600.0:
-            return None
-        held = list(jobs.values()) if gres_type is None else wanting(gres_type, jobs.values())
-        return queue_head(held, self.view)
 
     def failed(self, action: Action, now: float, why: str = "", made: bool = True) -> None:
         """Slurm refused ``action``, saying ``why`` (logged here), or, ``made`` False, it was
