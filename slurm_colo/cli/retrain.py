@@ -47,6 +47,14 @@ def set_lines(res: Any) -> list[str]:
             f"{info.get('max_classes')}): their jobs get the set's prior ({ONE_OFF_CLASS_HINT}; "
             '[placement] class_name_numbers = "strip" makes one class of a name\'s runs)'
         )
+    runs = info.get("numbered_classes", 0)
+    if runs:
+        lines.append(
+            f"{runs} class(es) differ only in a number at their name's end "
+            f"({', '.join(info.get('numbered_examples', []))}, ...): [placement] "
+            f'class_name_numbers = "strip" would make {info.get("numbered_kinds")} class(es) '
+            "of them"
+        )
     if res.published:
         lines.append(f"published -> {res.path} (live)")
     else:

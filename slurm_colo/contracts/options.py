@@ -84,6 +84,12 @@ def validate_class(value: str) -> str:
     return value
 
 
+def without_run_number(name: str) -> str:
+    """``name`` without the numbers after a separator at its end (``run-00042``: ``run``;
+    ``resnet50`` and ``lr0.001`` unchanged), as ``class_name_numbers = "strip"`` cuts them."""
+    return _TRAILING_NUMBERS.sub("", name)
+
+
 def derive_class(
     job_name: str | None,
     explicit: str | None = None,
@@ -108,7 +114,7 @@ def derive_class(
     name = re.sub(r"\.(sh|py|sbatch|slurm|bash)$", "", name)
     name = _NOT_CLASS_CHAR.sub("-", name)
     if numbers == ClassNumbers.STRIP:
-        name = _TRAILING_NUMBERS.sub("", name.strip("-._+"))
+        name = without_run_number(name.strip("-._+"))
         if name in GENERIC_JOB_NAMES:
             return DEFAULT_CLASS
     name = name.strip("-._+")[:64]

@@ -14,6 +14,7 @@ several.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Engine
 
 from slurm_colo.config import Config
+from slurm_colo.contracts.enums import ClassNumbers
+from slurm_colo.contracts.options import without_run_number
 from slurm_colo.errors import ModelError, ScoresError
 from slurm_colo.model.data import Observations
 from slurm_colo.model.fit import fit_table
@@ -213,6 +216,27 @@ def _busiest_classes(
     return obs.restricted(keep), info | {"classes_left_out": left, "max_classes": most}
 
 
+def numbered_classes(classes: Iterable[str]) -> dict[str, Any]:
+    """How many of ``classes`` differ from another only in the number at their name's end
+    (``run-00042``, ``run-00043``), as ``{"numbered_classes": N, "numbered_kinds": K,
+    "numbered_examples": [...]}`` (K the classes they would be with ``class_name_numbers =
+    "strip"``); {} when none do."""
+    kinds: dict[str, list[str]] = {}
+    for c in classes:
+        kind = without_run_number(c)
+        if kind and kind != c:
+            kinds.setdefault(kind, []).append(c)
+    runs = {k: sorted(v) for k, v in kinds.items() if len(v) >= 2}
+    if not runs:
+        return {}
+    examples = [c for k in sorted(runs, key=lambda k: (-len(runs[k]), k))[:2] for c in runs[k][:2]]
+    return {
+        "numbered_classes": sum(len(v) for v in runs.values()),
+        "numbered_kinds": len(runs),
+        "numbered_examples": examples,
+    }
+
+
 def train_and_publish(
     engine: Engine,
     cfg: Config,
@@ -234,6 +258,8 @@ def train_and_publish(
             f"GPU model {gpu_model or '(any)'}; the live score set is unchanged",
             hint="slurm-colo history import --gavel FILE --gpu MODEL",
         )
+    if cfg.placement.class_name_numbers == ClassNumbers.KEEP:
+        info = info | numbered_classes(obs.classes)
     obs, info = _busiest_classes(obs, info, sc.max_classes)
     mae, n_hidden, hyper = holdout_mae(obs, share=sc.holdout_share, seed=0)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")

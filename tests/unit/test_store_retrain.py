@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -325,6 +326,9 @@ def test_a_set_scores_the_classes_with_the_most_evidence_up_to_max_classes(
     assert t.pair("run-00003", "gamma").n_a == t.prior_n  # left to the prior
     line = next(x for x in set_lines(res) if "30 class(es) with the least evidence left out" in x)
     assert 'class_name_numbers = "strip"' in line
+    hint = next(x for x in set_lines(res) if "differ only in a number at their name's end" in x)
+    assert hint.startswith("30 class(es) differ only") and "would make 1 class(es)" in hint
+    assert "(run-00000, run-00001, ...)" in hint
     # the default keeps them all
     res = retrain(engine, cfg(tmp_path), now=NOW + 86400)
     assert len(res.table.classes) == len(CLASSES) + 30 and "classes_left_out" not in res.info
@@ -336,3 +340,31 @@ def test_max_classes_below_two_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="scores.max_classes must be at least 2"):
         parse_config("[scores]\nmax_classes = 1\n", "site.toml")
+
+
+def test_retrain_says_nothing_of_numbered_names_once_they_are_stripped(
+    engine: Engine, tmp_path: Path
+) -> None:
+    from slurm_colo.cli.retrain import set_lines
+    from slurm_colo.config import PlacementConfig
+    from slurm_colo.contracts.enums import ClassNumbers
+
+    ingest_records(engine, history(noise=0.01) + _one_off_jobs(3, start_id=10_000))
+    c = cfg(tmp_path)
+    res = retrain(engine, c, now=NOW)
+    assert res.info["numbered_classes"] == 3 and res.info["numbered_kinds"] == 1
+    strip = dataclasses.replace(c, placement=PlacementConfig(class_name_numbers=ClassNumbers.STRIP))
+    res = retrain(engine, strip, now=NOW + 86400)
+    assert "numbered_classes" not in res.info  # the records made before keep their class
+    assert not any("differ only in a number" in x for x in set_lines(res))
+
+
+def test_numbered_classes_counts_names_that_differ_only_in_their_number() -> None:
+    from slurm_colo.train.retrain import numbered_classes
+
+    assert numbered_classes(["run-1", "run-2", "train_2026-11-25", "resnet50", "bert"]) == {
+        "numbered_classes": 2,
+        "numbered_kinds": 1,
+        "numbered_examples": ["run-1", "run-2"],
+    }
+    assert numbered_classes(["resnet-50", "resnet50", "lr0.001", "lr0.01"]) == {}
