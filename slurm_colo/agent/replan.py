@@ -40,7 +40,8 @@ log = logging.getLogger("slurm_colo.agent")
 _ONE_GPU_RE = re.compile(r"^gres[:/]gpu(?::([A-Za-z0-9_.-]+))?:1$")
 #: why a pending job waits, when it waits for GPUs (not for a dependency, a hold, a time)
 _WAITING_FOR_GPUS = ("Resources", "Priority", "None", "")
-#: jobs looked at per look at Slurm, oldest first (placing one takes well under 1 ms)
+#: jobs looked at per look at Slurm, oldest first, and jobs or tasks of arrays moved at
+#: most (placing one takes well under 1 ms)
 MAX_PER_PASS = 32
 
 
@@ -104,7 +105,7 @@ def move_waiting(
     for which ``behind(submitted, shard type of the GPU it would take)`` is true waits its
     turn (bounded queue jumping: a held job waiting longer may want that GPU)."""
     out: list[Action] = []
-    for w in waiting:
+    for w in waiting[:MAX_PER_PASS]:  # an array is one of them, its tasks moved up to the cap
         if len(out) >= MAX_PER_PASS:
             break
         if w.job.array_tasks:

@@ -330,3 +330,35 @@ def test_the_agent_retargets_a_task_of_an_array_by_its_task_id(tmp_path: Path) -
     [argv] = control.argvs
     assert argv[:4] == ["scontrol", "update", "JobId=40_7", "ReqNodeList=n1"]
     assert any(a.startswith("AdminComment=slurm-colo[v=1 tok=t40-7") for a in argv)
+
+
+def test_a_look_at_slurm_places_a_bounded_number_of_waiting_jobs_and_tasks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At most MAX_PER_PASS waiting jobs are looked at per look (an array is one of them),
+    and at most MAX_PER_PASS jobs or tasks moved: the look holds the agent's lock."""
+    from slurm_colo.agent import replan
+
+    calls: list[str] = []
+    real = replan.place_by_model
+
+    def counted(req, *a, **kw):  # type: ignore[no-untyped-def]
+        calls.append(req.key)
+        return real(req, *a, **kw)
+
+    monkeypatch.setattr(replan, "place_by_model", counted)
+    s = _state()
+    # 40 jobs of a class no GPU next to a takes (b+b and a+a lose), GPU 1 taken by a too
+    other_a = replace(_running_a(), job_id=11, gres=(GresAlloc("shard", "v100_s1", 1, (1,)),))
+    full = [_running_a(), other_a, *_whole_gpus_busy()]
+    s.apply_snapshot([*full, *(_waiting(100 + k, "a") for k in range(40))], NODES, 5.0)
+    assert s.replan(5.0) == [] and len(calls) == replan.MAX_PER_PASS
+    # an array of 100 tasks where every task fits: moved up to the cap in one look
+    calls.clear()
+    many = (NodeGpus("n1", 64, "v100", 32.0, tuple(range(64)), 4),)
+    s = AgentState(Config(gpus=many, placement=PlacementConfig(explore_rate=0.0)), SCORES)
+    s.holds.retype_after_undo = True
+    s.apply_snapshot([_array(40, "b", "0-99")], NODES, 5.0)
+    acts = s.replan(5.0)
+    assert [a.task for a in acts] == list(range(replan.MAX_PER_PASS))
+    assert len(calls) == replan.MAX_PER_PASS
