@@ -32,12 +32,14 @@ NOT_SHARED_MSG = (
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
-def array_decision(shared: bool) -> Decision:
-    """What the agent answers for an array at submission: its own-GPU request kept, its
-    tasks re-planned as they wait (``shared``) or not at all."""
-    if shared:
+def array_decision(can_change_tasks: bool, replan: bool) -> Decision:
+    """What the agent answers for an array at submission: its own-GPU request kept, and its
+    tasks re-planned as they wait where Slurm can change a waiting task's GRES
+    (``can_change_tasks``) and the site re-plans (``placement.replan``); else not shared."""
+    if can_change_tasks and replan:
         return Decision("exclusive", "job array: its tasks are moved onto shared GPUs as they wait")
-    return Decision("exclusive", "job array: not shared (Slurm cannot change a waiting task)")
+    why = "placement.replan is off" if can_change_tasks else "Slurm cannot change a waiting task"
+    return Decision("exclusive", f"job array: not shared ({why})")
 
 
 def array_reply(shared: bool, tag: str) -> dict[str, str]:

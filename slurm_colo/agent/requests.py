@@ -195,9 +195,10 @@ class PlaceRequests:
     ) -> tuple[dict[str, str], Callable[[], None]]:
         """A job array keeps its own-GPU request; where Slurm can change a waiting task's
         GRES its tag makes its waiting tasks re-planned one by one (agent/arrays.py)."""
-        shared = self.cfg.placement.replan == Replan.AUTO and self.holds.retype_after_undo
+        can, replan = self.holds.retype_after_undo, self.cfg.placement.replan == Replan.AUTO
+        shared = can and replan
+        d = array_decision(can, replan)
         token = _new_token()
-        d = array_decision(shared)
         reply = array_reply(shared, d.placement(token, cls, mode).to_tag())
 
         def record() -> None:

@@ -309,8 +309,19 @@ def test_an_array_is_answered_with_its_request_kept_and_a_tag_where_slurm_can_mo
         assert reply["user_msg"].startswith("slurm-colo: job arrays are not shared")
     assert s.ledger.decisions["exclusive:job array"] == 1
     # placement.replan = "off" shares no array either
-    off = _state(Replan.OFF).place_request({**req, "array": "1"}, 1.0)
-    assert "tag" not in off and "user_msg" in off
+    off = _state(Replan.OFF)
+    reply = off.place_request({**req, "array": "1"}, 1.0)
+    assert "tag" not in reply and "user_msg" in reply
+
+
+def test_the_agent_logs_why_an_array_is_not_shared(caplog: pytest.LogCaptureFixture) -> None:
+    req = {"user": "alice", "uid": "1000", "mode": "auto", "name": "sweep", "array": "1"}
+    with caplog.at_level("INFO", logger="slurm_colo.agent"):
+        _state(newer_slurm=False).place_request(req, 1.0)
+        _state(Replan.OFF).place_request(req, 1.0)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("job array: not shared (Slurm cannot change a waiting task)" in m for m in said)
+    assert any("job array: not shared (placement.replan is off)" in m for m in said)
 
 
 def test_the_agent_retargets_a_task_of_an_array_by_its_task_id(tmp_path: Path) -> None:
