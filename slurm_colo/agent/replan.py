@@ -104,38 +104,42 @@ def move_waiting(
     at once, so the next one sees it. Each GPU is judged with its model's score set. A job
     for which ``behind(submitted, shard type of the GPU it would take)`` is true waits its
     turn (bounded queue jumping: a held job waiting longer may want that GPU)."""
+    p = _Pass(cfg, now, ledger, occ, book, behind)
     out: list[Action] = []
     for w in waiting[:MAX_PER_PASS]:  # an array is one of them, its tasks moved up to the cap
         if len(out) >= MAX_PER_PASS:
             break
         if w.job.array_tasks:
-            out += _move_tasks(cfg, now, w, ledger, occ, book, behind, MAX_PER_PASS - len(out))
+            out += _move_tasks(p, w, MAX_PER_PASS - len(out))
             continue
-        moved = _move(cfg, now, w, ledger, occ, book, behind, w.tag.token or f"job{w.job.job_id}")
+        moved = _move(p, w, w.tag.token or f"job{w.job.job_id}")
         if moved is not None:
             out.append(moved)
     return out
 
 
-def _move_tasks(
-    cfg: Config,
-    now: float,
-    w: Waiting,
-    ledger: Ledger,
-    occ: Occupancy,
-    book: ScoreBook,
-    behind: Callable[[float, str | None], bool] | None,
-    most: int,
-) -> list[Action]:
+@dataclass(frozen=True)
+class _Pass:
+    """What one pass of :func:`move_waiting` moves jobs with."""
+
+    cfg: Config
+    now: float
+    ledger: Ledger
+    occ: Occupancy
+    book: ScoreBook
+    behind: Callable[[float, str | None], bool] | None
+
+
+def _move_tasks(p: _Pass, w: Waiting, most: int) -> list[Action]:
     """The waiting tasks of an array that shared GPUs take now, lowest task first, each its
     own placement (agent/arrays.py); a task moved at an earlier look, not yet split from
     the array in Slurm's answer, is not moved again. Stops at the first task none takes."""
     out: list[Action] = []
     for task in waiting_tasks(w.job.array_tasks, MAX_PER_PASS * 4):
         token = task_token(w.tag.token or f"job{w.job.job_id}", task)
-        if token in ledger.placements:
+        if token in p.ledger.placements:
             continue
-        moved = _move(cfg, now, w, ledger, occ, book, behind, token, task)
+        moved = _move(p, w, token, task)
         if moved is None:
             break
         out.append(moved)
@@ -144,18 +148,9 @@ def _move_tasks(
     return out
 
 
-def _move(
-    cfg: Config,
-    now: float,
-    w: Waiting,
-    ledger: Ledger,
-    occ: Occupancy,
-    book: ScoreBook,
-    behind: Callable[[float, str | None], bool] | None,
-    token: str,
-    task: int | None = None,
-) -> Action | None:
+def _move(p: _Pass, w: Waiting, token: str, task: int | None = None) -> Action | None:
     """Re-aim one waiting job (or one task of an array) if a shared GPU takes it now."""
+    cfg, now, ledger, occ, book = p.cfg, p.now, p.ledger, p.occ, p.book
     j, tag = w.job, w.tag
     part = j.partition if "," not in j.partition else ""
     view = occ.candidate_view(
@@ -173,7 +168,7 @@ def _move(
     d = bd.decision
     if not d.shared or d.node is None or d.node not in occ.layouts:
         return None
-    if behind is not None and behind(j.submit_time or now, d.gres_type):
+    if p.behind is not None and p.behind(j.submit_time or now, d.gres_type):
         return None
     who = f"job {j.job_id}" if task is None else f"job {j.job_id}_{task}"
     ledger.drop(token)
