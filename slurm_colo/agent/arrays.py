@@ -1,13 +1,21 @@
-"""Job arrays: one submission, many tasks, each shared on its own (Slurm 23.11 and later).
+"""Job arrays: one submission, many tasks, each shared on its own.
 
 A placement made at submission would send every task of an array to the same GPU, judged
 as one job. So the Lua hook asks with ``array=1`` and the agent never places the array
-itself: the array keeps its own-GPU request and gets a tag saying it is a ``--colocate``
-job (class, mode). Its tasks that wait in Slurm's queue are then re-planned one by one
-(agent/replan.py): a task a shared GPU takes is given that GPU's shard request with
-``scontrol update JobId=ARRAY_TASK``, which splits it from the array record into a job of
-its own, tagged with its own placement. Slurm 22.05 cannot change a pending job's GRES, so
-there (or with ``placement.replan = "off"``) an array is left as submitted, as before.
+itself. It answers one of three ways (:func:`array_way`):
+
+- ``held`` (``placement.unplaced`` holds, as on a site whose GPUs are all shared): the
+  array is held without a GPU request, like a single held job; at each look the agent
+  releases its tasks one by one onto shared GPUs that take them (agent/held.py):
+  ``scontrol update JobId=ARRAY_TASK`` sets the task's shard request, node and tag, which
+  splits it from the array record into a job of its own, then ``scontrol release`` starts
+  it. Slurm 22.05 sets a GRES on a pending job that has none, so this works there too.
+- ``moved`` (else, where Slurm can change a pending job's GRES, 23.11+, and
+  ``placement.replan = "auto"``): the array keeps its own-GPU request and a tag with its
+  class and mode; its tasks that wait in the queue are re-planned one by one
+  (agent/replan.py), each given a shared GPU's shard request the same way.
+- ``not shared`` (22.05 with whole GPUs to wait for, or ``replan = "off"``): left as
+  submitted.
 
 No I/O.
 """
@@ -18,35 +26,57 @@ import re
 
 from ..placement.view import Decision
 
-#: the note of an array whose waiting tasks the agent moves onto shared GPUs
-SHARED_NOTE = (
-    "colo: job array: each task waiting for a GPU is moved onto a shared GPU that takes it"
-)
+#: how an array is shared (:func:`array_way`)
+HELD, MOVED, NOT_SHARED = "held", "moved", "not shared"
+#: the notes of an array whose tasks the agent releases or moves onto shared GPUs
+HELD_NOTE = "colo: job array held: each task is released onto a shared GPU that takes it"
+MOVED_NOTE = "colo: job array: each task waiting for a GPU is moved onto a shared GPU that takes it"
 #: the note of an array left as submitted, and what its user is told at submission
 NOT_SHARED_NOTE = "colo: job array not shared (each task keeps its own GPU request)"
 NOT_SHARED_MSG = (
     "slurm-colo: job arrays are not shared on this cluster; submit the tasks as separate "
     "jobs to share GPUs"
 )
+#: the tasks of one held array released at one look at most
+MAX_TASKS_PER_LOOK = 32
 #: a range of task ids in Slurm's list of an array's waiting tasks: 7, 2-5, 1-9:2
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
-def array_decision(can_change_tasks: bool, replan: bool) -> Decision:
-    """What the agent answers for an array at submission: its own-GPU request kept, and its
-    tasks re-planned as they wait where Slurm can change a waiting task's GRES
-    (``can_change_tasks``) and the site re-plans (``placement.replan``); else not shared."""
-    if can_change_tasks and replan:
+def array_way(hold: bool, can_change_tasks: bool, replan: bool) -> str:
+    """:data:`HELD` where a job no shared GPU takes is held (``hold``: placement.unplaced,
+    and the agent may release jobs), else :data:`MOVED` where Slurm can change a waiting
+    task's GRES and the site re-plans, else :data:`NOT_SHARED`."""
+    if hold:
+        return HELD
+    return MOVED if can_change_tasks and replan else NOT_SHARED
+
+
+def array_decision(way: str, can_change_tasks: bool) -> Decision:
+    """The explanation of an array's answer at submission."""
+    if way == HELD:
+        return Decision("exclusive", "job array: held; its tasks are released onto shared GPUs")
+    if way == MOVED:
         return Decision("exclusive", "job array: its tasks are moved onto shared GPUs as they wait")
     why = "placement.replan is off" if can_change_tasks else "Slurm cannot change a waiting task"
     return Decision("exclusive", f"job array: not shared ({why})")
 
 
-def array_reply(shared: bool, tag: str) -> dict[str, str]:
+def array_reply(way: str, tag: str) -> dict[str, str]:
     """The PLACE answer for an array; ``array`` says this agent knows arrays (the hook leaves
     an array as submitted when an older agent's answer lacks it)."""
-    if shared:
-        return {"action": "exclusive", "array": "1", "comment": SHARED_NOTE, "tag": tag}
+    if way == HELD:
+        return {
+            "action": "hold",
+            "array": "1",
+            "gres": "none",
+            "comment": HELD_NOTE,
+            "tag": tag,
+            "user_msg": "slurm-colo: job array held; each task is released onto a shared GPU "
+            "that fits it by the placement agent",
+        }
+    if way == MOVED:
+        return {"action": "exclusive", "array": "1", "comment": MOVED_NOTE, "tag": tag}
     return {
         "action": "exclusive",
         "array": "1",

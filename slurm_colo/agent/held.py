@@ -71,7 +71,9 @@ from ..placement.held import (
 )
 from ..placement.retract import members_from_report
 from ..placement.view import Decision
+from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
+from .arrays import MAX_TASKS_PER_LOOK, task_token, waiting_tasks
 from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
@@ -130,6 +132,9 @@ class HeldJobs:
         #: Slurm can change a pending job's GRES (23.11+): an undone job may go to any shared
         #: GPU of its GPU model, not only to one of its old shard type
         self.retype_after_undo = retype_after_undo
+        #: the held jobs seen as a job array's record (agent/arrays.py): its tasks are
+        #: released one by one, and the record is never released as one job
+        self.arrays: set[int] = set()
 
     def shift(self, step: float) -> None:
         """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): how long each job
@@ -244,7 +249,7 @@ class HeldJobs:
         A job bound to one GPU model (its shard type, or the model it asked for) is judged
         with that model's score set; a job held for any shared GPU has each GPU judged with
         its own model's set."""
-        out = []
+        out: list[Action] = []
         # each waits behind the oldest job that may want the GPUs it may take
         heads = queue_heads(list(self.jobs.values()), occ.view)
         for h in oldest_first(self.jobs.values()):
@@ -253,21 +258,24 @@ class HeldJobs:
                 continue  # still being requeued (Slurm changes a pending job only), or gone
             if now < h.release_after:
                 continue  # its old run's credential may still be revoked
-            part = h.request.partition if "," not in h.request.partition else ""
-            # the user's -w / -x hold for the new GPU too (Slurm keeps them on the job)
-            view = occ.candidate_view(
-                {
-                    "partition": part,
-                    "gpu_type": h.model,
-                    "req_nodes": sj.required_nodes,
-                    "exc_nodes": sj.excluded_nodes,
-                }
-            )
+            behind = waits_behind(h.since, heads.get(h.gres_type), now, self.cfg.placement)
+            if h.job_id in self.arrays and not sj.array_tasks:
+                # the record of a held array is its last task once that is released
+                del self.jobs[h.job_id]
+                self.arrays.discard(h.job_id)
+                continue
+            if sj.array_tasks:  # a held array: its tasks, one by one (agent/arrays.py)
+                self.arrays.add(h.job_id)
+                if must_lock(h, now, sj.state_reason):  # before any task is released
+                    h.locked = True
+                    out.append(Action("admin_hold", h.job_id))
+                if not behind:
+                    out += self._release_tasks(h, sj, now, ledger, occ, book)
+                continue
+            view = _view_for(h, sj, occ)
             # bound to one GPU model: that model's set; held for any shared GPU: each GPU
             # judged with its own model's set
-            bound = bool(h.request.gres_type or h.model) or not book.by_model
-            judge = book.table(_model_of(h, view, book)) if bound else book
-            behind = waits_behind(h.since, heads.get(h.gres_type), now, self.cfg.placement)
+            judge = _judge(h, view, book)
             d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
@@ -311,6 +319,67 @@ class HeldJobs:
                     withdrawn=h.withdrawn,
                 )
             )
+        return out
+
+    def _release_tasks(
+        self,
+        h: HeldJob,
+        sj: SlurmJob,
+        now: float,
+        ledger: Ledger,
+        occ: Occupancy,
+        book: ScoreBook,
+    ) -> list[Action]:
+        """Release the tasks of held array ``h`` that shared GPUs take now, lowest first,
+        each its own placement, counted on its GPU at once (a task released at an earlier
+        look, not yet split from the array in Slurm's answer, is not released again); stop
+        at the first task none takes. The array stays held for its other tasks; its last
+        task released, it is no longer held here."""
+        out: list[Action] = []
+        tasks = waiting_tasks(sj.array_tasks, MAX_TASKS_PER_LOOK + 1)
+        for task in tasks:
+            token = task_token(h.token, task)
+            if token in ledger.placements:
+                continue
+            if len(out) >= MAX_TASKS_PER_LOOK:
+                break
+            t = replace(h, token=token, request=replace(h.request, key=token))
+            view = _view_for(t, sj, occ)
+            judge = _judge(t, view, book)
+            d = place_held(t, view, judge, self.cfg.placement, occ.reservation)
+            if not d.shared or d.node is None:
+                break
+            r = release(t, d)
+            scores_id = judge.id if isinstance(judge, ScoreTable) else judge.default.id
+            ledger.remember(
+                token, sj.name, sj.user, t.request.cls, str(t.request.mode), d, now, scores_id
+            )
+            ledger.add(token, replace(t.request, gres_type=""), d, now, occ.view)
+            ledger.note(token, r.note)
+            log.info(
+                "job %s_%s: released onto GPU %s of %s: %s",
+                h.job_id,
+                task,
+                d.index,
+                d.node,
+                d.reason,
+            )
+            gres = occ.layouts[d.node].shard_request(d.index or 0)
+            out.append(
+                Action(
+                    "aim",
+                    h.job_id,
+                    r.tag,
+                    r.comment,
+                    node=d.node,
+                    gres=gres,
+                    model=h.model,
+                    task=task,
+                )
+            )
+        if out and out[-1].task == tasks[-1] and len(tasks) <= MAX_TASKS_PER_LOOK:
+            del self.jobs[h.job_id]  # its last task: the array record is that task now
+            self.arrays.discard(h.job_id)
         return out
 
     def withdraw(self, now: float, ledger: Ledger, occ: Occupancy) -> list[Action]:
@@ -411,6 +480,7 @@ class HeldJobs:
             if sj is None or (now - h.since > grace and sj.state != "PENDING"):
                 log.info("job %s: no longer held in Slurm; not aimed again", job_id)
                 del self.jobs[job_id]
+                self.arrays.discard(job_id)
 
     def failed(
         self,
@@ -437,6 +507,12 @@ class HeldJobs:
             h = self.jobs.get(action.job_id)
             if h is not None:  # it stays held by its user meanwhile
                 h.locked, h.lock_retry_at = False, now + LOCK_RETRY_S
+            return
+        if action.task is not None:  # a task of a held array: the array stays held
+            tag = Placement.from_tag(action.admin_comment)
+            if tag is not None:
+                ledger.drop(tag.token)
+            rebuild()
             return
         token = ledger.by_job.get(action.job_id)
         p = ledger.placements.get(token) if token else None
@@ -494,10 +570,12 @@ class HeldInSlurm:
         (it keeps its shard type); else untargeted sharing (``shard:1``: Slurm's first GPU
         with a free shard, which also keeps a ``--cpus-per-gpu`` the hook turned into CPUs
         per shard valid), or a whole GPU of the model it asked for (there is no shard
-        request for "any GPU of one model")."""
+        request for "any GPU of one model"); a job array's tasks a whole GPU each."""
         if self.gres_type != ANY_SHARED:
             return ""
-        return f"gres:gpu:{self.model}:1" if self.model else "gres:shard:1"
+        if self.model or self.job.array_tasks:  # untargeted shards would stack its tasks
+            return f"gres:gpu:{self.model}:1" if self.model else "gres:gpu:1"
+        return "gres:shard:1"
 
     def unheld_tag(self) -> str:
         """Its tag without ``held=``, so that the agent leaves it to Slurm."""
@@ -521,3 +599,24 @@ def _model_of(h: HeldJob, view: ClusterView, book: ScoreBook) -> str:
         pos = view.positions_of_type(h.request.gres_type)
         return book.model_for(view.gpus[pos[0]].model) if pos else ""
     return book.model_for(h.model)
+
+
+def _view_for(h: HeldJob, sj: SlurmJob, occ: Occupancy) -> ClusterView:
+    """The GPUs held job ``h`` may go to: its partition and GPU model, and the user's -w /
+    -x, which hold for the new GPU too (Slurm keeps them on the job)."""
+    part = h.request.partition if "," not in h.request.partition else ""
+    return occ.candidate_view(
+        {
+            "partition": part,
+            "gpu_type": h.model,
+            "req_nodes": sj.required_nodes,
+            "exc_nodes": sj.excluded_nodes,
+        }
+    )
+
+
+def _judge(h: HeldJob, view: ClusterView, book: ScoreBook) -> ScoreTable | ScoreBook:
+    """Bound to one GPU model: that model's set; held for any shared GPU: the book, each
+    GPU judged with its own model's set."""
+    bound = bool(h.request.gres_type or h.model) or not book.by_model
+    return book.table(_model_of(h, view, book)) if bound else book

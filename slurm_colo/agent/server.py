@@ -262,7 +262,7 @@ class Agent:
                         )
                     else:
                         self.control.aim_and_release(
-                            a.job_id, a.node, a.admin_comment, a.comment, a.gres, a.start_now
+                            a.target, a.node, a.admin_comment, a.comment, a.gres, a.start_now
                         )
                 except SlurmError as e:
                     with self.lock:

@@ -42,7 +42,7 @@ def update_argv(job_id: int | str, **fields: str) -> list[str]:
     return ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())]
 
 
-def release_argv(job_id: int) -> list[str]:
+def release_argv(job_id: int | str) -> list[str]:
     return ["scontrol", "release", str(job_id)]
 
 
@@ -57,7 +57,7 @@ class JobControl(Protocol):
 
     def aim_and_release(
         self,
-        job_id: int,
+        job_id: int | str,
         node: str,
         admin_comment: str,
         comment: str,
@@ -124,7 +124,7 @@ class ScontrolControl:
 
     def aim_and_release(
         self,
-        job_id: int,
+        job_id: int | str,
         node: str,
         admin_comment: str,
         comment: str,

@@ -751,3 +751,92 @@ def test_while_slurm_refuses_the_agent_the_right_no_job_is_held(
     assert s.rights.granted()
     assert s.place_request(_req("slow"), 4.0)["action"] == "hold"
     assert (a["action"], b["action"]) == ("share", "share")
+
+
+# ---- job arrays held for the agent (agent/arrays.py) ------------------------------------
+
+FAST_PAIRS = table_from_pairs(
+    [("fast", "fast", 0.9, 0.9)], classes={"fast": ClassInfo(memory_gib=4.0)}, created=""
+)
+
+
+def _held_array(tag: str, tasks: str, reason: str = "JobHeldUser") -> SlurmJob:
+    return SlurmJob(
+        40,
+        "sweep",
+        "alice",
+        1000,
+        "PENDING",
+        admin_comment=tag,
+        submit_time=1.0,
+        state_reason=reason,
+        array_tasks=tasks,
+    )
+
+
+def test_with_unplaced_hold_an_array_is_held_and_its_tasks_released_one_by_one() -> None:
+    s = _state(unplaced="hold")
+    s.scores = FAST_PAIRS  # fast+fast gains: up to 4 of them on a GPU (its 4 shards)
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    assert (reply["action"], reply["array"], reply["gres"]) == ("hold", "1", "none")
+    tag = Placement.from_tag(reply["tag"])
+    assert tag is not None and tag.held == "*" and not tag.shared and tag.cls == "fast"
+    assert s.ledger.decisions["hold:job array"] == 1 and s.ledger.placements == {}
+    s.apply_snapshot([_held_array(reply["tag"], "0-9")], [], 2.0)
+    assert sorted(s.held) == [40]
+    acts = s.reaim(2.0)
+    # the array's hold becomes the administrator's first, then tasks go while GPUs take them
+    assert (acts[0].kind, acts[0].job_id, acts[0].task) == ("admin_hold", 40, None)
+    aims = acts[1:]
+    assert [(a.kind, a.target) for a in aims] == [("aim", f"40_{t}") for t in range(8)]
+    assert (
+        sorted(a.gres for a in aims) == ["gres:shard:v100_s0:1"] * 4 + ["gres:shard:v100_s1:1"] * 4
+    )
+    tokens = [Placement.from_tag(a.admin_comment).token for a in aims]  # type: ignore[union-attr]
+    assert tokens == [f"{tag.token}-{t}" for t in range(8)]
+    assert all("held=" not in a.admin_comment for a in aims)
+    assert aims[0].comment.startswith("colo: released onto GPU ")
+    # the array stays held for tasks 8 and 9; none released twice before Slurm splits them
+    assert sorted(s.held) == [40] and s.reaim(2.5) == []
+    # a refused release forgets that task's placement; the array stays held
+    s.failed(aims[7], 2.6)
+    assert f"{tag.token}-7" not in s.ledger.placements and sorted(s.held) == [40]
+    ex = s.explain(0, aims[0].admin_comment)
+    assert ex["known"] and ex["reason"].startswith("held at submission; then")
+
+
+def test_a_held_arrays_last_task_released_ends_its_hold_and_is_never_released_whole() -> None:
+    s = _state(unplaced="hold")
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    s.apply_snapshot([_held_array(reply["tag"], "3", "JobHeldAdmin")], [], 2.0)
+    [aim] = s.reaim(2.0)
+    assert aim.target == "40_3" and s.held == {}
+    # Slurm shows the record as the task it now is: pending with its new tag, no array
+    task = replace(_held_array(aim.admin_comment, ""), state_reason="Resources")
+    s.apply_snapshot([task], [], 3.0)
+    assert s.reaim(3.0) == [] and s.held == {}
+    assert s.ledger.by_job[40] == Placement.from_tag(aim.admin_comment).token  # type: ignore[union-attr]
+
+
+def test_a_held_array_seen_as_its_last_task_is_not_released_as_one_job() -> None:
+    """The look after the last task's release may still show the array's held tag."""
+    s = _state(unplaced="hold")
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    s.apply_snapshot([_held_array(reply["tag"], "3-4", "JobHeldAdmin")], [], 2.0)
+    assert [a.target for a in s.reaim(2.0)] == ["40_3", "40_4"]
+    # a look taken before Slurm applied the updates: the array still held, its tasks listed
+    s.apply_snapshot([_held_array(reply["tag"], "4", "JobHeldAdmin")], [], 2.5)
+    assert s.reaim(2.5) == []
+    # then the record is the last task, its tag still the held one
+    s.apply_snapshot([_held_array(reply["tag"], "", "JobHeldAdmin")], [], 3.0)
+    assert s.reaim(3.0) == [] and s.held == {}
+
+
+def test_an_array_held_by_hand_release_gets_a_whole_gpu_not_untargeted_shards() -> None:
+    tag = Placement("t", "fast", held="*").to_tag()
+    (one,) = agent_held.held_in_slurm([_held_array(tag, "0-9")])
+    assert one.release_gres() == "gres:gpu:1"
+    (single,) = agent_held.held_in_slurm([_held_array(tag, "")])
+    assert single.release_gres() == "gres:shard:1"
