@@ -272,10 +272,10 @@ local function place(job_desc, submit_uid)
       "interactive", "slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate")
   end
   -- one submission for every task of an array: a placement set here would send all of
-  -- them to the same GPU, judged as one job. The agent is asked with array=1: it keeps the
-  -- array's own GPU request and, where Slurm can change a waiting task's GRES, moves its
-  -- tasks onto shared GPUs one by one as they wait; otherwise (an agent that does not know
-  -- arrays, none answering) each task keeps the GPU request it was submitted with.
+  -- them to the same GPU, judged as one job. The agent is asked with array=1: it holds the
+  -- array and releases its tasks onto shared GPUs one by one, or keeps its own GPU request
+  -- and moves its tasks as they wait (Slurm 23.11+); otherwise (an agent that does not
+  -- know arrays, none answering) each task keeps the GPU request it was submitted with.
   local array = job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
   local req, why = gpu_request(job_desc)
   if not req then
@@ -307,7 +307,7 @@ local function place(job_desc, submit_uid)
   if not reply then return fallback(job_desc, req, err) end
   local ans, perr = parse_reply(reply)
   if not ans then return fallback(job_desc, req, perr) end
-  if array and not (ans.array == "1" and ans.action == "exclusive") then
+  if array and not (ans.array == "1" and (ans.action == "exclusive" or ans.action == "hold")) then
     -- an agent that does not know arrays placed it as one job: leave it as submitted
     return not_shared(job_desc, "colo: job array not shared (each task keeps its own GPU request)",
       "job array, agent answered " .. clean(ans.action):sub(1, 40))

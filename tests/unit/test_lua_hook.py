@@ -506,6 +506,22 @@ def test_a_job_array_keeps_its_request_and_carries_the_agents_tag(
     assert out["rc"] == "0"
 
 
+ARRAY_HELD = (
+    b"OK\taction=hold\tarray=1\tgres=none\tcomment=colo: job array held: each task is released "
+    b"onto a shared GPU that takes it\ttag=slurm-colo[v=1 tok=ah cls=x mode=auto held=*]\n"
+)
+
+
+@pytest.mark.parametrize("agent", [(ARRAY_HELD, 0.0)], indirect=True)
+def test_a_job_array_held_for_the_agent_drops_its_gpu_request(
+    tmp_path: Path, cfg: Config, agent: FakeAgent
+) -> None:
+    out, _, _ = _run(tmp_path, dict(BATCH, array_inx="0-9"), COLO, cfg)
+    assert out["tres_per_node"] in ("", "nil") and out["priority"] == "0"
+    assert out["admin_comment"] == "slurm-colo[v=1 tok=ah cls=x mode=auto held=*]"
+    assert out["comment"].startswith("colo: job array held: each task is released")
+
+
 @pytest.mark.parametrize("agent", [(ARRAY_NOT_SHARED, 0.0)], indirect=True)
 def test_a_job_array_the_agent_cannot_share_is_told_why(
     tmp_path: Path, cfg: Config, agent: FakeAgent
