@@ -13,6 +13,7 @@ import pytest
 from .labtools import (
     LAB_DIR,
     OUT,
+    SHARED_GPUS,
     Submitted,
     agent_cli,
     agent_refresh,
@@ -219,6 +220,43 @@ def test_with_unplaced_hold_a_job_waits_held_without_a_gpu_request_and_is_releas
         assert squeue()[a.job_id]["job_state"] == "RUNNING"
         assert "undone=1" not in done["admin_comment"] and f"gpu=vm:{idx}" in done["admin_comment"]
         assert "held=" not in done["admin_comment"]
+
+
+def test_with_unplaced_hold_a_job_array_is_held_and_its_tasks_released_onto_shared_gpus(
+    clean: None,
+) -> None:
+    """Slurm 22.05 cannot change a waiting task's GPU request, but sets one on a task that
+    has none: the array is held without a GPU request, and the agent releases its tasks
+    one by one (``scontrol update JobId=ARRAY_TASK`` splits the task from the array)."""
+    with agent_with('unplaced = "hold"\n'):
+        r = sbatch(
+            "--array=0-3",
+            "--colocate",
+            "--colocate-class=resnet18-bs32",
+            "--gres=gpu:1",
+            user="alice",
+            sleep=6,
+        )
+        assert r.rc == 0 and r.job_id is not None, r.stderr
+        assert "slurm-colo: job array held" in r.stderr, r.stderr
+
+        def tasks() -> list[dict]:
+            return [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
+
+        def all_done() -> list[dict] | None:
+            ts = tasks()
+            return ts if len(ts) == 4 and all(j["job_state"] == "COMPLETED" for j in ts) else None
+
+        ts = wait_for(all_done, 90, 1.0, "the array's four tasks released and completed")
+        toks = set()
+        for j in ts:
+            assert j["tres_per_node"].startswith("gres:shard:v100_s"), j
+            assert "released onto GPU" in j["comment"] and "held=" not in j["admin_comment"], j
+            assert gpu_of(j) <= SHARED_GPUS, j
+            toks.add(j["admin_comment"].split("tok=")[1].split()[0])
+        assert len(toks) == 4  # each task its own placement
+        ex = json.loads(agent_cli("explain", "--json", str(ts[0]["job_id"])).stdout)
+        assert ex["reason"].startswith("held at submission; then"), ex
 
 
 def test_a_job_held_at_submission_keeps_its_begin_time_when_released(clean: None) -> None:
