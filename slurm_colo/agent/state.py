@@ -239,7 +239,16 @@ class AgentState(PlaceRequests):
         the agent the right, until a change is to be tried again (agent/rights.py)."""
         if self.rights.holding_back(now):
             return []
-        return self.holds.reaim(now, self.ledger, self.occupancy, self.book)
+        return self._count_tasks(self.holds.reaim(now, self.ledger, self.occupancy, self.book))
+
+    def _count_tasks(self, actions: list[Action]) -> list[Action]:
+        """Each task of an array released or moved is a job of its class, as a PLACE is
+        (the learning's recurrence count, agent/learned.py); ``actions`` returned."""
+        for a in actions:
+            tag = Placement.from_tag(a.admin_comment) if a.task is not None else None
+            if tag is not None:
+                self.live.placed(tag.cls)
+        return actions
 
     def replan(self, now: float) -> list[Action]:
         """Move ``--colocate`` jobs waiting for a whole GPU onto shared GPUs that take them
@@ -271,11 +280,9 @@ class AgentState(PlaceRequests):
                 heads[gres_type] = self._queue_head(now, gres_type)
             return waits_behind(since, heads[gres_type], now, self.cfg.placement)
 
-        moves = move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book, behind)
-        for a in moves:
-            if a.task is not None:  # a task of an array: each one a job of its class
-                self.live.placed(tags[a.job_id].cls)
-        return moves
+        return self._count_tasks(
+            move_waiting(self.cfg, now, waiting, self.ledger, occ, self.book, behind)
+        )
 
     def extend_limits(self, now: float) -> list[Action]:
         """Add to the time limit of each job the agent placed on a shared GPU the time

@@ -840,3 +840,13 @@ def test_an_array_held_by_hand_release_gets_a_whole_gpu_not_untargeted_shards() 
     assert one.release_gres() == "gres:gpu:1"
     (single,) = agent_held.held_in_slurm([_held_array(tag, "")])
     assert single.release_gres() == "gres:shard:1"
+
+
+def test_each_task_of_a_held_array_released_counts_as_a_job_of_its_class() -> None:
+    s = _state(unplaced="hold")
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    s.apply_snapshot([_held_array(reply["tag"], "0-2", "JobHeldAdmin")], [], 2.0)
+    placed: list[str] = []
+    s.live.placed = placed.append  # type: ignore[method-assign]
+    assert len(s.reaim(2.0)) == 3 and placed == ["fast"] * 3
