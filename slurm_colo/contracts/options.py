@@ -100,11 +100,11 @@ def derive_class(
     Derivation: lower-case the job name, drop a trailing script suffix (``.sh``, ``.py``,
     ``.sbatch``), replace runs of other characters by ``-``; with ``numbers`` STRIP
     (``placement.class_name_numbers``) cut the numbers that follow a separator at its end
-    (``run-00042``, ``train_2026-11-25``: ``run``, ``train``; ``resnet50`` and ``lr0.001``
-    stay); cut to
-    64 characters. Slurm's default names (``wrap``, the bare script names in
-    :data:`GENERIC_JOB_NAMES`) say nothing about the job and give :data:`DEFAULT_CLASS`,
-    which placement treats conservatively; so does a name left with nothing else.
+    (:func:`without_run_number`: ``run-00042``, ``train_2026-11-25`` give ``run``,
+    ``train``; ``resnet50`` and ``lr0.001`` stay); cut to 64 characters. Slurm's default
+    names (``wrap``, the bare script names in :data:`GENERIC_JOB_NAMES`) say nothing about
+    the job and give :data:`DEFAULT_CLASS`, which placement treats conservatively; so does
+    a name left with nothing else.
     """
     if explicit not in (None, "", "(null)"):
         return validate_class(explicit)  # type: ignore[arg-type]
