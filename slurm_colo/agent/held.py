@@ -272,7 +272,7 @@ class HeldJobs:
                 if not behind:
                     out += self._release_tasks(h, sj, now, ledger, occ, book)
                 continue
-            view = _view_for(h, sj, occ)
+            view = occ.view_for_pending(sj, h.request.partition, h.model)
             # bound to one GPU model: that model's set; held for any shared GPU: each GPU
             # judged with its own model's set
             judge = _judge(h, view, book)
@@ -344,7 +344,7 @@ class HeldJobs:
             if len(out) >= MAX_TASKS_PER_LOOK:
                 break
             t = replace(h, token=token, request=replace(h.request, key=token))
-            view = _view_for(t, sj, occ)
+            view = occ.view_for_pending(sj, t.request.partition, t.model)
             judge = _judge(t, view, book)
             d = place_held(t, view, judge, self.cfg.placement, occ.reservation)
             if not d.shared or d.node is None:
@@ -599,20 +599,6 @@ def _model_of(h: HeldJob, view: ClusterView, book: ScoreBook) -> str:
         pos = view.positions_of_type(h.request.gres_type)
         return book.model_for(view.gpus[pos[0]].model) if pos else ""
     return book.model_for(h.model)
-
-
-def _view_for(h: HeldJob, sj: SlurmJob, occ: Occupancy) -> ClusterView:
-    """The GPUs held job ``h`` may go to: its partition and GPU model, and the user's -w /
-    -x, which hold for the new GPU too (Slurm keeps them on the job)."""
-    part = h.request.partition if "," not in h.request.partition else ""
-    return occ.candidate_view(
-        {
-            "partition": part,
-            "gpu_type": h.model,
-            "req_nodes": sj.required_nodes,
-            "exc_nodes": sj.excluded_nodes,
-        }
-    )
 
 
 def _judge(h: HeldJob, view: ClusterView, book: ScoreBook) -> ScoreTable | ScoreBook:

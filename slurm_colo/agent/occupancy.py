@@ -364,6 +364,19 @@ class Occupancy:
             return self.view  # nothing filtered out: keep the view and its placement index
         return self.view.part(gpus)
 
+    def view_for_pending(self, job: SlurmJob, partition: str, gpu_model: str) -> ClusterView:
+        """The GPUs a job pending in Slurm may be aimed at: ``partition`` (none chosen for
+        a job pending in several), ``gpu_model`` ("" any), and the user's -w / -x, which
+        hold for the new GPU too (Slurm keeps them on the job)."""
+        return self.candidate_view(
+            {
+                "partition": partition if "," not in partition else "",
+                "gpu_type": gpu_model,
+                "req_nodes": job.required_nodes,
+                "exc_nodes": job.excluded_nodes,
+            }
+        )
+
     # ---- reporting ---------------------------------------------------------------------
     def observe(self, node: str, index: int, jobs: Iterable[int], slowdown: float) -> None:
         """What a probe measured on GPU ``index`` of ``node``: shown while that set runs."""

@@ -153,14 +153,7 @@ def _move(p: _Pass, w: Waiting, token: str, task: int | None = None) -> Action |
     cfg, now, ledger, occ, book = p.cfg, p.now, p.ledger, p.occ, p.book
     j, tag = w.job, w.tag
     part = j.partition if "," not in j.partition else ""
-    view = occ.candidate_view(
-        {
-            "partition": part,
-            "gpu_type": w.model,
-            "req_nodes": j.required_nodes,
-            "exc_nodes": j.excluded_nodes,
-        }
-    )
+    view = occ.view_for_pending(j, part, w.model)
     req = request_from_tag(j, tag, cfg.placement, partition=part)
     if task is not None:  # not the array's record: a job of its own once split
         req = replace(req, key=token)
