@@ -118,6 +118,13 @@ class Action:
     task: int | None = None
 
     @property
+    def placement_token(self) -> str:
+        """The token of the placement this action's tag carries ("" without one): what a
+        refused change of a placement the agent just made has to forget."""
+        tag = Placement.from_tag(self.admin_comment)
+        return tag.token if tag is not None else ""
+
+    @property
     def target(self) -> str:
         """The job as ``scontrol update JobId=`` names it: ``123``, or ``123_4`` for a task."""
         return f"{self.job_id}_{self.task}" if self.task is not None else str(self.job_id)
@@ -509,9 +516,7 @@ class HeldJobs:
                 h.locked, h.lock_retry_at = False, now + LOCK_RETRY_S
             return
         if action.task is not None:  # a task of a held array: the array stays held
-            tag = Placement.from_tag(action.admin_comment)
-            if tag is not None:
-                ledger.drop(tag.token)
+            ledger.drop(action.placement_token)
             rebuild()
             return
         token = ledger.by_job.get(action.job_id)

@@ -329,11 +329,8 @@ class AgentState(PlaceRequests):
             return
         if action.kind == "retarget":
             # the placement the re-plan made (a task of an array has no job of its own yet)
-            tag = Placement.from_tag(action.admin_comment)
-            token = self.ledger.by_job.get(action.job_id) if action.task is None else None
-            token = token or (tag.token if tag is not None else None)
-            if token is not None:
-                self.ledger.drop(token)
+            linked = self.ledger.by_job.get(action.job_id, "") if action.task is None else ""
+            self.ledger.drop(linked or action.placement_token)
             self.rebuild()
             return
         self.holds.failed(action, now, self.ledger, self.occupancy, self.rebuild)
