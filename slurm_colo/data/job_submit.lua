@@ -215,6 +215,10 @@ local function set_gres(job_desc, req, gres)
   per_gpu_options(job_desc, req.sep)
 end
 
+local function is_array(job_desc)
+  return job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
+end
+
 local function fallback(job_desc, req, why, skipped)
   if not skipped then  -- a real failure opens the breaker; skips must not keep it open
     -- An agent that is not there or answers garbage fails at once: skip it now. A timeout
@@ -229,8 +233,7 @@ local function fallback(job_desc, req, why, skipped)
     end
   end
   -- untargeted shards would stack every task of an array on one GPU
-  local array = job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
-  if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" and not array then
+  if CONF.fallback == "shard" and req and req.count == 1 and req.type == "" and not is_array(job_desc) then
     set_gres(job_desc, req, "gres" .. req.sep .. "shard:1")
     add_comment(job_desc, "colo: agent unavailable, untargeted shard sharing")
     log("job %s fallback=shard reason=%s", clean(job_desc.name), why)
@@ -276,7 +279,7 @@ local function place(job_desc, submit_uid)
   -- array and releases its tasks onto shared GPUs one by one, or keeps its own GPU request
   -- and moves its tasks as they wait (Slurm 23.11+); otherwise (an agent that does not
   -- know arrays, none answering) each task keeps the GPU request it was submitted with.
-  local array = job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
+  local array = is_array(job_desc)
   local req, why = gpu_request(job_desc)
   if not req then
     return not_shared(job_desc, "colo: not shared (" .. why .. ")", why)
