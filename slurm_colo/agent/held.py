@@ -50,13 +50,13 @@ from ..config import Config
 from ..contracts.enums import Unplaced
 from ..contracts.placement import ANY_SHARED, Placement, held_for_text
 from ..contracts.probe import ProbeReport
-from ..placement import ClusterView
 from ..placement.by_model import ScoreBook
 from ..placement.guard import HeldWait
 from ..placement.held import (
     WITHDRAWN,
     HeldJob,
     Newcomer,
+    judge_for,
     judge_probe,
     must_lock,
     oldest_first,
@@ -73,6 +73,7 @@ from ..placement.retract import members_from_report
 from ..placement.view import Decision
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
+from .actions import Action
 from .arrays import MAX_TASKS_PER_LOOK, task_token, waiting_tasks
 from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
@@ -87,47 +88,6 @@ LOCK_RETRY_S = 60.0
 #: within that second is killed ("Job credential revoked"; seen on 24.11, where the job
 #: may go at once to another GPU of the same node)
 REQUEUE_SETTLE_S = 2.0
-
-
-@dataclass(frozen=True)
-class Action:
-    """A change to make in Slurm: ``requeue_hold``, ``aim`` (set ReqNodeList, the shard
-    request of a job held without one, release), ``admin_hold``, ``retarget`` (a re-plan)
-    or ``extend`` (add ``minutes`` to a shared job's time limit)."""
-
-    kind: str
-    job_id: int
-    admin_comment: str = ""
-    comment: str = ""
-    node: str = ""
-    #: aim: the shard request to set (a job held without a GPU request), else ""
-    gres: str = ""
-    #: aim of a job held without a GPU request: the GPU model it asked for
-    model: str = ""
-    #: the job's comments before (put back if Slurm refuses the requeue)
-    restore: tuple[str, str] = ("", "")
-    #: extend: minutes to add to the job's time limit
-    minutes: int = 0
-    #: aim: clear the job's start time (the two-minute wait Slurm puts on a requeued job);
-    #: a job held at submission or off a closed node keeps its own (``--begin``)
-    start_now: bool = False
-    #: aim of a job held off a node closed to placement (so held again if Slurm refuses)
-    withdrawn: bool = False
-    #: retarget of one waiting task of a job array (``job_id`` the array's): Slurm splits
-    #: it from the array into a job of its own
-    task: int | None = None
-
-    @property
-    def placement_token(self) -> str:
-        """The token of the placement this action's tag carries ("" without one): what a
-        refused change of a placement the agent just made has to forget."""
-        tag = Placement.from_tag(self.admin_comment)
-        return tag.token if tag is not None else ""
-
-    @property
-    def target(self) -> str:
-        """The job as ``scontrol update JobId=`` names it: ``123``, or ``123_4`` for a task."""
-        return f"{self.job_id}_{self.task}" if self.task is not None else str(self.job_id)
 
 
 class HeldJobs:
@@ -282,7 +242,7 @@ class HeldJobs:
             view = occ.view_for_pending(sj, h.request.partition, h.model)
             # bound to one GPU model: that model's set; held for any shared GPU: each GPU
             # judged with its own model's set
-            judge = _judge(h, view, book)
+            judge = judge_for(h, view, book)
             d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
                 if must_lock(h, now, sj.state_reason):
@@ -352,7 +312,7 @@ class HeldJobs:
                 break
             t = replace(h, token=token, request=replace(h.request, key=token))
             view = occ.view_for_pending(sj, t.request.partition, t.model)
-            judge = _judge(t, view, book)
+            judge = judge_for(t, view, book)
             d = place_held(t, view, judge, self.cfg.placement, occ.reservation)
             if not d.shared or d.node is None:
                 break
@@ -595,19 +555,3 @@ def held_in_slurm(jobs: list[SlurmJob]) -> list[HeldInSlurm]:
         if tag and tag.held and j.state == "PENDING":
             out.append(HeldInSlurm(j, tag.held, tag.model, tag.undone))
     return sorted(out, key=lambda x: x.job.job_id)
-
-
-def _model_of(h: HeldJob, view: ClusterView, book: ScoreBook) -> str:
-    """Whose score set judges held job ``h``: its shard type's GPU model, or the model it
-    asked for ("" the site default)."""
-    if h.request.gres_type:
-        pos = view.positions_of_type(h.request.gres_type)
-        return book.model_for(view.gpus[pos[0]].model) if pos else ""
-    return book.model_for(h.model)
-
-
-def _judge(h: HeldJob, view: ClusterView, book: ScoreBook) -> ScoreTable | ScoreBook:
-    """Bound to one GPU model: that model's set; held for any shared GPU: the book, each
-    GPU judged with its own model's set."""
-    bound = bool(h.request.gres_type or h.model) or not book.by_model
-    return book.table(_model_of(h, view, book)) if bound else book

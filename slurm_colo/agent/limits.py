@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from ..placement import ClusterView
 from ..placement.by_model import ScoreBook
 from ..slurm.model import SlurmJob
-from .held import Action
+from .actions import Action
 from .time_credit import TimeCredit, has_limit
 
 __all__ = ["SetSpeeds", "limit_actions"]

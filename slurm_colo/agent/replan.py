@@ -29,8 +29,8 @@ from ..contracts.enums import Mode
 from ..contracts.placement import Placement
 from ..placement.by_model import ScoreBook, place_by_model
 from ..slurm.model import SlurmJob
+from .actions import Action
 from .arrays import task_token, waiting_tasks
-from .held import Action
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
 

@@ -42,7 +42,8 @@ from ..slurm import SlurmBackend, open_backend
 from ..slurm.control import JobControl, ScontrolControl
 from ..slurm.snapshot import ChildSnapshots
 from ..slurm.version import can_change_pending_gres
-from . import held, learned, listeners, score_files, time_owed
+from . import learned, listeners, score_files, time_owed
+from .actions import Action
 from .records import RecordSink
 from .state import AgentState
 
@@ -227,7 +228,7 @@ class Agent:
                 time_owed.save(self.owed_file, saved)
             self.owed_saved_at = now
 
-    def run_actions(self, actions: list[held.Action]) -> None:
+    def run_actions(self, actions: list[Action]) -> None:
         """Make the changes an undo or a re-aim asked for. A failure is logged; a job whose
         requeue failed is forgotten (it runs on), one whose release failed is aimed again at
         the next look at Slurm. While Slurm refuses the agent the right, only one change is

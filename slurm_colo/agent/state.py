@@ -21,7 +21,8 @@ from ..placement.guard import Reservation
 from ..placement.held import HeldJob, waits_behind
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
-from .held import Action, HeldJobs
+from .actions import Action
+from .held import HeldJobs
 from .learned import Learned, LiveScores
 from .ledger import Ledger, PlacedJob, on_gpu
 from .limits import SetSpeeds, limit_actions

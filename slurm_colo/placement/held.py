@@ -319,3 +319,19 @@ def release(h: HeldJob, d: Decision) -> Release:
         f"colo: released onto GPU {d.index} of {d.node}: {d.reason}",
         f"held at submission; then {d.reason}",
     )
+
+
+def _model_of(h: HeldJob, view: ClusterView, book: ScoreBook) -> str:
+    """Whose score set judges held job ``h``: its shard type's GPU model, or the model it
+    asked for ("" the site default)."""
+    if h.request.gres_type:
+        pos = view.positions_of_type(h.request.gres_type)
+        return book.model_for(view.gpus[pos[0]].model) if pos else ""
+    return book.model_for(h.model)
+
+
+def judge_for(h: HeldJob, view: ClusterView, book: ScoreBook) -> ScoreTable | ScoreBook:
+    """Bound to one GPU model: that model's set; held for any shared GPU: the book, each
+    GPU judged with its own model's set."""
+    bound = bool(h.request.gres_type or h.model) or not book.by_model
+    return book.table(_model_of(h, view, book)) if bound else book

@@ -137,10 +137,9 @@ def test_a_corrupt_model_file_at_start_leaves_the_default(agent: Agent) -> None:
 
 
 def test_a_held_job_is_judged_with_the_set_of_the_model_it_is_bound_to() -> None:
-    from slurm_colo.agent.held import _model_of
     from slurm_colo.placement import ClusterView, GpuView, JobRequest
     from slurm_colo.placement.by_model import ScoreBook
-    from slurm_colo.placement.held import HeldJob
+    from slurm_colo.placement.held import HeldJob, _model_of
 
     view = ClusterView(
         [

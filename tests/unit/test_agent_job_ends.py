@@ -206,7 +206,7 @@ def test_the_view_read_through_the_occupancy_itself_is_built_first(
 
 
 def test_a_refused_replan_after_a_jobs_end_builds_the_view_once(builds: list[float]) -> None:
-    from slurm_colo.agent.held import Action
+    from slurm_colo.agent.actions import Action
 
     s = AgentState(Config(gpus=LAYOUT, placement=PLACEMENT), SCORES)
     s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
