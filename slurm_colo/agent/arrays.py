@@ -14,8 +14,14 @@ itself. It answers one of three ways (:func:`array_way`):
   ``placement.replan = "auto"``): the array keeps its own-GPU request and a tag with its
   class and mode; its tasks that wait in the queue are re-planned one by one
   (agent/replan.py), each given a shared GPU's shard request the same way.
-- ``not shared`` (22.05 with whole GPUs to wait for, or ``replan = "off"``): left as
-  submitted.
+- ``held, else own GPU`` (else: Slurm 22.05 with whole GPUs to wait for, or
+  ``replan = "off"``): held as ``held``, and a task no shared GPU takes at a look is
+  released with its own GPU request (``gres:gpu:1``, or of the GPU model it asked for) and
+  waits in Slurm's queue as a single job would. At most :data:`OWN_GPU_WAITING` tasks of
+  one array wait so at once, so the others are still offered the shared GPUs that free
+  meanwhile; a task that waits with its own GPU request keeps it (22.05 cannot change it).
+- ``not shared`` (no shared GPU the array may use, or Slurm refuses the agent the right to
+  release jobs): left as submitted.
 
 No I/O.
 """
@@ -27,53 +33,70 @@ import re
 from ..placement.view import Decision
 
 #: how an array is shared (:func:`array_way`)
-HELD, MOVED, NOT_SHARED = "held", "moved", "not shared"
+HELD, MOVED, HELD_OR_OWN, NOT_SHARED = "held", "moved", "held, else own GPU", "not shared"
 #: the notes of an array whose tasks the agent releases or moves onto shared GPUs
 HELD_NOTE = "colo: job array held: each task is released onto a shared GPU that takes it"
 MOVED_NOTE = "colo: job array: each task waiting for a GPU is moved onto a shared GPU that takes it"
+HELD_OR_OWN_NOTE = (
+    "colo: job array held: each task is released onto a shared GPU that takes it, "
+    "else with its own GPU request"
+)
+#: the note of a task of a held array released with its own GPU request
+OWN_GPU_TASK_NOTE = "colo: job array task: no shared GPU took it; released with its own GPU request"
 #: the note of an array left as submitted, and what its user is told at submission
 NOT_SHARED_NOTE = "colo: job array not shared (each task keeps its own GPU request)"
-NOT_SHARED_MSG = (
-    "slurm-colo: job arrays are not shared on this cluster; submit the tasks as separate "
-    "jobs to share GPUs"
-)
+NOT_SHARED_MSG = "slurm-colo: this job array is not shared ({why}); each task keeps its GPU request"
 #: the tasks of one held array released at one look at most
 MAX_TASKS_PER_LOOK = 32
+#: the tasks of one held array that wait in Slurm's queue with their own GPU request at most
+#: (``held, else own GPU``): one look releases more as they start
+OWN_GPU_WAITING = 4
 #: a range of task ids in Slurm's list of an array's waiting tasks: 7, 2-5, 1-9:2
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
-def array_way(hold: bool, can_change_tasks: bool, replan: bool) -> str:
-    """:data:`HELD` where a job no shared GPU takes is held (``hold``: placement.unplaced,
-    and the agent may release jobs), else :data:`MOVED` where Slurm can change a waiting
-    task's GRES and the site re-plans, else :data:`NOT_SHARED`."""
-    if hold:
+def array_way(hold_unplaced: bool, may_hold: bool, can_change_tasks: bool, replan: bool) -> str:
+    """:data:`HELD` where a job no shared GPU takes is held (``hold_unplaced``:
+    placement.unplaced) and the array may be (``may_hold``: some shared GPU it may use, and
+    the agent may release jobs); else :data:`MOVED` where Slurm can change a waiting task's
+    GRES and the site re-plans; else :data:`HELD_OR_OWN` where it may be held; else
+    :data:`NOT_SHARED`."""
+    if hold_unplaced and may_hold:
         return HELD
-    return MOVED if can_change_tasks and replan else NOT_SHARED
+    if can_change_tasks and replan:
+        return MOVED
+    return HELD_OR_OWN if may_hold else NOT_SHARED
 
 
-def array_decision(way: str, can_change_tasks: bool) -> Decision:
-    """The explanation of an array's answer at submission."""
+def array_decision(way: str, why_not: str = "") -> Decision:
+    """The explanation of an array's answer at submission (``why_not``: why it is not
+    shared, for :data:`NOT_SHARED`)."""
     if way == HELD:
         return Decision("exclusive", "job array: held; its tasks are released onto shared GPUs")
     if way == MOVED:
         return Decision("exclusive", "job array: its tasks are moved onto shared GPUs as they wait")
-    why = "placement.replan is off" if can_change_tasks else "Slurm cannot change a waiting task"
-    return Decision("exclusive", f"job array: not shared ({why})")
+    if way == HELD_OR_OWN:
+        return Decision(
+            "exclusive",
+            "job array: held; its tasks are released onto shared GPUs, each with its own "
+            "GPU request where none takes it",
+        )
+    return Decision("exclusive", f"job array: not shared ({why_not})")
 
 
-def array_reply(way: str, tag: str) -> dict[str, str]:
+def array_reply(way: str, tag: str, why_not: str = "") -> dict[str, str]:
     """The PLACE answer for an array; ``array`` says this agent knows arrays (the hook leaves
     an array as submitted when an older agent's answer lacks it)."""
-    if way == HELD:
+    if way in (HELD, HELD_OR_OWN):
         return {
             "action": "hold",
             "array": "1",
             "gres": "none",
-            "comment": HELD_NOTE,
+            "comment": HELD_NOTE if way == HELD else HELD_OR_OWN_NOTE,
             "tag": tag,
             "user_msg": "slurm-colo: job array held; each task is released onto a shared GPU "
-            "that fits it by the placement agent",
+            "that fits it by the placement agent"
+            + ("" if way == HELD else ", else with its own GPU request"),
         }
     if way == MOVED:
         return {"action": "exclusive", "array": "1", "comment": MOVED_NOTE, "tag": tag}
@@ -81,7 +104,7 @@ def array_reply(way: str, tag: str) -> dict[str, str]:
         "action": "exclusive",
         "array": "1",
         "comment": NOT_SHARED_NOTE,
-        "user_msg": NOT_SHARED_MSG,
+        "user_msg": NOT_SHARED_MSG.format(why=why_not),
     }
 
 
@@ -102,6 +125,12 @@ def waiting_tasks(text: str, limit: int) -> list[int]:
                 return out
             out.append(t)
     return out
+
+
+def whole_gpu_request(model: str) -> str:
+    """The GPU request of an array's task given a GPU of its own: a whole GPU of the model
+    it asked for (untargeted shards, ``shard:1``, would stack its tasks on one GPU)."""
+    return f"gres:gpu:{model}:1" if model else "gres:gpu:1"
 
 
 def task_token(array_token: str, task: int) -> str:

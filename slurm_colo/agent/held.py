@@ -42,6 +42,7 @@ No I/O: actions are returned for the server to run outside its lock.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -71,10 +72,10 @@ from ..placement.held import (
 )
 from ..placement.retract import members_from_report
 from ..placement.view import Decision
-from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
 from .actions import Action
-from .arrays import MAX_TASKS_PER_LOOK, task_token, waiting_tasks
+from .arrays import whole_gpu_request
+from .held_arrays import HeldArrays, waiting_with_own_gpu
 from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
@@ -99,9 +100,9 @@ class HeldJobs:
         #: Slurm can change a pending job's GRES (23.11+): an undone job may go to any shared
         #: GPU of its GPU model, not only to one of its old shard type
         self.retype_after_undo = retype_after_undo
-        #: the held jobs seen as a job array's record (agent/arrays.py): its tasks are
-        #: released one by one, and the record is never released as one job
-        self.arrays: set[int] = set()
+        #: the held jobs seen as a job array's record (agent/held_arrays.py): its tasks
+        #: are released one by one, and the record is never released as one job
+        self.arrays = HeldArrays(cfg)
 
     def shift(self, step: float) -> None:
         """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): how long each job
@@ -112,6 +113,7 @@ class HeldJobs:
                 h.release_after += step
             if h.lock_retry_at:
                 h.lock_retry_at += step
+        self.arrays.shift(step)
 
     def waits(self) -> list[HeldWait]:
         """The held jobs as the starvation guard sees them."""
@@ -219,6 +221,10 @@ class HeldJobs:
         out: list[Action] = []
         # each waits behind the oldest job that may want the GPUs it may take
         heads = queue_heads(list(self.jobs.values()), occ.view)
+        # a held array's task no shared GPU takes gets its own GPU request where the site
+        # keeps such jobs on a GPU of their own (agent/arrays.py: "held, else own GPU")
+        own_gpu = not hold_unplaced(self.cfg)
+        waiting: Counter[str] | None = None
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
@@ -229,15 +235,29 @@ class HeldJobs:
             if h.job_id in self.arrays and not sj.array_tasks:
                 # the record of a held array is its last task once that is released
                 del self.jobs[h.job_id]
-                self.arrays.discard(h.job_id)
+                self.arrays.forget(h.job_id)
                 continue
-            if sj.array_tasks:  # a held array: its tasks, one by one (agent/arrays.py)
-                self.arrays.add(h.job_id)
+            if sj.array_tasks:  # a held array: its tasks, one by one (agent/held_arrays.py)
                 if must_lock(h, now, sj.state_reason):  # before any task is released
                     h.locked = True
                     out.append(Action("admin_hold", h.job_id))
-                if not behind:
-                    out += self._release_tasks(h, sj, now, ledger, occ, book)
+                if waiting is None:
+                    waiting = waiting_with_own_gpu(occ.jobs.values()) if own_gpu else Counter()
+                tasks, last = self.arrays.release(
+                    h,
+                    sj,
+                    now,
+                    ledger,
+                    occ,
+                    book,
+                    own_gpu=own_gpu,
+                    behind=behind,
+                    waiting=waiting,
+                )
+                out += tasks
+                if last:  # the array record is that task now
+                    del self.jobs[h.job_id]
+                    self.arrays.forget(h.job_id)
                 continue
             view = occ.view_for_pending(sj, h.request.partition, h.model)
             # bound to one GPU model: that model's set; held for any shared GPU: each GPU
@@ -286,67 +306,6 @@ class HeldJobs:
                     withdrawn=h.withdrawn,
                 )
             )
-        return out
-
-    def _release_tasks(
-        self,
-        h: HeldJob,
-        sj: SlurmJob,
-        now: float,
-        ledger: Ledger,
-        occ: Occupancy,
-        book: ScoreBook,
-    ) -> list[Action]:
-        """Release the tasks of held array ``h`` that shared GPUs take now, lowest first,
-        each its own placement, counted on its GPU at once (a task released at an earlier
-        look, not yet split from the array in Slurm's answer, is not released again); stop
-        at the first task none takes. The array stays held for its other tasks; its last
-        task released, it is no longer held here."""
-        out: list[Action] = []
-        tasks = waiting_tasks(sj.array_tasks, MAX_TASKS_PER_LOOK + 1)
-        for task in tasks:
-            token = task_token(h.token, task)
-            if token in ledger.placements:
-                continue
-            if len(out) >= MAX_TASKS_PER_LOOK:
-                break
-            t = replace(h, token=token, request=replace(h.request, key=token))
-            view = occ.view_for_pending(sj, t.request.partition, t.model)
-            judge = judge_for(t, view, book)
-            d = place_held(t, view, judge, self.cfg.placement, occ.reservation)
-            if not d.shared or d.node is None:
-                break
-            r = release(t, d)
-            scores_id = judge.id if isinstance(judge, ScoreTable) else judge.default.id
-            ledger.remember(
-                token, sj.name, sj.user, t.request.cls, str(t.request.mode), d, now, scores_id
-            )
-            ledger.add(token, replace(t.request, gres_type=""), d, now, occ.view)
-            ledger.note(token, r.note)
-            log.info(
-                "job %s_%s: released onto GPU %s of %s: %s",
-                h.job_id,
-                task,
-                d.index,
-                d.node,
-                d.reason,
-            )
-            gres = occ.layouts[d.node].shard_request(d.index or 0)
-            out.append(
-                Action(
-                    "aim",
-                    h.job_id,
-                    r.tag,
-                    r.comment,
-                    node=d.node,
-                    gres=gres,
-                    model=h.model,
-                    task=task,
-                )
-            )
-        if out and out[-1].task == tasks[-1] and len(tasks) <= MAX_TASKS_PER_LOOK:
-            del self.jobs[h.job_id]  # its last task: the array record is that task now
-            self.arrays.discard(h.job_id)
         return out
 
     def withdraw(self, now: float, ledger: Ledger, occ: Occupancy) -> list[Action]:
@@ -447,7 +406,7 @@ class HeldJobs:
             if sj is None or (now - h.since > grace and sj.state != "PENDING"):
                 log.info("job %s: no longer held in Slurm; not aimed again", job_id)
                 del self.jobs[job_id]
-                self.arrays.discard(job_id)
+                self.arrays.forget(job_id)
 
     def failed(
         self,
@@ -476,7 +435,7 @@ class HeldJobs:
                 h.locked, h.lock_retry_at = False, now + LOCK_RETRY_S
             return
         if action.task is not None:  # a task of a held array: the array stays held
-            ledger.drop(action.placement_token)
+            self.arrays.failed(action, ledger)
             rebuild()
             return
         token = ledger.by_job.get(action.job_id)
@@ -539,7 +498,7 @@ class HeldInSlurm:
         if self.gres_type != ANY_SHARED:
             return ""
         if self.model or self.job.array_tasks:  # untargeted shards would stack its tasks
-            return f"gres:gpu:{self.model}:1" if self.model else "gres:gpu:1"
+            return whole_gpu_request(self.model)
         return "gres:shard:1"
 
     def unheld_tag(self) -> str:

@@ -26,7 +26,7 @@ from ..errors import OptionError
 from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model
 from ..placement.held import queue_head, waits_behind, wanting
-from .arrays import HELD, NOT_SHARED, array_decision, array_reply, array_way
+from .arrays import HELD, HELD_OR_OWN, NOT_SHARED, array_decision, array_reply, array_way
 from .held import HeldJobs, can_hold, hold_unplaced
 from .learned import LiveScores
 from .ledger import Ledger
@@ -194,25 +194,34 @@ class PlaceRequests:
         self, fields: dict[str, str], cls: str, mode: Mode, now: float
     ) -> tuple[dict[str, str], Callable[[], None]]:
         """A job array is never placed as one job (agent/arrays.py): held for the agent to
-        release its tasks one by one, or left with its own-GPU request for the re-planner to
-        move its waiting tasks, or not shared."""
-        hold = (
-            hold_unplaced(self.cfg)
-            and self.rights.refused is None
-            and can_hold(self.occupancy, fields)
-        )
+        release its tasks one by one (onto shared GPUs, or with their own GPU request where
+        the site holds no job for a shared GPU), or left with its own-GPU request for the
+        re-planner to move its waiting tasks, or not shared."""
+        rights = self.rights.refused is None
+        may_hold = rights and can_hold(self.occupancy, fields)
         can, replan = self.holds.retype_after_undo, self.cfg.placement.replan == Replan.AUTO
-        way = array_way(hold, can, replan)
-        d = array_decision(way, can)
+        way = array_way(hold_unplaced(self.cfg), may_hold, can, replan)
+        why_not = (
+            "Slurm refuses the agent the right to release it"
+            if not rights
+            else "no shared GPU it may use"
+        )
+        d = array_decision(way, why_not)
         token = _new_token()
-        held = {"held": ANY_SHARED, "model": fields.get("gpu_type", "")} if way == HELD else {}
-        reply = array_reply(way, d.placement(token, cls, mode, **held).to_tag())
+        held = (
+            {"held": ANY_SHARED, "model": fields.get("gpu_type", "")}
+            if way in (HELD, HELD_OR_OWN)
+            else {}
+        )
+        reply = array_reply(way, d.placement(token, cls, mode, **held).to_tag(), why_not)
 
         def record() -> None:
             user, name = fields.get("user", ""), fields.get("name", "")
             if way != NOT_SHARED:  # explained by its tag, which every task carries
                 self.ledger.remember(token, name, user, cls, str(mode), d, now, "")
-            self.ledger.decisions["hold:job array" if way == HELD else "exclusive:job array"] += 1
+            self.ledger.decisions[
+                "hold:job array" if reply["action"] == "hold" else "exclusive:job array"
+            ] += 1
             log.info("placement %s (%s, user %s, class %s): %s", token, name, user, cls, d.reason)
 
         return reply, record

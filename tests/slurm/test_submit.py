@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .labtools import (
     OUT,
+    SHARED_GPUS,
     agent_cli,
     gpu_of,
     kind_of,
@@ -116,28 +117,50 @@ def test_multi_gpu_and_multi_node_jobs_are_accepted_untouched(clean: None) -> No
         assert "slurm-colo" not in b.stderr
 
 
-def test_a_job_array_runs_as_submitted_each_task_on_a_gpu_of_its_own(clean: None) -> None:
-    # one submission for every task: a placement would have sent all of them to one GPU
-    # (four running there, the rest waiting for it while the other GPUs were idle)
-    r = sbatch("--array=0-3", "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1")
+def test_a_job_array_is_held_and_each_task_released_onto_a_shared_gpu_or_its_own(
+    clean: None,
+) -> None:
+    """Slurm 22.05 cannot change a waiting task's GPU request, and this lab has whole GPUs
+    to wait for: the array is held without a GPU request; each task a shared GPU takes is
+    released there, each task none takes with its own GPU request (a few at a time)."""
+    r = sbatch(
+        "--array=0-11",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        user="alice",
+        sleep=6,
+    )
     assert r.rc == 0 and r.job_id is not None, r.stderr
-    assert "slurm-colo: job arrays are not shared" in r.stderr
+    assert "slurm-colo: job array held" in r.stderr, r.stderr
+    assert "else with its own GPU request" in r.stderr, r.stderr
+    token = squeue()[r.job_id]["admin_comment"].split("tok=")[1].split()[0]
 
-    def tasks_running() -> list[dict] | None:
-        rows = [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
-        running = [j for j in rows if j["job_state"] == "RUNNING"]
-        return running if len(running) == 4 else None
+    gpus: dict[int, set[int]] = {}  # the GPUs of each task, seen while it runs
 
-    tasks = wait_for(tasks_running, 40, 0.5, "the array's 4 tasks running at once")
-    assert sorted(j["array_task_id"] for j in tasks) == [0, 1, 2, 3]
-    gpus = [gpu_of(j) for j in tasks]
-    assert all(len(g) == 1 for g in gpus) and len(set().union(*gpus)) == 4, gpus
-    for j in tasks:
-        assert kind_of(j) == "gpu" and j["tres_per_node"] == "gres:gpu:1", j
-        assert j["comment"] == "colo: job array not shared (each task keeps its own GPU request)"
-        assert not j.get("admin_comment"), j
-    said = agent_cli("explain", str(tasks[0]["job_id"])).stdout
-    assert 'its comment says "colo: job array not shared' in said, said
+    def all_done() -> list[dict] | None:
+        ts = [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
+        gpus.update({j["job_id"]: gpu_of(j) for j in ts if j["job_state"] == "RUNNING"})
+        return ts if len(ts) == 12 and all(j["job_state"] == "COMPLETED" for j in ts) else None
+
+    ts = wait_for(all_done, 150, 0.5, "the array's twelve tasks released and completed")
+    assert len(gpus) == 12, gpus
+    shared = [j for j in ts if j["tres_per_node"].startswith("gres:shard:v100_s")]
+    own = [j for j in ts if j["tres_per_node"] == "gres:gpu:1"]
+    # the two shared GPUs take at most 4 each (their shards): the others got a GPU each
+    assert shared and own and len(shared) + len(own) == 12, ts
+    toks = {j["admin_comment"].split("tok=")[1].split()[0] for j in shared}
+    assert len(toks) == len(shared) and token not in toks  # each its own placement
+    for j in shared:
+        assert "released onto GPU" in j["comment"] and gpus[j["job_id"]] <= SHARED_GPUS, j
+    for j in own:
+        assert j["comment"] == (
+            "colo: job array task: no shared GPU took it; released with its own GPU request"
+        ), j
+        assert f"tok={token} " in j["admin_comment"] and "held=" not in j["admin_comment"], j
+        assert len(gpus[j["job_id"]]) == 1, j
+    said = agent_cli("explain", str(own[0]["job_id"])).stdout
+    assert "each with its own GPU request where none takes it" in said, said
 
 
 def test_a_heterogeneous_job_is_left_as_submitted(clean: None) -> None:

@@ -850,3 +850,69 @@ def test_each_task_of_a_held_array_released_counts_as_a_job_of_its_class() -> No
     placed: list[str] = []
     s.live.placed = placed.append  # type: ignore[method-assign]
     assert len(s.reaim(2.0)) == 3 and placed == ["fast"] * 3
+
+
+def _split_task(job_id: int, a: agent_held.Action, state: str) -> SlurmJob:
+    """A task of array 40 after its release, as Slurm shows it: a job of its own."""
+    return SlurmJob(
+        job_id,
+        "sweep",
+        "alice",
+        1000,
+        state,
+        nodes="n1" if state == "RUNNING" else "",
+        gres=(GresAlloc("gpu", "v100", 1, (job_id % 2 + 2,)),) if state == "RUNNING" else (),
+        tres_per_node=a.gres,
+        admin_comment=a.admin_comment,
+        comment=a.comment,
+        submit_time=1.0,
+    )
+
+
+def test_where_jobs_keep_their_own_gpu_a_held_arrays_task_none_takes_gets_one() -> None:
+    """Slurm 22.05 at a site with whole GPUs: the array is held all the same; a task no
+    shared GPU takes is released with its own GPU request, a few at a time."""
+    from slurm_colo.agent.arrays import OWN_GPU_TASK_NOTE, OWN_GPU_WAITING
+
+    s = _state()  # unplaced = "auto" on a site with whole GPUs: jobs keep their own GPU
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1", "gpu_type": "v100"}, 1.0)
+    assert (reply["action"], reply["array"], reply["gres"]) == ("hold", "1", "none")
+    assert reply["user_msg"].endswith(", else with its own GPU request")
+    assert s.ledger.decisions["hold:job array"] == 1
+    record = _held_array(reply["tag"], "0-19", "JobHeldAdmin")
+    s.apply_snapshot([record], [], 2.0)
+    aims = s.reaim(2.0)
+    shared, own = aims[:8], aims[8:]  # 4 shards on each shared GPU, then own GPUs
+    assert [a.task for a in shared] == list(range(8)) and all(a.node == "n1" for a in shared)
+    assert [a.task for a in own] == list(range(8, 8 + OWN_GPU_WAITING))
+    tag = Placement.from_tag(reply["tag"])
+    assert tag is not None
+    for a in own:
+        assert (a.kind, a.target, a.node, a.gres) == ("aim", f"40_{a.task}", "", "gres:gpu:v100:1")
+        assert a.comment == OWN_GPU_TASK_NOTE
+        t = Placement.from_tag(a.admin_comment)
+        assert t is not None and t.held is None and t.token == tag.token and t.cls == "fast"
+    # not released twice before Slurm shows them split from the array
+    assert s.reaim(2.5) == [] and sorted(s.held) == [40]
+    # Slurm's next answer: two of them started, two still wait: two more go
+    split = [_split_task(100 + i, a, "RUNNING" if i < 2 else "PENDING") for i, a in enumerate(own)]
+    record = replace(record, array_tasks="12-19")
+    s.apply_snapshot([record, *split], [], 3.0)
+    more = s.reaim(3.0)
+    assert [(a.task, a.gres) for a in more] == [(12, "gres:gpu:v100:1"), (13, "gres:gpu:v100:1")]
+    # a refused release: that task goes again at the next look
+    s.failed(more[1], 3.5)
+    assert [a.task for a in s.reaim(4.0)] == [13]
+    ex = s.explain(0, own[0].admin_comment)
+    assert "with its own GPU request where none takes it" in ex["reason"], ex
+
+
+def test_where_jobs_keep_their_own_gpu_an_arrays_last_task_none_takes_ends_its_hold() -> None:
+    s = _state()
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    s.apply_snapshot([*busy, _held_array(reply["tag"], "5", "JobHeldAdmin")], [], 2.0)
+    [aim] = s.reaim(2.0)  # slow runs on both shared GPUs: fast is not put next to it
+    assert (aim.target, aim.gres, aim.node) == ("40_5", "gres:gpu:1", "") and s.held == {}

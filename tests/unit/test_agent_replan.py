@@ -291,37 +291,59 @@ def test_a_refused_retarget_of_a_task_forgets_its_placement() -> None:
 
 
 @pytest.mark.parametrize("newer_slurm", [True, False])
-def test_an_array_is_answered_with_its_request_kept_and_a_tag_where_slurm_can_move_tasks(
+def test_an_array_keeps_its_request_where_slurm_can_move_tasks_and_is_held_elsewhere(
     newer_slurm: bool,
 ) -> None:
     s = _state(newer_slurm=newer_slurm)
+    s.apply_snapshot([], NODES, 0.5)
     req = {"user": "alice", "uid": "1000", "mode": "auto", "name": "sweep", "class": "b"}
     reply = s.place_request({**req, "array": "1"}, 1.0)
-    assert reply["action"] == "exclusive" and reply["array"] == "1"
+    assert reply["array"] == "1"
     assert s.ledger.placements == {}  # the array itself is never placed
+    tag = Placement.from_tag(reply["tag"])
+    assert tag is not None and not tag.shared and tag.cls == "b" and tag.mode == Mode.AUTO
     if newer_slurm:
-        tag = Placement.from_tag(reply["tag"])
-        assert tag is not None and not tag.shared and tag.cls == "b" and tag.mode == Mode.AUTO
+        assert reply["action"] == "exclusive" and tag.held is None
         assert reply["comment"].startswith("colo: job array: each task waiting for a GPU")
         assert "user_msg" not in reply
-    else:
-        assert "tag" not in reply and "not shared" in reply["comment"]
-        assert reply["user_msg"].startswith("slurm-colo: job arrays are not shared")
-    assert s.ledger.decisions["exclusive:job array"] == 1
-    # placement.replan = "off" shares no array either
+        assert s.ledger.decisions["exclusive:job array"] == 1
+    else:  # 22.05 cannot move a waiting task: held, each task released (agent/held_arrays.py)
+        assert reply["action"] == "hold" and reply["gres"] == "none" and tag.held == "*"
+        assert reply["comment"].endswith("else with its own GPU request")
+        assert s.ledger.decisions["hold:job array"] == 1
+    # placement.replan = "off": held the same way on any version
     off = _state(Replan.OFF)
+    off.apply_snapshot([], NODES, 0.5)
     reply = off.place_request({**req, "array": "1"}, 1.0)
-    assert "tag" not in reply and "user_msg" in reply
+    assert reply["action"] == "hold" and reply["comment"].endswith("else with its own GPU request")
 
 
-def test_the_agent_logs_why_an_array_is_not_shared(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_array_with_no_shared_gpu_to_go_to_is_not_shared_and_sbatch_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from slurm_colo.agent.actions import Action
+
     req = {"user": "alice", "uid": "1000", "mode": "auto", "name": "sweep", "array": "1"}
     with caplog.at_level("INFO", logger="slurm_colo.agent"):
-        _state(newer_slurm=False).place_request(req, 1.0)
-        _state(Replan.OFF).place_request(req, 1.0)
+        # no node of the layout in Slurm's answer: no shared GPU the array may use
+        lone = _state(newer_slurm=False).place_request(req, 1.0)
+        refused = _state(newer_slurm=False)
+        refused.apply_snapshot([], NODES, 0.5)
+        refused.failed(
+            Action("admin_hold", 12), 0.6, "scontrol hold 12 failed: Access/permission denied"
+        )
+        denied = refused.place_request(req, 1.0)
+    assert (lone["action"], denied["action"]) == ("exclusive", "exclusive")
+    assert "tag" not in lone and "tag" not in denied
+    assert lone["user_msg"] == (
+        "slurm-colo: this job array is not shared (no shared GPU it may use); each task keeps "
+        "its GPU request"
+    )
+    why = "Slurm refuses the agent the right to release it"
+    assert why in denied["user_msg"]
     said = [r.getMessage() for r in caplog.records]
-    assert any("job array: not shared (Slurm cannot change a waiting task)" in m for m in said)
-    assert any("job array: not shared (placement.replan is off)" in m for m in said)
+    assert any("job array: not shared (no shared GPU it may use)" in m for m in said)
+    assert any(f"job array: not shared ({why})" in m for m in said)
 
 
 def test_the_agent_retargets_a_task_of_an_array_by_its_task_id(tmp_path: Path) -> None:

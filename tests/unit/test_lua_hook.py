@@ -488,7 +488,8 @@ ARRAY_SHARED = (
 )
 ARRAY_NOT_SHARED = (
     b"OK\taction=exclusive\tarray=1\tcomment=colo: job array not shared (each task keeps its "
-    b"own GPU request)\tuser_msg=slurm-colo: job arrays are not shared on this cluster\n"
+    b"own GPU request)\tuser_msg=slurm-colo: this job array is not shared (no shared GPU it "
+    b"may use); each task keeps its GPU request\n"
 )
 
 
@@ -530,7 +531,10 @@ def test_a_job_array_the_agent_cannot_share_is_told_why(
     assert out["tres_per_node"] == "gres:gpu:1" and out["admin_comment"] == "nil"
     assert out["comment"] == "colo: job array not shared (each task keeps its own GPU request)"
     user = [ln for ln in err.splitlines() if ln.startswith("USER ")]
-    assert user == ["USER slurm-colo: job arrays are not shared on this cluster"], err
+    assert user == [
+        "USER slurm-colo: this job array is not shared (no shared GPU it may use); each task "
+        "keeps its GPU request"
+    ], err
 
 
 def test_a_job_array_placed_by_an_agent_that_does_not_know_arrays_is_left_as_submitted(

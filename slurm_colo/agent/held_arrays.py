@@ -1,0 +1,178 @@
+"""The tasks of a held job array, released one by one (agent/arrays.py).
+
+A ``--colocate`` array held for the agent has no GPU request; Slurm lists its waiting
+tasks on the array's record (``array_tasks``). At each look :meth:`HeldArrays.release`
+takes them lowest first: a task a shared GPU takes is released there, its own placement
+(token ``<array's>-<task>``) counted on its GPU at once; ``scontrol update
+JobId=ARRAY_TASK`` splits it from the array into a job of its own. Where the site keeps a
+job no shared GPU takes on a GPU of its own (``placement.unplaced`` resolving to
+``own-gpu``: the array's way is ``held, else own GPU``), a task none takes is released with
+its own GPU request instead, while fewer than :data:`~.arrays.OWN_GPU_WAITING` of the
+array's tasks wait so in Slurm's queue; else the look stops at the first task none takes.
+
+A task released at an earlier look and not yet split from the array in Slurm's answer is
+not released again. The record, once its last task is released, is that task: it is no
+longer held here (:meth:`HeldArrays.release` says so). No I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..config import Config
+from ..contracts.placement import ANY_SHARED, Placement
+from ..placement.by_model import ScoreBook
+from ..placement.held import HeldJob, judge_for, place_held, release
+from ..scores import ScoreTable
+from ..slurm.model import SlurmJob
+from .actions import Action
+from .arrays import (
+    MAX_TASKS_PER_LOOK,
+    OWN_GPU_TASK_NOTE,
+    OWN_GPU_WAITING,
+    task_token,
+    waiting_tasks,
+    whole_gpu_request,
+)
+from .ledger import Ledger
+from .occupancy import Occupancy
+
+log = logging.getLogger("slurm_colo.agent")
+
+
+def waiting_with_own_gpu(jobs: Iterable[SlurmJob]) -> Counter[str]:
+    """Tasks of held arrays released with their own GPU request that still wait in Slurm's
+    queue, by the array's token (their tag's)."""
+    out: Counter[str] = Counter()
+    for j in jobs:
+        if j.state == "PENDING" and j.comment == OWN_GPU_TASK_NOTE:
+            tag = Placement.from_tag(j.admin_comment)
+            if tag is not None and tag.token:
+                out[tag.token] += 1
+    return out
+
+
+def own_gpu_request(array: SlurmJob, model: str) -> tuple[str, str]:
+    """(tag, GPU request) of a task released with its own GPU: the array's tag without
+    ``held=`` (the agent leaves the task to Slurm), a whole GPU of the model it asked for."""
+    tag = array.admin_comment.replace(f" held={ANY_SHARED}", "")
+    return tag, whole_gpu_request(model)
+
+
+class HeldArrays:
+    """The held jobs seen as a job array's record, and the tasks each released with its own
+    GPU request (by task id, when: not released again before Slurm splits them)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.records: set[int] = set()
+        self.own_gpu: dict[int, dict[int, float]] = {}
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.records
+
+    def forget(self, job_id: int) -> None:
+        self.records.discard(job_id)
+        self.own_gpu.pop(job_id, None)
+
+    def shift(self, step: float) -> None:
+        """The wall clock stepped by ``step`` seconds."""
+        for released in self.own_gpu.values():
+            for task in released:
+                released[task] += step
+
+    def release(
+        self,
+        h: HeldJob,
+        sj: SlurmJob,
+        now: float,
+        ledger: Ledger,
+        occ: Occupancy,
+        book: ScoreBook,
+        *,
+        own_gpu: bool,
+        behind: bool,
+        waiting: Counter[str],
+    ) -> tuple[list[Action], bool]:
+        """The releases of held array ``h``'s tasks at this look, and whether its last task
+        is among them. ``own_gpu``: a task no shared GPU takes is released with its own GPU
+        request; ``behind``: the array waits behind a job held longer, so none of its tasks
+        goes to a shared GPU now; ``waiting``: :func:`waiting_with_own_gpu` of this look."""
+        self.records.add(h.job_id)
+        out: list[Action] = []
+        tasks = waiting_tasks(sj.array_tasks, MAX_TASKS_PER_LOOK + 1)
+        grace = 3 * self.cfg.agent.refresh_interval_s
+        released = {t: at for t, at in self.own_gpu.get(h.job_id, {}).items() if now - at < grace}
+        self.own_gpu[h.job_id] = released
+        on_own_gpu = waiting[h.token] + sum(1 for t in released if t in tasks)
+        none_takes = behind
+        for task in tasks:
+            token = task_token(h.token, task)
+            if token in ledger.placements or task in released:
+                continue
+            if len(out) >= MAX_TASKS_PER_LOOK:
+                break
+            if not none_takes:
+                a = self._to_shared(h, sj, task, now, ledger, occ, book)
+                if a is not None:
+                    out.append(a)
+                    continue
+                none_takes = True  # the next task, of the same class, fits nowhere either
+            if not own_gpu or on_own_gpu >= OWN_GPU_WAITING:
+                break
+            tag, gres = own_gpu_request(sj, h.model)
+            out.append(Action("aim", h.job_id, tag, OWN_GPU_TASK_NOTE, gres=gres, task=task))
+            released[task] = now
+            on_own_gpu += 1
+            log.info(
+                "job %s_%s: no shared GPU takes it; released with its own GPU request",
+                h.job_id,
+                task,
+            )
+        last = bool(out) and out[-1].task == tasks[-1] and len(tasks) <= MAX_TASKS_PER_LOOK
+        return out, last
+
+    def failed(self, action: Action, ledger: Ledger) -> None:
+        """Slurm refused the release of one task (``action.task``): forget its placement, or
+        that it was released with its own GPU request; the array stays held."""
+        if action.node:
+            ledger.drop(action.placement_token)
+        elif action.task is not None:
+            self.own_gpu.get(action.job_id, {}).pop(action.task, None)
+
+    def _to_shared(
+        self,
+        h: HeldJob,
+        sj: SlurmJob,
+        task: int,
+        now: float,
+        ledger: Ledger,
+        occ: Occupancy,
+        book: ScoreBook,
+    ) -> Action | None:
+        """Release ``task`` onto the shared GPU that takes it, its own placement; None when
+        none takes it."""
+        token = task_token(h.token, task)
+        t = replace(h, token=token, request=replace(h.request, key=token))
+        view = occ.view_for_pending(sj, t.request.partition, t.model)
+        judge = judge_for(t, view, book)
+        d = place_held(t, view, judge, self.cfg.placement, occ.reservation)
+        if not d.shared or d.node is None:
+            return None
+        r = release(t, d)
+        scores_id = judge.id if isinstance(judge, ScoreTable) else judge.default.id
+        ledger.remember(
+            token, sj.name, sj.user, t.request.cls, str(t.request.mode), d, now, scores_id
+        )
+        ledger.add(token, replace(t.request, gres_type=""), d, now, occ.view)
+        ledger.note(token, r.note)
+        log.info(
+            "job %s_%s: released onto GPU %s of %s: %s", h.job_id, task, d.index, d.node, d.reason
+        )
+        gres = occ.layouts[d.node].shard_request(d.index or 0)
+        return Action(
+            "aim", h.job_id, r.tag, r.comment, node=d.node, gres=gres, model=h.model, task=task
+        )
