@@ -46,7 +46,7 @@ OWN_GPU_TASK_NOTE = "colo: job array task: no shared GPU took it; released with 
 #: the note of an array left as submitted, and what its user is told at submission
 NOT_SHARED_NOTE = "colo: job array not shared (each task keeps its own GPU request)"
 NOT_SHARED_MSG = "slurm-colo: this job array is not shared ({why}); each task keeps its GPU request"
-#: the tasks of one held array released at one look at most
+#: the tasks of held arrays released at one look at most, all arrays together
 MAX_TASKS_PER_LOOK = 32
 #: the tasks of one held array that wait in Slurm's queue with their own GPU request at most
 #: (``held, else own GPU``): one look releases more as they start

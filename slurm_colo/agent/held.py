@@ -74,7 +74,7 @@ from ..placement.retract import members_from_report
 from ..placement.view import Decision
 from ..slurm.model import SlurmJob
 from .actions import Action
-from .arrays import whole_gpu_request
+from .arrays import MAX_TASKS_PER_LOOK, whole_gpu_request
 from .held_arrays import HeldArrays, waiting_with_own_gpu
 from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
@@ -225,6 +225,7 @@ class HeldJobs:
         # keeps such jobs on a GPU of their own (agent/arrays.py: "held, else own GPU")
         own_gpu = not hold_unplaced(self.cfg)
         waiting: Counter[str] | None = None
+        released = 0  # tasks of held arrays released at this look, of all arrays together
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
@@ -253,7 +254,9 @@ class HeldJobs:
                     own_gpu=own_gpu,
                     behind=behind,
                     waiting=waiting,
+                    limit=MAX_TASKS_PER_LOOK - released,
                 )
+                released += len(tasks)
                 out += tasks
                 if last:  # the array record is that task now
                     del self.jobs[h.job_id]

@@ -96,11 +96,14 @@ class HeldArrays:
         own_gpu: bool,
         behind: bool,
         waiting: Counter[str],
+        limit: int = MAX_TASKS_PER_LOOK,
     ) -> tuple[list[Action], bool]:
-        """The releases of held array ``h``'s tasks at this look, and whether its last task
-        is among them. ``own_gpu``: a task no shared GPU takes is released with its own GPU
-        request; ``behind``: the array waits behind a job held longer, so none of its tasks
-        goes to a shared GPU now; ``waiting``: :func:`waiting_with_own_gpu` of this look."""
+        """The releases of held array ``h``'s tasks at this look (``limit`` at most: what is
+        left of the look's :data:`~.arrays.MAX_TASKS_PER_LOOK` for all held arrays), and
+        whether its last task is among them. ``own_gpu``: a task no shared GPU takes is
+        released with its own GPU request; ``behind``: the array waits behind a job held
+        longer, so none of its tasks goes to a shared GPU now; ``waiting``:
+        :func:`waiting_with_own_gpu` of this look."""
         self.records.add(h.job_id)
         out: list[Action] = []
         tasks = waiting_tasks(sj.array_tasks, MAX_TASKS_PER_LOOK + 1)
@@ -113,7 +116,7 @@ class HeldArrays:
             token = task_token(h.token, task)
             if token in ledger.placements or task in released:
                 continue
-            if len(out) >= MAX_TASKS_PER_LOOK:
+            if len(out) >= limit:
                 break
             if not none_takes:
                 a = self._to_shared(h, sj, task, now, ledger, occ, book)

@@ -916,3 +916,22 @@ def test_where_jobs_keep_their_own_gpu_an_arrays_last_task_none_takes_ends_its_h
     s.apply_snapshot([*busy, _held_array(reply["tag"], "5", "JobHeldAdmin")], [], 2.0)
     [aim] = s.reaim(2.0)  # slow runs on both shared GPUs: fast is not put next to it
     assert (aim.target, aim.gres, aim.node) == ("40_5", "gres:gpu:1", "") and s.held == {}
+
+
+def test_one_look_releases_at_most_32_tasks_of_all_held_arrays_together() -> None:
+    from slurm_colo.agent.arrays import MAX_TASKS_PER_LOOK
+
+    wide = (NodeGpus("n1", 16, "v100", 32.0, tuple(range(16)), 4),)  # 64 shards
+    s = AgentState(Config(gpus=wide, placement=PlacementConfig(explore_rate=0.0)), FAST_PAIRS)
+    s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
+    first = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    second = s.place_request({**_req("fast"), "array": "1"}, 1.1)
+    arrays = [
+        _held_array(first["tag"], "0-29", "JobHeldAdmin"),
+        replace(_held_array(second["tag"], "0-29", "JobHeldAdmin"), job_id=41, submit_time=2.0),
+    ]
+    s.apply_snapshot(arrays, [SlurmNode("n1", "IDLE")], 3.0)
+    aims = s.reaim(3.0)
+    assert len(aims) == MAX_TASKS_PER_LOOK
+    assert [a.target for a in aims] == [f"40_{t}" for t in range(30)] + ["41_0", "41_1"]
+    assert all(a.node == "n1" for a in aims)  # every GPU is shared: all onto shards
