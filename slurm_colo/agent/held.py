@@ -115,11 +115,20 @@ class HeldJobs:
                 h.lock_retry_at += step
         self.arrays.shift(step)
 
+    def waiting_for_shared(self) -> list[HeldJob]:
+        """The held jobs that wait for a shared GPU only: the ones the starvation guard
+        drains a GPU for and newer jobs wait their turn behind (``placement.bypass_h``). Not
+        a held array whose tasks go to a GPU of their own when no shared GPU takes them
+        (agent/arrays.py, "held, else own GPU"): its tasks do not wait for a shared GPU."""
+        if hold_unplaced(self.cfg) or not self.arrays.records:
+            return list(self.jobs.values())
+        return [h for h in self.jobs.values() if h.job_id not in self.arrays]
+
     def waits(self) -> list[HeldWait]:
         """The held jobs as the starvation guard sees them."""
         return [
             HeldWait(h.job_id, h.gres_type, h.since, h.model, h.request.partition)
-            for h in self.jobs.values()
+            for h in self.waiting_for_shared()
         ]
 
     def probe(
@@ -220,7 +229,7 @@ class HeldJobs:
         its own model's set."""
         out: list[Action] = []
         # each waits behind the oldest job that may want the GPUs it may take
-        heads = queue_heads(list(self.jobs.values()), occ.view)
+        heads = queue_heads(self.waiting_for_shared(), occ.view)
         # a held array's task no shared GPU takes gets its own GPU request where the site
         # keeps such jobs on a GPU of their own (agent/arrays.py: "held, else own GPU")
         own_gpu = not hold_unplaced(self.cfg)
@@ -391,6 +400,8 @@ class HeldJobs:
                     if j.comment.startswith(WITHDRAWN)
                     else f"held at submission until {held_for_text(tag.held, tag.model)} fits"
                 )
+                if j.array_tasks:  # a held array's record (agent/held_arrays.py)
+                    self.arrays.records.add(j.job_id)
                 self.jobs[j.job_id] = HeldJob(
                     j.job_id,
                     tag.token or f"job{j.job_id}",

@@ -299,5 +299,6 @@ class PlaceRequests:
             return None
         if now - min(h.since for h in jobs.values()) < cfg.reserve_after_h * 3600.0:
             return None
-        held = list(jobs.values()) if gres_type is None else wanting(gres_type, jobs.values())
+        waiting = self.holds.waiting_for_shared()
+        held = waiting if gres_type is None else wanting(gres_type, waiting)
         return queue_head(held, self.view)

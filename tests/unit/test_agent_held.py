@@ -935,3 +935,33 @@ def test_one_look_releases_at_most_32_tasks_of_all_held_arrays_together() -> Non
     assert len(aims) == MAX_TASKS_PER_LOOK
     assert [a.target for a in aims] == [f"40_{t}" for t in range(30)] + ["41_0", "41_1"]
     assert all(a.node == "n1" for a in aims)  # every GPU is shared: all onto shards
+
+
+@pytest.mark.parametrize("unplaced", ["auto", "hold"])
+def test_a_held_array_holds_up_newer_jobs_only_where_its_tasks_wait_for_shared_gpus(
+    unplaced: str,
+) -> None:
+    """Past ``reserve_after_h`` the job held longest makes newer ones wait their turn
+    (``bypass_h``) and has a GPU drained for it; a held array whose tasks get a GPU of their
+    own when none of the shared ones takes them waits for no shared GPU, so it does neither."""
+    s = _state(unplaced=unplaced, reserve_after_h=1.0, bypass_h=0.5)
+    placed = [s.place_request(_req("fast"), 0.1 * i) for i in (1, 2)]
+    assert [p["gres"] for p in placed] == ["gres:shard:v100_s0:1", "gres:shard:v100_s1:1"]
+    fast = [_running(10 + i, p["tag"], i) for i, p in enumerate(placed)]
+    s.apply_snapshot(fast, [SlurmNode("n1", "MIXED")], 0.5)
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    assert reply["action"] == "hold"
+    array = _held_array(reply["tag"], "0-99", "JobHeldAdmin")
+    s.apply_snapshot([*fast, array], [SlurmNode("n1", "MIXED")], 2.0)
+    aims = s.reaim(2.0)  # fast is not put next to fast: no task goes to a shared GPU
+    assert all(not a.node for a in aims)
+    assert len(aims) == (4 if unplaced == "auto" else 0)
+    later = 2 * 3600.0
+    s.apply_snapshot([*fast, array], [SlurmNode("n1", "MIXED")], later)
+    d = s.place_request(_req("slow"), later)  # slow would gain next to fast
+    if unplaced == "auto":
+        assert d["action"] == "share", d
+        assert s.holds.waits() == []
+    else:
+        assert "waits its turn behind a job held for 2.0 h" in d["comment"], d
+        assert [w.job_id for w in s.holds.waits()] == [40]
