@@ -139,3 +139,41 @@ def test_a_pair_on_a_gpu_node_has_its_time_limits_raised_by_the_head_nodes_agent
     }
     assert occupants[a.job_id]["time_limit_added_min"] == 1
     assert occupants[b.job_id]["time_limit_added_min"] == 1
+
+
+def test_a_job_arrays_tasks_go_to_the_shared_gpus_of_every_node_then_to_gpus_of_their_own(
+    mclean: None,
+) -> None:
+    """Slurm 22.05 with whole GPUs to wait for: the array is held; its tasks are released
+    onto the shared GPU 0 of whichever node takes them, each its own placement under that
+    node's MPS daemon, and the tasks no shared GPU takes get a GPU of their own."""
+    a = sbatch(
+        "--array=0-11",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        body=ENV_DUMP,
+    )
+    assert "job array held" in a.stderr and "else with its own GPU request" in a.stderr, a.stderr
+    seen: dict[int, dict[str, Any]] = {}  # each task as last seen running
+
+    def all_done() -> list[dict[str, Any]] | None:
+        ts = [j for j in squeue().values() if j.get("array_job_id") == a.job_id]
+        seen.update({j["job_id"]: j for j in ts if j["job_state"] == "RUNNING"})
+        return ts if len(ts) == 12 and all(j["job_state"] == "COMPLETED" for j in ts) else None
+
+    tasks = wait_for(all_done, 150, 0.5, "the array's twelve tasks released and completed")
+    # an untyped request: the V100s' and colo-gpu3's K80 (v100_s0, k80_s0), each GPU judged
+    # with its own model's score set
+    shared = [j for j in tasks if str(j.get("tres_per_node")).startswith("gres:shard:")]
+    own = [j for j in tasks if j.get("tres_per_node") == "gres:gpu:1"]
+    assert shared and own and len(shared) + len(own) == 12, tasks
+    assert len({seen[j["job_id"]]["nodes"] for j in shared}) >= 2  # more than one node's GPU
+    for j in shared:
+        assert gres_detail(seen[j["job_id"]]) == ["shard:1(IDX:0)"], seen[j["job_id"]]
+        e = job_env(j["job_id"])  # the remote TaskProlog gave each its MPS limits
+        assert e["SLURMD_NODENAME"] == seen[j["job_id"]]["nodes"]
+        assert 1 <= int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100, e
+    for j in own:
+        assert "no shared GPU took it" in str(j.get("comment")), j
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in job_env(j["job_id"])
