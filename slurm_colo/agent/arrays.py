@@ -2,11 +2,11 @@
 
 A placement made at submission would send every task of an array to the same GPU, judged
 as one job. So the Lua hook asks with ``array=1`` and the agent never places the array
-itself. It answers one of three ways (:func:`array_way`):
+itself. It answers one of four ways (:func:`array_way`):
 
 - ``held`` (``placement.unplaced`` holds, as on a site whose GPUs are all shared): the
   array is held without a GPU request, like a single held job; at each look the agent
-  releases its tasks one by one onto shared GPUs that take them (agent/held.py):
+  releases its tasks one by one onto shared GPUs that take them (agent/held_arrays.py):
   ``scontrol update JobId=ARRAY_TASK`` sets the task's shard request, node and tag, which
   splits it from the array record into a job of its own, then ``scontrol release`` starts
   it. Slurm 22.05 sets a GRES on a pending job that has none, so this works there too.

@@ -194,9 +194,10 @@ class PlaceRequests:
         self, fields: dict[str, str], cls: str, mode: Mode, now: float
     ) -> tuple[dict[str, str], Callable[[], None]]:
         """A job array is never placed as one job (agent/arrays.py): held for the agent to
-        release its tasks one by one (onto shared GPUs, or with their own GPU request where
-        the site holds no job for a shared GPU), or left with its own-GPU request for the
-        re-planner to move its waiting tasks, or not shared."""
+        release its tasks one by one (onto shared GPUs; where ``placement.unplaced`` keeps
+        jobs on a GPU of their own, a task none takes with its own GPU request), or left
+        with its own-GPU request for the re-planner to move its waiting tasks, or not
+        shared."""
         rights = self.rights.refused is None
         may_hold = rights and can_hold(self.occupancy, fields)
         can, replan = self.holds.retype_after_undo, self.cfg.placement.replan == Replan.AUTO
