@@ -23,7 +23,9 @@ class Action:
     gres: str = ""
     #: aim of a job held without a GPU request: the GPU model it asked for
     model: str = ""
-    #: the job's comments before (put back if Slurm refuses the requeue)
+    #: the comments to put back if Slurm refuses the change: the job's before a requeue;
+    #: for a held array's task, those that make it a held job of its own (its release
+    #: refused after the update that split it from the array)
     restore: tuple[str, str] = ("", "")
     #: extend: minutes to add to the job's time limit
     minutes: int = 0

@@ -62,6 +62,16 @@ def own_gpu_request(array: SlurmJob, model: str) -> tuple[str, str]:
     return tag, whole_gpu_request(model)
 
 
+def held_task(array: SlurmJob, token: str) -> tuple[str, str]:
+    """(tag, comment) that say a task split from held array ``array`` is held for the agent,
+    as a job of its own (placement ``token``): what a task's comments become when Slurm
+    refuses its release after the update that split it
+    (:meth:`~slurm_colo.slurm.control.ScontrolControl.aim_and_release`), so the agent adopts
+    it from its tag at its next look instead of leaving it held unseen."""
+    tag = Placement.from_tag(array.admin_comment)
+    return (replace(tag, token=token).to_tag() if tag else array.admin_comment), array.comment
+
+
 class HeldArrays:
     """The held jobs seen as a job array's record, and the tasks each released with its own
     GPU request (by task id, when: not released again before Slurm splits them)."""
@@ -127,7 +137,10 @@ class HeldArrays:
             if not own_gpu or on_own_gpu >= OWN_GPU_WAITING:
                 break
             tag, gres = own_gpu_request(sj, h.model)
-            out.append(Action("aim", h.job_id, tag, OWN_GPU_TASK_NOTE, gres=gres, task=task))
+            again = held_task(sj, task_token(h.token, task))
+            out.append(
+                Action("aim", h.job_id, tag, OWN_GPU_TASK_NOTE, gres=gres, restore=again, task=task)
+            )
             released[task] = now
             on_own_gpu += 1
             log.info(
@@ -177,5 +190,13 @@ class HeldArrays:
         )
         gres = occ.layouts[d.node].shard_request(d.index or 0)
         return Action(
-            "aim", h.job_id, r.tag, r.comment, node=d.node, gres=gres, model=h.model, task=task
+            "aim",
+            h.job_id,
+            r.tag,
+            r.comment,
+            node=d.node,
+            gres=gres,
+            model=h.model,
+            restore=held_task(sj, token),
+            task=task,
         )

@@ -263,7 +263,13 @@ class Agent:
                         )
                     else:
                         self.control.aim_and_release(
-                            a.target, a.node, a.admin_comment, a.comment, a.gres, a.start_now
+                            a.target,
+                            a.node,
+                            a.admin_comment,
+                            a.comment,
+                            a.gres,
+                            a.start_now,
+                            a.restore,
                         )
                 except SlurmError as e:
                     with self.lock:

@@ -63,6 +63,7 @@ class JobControl(Protocol):
         comment: str,
         gres: str = "",
         start_now: bool = False,
+        restore: tuple[str, str] = ("", ""),
     ) -> None: ...
 
     def admin_hold(self, job_id: int) -> None: ...
@@ -112,6 +113,11 @@ class ScontrolControl:
         """Set the job's comments, then run ``argv``; if that fails, put the comments back
         (``restore``) and raise."""
         self.run(update_argv(job_id, AdminComment=admin_comment, Comment=comment))
+        self._or_restore(job_id, argv, restore)
+
+    def _or_restore(self, job_id: int | str, argv: list[str], restore: tuple[str, str]) -> None:
+        """Run ``argv``; if that fails, set the job's comments to ``restore`` (admin comment,
+        comment; nothing when both are empty) and raise."""
         try:
             self.run(argv)
         except SlurmError:
@@ -130,11 +136,15 @@ class ScontrolControl:
         comment: str,
         gres: str = "",
         start_now: bool = False,
+        restore: tuple[str, str] = ("", ""),
     ) -> None:
         """Set the job's node (none: keep its ReqNodeList), its GPU request (``gres``, a
         ``tres_per_node`` string in either form, for a job held without one; none: keep it)
         and comments, clear the wait after a requeue (``start_now``; else the job keeps its
-        start time, e.g. a ``--begin``), release it."""
+        start time, e.g. a ``--begin``), release it. If the release fails after the update,
+        the comments become ``restore`` (admin comment, comment) where given: a task of a
+        held array is split from it by the update, so its tag must say again that it is
+        held for the agent, which then finds it as a held job of its own."""
         fields = {"ReqNodeList": node} if node else {}
         if gres:
             fields["TresPerNode"] = tres_gres(gres, self.version)
@@ -142,7 +152,7 @@ class ScontrolControl:
         if start_now:
             fields["StartTime"] = "now"
         self.run(update_argv(job_id, **fields))
-        self.run(release_argv(job_id))
+        self._or_restore(job_id, release_argv(job_id), restore)
 
     def admin_hold(self, job_id: int) -> None:
         """Make the job's hold the administrator's: its user can no longer release it."""

@@ -306,6 +306,7 @@ class FakeControl:
         comment: str,
         gres: str = "",
         start_now: bool = False,
+        restore: tuple[str, str] = ("", ""),
     ) -> None:
         self.calls.append(("aim", job_id, node))
 
@@ -965,3 +966,27 @@ def test_a_held_array_holds_up_newer_jobs_only_where_its_tasks_wait_for_shared_g
     else:
         assert "waits its turn behind a job held for 2.0 h" in d["comment"], d
         assert [w.job_id for w in s.holds.waits()] == [40]
+
+
+def test_a_task_whose_release_slurm_refused_after_its_split_is_found_again_as_held() -> None:
+    """Its update split it from the array, its release failed: the comments the action
+    carries make it a held job of its own, with its own placement token, which the agent
+    adopts at its next look and releases as any held job."""
+    s = _state(unplaced="hold")
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    array = _held_array(reply["tag"], "0-1", "JobHeldAdmin")
+    s.apply_snapshot([array], [], 2.0)
+    first, second = s.reaim(2.0)
+    token = Placement.from_tag(reply["tag"]).token  # type: ignore[union-attr]
+    again = Placement.from_tag(first.restore[0])
+    assert again is not None and again.held == "*" and again.token == f"{token}-0"
+    assert again.cls == "fast" and first.restore[1] == array.comment
+    s.failed(first, 2.5)  # Slurm refused the release of task 0 after splitting it
+    split = replace(array, job_id=77, admin_comment=first.restore[0], array_tasks="")
+    s.apply_snapshot([replace(array, array_tasks="1"), split], [], 3.0)
+    assert 77 in s.held and s.held[77].token == f"{token}-0"
+    aims = [a for a in s.reaim(3.0) if a.kind == "aim"]
+    assert [(a.target, a.node) for a in aims] == [("77", "n1")]
+    t = Placement.from_tag(aims[0].admin_comment)
+    assert t is not None and t.token == f"{token}-0" and t.held is None

@@ -103,3 +103,37 @@ def test_a_time_limit_is_raised_by_an_increment_after_the_job_id() -> None:
     c = Recording()
     c.extend_time_limit(12, 7)
     assert c.argvs == [["scontrol", "update", "JobId=12", "TimeLimit=+7"]]
+
+
+def test_a_task_whose_release_fails_after_its_update_is_marked_held_again() -> None:
+    """The update splits a task from its held array; if its release then fails, the task
+    must say it is held for the agent, or nobody would ever release it."""
+
+    class NoRelease(Recording):
+        def run(self, argv: list[str]) -> None:
+            super().run(argv)
+            if argv[1] == "release":
+                raise SlurmError("scontrol release 40_3 failed: Socket timed out")
+
+    held = ("slurm-colo[v=1 tok=a-3 cls=x mode=auto held=*]", "colo: job array held: ...")
+    c = NoRelease()
+    with pytest.raises(SlurmError, match="timed out"):
+        c.aim_and_release(
+            "40_3", "", "slurm-colo[v=1 tok=a cls=x mode=auto]", "c", "gres:gpu:1", restore=held
+        )
+    assert [a[1] for a in c.argvs] == ["update", "release", "update"]
+    assert c.argvs[2][2:] == ["JobId=40_3", f"AdminComment={held[0]}", f"Comment={held[1]}"]
+
+    class NoUpdate(Recording):
+        def run(self, argv: list[str]) -> None:
+            super().run(argv)
+            raise SlurmError("scontrol update failed: Invalid job id specified")
+
+    u = NoUpdate()  # the update itself refused: the task is still in its array, untouched
+    with pytest.raises(SlurmError):
+        u.aim_and_release("40_3", "", "tag", "c", "gres:gpu:1", restore=held)
+    assert len(u.argvs) == 1
+    plain = NoRelease()  # a job of its own: nothing to restore
+    with pytest.raises(SlurmError):
+        plain.aim_and_release(12, "n1", "tag", "c")
+    assert [a[1] for a in plain.argvs] == ["update", "release"]
