@@ -49,7 +49,7 @@ from typing import Any
 
 from ..config import Config
 from ..contracts.enums import Unplaced
-from ..contracts.placement import ANY_SHARED, Placement, held_for_text
+from ..contracts.placement import ANY_SHARED, Placement, held_for_text, unheld
 from ..contracts.probe import ProbeReport
 from ..placement.by_model import ScoreBook
 from ..placement.guard import HeldWait
@@ -517,7 +517,7 @@ class HeldInSlurm:
 
     def unheld_tag(self) -> str:
         """Its tag without ``held=``, so that the agent leaves it to Slurm."""
-        return self.job.admin_comment.replace(f" held={self.gres_type}", "")
+        return unheld(self.job.admin_comment, self.gres_type)
 
 
 def held_in_slurm(jobs: list[SlurmJob]) -> list[HeldInSlurm]:

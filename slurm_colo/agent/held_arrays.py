@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..config import Config
-from ..contracts.placement import ANY_SHARED, Placement
+from ..contracts.placement import ANY_SHARED, Placement, unheld
 from ..placement.by_model import ScoreBook
 from ..placement.held import HeldJob, judge_for, place_held, release
 from ..scores import ScoreTable
@@ -58,8 +58,7 @@ def waiting_with_own_gpu(jobs: Iterable[SlurmJob]) -> Counter[str]:
 def own_gpu_request(array: SlurmJob, model: str) -> tuple[str, str]:
     """(tag, GPU request) of a task released with its own GPU: the array's tag without
     ``held=`` (the agent leaves the task to Slurm), a whole GPU of the model it asked for."""
-    tag = array.admin_comment.replace(f" held={ANY_SHARED}", "")
-    return tag, whole_gpu_request(model)
+    return unheld(array.admin_comment, ANY_SHARED), whole_gpu_request(model)
 
 
 def held_task(array: SlurmJob, token: str) -> tuple[str, str]:

@@ -42,6 +42,12 @@ def held_for_text(held: str, model: str = "") -> str:
     return f"a shared {model} GPU" if model else "a shared GPU"
 
 
+def unheld(tag_text: str, held: str) -> str:
+    """A held job's tag text without its ``held=`` mark (``held``: the mark's value), so
+    that the agent leaves the job to Slurm; the rest of the tag as it was."""
+    return tag_text.replace(f" held={held}", "")
+
+
 #: what each number of a placement may be, both ends included: a tag or reply outside these
 #: (``pct=1e400``, ``mem=nan``, a negative GPU) is damaged, not a limit to apply. The upper
 #: ends of sizes and times are the config's own bound on a number (``config.MAX_WHOLE``):
