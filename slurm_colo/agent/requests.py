@@ -199,9 +199,12 @@ class PlaceRequests:
         with its own-GPU request for the re-planner to move its waiting tasks, or not
         shared."""
         rights = self.rights.refused is None
-        may_hold = rights and can_hold(self.occupancy, fields)
+        hold = hold_unplaced(self.cfg)
         can, replan = self.holds.retype_after_undo, self.cfg.placement.replan == Replan.AUTO
-        way = array_way(hold_unplaced(self.cfg), may_hold, can, replan)
+        # the view is filtered (can_hold) only where the answer depends on it: not for an
+        # array whose tasks are moved as they wait
+        may_hold = rights and (hold or not (can and replan)) and can_hold(self.occupancy, fields)
+        way = array_way(hold, may_hold, can, replan)
         why_not = (
             "Slurm refuses the agent the right to release it"
             if not rights
