@@ -120,7 +120,7 @@ class HeldJobs:
         drains a GPU for and newer jobs wait their turn behind (``placement.bypass_h``). Not
         a held array whose tasks go to a GPU of their own when no shared GPU takes them
         (agent/arrays.py, "held, else own GPU"): its tasks do not wait for a shared GPU."""
-        if hold_unplaced(self.cfg) or not self.arrays.records:
+        if not self.arrays.records or hold_unplaced(self.cfg):
             return list(self.jobs.values())
         return [h for h in self.jobs.values() if h.job_id not in self.arrays]
 
@@ -244,13 +244,10 @@ class HeldJobs:
             behind = waits_behind(h.since, heads.get(h.gres_type), now, self.cfg.placement)
             if h.job_id in self.arrays and not sj.array_tasks:
                 # the record of a held array is its last task once that is released
-                del self.jobs[h.job_id]
-                self.arrays.forget(h.job_id)
+                self._forget(h.job_id)
                 continue
             if sj.array_tasks:  # a held array: its tasks, one by one (agent/held_arrays.py)
-                if must_lock(h, now, sj.state_reason):  # before any task is released
-                    h.locked = True
-                    out.append(Action("admin_hold", h.job_id))
+                out += self._lock(h, now, sj)  # before any task is released
                 if waiting is None:
                     waiting = waiting_with_own_gpu(occ.jobs.values()) if own_gpu else Counter()
                 tasks, last = self.arrays.release(
@@ -268,8 +265,7 @@ class HeldJobs:
                 released += len(tasks)
                 out += tasks
                 if last:  # the array record is that task now
-                    del self.jobs[h.job_id]
-                    self.arrays.forget(h.job_id)
+                    self._forget(h.job_id)
                 continue
             view = occ.view_for_pending(sj, h.request.partition, h.model)
             # bound to one GPU model: that model's set; held for any shared GPU: each GPU
@@ -277,9 +273,7 @@ class HeldJobs:
             judge = judge_for(h, view, book)
             d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
-                if must_lock(h, now, sj.state_reason):
-                    h.locked = True
-                    out.append(Action("admin_hold", h.job_id))
+                out += self._lock(h, now, sj)
                 continue
             del self.jobs[h.job_id]
             ledger.add(
@@ -319,6 +313,19 @@ class HeldJobs:
                 )
             )
         return out
+
+    def _lock(self, h: HeldJob, now: float, sj: SlurmJob) -> list[Action]:
+        """The administrator's hold of ``h`` where it is due (:func:`must_lock`: a job held
+        without a GPU request must not be released by its user), else nothing."""
+        if not must_lock(h, now, sj.state_reason):
+            return []
+        h.locked = True
+        return [Action("admin_hold", h.job_id)]
+
+    def _forget(self, job_id: int) -> None:
+        """No longer held here (released, gone, or an array's record that is its last task)."""
+        del self.jobs[job_id]
+        self.arrays.forget(job_id)
 
     def withdraw(self, now: float, ledger: Ledger, occ: Occupancy) -> list[Action]:
         """Hold the pending jobs placed on a node now closed to placement (Slurm numbers
@@ -419,8 +426,7 @@ class HeldJobs:
             # missing means gone; running after a few looks means someone released it
             if sj is None or (now - h.since > grace and sj.state != "PENDING"):
                 log.info("job %s: no longer held in Slurm; not aimed again", job_id)
-                del self.jobs[job_id]
-                self.arrays.forget(job_id)
+                self._forget(job_id)
 
     def failed(
         self,
