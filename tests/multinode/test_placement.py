@@ -3,12 +3,16 @@ remote node's hooks, and job records shipped to the head node's history exactly 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 from .mntools import (
+    HEAD,
+    OUT,
     agent_status,
     gres_detail,
+    in_node,
     job_env,
     node_status,
     records_of,
@@ -177,3 +181,41 @@ def test_a_job_arrays_tasks_go_to_the_shared_gpus_of_every_node_then_to_gpus_of_
     for j in own:
         assert "no shared GPU took it" in str(j.get("comment")), j
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in job_env(j["job_id"])
+
+
+def test_a_heterogeneous_job_runs_unshared_with_its_components_on_two_nodes(
+    mclean: None,
+) -> None:
+    """A ``--colocate`` hetjob is left as submitted (each component keeps its GPU request)
+    and runs: Slurm's backfill gives each component a node of its own, so it needs two
+    nodes (on the one-node lab its components never start together). The agent counts
+    each component as a job holding its GPU whole, and neither gets MPS settings."""
+    script = OUT / "hetjob-mn.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --colocate --gres=gpu:1\n#SBATCH hetjob\n#SBATCH --gres=gpu:1\n"
+        "env | grep -E '^(CUDA_|SLURMD_NODENAME)' | sort\n"
+        "srun --het-group=1 bash -c 'env | grep -E \"^(CUDA_|SLURMD_NODENAME)\" | sed s/^/C1_/'\n"
+        "sleep 6\n"
+    )
+    p = in_node(HEAD, "sbatch", "--parsable", "-o", str(OUT / "%j.out"), str(script), user="alice")
+    assert p.returncode == 0, p.stderr
+    lead = int(p.stdout.strip().split(";")[0])
+    assert p.stderr.count("slurm-colo: heterogeneous jobs are not shared") == 1, p.stderr
+    q = wait_running(lead, lead + 1)
+    parts = [q[lead], q[lead + 1]]
+    assert [j["het_job_id"] for j in parts] == [lead, lead], parts
+    assert parts[0]["nodes"] != parts[1]["nodes"], parts
+    rows = {(g["node"], g["index"]): g for g in agent_status()["gpus"]}
+    for j in parts:
+        assert j["tres_per_node"] == "gres:gpu:1" and not j.get("admin_comment"), j
+        assert j["comment"].startswith("colo: heterogeneous job not shared"), j
+        # "gpu:v100_s0:1(IDX:0),gpu:v100:0(IDX:)": the one GPU of whichever type it got
+        (index,) = re.findall(r":1\(IDX:(\d+)\)", ",".join(gres_detail(j)))
+        row = rows.get((j["nodes"], int(index)))
+        if row is not None:  # on the node's shared GPU: no partner may join it
+            assert row["exclusive_job"] == j["job_id"] and not row["occupants"], row
+    wait_done(lead, lead + 1)
+    e = job_env(lead)
+    assert e["SLURMD_NODENAME"] == parts[0]["nodes"] and e["CUDA_VISIBLE_DEVICES"], e
+    assert e["C1_SLURMD_NODENAME"] == parts[1]["nodes"] and e["C1_CUDA_VISIBLE_DEVICES"], e
+    assert not any("MPS" in k for k in e), e

@@ -164,6 +164,8 @@ def test_a_job_array_is_held_and_each_task_released_onto_a_shared_gpu_or_its_own
 
 
 def test_a_heterogeneous_job_is_left_as_submitted(clean: None) -> None:
+    # The hook's answer only: on a one-node cluster a hetjob never starts (Slurm's backfill
+    # plans each component on nodes of its own). The multi-node lab runs one to its end.
     script = OUT / "hetjob.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --colocate --gres=gpu:1\n#SBATCH hetjob\n#SBATCH --gres=gpu:1\n"
