@@ -133,6 +133,18 @@ def whole_gpu_request(model: str) -> str:
     return f"gres:gpu:{model}:1" if model else "gres:gpu:1"
 
 
+def whole_gpu_asked(tres_per_node: str) -> str:
+    """``tres_per_node`` where it asks for whole GPUs only (``gres:gpu:1``,
+    ``gres/gpu:v100:1``: one GPU item, typed or not), else "": a held job that already has
+    such a request is a task of a held array whose release Slurm refused after the update
+    that gave it its own GPU request."""
+    items = [i.strip() for i in tres_per_node.split(",") if i.strip()]
+    if len(items) != 1:
+        return ""
+    body = items[0].split("gres:", 1)[-1].split("gres/", 1)[-1]
+    return items[0] if body.split(":")[0] == "gpu" else ""
+
+
 def task_token(array_token: str, task: int) -> str:
     """The placement token of one task moved out of its array (the array's own token names
     the array, which every task that Slurm starts from it carries in its tag)."""

@@ -74,7 +74,7 @@ from ..placement.retract import members_from_report
 from ..placement.view import Decision
 from ..slurm.model import SlurmJob
 from .actions import Action
-from .arrays import MAX_TASKS_PER_LOOK, whole_gpu_request
+from .arrays import MAX_TASKS_PER_LOOK, OWN_GPU_TASK_NOTE, whole_gpu_asked, whole_gpu_request
 from .held_arrays import HeldArrays, waiting_with_own_gpu
 from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
@@ -273,7 +273,10 @@ class HeldJobs:
             judge = judge_for(h, view, book)
             d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
-                out += self._lock(h, now, sj)
+                if h.own_gpu and own_gpu:  # a held array's task that has its own GPU request
+                    out.append(self._to_own_gpu(h, sj))
+                else:
+                    out += self._lock(h, now, sj)
                 continue
             del self.jobs[h.job_id]
             ledger.add(
@@ -313,6 +316,22 @@ class HeldJobs:
                 )
             )
         return out
+
+    def _to_own_gpu(self, h: HeldJob, sj: SlurmJob) -> Action:
+        """Release ``h`` with the GPU request of its own it already has, as its array's
+        task would have been; if Slurm refuses, its comments say again that it is held, and
+        the next look adopts it again."""
+        self._forget(h.job_id)
+        log.info("job %s: no shared GPU takes it; released with its own GPU request", h.job_id)
+        return Action(
+            "aim",
+            h.job_id,
+            unheld(sj.admin_comment, ANY_SHARED),
+            OWN_GPU_TASK_NOTE,
+            gres=h.own_gpu,
+            model=h.model,
+            restore=(sj.admin_comment, sj.comment),
+        )
 
     def _lock(self, h: HeldJob, now: float, sj: SlurmJob) -> list[Action]:
         """The administrator's hold of ``h`` where it is due (:func:`must_lock`: a job held
@@ -419,6 +438,7 @@ class HeldJobs:
                     model=tag.model,
                     locked=j.state_reason == "JobHeldAdmin",
                     withdrawn=not tag.undone and j.comment.startswith(WITHDRAWN),
+                    own_gpu=whole_gpu_asked(j.tres_per_node) if any_gpu else "",
                 )
         for job_id, h in list(self.jobs.items()):
             sj = jobs.get(job_id)
@@ -511,12 +531,16 @@ class HeldInSlurm:
 
     def release_gres(self) -> str:
         """The GPU request to give it when it is released by hand: none for a requeued job
-        (it keeps its shard type); else untargeted sharing (``shard:1``: Slurm's first GPU
-        with a free shard, which also keeps a ``--cpus-per-gpu`` the hook turned into CPUs
-        per shard valid), or a whole GPU of the model it asked for (there is no shard
-        request for "any GPU of one model"); a job array's tasks a whole GPU each."""
+        (it keeps its shard type); the one it has for a held array's task that already asks
+        for a GPU of its own (:attr:`~slurm_colo.placement.held.HeldJob.own_gpu`); else
+        untargeted sharing (``shard:1``: Slurm's first GPU with a free shard, which also
+        keeps a ``--cpus-per-gpu`` the hook turned into CPUs per shard valid), or a whole
+        GPU of the model it asked for (there is no shard request for "any GPU of one
+        model"); a job array's tasks a whole GPU each."""
         if self.gres_type != ANY_SHARED:
             return ""
+        if own := whole_gpu_asked(self.job.tres_per_node):
+            return own
         if self.model or self.job.array_tasks:  # untargeted shards would stack its tasks
             return whole_gpu_request(self.model)
         return "gres:shard:1"

@@ -56,6 +56,10 @@ class HeldJob:
     release_after: float = 0.0
     #: pending on a node closed to placement when held (keeps its own start time)
     withdrawn: bool = False
+    #: the GPU request of its own it already has, with which it is released where no
+    #: shared GPU takes it and the site keeps such jobs on a GPU of their own (a task of a
+    #: held array whose release Slurm refused after the update that gave it the request)
+    own_gpu: str = ""
 
     @property
     def any_gpu(self) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 from slurm_colo.agent import held as agent_held
 from slurm_colo.agent import learned as agent_learned
+from slurm_colo.agent.arrays import OWN_GPU_TASK_NOTE
 from slurm_colo.agent.server import Agent
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
@@ -990,3 +991,62 @@ def test_a_task_whose_release_slurm_refused_after_its_split_is_found_again_as_he
     assert [(a.target, a.node) for a in aims] == [("77", "n1")]
     t = Placement.from_tag(aims[0].admin_comment)
     assert t is not None and t.token == f"{token}-0" and t.held is None
+
+
+def test_a_task_refused_its_release_with_its_own_gpu_request_is_released_with_it_again() -> None:
+    """A held array's task no shared GPU took was split from the array by the update that
+    gave it its own GPU request, and Slurm refused its release: adopted from its restored
+    tag, it is released with that request again while no shared GPU takes it (not held for
+    a shared GPU only, as a single held job is), and onto a shared GPU once one does."""
+    s = _state()
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    array = _held_array(reply["tag"], "0-1", "JobHeldAdmin")
+    s.apply_snapshot([*busy, array], [], 2.0)
+    first = s.reaim(2.0)[0]  # slow on both shared GPUs: task 0 gets its own GPU request
+    assert (first.target, first.gres, first.node) == ("40_0", "gres:gpu:1", "")
+    s.failed(first, 2.5)
+    split = replace(
+        array,
+        job_id=77,
+        admin_comment=first.restore[0],
+        comment=first.restore[1],
+        tres_per_node=first.gres,
+        array_tasks="",
+    )
+    s.apply_snapshot([*busy, replace(array, array_tasks="1"), split], [], 3.0)
+    assert s.held[77].own_gpu == "gres:gpu:1"
+    [again] = [a for a in s.reaim(3.0) if a.target == "77"]
+    assert (again.kind, again.node, again.gres) == ("aim", "", "gres:gpu:1")
+    assert again.comment == OWN_GPU_TASK_NOTE and again.restore == (
+        split.admin_comment,
+        split.comment,
+    )
+    t = Placement.from_tag(again.admin_comment)
+    assert t is not None and t.held is None and t.cls == "fast"
+    assert 77 not in s.held
+    # refused once more: the restored tag makes it held again at the next look
+    s.failed(again, 3.5)
+    s.apply_snapshot([replace(array, array_tasks="1"), split], [], 4.0)  # the GPUs are free
+    assert [(a.target, a.node) for a in s.reaim(4.0) if a.target == "77"] == [("77", "n1")]
+
+
+@pytest.mark.parametrize(
+    ("tres", "gres"),
+    [("gres:gpu:1", "gres:gpu:1"), ("gres/gpu:v100:1", "gres/gpu:v100:1"), ("", "gres:shard:1")],
+)
+def test_held_release_by_hand_keeps_the_gpu_request_a_held_task_already_has(
+    tres: str, gres: str
+) -> None:
+    job = SlurmJob(
+        77,
+        "sweep",
+        "alice",
+        1000,
+        "PENDING",
+        admin_comment=Placement("tok-0", "fast", held="*").to_tag(),
+        tres_per_node=tres,
+    )
+    [h] = agent_held.held_in_slurm([job])
+    assert h.release_gres() == gres
