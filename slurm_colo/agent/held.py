@@ -1,22 +1,14 @@
-"""Held jobs in Slurm: the agent's side of an undo, a hold at submission and a release.
+"""Held jobs in Slurm: a hold at submission, the jobs taken off their GPU, their release.
 
-The node side measures a new shared set after ``placement.probe_s`` and sends the report
-(``PROBE``, a :class:`~slurm_colo.contracts.probe.ProbeReport`, see
-:mod:`slurm_colo.node.probe`). :class:`HeldJobs` here
-
-1. judges it with :func:`slurm_colo.placement.held.judge_probe` (the simulator's
-   :func:`~slurm_colo.placement.retract.judge`) and lays what the set showed over the live
-   scores at once (:meth:`.learned.LiveScores.learn`), so no later job is put into the same
-   pair before the nightly retrain;
-2. if the set is harmful and ``placement.undo = "requeue"``: forgets the newcomer's
-   placement and asks Slurm to requeue it held (:class:`Action` ``requeue_hold``). Its
-   tag then carries ``held=<shard type>``, so an agent restart finds it again;
-3. re-aims held jobs (:meth:`HeldJobs.reaim`, at every look at Slurm that shows them
-   pending) with :func:`slurm_colo.placement.held.place_held`: a requeued job only to a GPU
-   of its own shard type on Slurm 22.05 (it cannot change a pending job's GRES); from
-   Slurm 23.11 (:attr:`HeldJobs.retype_after_undo`) to any shared GPU of the same GPU model,
-   its shard request set anew (``held=*`` and ``model=`` in its tag). The job is released
-   there (``aim``). Until a GPU fits it stays held.
+:class:`HeldJobs` keeps the jobs Slurm holds for the agent until a GPU takes them: held
+at submission, requeued by an undo or held off a node closed to placement (both made held
+by :mod:`.undo`). It re-aims them (:meth:`HeldJobs.reaim`, at every look at Slurm that
+shows them pending) with :func:`slurm_colo.placement.held.place_held`: a requeued job only
+to a GPU of its own shard type on Slurm 22.05 (it cannot change a pending job's GRES);
+from Slurm 23.11 (:attr:`HeldJobs.retype_after_undo`) to any shared GPU of the same GPU
+model, its shard request set anew (``held=*`` and ``model=`` in its tag). The job is
+released there (``aim``). Until a GPU fits it stays held. The tasks of a held job array
+are released one by one (:mod:`.held_arrays`).
 
 Jobs held at submission (``placement.unplaced = "hold"``: no shared GPU took them then;
 see :meth:`.state.AgentState.decide`) are held *without* a GPU request (the Lua hook drops
@@ -26,16 +18,7 @@ Its tag says ``held=*``; the re-aim places it on the whole view and sets its sha
 when it releases it. Without a GPU request it must not start on its own, so the agent
 turns the user's hold into an administrator's hold (``admin_hold``) at its first look.
 
-A job placed on a node the agent later closes to placement (Slurm numbers the node's GPUs
-otherwise than its devices, :attr:`.occupancy.Occupancy.gres_refused`) that has not started
-is held the same way (:meth:`HeldJobs.withdraw`, ``withdraw``: its tag then says
-``held=``, its comment begins with :data:`~slurm_colo.placement.held.WITHDRAWN`), so it
-cannot start on another GPU than the one it was placed on; it is released like a requeued
-job, but keeps its own start time.
-
-A job is undone at most once (``undone=1`` in its tag): a second bad set runs on and is
-learnt. Jobs that Slurm cannot requeue (``--no-requeue``, interactive) are never undone, nor
-jobs whose time limit ends them within ``probe_s`` anyway.
+An agent restart finds held jobs again from their tags (:meth:`HeldJobs.sync`).
 No I/O: actions are returned for the server to run outside its lock.
 """
 
@@ -45,38 +28,27 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..config import Config
 from ..contracts.enums import Unplaced
 from ..contracts.placement import ANY_SHARED, Placement, held_for_text, unheld
-from ..contracts.probe import ProbeReport
 from ..placement.by_model import ScoreBook
 from ..placement.guard import HeldWait
 from ..placement.held import (
     WITHDRAWN,
     HeldJob,
-    Newcomer,
     judge_for,
-    judge_probe,
     must_lock,
     oldest_first,
     place_held,
     queue_heads,
     release,
-    requeued,
-    undo_comment,
-    undo_tag,
     waits_behind,
-    withdrawn_comment,
 )
-from ..placement.retract import members_from_report
-from ..placement.view import Decision
 from ..slurm.model import SlurmJob
 from .actions import Action
 from .arrays import MAX_TASKS_PER_LOOK, OWN_GPU_TASK_NOTE, whole_gpu_asked, whole_gpu_request
 from .held_arrays import HeldArrays, waiting_with_own_gpu
-from .learned import LiveScores
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
 
@@ -84,11 +56,6 @@ log = logging.getLogger("slurm_colo.agent")
 
 #: seconds before an administrator's hold that Slurm refused is tried again
 LOCK_RETRY_S = 60.0
-#: a job requeued by an undo is released no sooner than this after it: Slurm revokes the
-#: requeued run's launch credential, to the second, and a run started on the same node
-#: within that second is killed ("Job credential revoked"; seen on 24.11, where the job
-#: may go at once to another GPU of the same node)
-REQUEUE_SETTLE_S = 2.0
 
 
 class HeldJobs:
@@ -130,94 +97,6 @@ class HeldJobs:
             HeldWait(h.job_id, h.gres_type, h.since, h.model, h.request.partition)
             for h in self.waiting_for_shared()
         ]
-
-    def probe(
-        self,
-        report: ProbeReport,
-        now: float,
-        ledger: Ledger,
-        occ: Occupancy,
-        live: LiveScores,
-        rebuild: Callable[[], None],
-    ) -> tuple[dict[str, Any], list[Action]]:
-        """Judge one probe report; returns the reply for the node and what to do in Slurm
-        (``rebuild`` rebuilds the view once the scores or the placements changed)."""
-        job_id = report.job
-        token = ledger.by_job.get(job_id)
-        p = ledger.placements.get(token) if token else None
-        modes = {}
-        for m in report.members:
-            q = ledger.placements.get(ledger.by_job.get(m.job, ""))
-            if q is not None:
-                modes[str(m.job)] = q.request.mode
-        members = members_from_report(report.to_wire(), live.table, modes)
-        sj = occ.jobs.get(job_id)
-        tag = Placement.from_tag(sj.admin_comment) if sj else None
-        newcomer = Newcomer(
-            placed=p is not None and p.decision.shared and p.decision.node in occ.layouts,
-            requeue=sj is None or sj.requeue,
-            undone=bool(tag and tag.undone),
-            ends_in_s=sj.end_time - now if sj is not None and sj.active else None,
-            again=report.again,
-        )
-        j = judge_probe(
-            str(job_id),
-            members,
-            live.table,
-            self.cfg.placement,
-            newcomer,
-            p is None or p.decision.throughput_open,
-        )
-        live.learn(j.observed, now, at_once=j.verdict != "keep")  # the view is rebuilt below
-        rates = [m.n for m in members if m.measured and m.n > 0]
-        if p is not None and p.decision.node and p.decision.index is not None and rates:
-            jobs = [m.job for m in report.members]
-            occ.observe(p.decision.node, p.decision.index, jobs, round(1 / min(rates), 3))
-        what = "probe of the set left behind" if report.again else "probe"
-        if j.verdict == "keep":
-            ledger.probes["kept"] += 1
-            log.info("job %s: %s %s", job_id, what, j.reason)
-            return j.reply(), []
-        if j.verdict == "harmful":
-            rebuild()
-            ledger.probes["harmful"] += 1
-            log.warning("job %s: %s %s; left running: %s", job_id, what, j.reason, j.why_not)
-            return j.reply(), []
-        assert p is not None and token is not None
-        gres_type, model = self._held_for(p.decision, occ)
-        ledger.drop(token)
-        req = requeued(replace(p.request, key=str(job_id)), gres_type, self.cfg.placement)
-        h = HeldJob(
-            job_id, token, req, now, j.reason, model=model, release_after=now + REQUEUE_SETTLE_S
-        )
-        self.jobs[job_id] = h
-        ledger.probes["undone"] += 1
-        ledger.note(token, f"requeued after its {what}: {j.reason}")
-        rebuild()
-        log.warning(
-            "job %s: %s %s; requeued, to be aimed again at %s",
-            job_id,
-            what,
-            j.reason,
-            h.waits_for(),
-        )
-        act = Action(
-            "requeue_hold",
-            job_id,
-            undo_tag(token, req, j.reason, h.gres_type, model),
-            undo_comment(self.cfg.placement, j.reason),
-            restore=(sj.admin_comment, sj.comment) if sj else ("", ""),
-        )
-        return j.reply(), [act]
-
-    def _held_for(self, d: Decision, occ: Occupancy) -> tuple[str, str]:
-        """(shard type, GPU model) a job taken off ``d``'s GPU waits for, held: its own
-        shard type; where Slurm can change a pending job's GRES, any shared GPU of the
-        model (its shard request is set anew when it is released)."""
-        ng = occ.layouts.get(d.node or "")
-        if ng is not None and self.retype_after_undo:
-            return "", ng.model
-        return occ.shard_type(d), ""
 
     def reaim(self, now: float, ledger: Ledger, occ: Occupancy, book: ScoreBook) -> list[Action]:
         """Aim held jobs at a GPU that takes them (of their shard type, for a requeued job),
@@ -345,56 +224,6 @@ class HeldJobs:
         """No longer held here (released, gone, or an array's record that is its last task)."""
         del self.jobs[job_id]
         self.arrays.forget(job_id)
-
-    def withdraw(self, now: float, ledger: Ledger, occ: Occupancy) -> list[Action]:
-        """Hold the pending jobs placed on a node now closed to placement (Slurm numbers
-        its GPUs otherwise than its devices: :attr:`.occupancy.Occupancy.gres_refused`),
-        so none starts on another GPU than the one it was placed on. Each is then a held
-        job like any other (:meth:`reaim`): on Slurm 22.05 it waits for a GPU of its own
-        shard type, so for its node to open again; from 23.11 it may go to any shared GPU
-        of its GPU model, its shard request set anew. Nothing of it is undone: it keeps
-        its own start time and may still be undone once."""
-        if not occ.gres_refused:
-            return []
-        out = []
-        for job_id, token in list(ledger.by_job.items()):
-            p = ledger.placements.get(token)
-            sj = occ.jobs.get(job_id)
-            node = p.decision.node if p is not None else None
-            if (
-                p is None
-                or sj is None
-                or sj.state != "PENDING"
-                or not p.decision.shared
-                or node not in occ.gres_refused
-                or job_id in self.jobs
-            ):
-                continue
-            gres_type, model = self._held_for(p.decision, occ)
-            why = f"node {node} closed to placement"
-            ledger.drop(token)
-            req = replace(p.request, key=str(job_id), gres_type=gres_type)
-            h = HeldJob(job_id, token, req, now, why, undone=False, model=model, withdrawn=True)
-            self.jobs[job_id] = h
-            ledger.note(token, f"held: {why}")
-            log.warning(
-                "job %s: pending on GPU %s of %s, a node closed to placement; held, to be "
-                "aimed again at %s",
-                job_id,
-                p.decision.index,
-                node,
-                h.waits_for(),
-            )
-            out.append(
-                Action(
-                    "withdraw",
-                    job_id,
-                    undo_tag(token, req, why, h.gres_type, model, undone=False),
-                    withdrawn_comment(node or ""),
-                    restore=(sj.admin_comment, sj.comment),
-                )
-            )
-        return out
 
     def sync(
         self, jobs: dict[int, SlurmJob], tags: dict[int, Placement], ledger: Ledger, now: float

@@ -21,6 +21,7 @@ from ..placement.guard import Reservation
 from ..placement.held import HeldJob, waits_behind
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob, SlurmNode
+from . import undo
 from .actions import Action
 from .held import HeldJobs
 from .learned import Learned, LiveScores
@@ -217,12 +218,14 @@ class AgentState(PlaceRequests):
 
     # ---- probes and held jobs ------------------------------------------------------------
     def probe(self, report: ProbeReport, now: float) -> tuple[dict[str, Any], list[Action]]:
-        """Judge a probe report (agent/held.py): the reply and what to do in Slurm."""
-        return self.holds.probe(report, now, self.ledger, self.occupancy, self.live, self.rebuild)
+        """Judge a probe report (agent/undo.py): the reply and what to do in Slurm."""
+        return undo.judge(
+            self.holds, report, now, self.ledger, self.occupancy, self.live, self.rebuild
+        )
 
     def withdraw(self) -> list[Action]:
         """The holds of pending jobs placed on a node closed to placement that the last
-        snapshot called for (agent/held.py), each returned once, for Slurm. They are
+        snapshot called for (agent/undo.py), each returned once, for Slurm. They are
         worked out in :meth:`apply_snapshot`, before it builds the view: holding them
         afterwards would build a large view twice in that look."""
         out, self._withdrawn = self._withdrawn, []
@@ -233,7 +236,7 @@ class AgentState(PlaceRequests):
         refuses the agent the right (they may then start there)."""
         if self.rights.holding_back(now):
             return []
-        return self.holds.withdraw(now, self.ledger, self.occupancy)
+        return undo.withdraw(self.holds, now, self.ledger, self.occupancy)
 
     def reaim(self, now: float) -> list[Action]:
         """Aim the held jobs a GPU takes now (agent/held.py); none while Slurm refuses

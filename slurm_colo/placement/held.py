@@ -12,7 +12,7 @@ A job is *held* until a GPU takes it:
 
 The re-aim places held jobs oldest first (:func:`oldest_first`); a GPU the starvation guard
 (:mod:`.guard`) drained for a held job is open to it, and to it only (:func:`place_held`).
-The agent (:mod:`slurm_colo.agent.held`) turns the results into ``scontrol`` actions; the
+The agent (:mod:`slurm_colo.agent.undo`, :mod:`slurm_colo.agent.held`) turns the results into ``scontrol`` actions; the
 simulator (:mod:`slurm_colo.sim.ours`) uses :func:`requeued` and the guard's drain order.
 """
 
