@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
 from slurm_colo.contracts.placement import Placement
@@ -493,3 +495,61 @@ def test_a_job_held_too_long_holds_up_only_jobs_that_may_want_its_gpus() -> None
     s = _state(bypass_h=0.0)
     s.apply_snapshot([*busy, old, anywhere], node, 9 * HOUR)
     assert [a.job_id for a in s.reaim(9 * HOUR) if a.kind == "aim"] == [62]
+
+
+def test_a_long_held_array_gets_the_gpus_as_they_drain_one_task_each() -> None:
+    """Where every GPU is shared an array's tasks wait for shared GPUs only: past
+    ``reserve_after_h`` the array, held longest, has a GPU drained for it; one task goes
+    there, and the guard drains the next GPU for the tasks left (FIFO, as Slurm's queue
+    would run an older array first), while a newer job that no GPU takes waits its turn."""
+    cfg = Config(
+        gpus=(NodeGpus("n1", 2, "v100", 32.0, (0, 1), 4),),
+        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=6.0),
+    )
+    s = AgentState(cfg, SCORES)
+    node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
+    s.apply_snapshot([], node, 0.0)
+    sweep = {**_req(), "user": "carol", "uid": "1002", "class": "loner", "array": "1"}
+    reply = s.place_request(sweep, 0.5)
+    assert reply["action"] == "hold", reply
+    array = SlurmJob(
+        40,
+        "sweep",
+        "carol",
+        1002,
+        "PENDING",
+        admin_comment=reply["tag"],
+        submit_time=1 * HOUR,
+        state_reason="JobHeldAdmin",
+        array_tasks="0-5",
+        partition="gpu",
+    )
+    busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
+    s.apply_snapshot([*busy, array], node, 8 * HOUR)  # loner takes no partner: all wait
+    r = s.reservation
+    assert r is not None and (r.job_id, r.gpus) == (40, (1,)) and s.reaim(8 * HOUR) == []
+    s.apply_snapshot([busy[0], array], node, 9 * HOUR)  # GPU 1 drained: task 0 goes there
+    [first] = s.reaim(9 * HOUR)
+    assert (first.target, first.gres) == ("40_0", "gres:shard:v100_s1:1")
+    task0 = SlurmJob(
+        100,
+        "sweep",
+        "carol",
+        1002,
+        "RUNNING",
+        nodes="n1",
+        start_time=9 * HOUR,
+        end_time=30 * HOUR,
+        gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
+        admin_comment=first.admin_comment,
+    )
+    rest = replace(array, array_tasks="1-5")
+    s.apply_snapshot([busy[0], task0, rest], node, 9 * HOUR + 10)
+    r = s.reservation  # the tasks left: GPU 0 is drained next
+    assert r is not None and (r.job_id, r.gpus) == (40, (0,))
+    assert [g.closed_for for g in s.view.gpus] == [40, None] and s.reaim(9 * HOUR + 10) == []
+    newer = s.place_request(_req(), 9 * HOUR + 20)  # good: not next to a loner, GPU 0 kept
+    assert newer["action"] == "hold" and "kept free for job 40" in newer["comment"], newer
+    s.apply_snapshot([task0, rest], node, 20 * HOUR)
+    [second] = s.reaim(20 * HOUR)
+    assert (second.target, second.gres) == ("40_1", "gres:shard:v100_s0:1")
