@@ -257,6 +257,22 @@ def held_job(job_id: int = 60, submit: float = 1 * HOUR, gres_type: str = "v100_
     )
 
 
+def carol_on_gpu1(job_id: int, name: str, tag: str) -> SlurmJob:
+    """Carol's job, released by the agent with ``tag``, running on GPU 1 from 9 h to 30 h."""
+    return SlurmJob(
+        job_id,
+        name,
+        "carol",
+        1002,
+        "RUNNING",
+        nodes="n1",
+        start_time=9 * HOUR,
+        end_time=30 * HOUR,
+        gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
+        admin_comment=tag,
+    )
+
+
 def test_a_held_job_gets_the_gpu_of_its_type_that_drains_first() -> None:
     view = _view((0, 10), (1, 11))
     ends = {10: 2 * HOUR, 11: 5 * HOUR}
@@ -340,18 +356,7 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
     assert aim.job_id == 60 and aim.node == "n1" and Placement.from_tag(aim.admin_comment).gpu == 1  # type: ignore[union-attr]
     assert [o.job_id for o in s.view.gpus[1].occupants] == [60]
     # Slurm runs it: the reservation ends and GPU 1 takes partners again
-    started = SlurmJob(
-        60,
-        "loner",
-        "carol",
-        1002,
-        "RUNNING",
-        nodes="n1",
-        start_time=9 * HOUR,
-        end_time=30 * HOUR,
-        gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
-        admin_comment=aim.admin_comment,
-    )
+    started = carol_on_gpu1(60, "loner", aim.admin_comment)
     s.apply_snapshot([shard_job(10, 0, end=20 * HOUR), started], node, 9 * HOUR + 10)
     assert s.reservation is None and s.view.gpus[1].closed_for is None
 
@@ -531,18 +536,7 @@ def test_a_long_held_array_gets_the_gpus_as_they_drain_one_task_each() -> None:
     s.apply_snapshot([busy[0], array], node, 9 * HOUR)  # GPU 1 drained: task 0 goes there
     [first] = s.reaim(9 * HOUR)
     assert (first.target, first.gres) == ("40_0", "gres:shard:v100_s1:1")
-    task0 = SlurmJob(
-        100,
-        "sweep",
-        "carol",
-        1002,
-        "RUNNING",
-        nodes="n1",
-        start_time=9 * HOUR,
-        end_time=30 * HOUR,
-        gres=(GresAlloc("shard", "v100_s1", 1, (1,)),),
-        admin_comment=first.admin_comment,
-    )
+    task0 = carol_on_gpu1(100, "sweep", first.admin_comment)
     rest = replace(array, array_tasks="1-5")
     s.apply_snapshot([busy[0], task0, rest], node, 9 * HOUR + 10)
     r = s.reservation  # the tasks left: GPU 0 is drained next
