@@ -234,6 +234,45 @@ def test_the_waiting_tasks_of_a_job_array_are_moved_onto_shared_gpus(vclean: Ver
         lab.x("scancel", str(w.job_id))
 
 
+def test_with_replan_off_an_array_is_held_and_its_tasks_go_to_shared_gpus_else_their_own(
+    vclean: VersionLab,
+) -> None:
+    """``placement.replan = "off"`` at a site with whole GPUs: the array is held, and at
+    each look its tasks are released onto the shared GPUs that take them, the others with
+    their own GPU request (``gres/gpu:1`` in this Slurm's form), a few at a time."""
+    lab = vclean
+    with lab.agent_config(replan="off"):
+        r = lab.sbatch(
+            "--array=0-9",
+            "--colocate",
+            "--colocate-class=resnet18-bs32",
+            "--gres=gpu:1",
+            user="alice",
+            script=f"{ENV}; sleep 4",
+        )
+        assert r.rc == 0 and r.job_id is not None, r.stderr
+        assert "else with its own GPU request" in r.stderr, r.stderr
+
+        def all_done() -> list[dict] | None:
+            ts = [j for j in lab.squeue_all().values() if _num(j.get("array_job_id")) == r.job_id]
+            done = all(j["job_state"][0] == "COMPLETED" for j in ts)
+            return ts if len(ts) == 10 and done else None
+
+        ts = wait_for(all_done, 150, 1.0, "the array's ten tasks released and completed")
+        shared = [j for j in ts if "shard" in (j.get("tres_per_node") or "")]
+        own = [j for j in ts if j.get("tres_per_node") == "gres/gpu:1"]
+        assert shared and own and len(shared) + len(own) == 10, ts
+        for j in shared:
+            assert j["tres_per_node"].startswith("gres/shard:v100_s"), j
+            env = lab.job_env(int(j["job_id"]))
+            assert env["SLURM_SHARDS_ON_NODE"] == "1", env
+        for j in own:
+            assert "no shared GPU took it" in j["comment"], j
+            assert "held=" not in j["admin_comment"], j
+            gpus = lab.job_env(int(j["job_id"]))["CUDA_VISIBLE_DEVICES"]
+            assert len(gpus.split(",")) == 1, gpus
+
+
 def _num(v: object) -> int | None:
     """A number of Slurm's JSON (24.11+: ``{"set": true, "number": N}``)."""
     if isinstance(v, dict):
