@@ -149,3 +149,9 @@ def task_token(array_token: str, task: int) -> str:
     """The placement token of one task moved out of its array (the array's own token names
     the array, which every task that Slurm starts from it carries in its tag)."""
     return f"{array_token}-{task}"
+
+
+def array_token(token: str) -> str:
+    """The array's token in a task's (:func:`task_token`), else ""."""
+    head, sep, task = token.rpartition("-")
+    return head if sep and head and task.isdigit() else ""

@@ -16,6 +16,7 @@ from ..placement import ClusterView, Decision, GpuView, JobRequest, Occupant
 from ..placement.retract import rate_floor
 from ..scores import ScoreTable
 from ..slurm.model import SlurmJob
+from .arrays import array_token
 
 log = logging.getLogger("slurm_colo.agent")
 MAX_EXPLANATIONS = 20000
@@ -272,7 +273,13 @@ class Ledger:
         if token is None and tag_text:
             t = Placement.from_tag(tag_text)
             token = t.token if t else None
-        ex = dict(self.explanations.get(token or "", {}))
+        # a task split from its array without a placement of its own (released with its
+        # own GPU request, or held again after a refused release): the array's answer
+        ex = dict(
+            self.explanations.get(token or "")
+            or self.explanations.get(array_token(token or ""))
+            or {}
+        )
         if not ex:
             return {
                 "job_id": job_id,

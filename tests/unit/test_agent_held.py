@@ -1017,6 +1017,9 @@ def test_a_task_refused_its_release_with_its_own_gpu_request_is_released_with_it
     )
     s.apply_snapshot([*busy, replace(array, array_tasks="1"), split], [], 3.0)
     assert s.held[77].own_gpu == "gres:gpu:1"
+    # explain: the task has no placement of its own; its array's answer says why
+    ex = s.explain(77, split.admin_comment)
+    assert "each with its own GPU request where none takes it" in ex["reason"], ex
     [again] = [a for a in s.reaim(3.0) if a.target == "77"]
     assert (again.kind, again.node, again.gres) == ("aim", "", "gres:gpu:1")
     assert again.comment == OWN_GPU_TASK_NOTE and again.restore == (
