@@ -145,6 +145,17 @@ def whole_gpu_asked(tres_per_node: str) -> str:
     return items[0] if body.split(":")[0] == "gpu" else ""
 
 
+def shard_type_asked(tres_per_node: str) -> str:
+    """The shard type ``tres_per_node`` asks for (``gres:shard:v100_s0:1`` ->
+    ``v100_s0``), else "": a held job that already has such a request is a task of a held
+    array whose release Slurm refused after the update that gave it a shared GPU's."""
+    items = [i.strip() for i in tres_per_node.split(",") if i.strip()]
+    if len(items) != 1:
+        return ""
+    parts = items[0].split("gres:", 1)[-1].split("gres/", 1)[-1].split(":")
+    return parts[1] if len(parts) == 3 and parts[0] == "shard" else ""
+
+
 def task_token(array_token: str, task: int) -> str:
     """The placement token of one task moved out of its array (the array's own token names
     the array, which every task that Slurm starts from it carries in its tag)."""

@@ -47,7 +47,13 @@ from ..placement.held import (
 )
 from ..slurm.model import SlurmJob
 from .actions import Action
-from .arrays import MAX_TASKS_PER_LOOK, OWN_GPU_TASK_NOTE, whole_gpu_asked, whole_gpu_request
+from .arrays import (
+    MAX_TASKS_PER_LOOK,
+    OWN_GPU_TASK_NOTE,
+    shard_type_asked,
+    whole_gpu_asked,
+    whole_gpu_request,
+)
 from .held_arrays import HeldArrays, waiting_with_own_gpu
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
@@ -146,13 +152,16 @@ class HeldJobs:
                 if last:  # the array record is that task now
                     self._forget(h.job_id)
                 continue
+            if h.own_gpu and not self.retype_after_undo:  # 22.05: its request cannot change
+                out.append(self._to_own_gpu(h, sj))
+                continue
             view = occ.view_for_pending(sj, h.request.partition, h.model)
             # bound to one GPU model: that model's set; held for any shared GPU: each GPU
             # judged with its own model's set
             judge = judge_for(h, view, book)
             d = None if behind else place_held(h, view, judge, self.cfg.placement, occ.reservation)
             if d is None or not d.shared or d.node is None:
-                if h.own_gpu and own_gpu:  # a held array's task that has its own GPU request
+                if h.own_gpu:  # a held array's task that has its own GPU request
                     out.append(self._to_own_gpu(h, sj))
                 else:
                     out += self._lock(h, now, sj)
@@ -177,6 +186,8 @@ class HeldJobs:
                 if h.undone
                 else "held while its node was closed"
                 if h.withdrawn
+                else h.reason
+                if h.reason.startswith("its release failed")
                 else "held at submission",
                 d.reason,
             )
@@ -197,9 +208,9 @@ class HeldJobs:
         return out
 
     def _to_own_gpu(self, h: HeldJob, sj: SlurmJob) -> Action:
-        """Release ``h`` with the GPU request of its own it already has, as its array's
-        task would have been; if Slurm refuses, its comments say again that it is held, and
-        the next look adopts it again."""
+        """Release ``h`` with the GPU request of its own it already has (kept as it is), as
+        its array's task would have been; if Slurm refuses, its comments say again that it
+        is held, and the next look adopts it again."""
         self._forget(h.job_id)
         log.info("job %s: no shared GPU takes it; released with its own GPU request", h.job_id)
         return Action(
@@ -207,7 +218,6 @@ class HeldJobs:
             h.job_id,
             unheld(sj.admin_comment, ANY_SHARED),
             OWN_GPU_TASK_NOTE,
-            gres=h.own_gpu,
             model=h.model,
             restore=(sj.admin_comment, sj.comment),
         )
@@ -241,18 +251,25 @@ class HeldJobs:
                 and j.job_id not in ledger.by_job
             ):
                 any_gpu = tag.held == ANY_SHARED
+                # a held array's task whose release Slurm refused after the update that
+                # gave it a GPU request: its own GPU, or a shard of one type, which 22.05
+                # cannot change (it then waits for a GPU of that type, as a requeued job)
+                asked = j.tres_per_node if any_gpu else ""
+                typed = "" if self.retype_after_undo else shard_type_asked(asked)
                 req = request_from_tag(
                     j,
                     tag,
                     self.cfg.placement,
                     partition=j.partition,
-                    gres_type="" if any_gpu else tag.held,
+                    gres_type=typed if any_gpu else tag.held,
                 )
                 why = (
                     "requeued after a harmful probe"
                     if tag.undone
                     else "its node was closed to placement"
                     if j.comment.startswith(WITHDRAWN)
+                    else "its release failed after it was split from its array"
+                    if asked
                     else f"held at submission until {held_for_text(tag.held, tag.model)} fits"
                 )
                 if j.array_tasks:  # a held array's record (agent/held_arrays.py)
@@ -267,7 +284,7 @@ class HeldJobs:
                     model=tag.model,
                     locked=j.state_reason == "JobHeldAdmin",
                     withdrawn=not tag.undone and j.comment.startswith(WITHDRAWN),
-                    own_gpu=whole_gpu_asked(j.tres_per_node) if any_gpu else "",
+                    own_gpu=whole_gpu_asked(asked),
                 )
         for job_id, h in list(self.jobs.items()):
             sj = jobs.get(job_id)
@@ -360,19 +377,22 @@ class HeldInSlurm:
 
     def release_gres(self) -> str:
         """The GPU request to give it when it is released by hand: none for a requeued job
-        (it keeps its shard type); the one it has for a held array's task that already asks
-        for a GPU of its own (:attr:`~slurm_colo.placement.held.HeldJob.own_gpu`); else
-        untargeted sharing (``shard:1``: Slurm's first GPU with a free shard, which also
+        (it keeps its shard type) or a held array's task that already has one (its own GPU
+        or a shared GPU's shard: its release failed after the update that split it from the
+        array; Slurm 22.05 cannot change it); else untargeted sharing (``shard:1``: Slurm's first GPU with a free shard, which also
         keeps a ``--cpus-per-gpu`` the hook turned into CPUs per shard valid), or a whole
         GPU of the model it asked for (there is no shard request for "any GPU of one
         model"); a job array's tasks a whole GPU each."""
-        if self.gres_type != ANY_SHARED:
+        if self.gres_type != ANY_SHARED or self.has_gpu_request():
             return ""
-        if own := whole_gpu_asked(self.job.tres_per_node):
-            return own
         if self.model or self.job.array_tasks:  # untargeted shards would stack its tasks
             return whole_gpu_request(self.model)
         return "gres:shard:1"
+
+    def has_gpu_request(self) -> bool:
+        """Whether it already asks for a GPU of its own or a shard of one type."""
+        t = self.job.tres_per_node
+        return bool(whole_gpu_asked(t) or shard_type_asked(t))
 
     def unheld_tag(self) -> str:
         """Its tag without ``held=``, so that the agent leaves it to Slurm."""

@@ -223,12 +223,13 @@ def register(app: typer.Typer) -> None:
                     failed += 1
                     typer.echo(f"  not released: {e}", err=True)
                     continue
-                typer.echo(
-                    f"  released: Slurm starts it on any {h.gres_type} GPU with a free shard"
-                    if not gres
-                    else f"  released with {gres.removeprefix('gres:')}: "
-                    "Slurm starts it where that fits"
-                )
+                if gres:
+                    said = f" with {gres.removeprefix('gres:')}: Slurm starts it where that fits"
+                elif h.has_gpu_request():
+                    said = f" with the GPU request it has ({j.tres_per_node})"
+                else:
+                    said = f": Slurm starts it on any {h.gres_type} GPU with a free shard"
+                typer.echo(f"  released{said}")
         if failed:
             raise typer.Exit(1)
 

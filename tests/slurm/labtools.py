@@ -207,23 +207,30 @@ def start_agent_only(config: Path = LAB_CONFIG, path_first: Path | None = None) 
 
 
 @contextmanager
-def agent_with(placement: str = "", scontrol_as: str | None = None) -> Iterator[None]:
+def agent_with(
+    placement: str = "", scontrol_as: str | None = None, scontrol_before: str = ""
+) -> Iterator[None]:
     """The agent restarted with ``placement`` lines added to the lab config's
     ``[placement]``, and with the lab's own config again afterwards. ``scontrol_as``: every
     ``scontrol`` the agent runs, runs as that user (an agent whose user Slurm does not let
-    change other users' jobs)."""
+    change other users' jobs). ``scontrol_before``: shell lines run before each of the
+    agent's ``scontrol`` commands, with its arguments in ``$@`` and a scratch directory in
+    ``$STATE`` (one that exits refuses the command the way Slurm would)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "config.toml"
         cfg.write_text(
             LAB_CONFIG.read_text().replace("[placement]\n", f"[placement]\n{placement}", 1)
         )
         bin_dir = None
-        if scontrol_as:
+        if scontrol_as or scontrol_before:
             bin_dir = Path(tmp) / "bin"
             bin_dir.mkdir()
             wrapper = bin_dir / "scontrol"
             real = "/usr/bin/scontrol"
-            wrapper.write_text(f'#!/bin/sh\nexec runuser -u {scontrol_as} -- {real} "$@"\n')
+            run_as = f"runuser -u {scontrol_as} -- " if scontrol_as else ""
+            wrapper.write_text(
+                f'#!/bin/sh\nSTATE={tmp}\n{scontrol_before}\nexec {run_as}{real} "$@"\n'
+            )
             wrapper.chmod(0o755)
         stop_agent()
         start_agent_only(cfg, bin_dir)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from .labtools import (
+    AGENT_LOG,
     OUT,
     SHARED_GPUS,
     agent_cli,
+    agent_with,
     gpu_of,
     kind_of,
     run,
@@ -161,6 +167,68 @@ def test_a_job_array_is_held_and_each_task_released_onto_a_shared_gpu_or_its_own
         assert len(gpus[j["job_id"]]) == 1, j
     said = agent_cli("explain", str(own[0]["job_id"])).stdout
     assert "each with its own GPU request where none takes it" in said, said
+
+
+#: before the agent's scontrol: refuse the release of the first task given a request of
+#: ``{kind}`` (``gpu``: its own GPU; ``shard``: a shared GPU's), after the update that split
+#: it from its array, as a slurmctld timeout would
+REFUSE_FIRST_RELEASE = """
+case "$1" in
+update) case "$*" in *TresPerNode=gres:{kind}*) echo "$2" >> "$STATE/split" ;; esac ;;
+release)
+  if [ ! -e "$STATE/refused" ] && grep -qx "JobId=$2" "$STATE/split" 2>/dev/null; then
+    echo "$2" > "$STATE/refused"
+    echo "slurm_release error: Socket timed out on send/recv operation" >&2
+    exit 1
+  fi ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("kind", ["gpu", "shard"])
+def test_a_task_whose_release_slurm_refused_after_its_split_runs_all_the_same(
+    clean: None, kind: str
+) -> None:
+    """The update that gives a held array's task its GPU request splits it from the array;
+    Slurm refusing the release after it left the task held with nobody to release it. The
+    agent sets its comments back to a held tag of its own, adopts it at its next look and
+    releases it with the request it has, which 22.05 cannot change: its own GPU, or a
+    shard of the shared GPU it was placed on."""
+    with agent_with(scontrol_before=REFUSE_FIRST_RELEASE.replace("{kind}", kind)):
+        r = sbatch(
+            "--array=0-9",
+            "--colocate",
+            "--colocate-class=resnet18-bs32",
+            "--gres=gpu:1",
+            user="alice",
+            sleep=10,  # the shared GPUs are still full at the look that adopts the task
+        )
+        assert r.rc == 0 and r.job_id is not None, r.stderr
+        token = squeue()[r.job_id]["admin_comment"].split("tok=")[1].split()[0]
+        tasks: dict[int, dict] = {}  # by task id, as last seen
+
+        def all_done() -> list[dict] | None:
+            ts = [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
+            tasks.update({j["array_task_id"]: j for j in ts})
+            return ts if len(ts) == 10 and all(j["job_state"] == "COMPLETED" for j in ts) else None
+
+        wait_for(all_done, 150, 0.5, "the array's ten tasks completed, the refused one too")
+        log = AGENT_LOG.read_text(errors="replace")
+        failed = rf"job {r.job_id}: aim failed: scontrol release {r.job_id}_(\d+) failed"
+        [refused] = re.findall(failed, log)
+        j = tasks[int(refused)]  # split, held again under its own token, then released
+        assert f"tok={token}-{refused} " in j["admin_comment"] + " ", j
+        assert "held=" not in j["admin_comment"], j
+        if kind == "gpu":
+            assert j["tres_per_node"] == "gres:gpu:1", j
+            assert j["comment"] == (
+                "colo: job array task: no shared GPU took it; released with its own GPU request"
+            ), j
+            said = agent_cli("explain", str(j["job_id"])).stdout
+            assert "each with its own GPU request where none takes it" in said, said
+        else:  # the shard type it had: the same shared GPU
+            assert j["tres_per_node"].startswith("gres:shard:v100_s"), j
+            assert "GPU" in j["comment"], j
 
 
 def test_a_heterogeneous_job_is_left_as_submitted(clean: None) -> None:

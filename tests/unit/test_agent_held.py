@@ -969,36 +969,57 @@ def test_a_held_array_holds_up_newer_jobs_only_where_its_tasks_wait_for_shared_g
         assert [w.job_id for w in s.holds.waits()] == [40]
 
 
-def test_a_task_whose_release_slurm_refused_after_its_split_is_found_again_as_held() -> None:
-    """Its update split it from the array, its release failed: the comments the action
-    carries make it a held job of its own, with its own placement token, which the agent
-    adopts at its next look and releases as any held job."""
+@pytest.mark.parametrize("newer_slurm", [False, True])
+def test_a_task_whose_release_slurm_refused_after_its_split_is_found_again_as_held(
+    newer_slurm: bool,
+) -> None:
+    """Its update split it from the array with a shared GPU's shard request, its release
+    failed: the comments the action carries make it a held job of its own, with its own
+    placement token, which the agent adopts at its next look and releases. Slurm 22.05
+    cannot change its shard request, so there it waits for a GPU of that type (as a
+    requeued job); 23.11 and later give it the shard request of the GPU that takes it."""
     s = _state(unplaced="hold")
+    s.holds.retype_after_undo = newer_slurm
     s.scores = FAST_PAIRS
     reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
     array = _held_array(reply["tag"], "0-1", "JobHeldAdmin")
     s.apply_snapshot([array], [], 2.0)
     first, second = s.reaim(2.0)
+    assert first.gres == "gres:shard:v100_s0:1"
     token = Placement.from_tag(reply["tag"]).token  # type: ignore[union-attr]
     again = Placement.from_tag(first.restore[0])
     assert again is not None and again.held == "*" and again.token == f"{token}-0"
     assert again.cls == "fast" and first.restore[1] == array.comment
     s.failed(first, 2.5)  # Slurm refused the release of task 0 after splitting it
-    split = replace(array, job_id=77, admin_comment=first.restore[0], array_tasks="")
+    split = replace(
+        array,
+        job_id=77,
+        admin_comment=first.restore[0],
+        tres_per_node=first.gres,
+        array_tasks="",
+    )
     s.apply_snapshot([replace(array, array_tasks="1"), split], [], 3.0)
     assert 77 in s.held and s.held[77].token == f"{token}-0"
+    assert s.held[77].request.gres_type == ("" if newer_slurm else "v100_s0")
     aims = [a for a in s.reaim(3.0) if a.kind == "aim"]
     assert [(a.target, a.node) for a in aims] == [("77", "n1")]
     t = Placement.from_tag(aims[0].admin_comment)
-    assert t is not None and t.token == f"{token}-0" and t.held is None
+    assert t is not None and t.token == f"{token}-0" and t.held is None and t.gpu == 0
+    assert aims[0].gres == ("gres:shard:v100_s0:1" if newer_slurm else "")  # 22.05: kept
 
 
-def test_a_task_refused_its_release_with_its_own_gpu_request_is_released_with_it_again() -> None:
+@pytest.mark.parametrize("newer_slurm", [False, True])
+def test_a_task_refused_its_release_with_its_own_gpu_request_is_released_with_it_again(
+    newer_slurm: bool,
+) -> None:
     """A held array's task no shared GPU took was split from the array by the update that
     gave it its own GPU request, and Slurm refused its release: adopted from its restored
-    tag, it is released with that request again while no shared GPU takes it (not held for
-    a shared GPU only, as a single held job is), and onto a shared GPU once one does."""
-    s = _state()
+    tag, it is released with that request, kept as it is (not held for a shared GPU only,
+    as a single held job is). On 22.05, which cannot change it, at once; from 23.11 while
+    no shared GPU takes it, and onto a shared GPU once one does (there with
+    ``replan = "off"``: with "auto" the array keeps its own-GPU request and is moved)."""
+    s = _state(replan="off")
+    s.holds.retype_after_undo = newer_slurm
     s.scores = FAST_PAIRS
     reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
     busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
@@ -1021,23 +1042,27 @@ def test_a_task_refused_its_release_with_its_own_gpu_request_is_released_with_it
     ex = s.explain(77, split.admin_comment)
     assert "each with its own GPU request where none takes it" in ex["reason"], ex
     [again] = [a for a in s.reaim(3.0) if a.target == "77"]
-    assert (again.kind, again.node, again.gres) == ("aim", "", "gres:gpu:1")
-    assert again.comment == OWN_GPU_TASK_NOTE and again.restore == (
-        split.admin_comment,
-        split.comment,
-    )
+    assert (again.kind, again.node, again.gres) == ("aim", "", "")  # its request kept
+    assert again.comment == OWN_GPU_TASK_NOTE
+    assert again.restore == (split.admin_comment, split.comment)
     t = Placement.from_tag(again.admin_comment)
     assert t is not None and t.held is None and t.cls == "fast"
     assert 77 not in s.held
     # refused once more: the restored tag makes it held again at the next look
     s.failed(again, 3.5)
     s.apply_snapshot([replace(array, array_tasks="1"), split], [], 4.0)  # the GPUs are free
-    assert [(a.target, a.node) for a in s.reaim(4.0) if a.target == "77"] == [("77", "n1")]
+    [later] = [a for a in s.reaim(4.0) if a.target == "77"]
+    assert later.node == ("n1" if newer_slurm else ""), later
 
 
 @pytest.mark.parametrize(
     ("tres", "gres"),
-    [("gres:gpu:1", "gres:gpu:1"), ("gres/gpu:v100:1", "gres/gpu:v100:1"), ("", "gres:shard:1")],
+    [
+        ("gres:gpu:1", ""),
+        ("gres/gpu:v100:1", ""),
+        ("gres:shard:v100_s0:1", ""),
+        ("", "gres:shard:1"),
+    ],
 )
 def test_held_release_by_hand_keeps_the_gpu_request_a_held_task_already_has(
     tres: str, gres: str
