@@ -120,6 +120,7 @@ class HeldJobs:
         own_gpu = not hold_unplaced(self.cfg)
         waiting: Counter[str] | None = None
         released = 0  # tasks of held arrays released at this look, of all arrays together
+        out += self.arrays.stranded(occ.jobs.values(), now)
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
@@ -307,7 +308,9 @@ class HeldJobs:
         puts the job back among the held ones, to be aimed again at the next look; a failed
         administrator's hold is tried again after :data:`LOCK_RETRY_S`. A failed hold of a
         job pending on a closed node leaves it as it was (its comments put back): it is
-        tried again at the next look, while the job waits."""
+        tried again at the next look, while the job waits. A task whose release failed after
+        its split, with its comments not set back either, is released again when a look
+        finds it held (:meth:`.held_arrays.HeldArrays.stranded`)."""
         if action.kind == "requeue_hold":
             self.jobs.pop(action.job_id, None)
             ledger.probes["undo_failed"] += 1
@@ -320,6 +323,8 @@ class HeldJobs:
             if h is not None:  # it stays held by its user meanwhile
                 h.locked, h.lock_retry_at = False, now + LOCK_RETRY_S
             return
+        if action.kind == "aim":  # a task split from its array may be held, untagged
+            self.arrays.refused_release(action, now)
         if action.task is not None:  # a task of a held array: the array stays held
             self.arrays.failed(action, ledger)
             rebuild()

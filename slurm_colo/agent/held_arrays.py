@@ -42,6 +42,10 @@ from .occupancy import Occupancy
 
 log = logging.getLogger("slurm_colo.agent")
 
+#: how long after a task's refused release a held job with its tag is released again
+#: (:meth:`HeldArrays.stranded`): long enough for slurmctld to come back from a restart
+REFUSED_KEEP_S = 900.0
+
 
 def waiting_with_own_gpu(jobs: Iterable[SlurmJob]) -> Counter[str]:
     """Tasks of held arrays released with their own GPU request that still wait in Slurm's
@@ -79,6 +83,8 @@ class HeldArrays:
         self.cfg = cfg
         self.records: set[int] = set()
         self.own_gpu: dict[int, dict[int, float]] = {}
+        #: the tags of task releases Slurm refused: how many, when last (:meth:`stranded`)
+        self.refused: dict[str, tuple[int, float]] = {}
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.records
@@ -92,6 +98,7 @@ class HeldArrays:
         for released in self.own_gpu.values():
             for task in released:
                 released[task] += step
+        self.refused = {t: (n, at + step) for t, (n, at) in self.refused.items()}
 
     def release(
         self,
@@ -157,6 +164,42 @@ class HeldArrays:
             ledger.drop(action.placement_token)
         elif action.task is not None:
             self.own_gpu.get(action.job_id, {}).pop(action.task, None)
+
+    def refused_release(self, action: Action, now: float) -> None:
+        """Slurm refused a release that may have split a task from its array (``action``
+        carries the comments that make it held again): remember the tag it gave the task,
+        for :meth:`stranded`."""
+        token = action.placement_token
+        if token and any(action.restore):
+            n, _ = self.refused.get(token, (0, now))
+            self.refused[token] = (n + 1, now)
+
+    def stranded(self, jobs: Iterable[SlurmJob], now: float) -> list[Action]:
+        """The release of tasks stranded held: Slurm refused a task's release after the
+        update that split it from its array and gave it its tag, and refused setting its
+        comments back to a held tag too (slurmctld failing both calls), so it waits, held,
+        with a tag that does not say so. Each pending held job with the tag of such a
+        release (at most as many per tag as were refused, for
+        :data:`REFUSED_KEEP_S` after the last) is released again, as it is."""
+        if not self.refused:
+            return []
+        self.refused = {t: v for t, v in self.refused.items() if now - v[1] < REFUSED_KEEP_S}
+        left = {token: n for token, (n, _) in self.refused.items()}
+        out = []
+        for j in sorted(jobs, key=lambda j: j.job_id):
+            if j.state != "PENDING" or not j.state_reason.startswith("JobHeld") or j.array_tasks:
+                continue
+            tag = Placement.from_tag(j.admin_comment)
+            if tag is None or tag.held or left.get(tag.token, 0) <= 0:
+                continue
+            left[tag.token] -= 1
+            log.warning(
+                "job %s: a task whose release Slurm refused is still held, its tag not set "
+                "back; released again",
+                j.job_id,
+            )
+            out.append(Action("aim", j.job_id, j.admin_comment, j.comment, model=tag.model))
+        return out
 
     def _to_shared(
         self,

@@ -207,7 +207,7 @@ class Agent:
             now = self.now()
             self.state.apply_snapshot(jobs, nodes, now, asked)
             actions = self.state.withdraw()
-            actions += self.state.reaim(now) if self.state.held else []
+            actions += self.state.reaim(now)
             actions += self.state.replan(now)
             actions += self.state.extend_limits(now)
         self.run_actions(actions)

@@ -171,10 +171,18 @@ def test_a_job_array_is_held_and_each_task_released_onto_a_shared_gpu_or_its_own
 
 #: before the agent's scontrol: refuse the release of the first task given a request of
 #: ``{kind}`` (``gpu``: its own GPU; ``shard``: a shared GPU's), after the update that split
-#: it from its array, as a slurmctld timeout would
+#: it from its array, as a slurmctld timeout would; with ``{restore_too}`` set, also the
+#: update that sets its comments back to a held tag
 REFUSE_FIRST_RELEASE = """
 case "$1" in
-update) case "$*" in *TresPerNode=gres:{kind}*) echo "$2" >> "$STATE/split" ;; esac ;;
+update)
+  case "$*" in *TresPerNode=gres:{kind}*) echo "$2" >> "$STATE/split" ;; esac
+  if [ -n "{restore_too}" ] && [ "JobId=$(cat "$STATE/refused" 2>/dev/null)" = "$2" ] \\
+     && [ ! -e "$STATE/restore-refused" ]; then
+    touch "$STATE/restore-refused"
+    echo "slurm_update error: Socket timed out on send/recv operation" >&2
+    exit 1
+  fi ;;
 release)
   if [ ! -e "$STATE/refused" ] && grep -qx "JobId=$2" "$STATE/split" 2>/dev/null; then
     echo "$2" > "$STATE/refused"
@@ -185,16 +193,18 @@ esac
 """
 
 
-@pytest.mark.parametrize("kind", ["gpu", "shard"])
+@pytest.mark.parametrize(("kind", "restore_too"), [("gpu", ""), ("shard", ""), ("gpu", "1")])
 def test_a_task_whose_release_slurm_refused_after_its_split_runs_all_the_same(
-    clean: None, kind: str
+    clean: None, kind: str, restore_too: str
 ) -> None:
     """The update that gives a held array's task its GPU request splits it from the array;
     Slurm refusing the release after it left the task held with nobody to release it. The
     agent sets its comments back to a held tag of its own, adopts it at its next look and
     releases it with the request it has, which 22.05 cannot change: its own GPU, or a
-    shard of the shared GPU it was placed on."""
-    with agent_with(scontrol_before=REFUSE_FIRST_RELEASE.replace("{kind}", kind)):
+    shard of the shared GPU it was placed on. Where Slurm refuses that update too, the
+    next look finds the task held with the release's tag and releases it again."""
+    wrapper = REFUSE_FIRST_RELEASE.replace("{kind}", kind).replace("{restore_too}", restore_too)
+    with agent_with(scontrol_before=wrapper):
         r = sbatch(
             "--array=0-9",
             "--colocate",
@@ -217,8 +227,14 @@ def test_a_task_whose_release_slurm_refused_after_its_split_runs_all_the_same(
         failed = rf"job {r.job_id}: aim failed: scontrol release {r.job_id}_(\d+) failed"
         [refused] = re.findall(failed, log)
         j = tasks[int(refused)]  # split, held again under its own token, then released
-        assert f"tok={token}-{refused} " in j["admin_comment"] + " ", j
+        # (the release's own tag where its comments could not be set back)
+        own = token if restore_too and kind == "gpu" else f"{token}-{refused}"
+        assert f"tok={own} " in j["admin_comment"] + " ", j
         assert "held=" not in j["admin_comment"], j
+        if restore_too:
+            assert f"job {j['job_id']}: a task whose release Slurm refused is still held" in (
+                AGENT_LOG.read_text(errors="replace")
+            )
         if kind == "gpu":
             assert j["tres_per_node"] == "gres:gpu:1", j
             assert j["comment"] == (

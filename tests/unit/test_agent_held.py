@@ -1078,3 +1078,73 @@ def test_held_release_by_hand_keeps_the_gpu_request_a_held_task_already_has(
     )
     [h] = agent_held.held_in_slurm([job])
     assert h.release_gres() == gres
+
+
+def test_a_task_stranded_held_with_its_release_tag_is_released_again() -> None:
+    """Slurm refused a task's release after its split and refused setting its comments back
+    too: the task waits, held, with the tag the release gave it. The next look that finds
+    it so releases it again as it is (per look, at most as many jobs with one tag as
+    releases with that tag were refused), and only while
+    that refusal is recent (no later hold of such a job by an administrator is undone)."""
+    from slurm_colo.agent.held_arrays import REFUSED_KEEP_S
+
+    s = _state()
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    array = _held_array(reply["tag"], "0-1", "JobHeldAdmin")
+    s.apply_snapshot([*busy, array], [], 2.0)
+    first, second = s.reaim(2.0)  # tasks 0 and 1 with their own GPU request: the last
+    assert s.held == {}  # the array is no longer held: its last task is released
+    s.failed(first, 2.5)  # and its restoring update failed too: the tag is the release's
+    stranded = replace(
+        array,
+        job_id=77,
+        admin_comment=first.admin_comment,
+        comment=first.comment,
+        tres_per_node=first.gres,
+        array_tasks="",
+    )
+    waiting = replace(stranded, job_id=78, state_reason="Resources")  # task 1, released
+    s.apply_snapshot([*busy, stranded, waiting], [], 3.0)
+    assert 77 not in s.held  # its tag does not say it is held
+    again = [a for a in s.reaim(3.0) if a.job_id == 77]
+    assert [(a.kind, a.node, a.gres, a.admin_comment, a.comment) for a in again] == [
+        ("aim", "", "", first.admin_comment, first.comment)
+    ]
+    assert not [a for a in s.reaim(3.0) if a.job_id == 78]  # not held: left to Slurm
+    # held by an administrator long after: left alone
+    later = 3.0 + REFUSED_KEEP_S
+    s.apply_snapshot([stranded], [], later)
+    assert not [a for a in s.reaim(later) if a.job_id == 77]
+
+
+def test_the_agent_looks_for_stranded_tasks_when_no_job_is_held(tmp_path: Path) -> None:
+    """The look at Slurm re-aims held jobs only where there are any: a task stranded held
+    after the array's last release has none, and is released all the same."""
+    t0 = time.time()
+    s = _state()
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, t0)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    array = _held_array(reply["tag"], "0", "JobHeldAdmin")
+    s.apply_snapshot([*busy, array], [], t0)
+    [first] = s.reaim(t0)
+    s.failed(first, t0)
+    assert s.held == {}
+    stranded = replace(
+        array, job_id=77, admin_comment=first.admin_comment, comment=first.comment, array_tasks=""
+    )
+
+    class Slurm(NoSlurm):
+        def jobs(self) -> list[SlurmJob]:
+            return [*busy, stranded]
+
+        def nodes(self) -> list[SlurmNode]:
+            return [SlurmNode("n1", "MIXED")]
+
+    control = FakeControl()
+    agent = Agent(s.cfg, Slurm(), control, learned_file=tmp_path / "learned.json")
+    agent.state = s
+    agent.refresh()
+    assert ("aim", "77", "") in control.calls, control.calls
