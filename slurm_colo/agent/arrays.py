@@ -127,6 +127,13 @@ def waiting_tasks(text: str, limit: int) -> list[int]:
     return out
 
 
+def array_throttle(text: str) -> int | None:
+    """The throttle of Slurm's list of an array's waiting tasks (``0-99%4`` -> 4): at most
+    that many of its tasks run at once; None without one."""
+    _, sep, n = text.partition("%")
+    return int(n) if sep and n.strip().isdigit() else None
+
+
 def whole_gpu_request(model: str) -> str:
     """The GPU request of an array's task given a GPU of its own: a whole GPU of the model
     it asked for (untargeted shards, ``shard:1``, would stack its tasks on one GPU)."""

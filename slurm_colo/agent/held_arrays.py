@@ -9,6 +9,7 @@ job no shared GPU takes on a GPU of its own (``placement.unplaced`` resolving to
 ``own-gpu``: the array's way is ``held, else own GPU``), a task none takes is released with
 its own GPU request instead, while fewer than :data:`~.arrays.OWN_GPU_WAITING` of the
 array's tasks wait so in Slurm's queue; else the look stops at the first task none takes.
+An array throttled with ``%N`` has at most N tasks released and not ended at once.
 
 A task released at an earlier look and not yet split from the array in Slurm's answer is
 not released again. The record, once its last task is released, is that task: it is no
@@ -33,6 +34,8 @@ from .arrays import (
     MAX_TASKS_PER_LOOK,
     OWN_GPU_TASK_NOTE,
     OWN_GPU_WAITING,
+    array_throttle,
+    array_token,
     task_token,
     waiting_tasks,
     whole_gpu_request,
@@ -56,6 +59,19 @@ def waiting_with_own_gpu(jobs: Iterable[SlurmJob]) -> Counter[str]:
             tag = Placement.from_tag(j.admin_comment)
             if tag is not None and tag.token:
                 out[tag.token] += 1
+    return out
+
+
+def split_off(jobs: Iterable[SlurmJob]) -> Counter[str]:
+    """Tasks split from held arrays that are queued or running (released, not ended), by
+    the array's token (their tag's, or the one in their own ``<array's>-<task>``)."""
+    out: Counter[str] = Counter()
+    for j in jobs:
+        if j.array_tasks or not (j.state == "PENDING" or j.active):
+            continue
+        tag = Placement.from_tag(j.admin_comment)
+        if tag is not None and tag.token:
+            out[array_token(tag.token) or tag.token] += 1
     return out
 
 
@@ -85,6 +101,8 @@ class HeldArrays:
         self.own_gpu: dict[int, dict[int, float]] = {}
         #: the tags of task releases Slurm refused: how many, when last (:meth:`stranded`)
         self.refused: dict[str, tuple[int, float]] = {}
+        #: :func:`split_off` of one answer of Slurm's (only throttled arrays ask)
+        self._split: tuple[object, Counter[str]] | None = None
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.records
@@ -119,7 +137,9 @@ class HeldArrays:
         whether its last task is among them. ``own_gpu``: a task no shared GPU takes is
         released with its own GPU request; ``behind``: the array waits behind a job held
         longer, so none of its tasks goes to a shared GPU now; ``waiting``:
-        :func:`waiting_with_own_gpu` of this look."""
+        :func:`waiting_with_own_gpu` of this look. An array throttled with ``%N`` has at
+        most N tasks released and not ended at once (Slurm would run no more of them, and
+        the others would hold their places on shared GPUs while they wait)."""
         self.records.add(h.job_id)
         out: list[Action] = []
         tasks = waiting_tasks(sj.array_tasks, MAX_TASKS_PER_LOOK + 1)
@@ -127,6 +147,12 @@ class HeldArrays:
         released = {t: at for t, at in self.own_gpu.get(h.job_id, {}).items() if now - at < grace}
         self.own_gpu[h.job_id] = released
         on_own_gpu = waiting[h.token] + sum(1 for t in released if t in tasks)
+        throttle = array_throttle(sj.array_tasks)
+        if throttle is not None:  # %N: no more released than may run
+            out_now = self._split_off(occ.jobs)[h.token] + sum(
+                1 for t in tasks if t in released or task_token(h.token, t) in ledger.placements
+            )
+            limit = min(limit, max(0, throttle - out_now))
         none_takes = behind
         for task in tasks:
             token = task_token(h.token, task)
@@ -156,6 +182,13 @@ class HeldArrays:
             )
         last = bool(out) and out[-1].task == tasks[-1] and len(tasks) <= MAX_TASKS_PER_LOOK
         return out, last
+
+    def _split_off(self, jobs: dict[int, SlurmJob]) -> Counter[str]:
+        """:func:`split_off` of this answer of Slurm's (each look's is a new dict), worked
+        out once."""
+        if self._split is None or self._split[0] is not jobs:
+            self._split = (jobs, split_off(jobs.values()))
+        return self._split[1]
 
     def failed(self, action: Action, ledger: Ledger) -> None:
         """Slurm refused the release of one task (``action.task``): forget its placement, or

@@ -169,6 +169,40 @@ def test_a_job_array_is_held_and_each_task_released_onto_a_shared_gpu_or_its_own
     assert "each with its own GPU request where none takes it" in said, said
 
 
+def test_a_throttled_arrays_tasks_are_released_no_faster_than_they_may_run(
+    clean: None,
+) -> None:
+    """``--array=0-7%2``: Slurm runs at most two of its tasks at once, and the agent
+    releases no more than that which have not ended (none waits on ``JobArrayTaskLimit``
+    holding a place on a shared GPU)."""
+    r = sbatch(
+        "--array=0-7%2",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        user="alice",
+        sleep=3,
+    )
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    most = 0  # tasks released and not ended, at any one look of the test's
+
+    def all_done() -> list[dict] | None:
+        nonlocal most
+        ts = [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
+        out = [
+            j
+            for j in ts
+            if j["job_state"] == "RUNNING"
+            or (j["job_state"] == "PENDING" and not j["state_reason"].startswith("JobHeld"))
+        ]
+        most = max(most, len(out))
+        assert not [j for j in out if j["state_reason"] == "JobArrayTaskLimit"], out
+        return ts if len(ts) == 8 and all(j["job_state"] == "COMPLETED" for j in ts) else None
+
+    wait_for(all_done, 150, 0.3, "the array's eight tasks completed, two at a time")
+    assert most == 2, most
+
+
 #: before the agent's scontrol: refuse the release of the first task given a request of
 #: ``{kind}`` (``gpu``: its own GPU; ``shard``: a shared GPU's), after the update that split
 #: it from its array, as a slurmctld timeout would; with ``{restore_too}`` set, also the

@@ -1148,3 +1148,23 @@ def test_the_agent_looks_for_stranded_tasks_when_no_job_is_held(tmp_path: Path) 
     agent.state = s
     agent.refresh()
     assert ("aim", "77", "") in control.calls, control.calls
+
+
+@pytest.mark.parametrize("unplaced", ["hold", "auto"])
+def test_a_throttled_array_has_no_more_tasks_released_than_may_run(unplaced: str) -> None:
+    """``--array=0-7%2``: Slurm runs at most two tasks at once, so the agent releases at
+    most two that have not ended (the others would hold places on shared GPUs, or wait
+    with their own GPU request, without being able to start)."""
+    s = _state(unplaced=unplaced)
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    array = _held_array(reply["tag"], "0-7%2", "JobHeldAdmin")
+    s.apply_snapshot([array], [], 2.0)
+    first = s.reaim(2.0)
+    assert [a.task for a in first] == [0, 1]
+    assert s.reaim(2.5) == []  # released, not yet split from the array in Slurm's answer
+    split = [_split_task(100 + i, a, "RUNNING") for i, a in enumerate(first)]
+    s.apply_snapshot([replace(array, array_tasks="2-7%2"), *split], [], 3.0)
+    assert s.reaim(3.0) == []  # both run
+    s.apply_snapshot([replace(array, array_tasks="2-7%2"), split[1]], [], 4.0)
+    assert [a.task for a in s.reaim(4.0)] == [2]  # one ended: one more
