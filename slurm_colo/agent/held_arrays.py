@@ -52,13 +52,14 @@ REFUSED_KEEP_S = 900.0
 
 def waiting_with_own_gpu(jobs: Iterable[SlurmJob]) -> Counter[str]:
     """Tasks of held arrays released with their own GPU request that still wait in Slurm's
-    queue, by the array's token (their tag's)."""
+    queue, by the array's token (their tag's, or the one in their own
+    ``<array's>-<task>``: a task adopted after a refused release)."""
     out: Counter[str] = Counter()
     for j in jobs:
         if j.state == "PENDING" and j.comment == OWN_GPU_TASK_NOTE:
             tag = Placement.from_tag(j.admin_comment)
             if tag is not None and tag.token:
-                out[tag.token] += 1
+                out[array_token(tag.token) or tag.token] += 1
     return out
 
 

@@ -1168,3 +1168,15 @@ def test_a_throttled_array_has_no_more_tasks_released_than_may_run(unplaced: str
     assert s.reaim(3.0) == []  # both run
     s.apply_snapshot([replace(array, array_tasks="2-7%2"), split[1]], [], 4.0)
     assert [a.task for a in s.reaim(4.0)] == [2]  # one ended: one more
+
+
+def test_an_adopted_own_gpu_task_counts_among_its_arrays_waiting_tasks() -> None:
+    from slurm_colo.agent.held_arrays import waiting_with_own_gpu
+
+    def task(job_id: int, token: str) -> SlurmJob:
+        tag = Placement(token, "fast").to_tag()
+        return SlurmJob(
+            job_id, "sweep", "alice", 1000, "PENDING", admin_comment=tag, comment=OWN_GPU_TASK_NOTE
+        )
+
+    assert waiting_with_own_gpu([task(1, "pabc"), task(2, "pabc-7")]) == {"pabc": 2}
