@@ -66,6 +66,21 @@ def sbatch(
     return Submitted(p.returncode, jid, p.stdout, p.stderr, dt)
 
 
+def sbatch_array(spec: str, sleep: float) -> Submitted:
+    """A ``--colocate --array=SPEC`` job array of alice's ``resnet18-bs32``, each task asking
+    one GPU and sleeping ``sleep`` seconds; it must be accepted."""
+    r = sbatch(
+        f"--array={spec}",
+        "--colocate",
+        "--colocate-class=resnet18-bs32",
+        "--gres=gpu:1",
+        user="alice",
+        sleep=sleep,
+    )
+    assert r.rc == 0 and r.job_id is not None, r.stderr
+    return r
+
+
 def squeue() -> dict[int, dict[str, Any]]:
     p = run(["squeue", "--json", "--all"], check=True)
     return {int(j["job_id"]): j for j in json.loads(p.stdout)["jobs"]}

@@ -16,6 +16,7 @@ from .labtools import (
     kind_of,
     run,
     sbatch,
+    sbatch_array,
     squeue,
     wait_done,
     wait_for,
@@ -129,15 +130,7 @@ def test_a_job_array_is_held_and_each_task_released_onto_a_shared_gpu_or_its_own
     """Slurm 22.05 cannot change a waiting task's GPU request, and this lab has whole GPUs
     to wait for: the array is held without a GPU request; each task a shared GPU takes is
     released there, each task none takes with its own GPU request (a few at a time)."""
-    r = sbatch(
-        "--array=0-11",
-        "--colocate",
-        "--colocate-class=resnet18-bs32",
-        "--gres=gpu:1",
-        user="alice",
-        sleep=6,
-    )
-    assert r.rc == 0 and r.job_id is not None, r.stderr
+    r = sbatch_array("0-11", sleep=6)
     assert "slurm-colo: job array held" in r.stderr, r.stderr
     assert "else with its own GPU request" in r.stderr, r.stderr
     token = squeue()[r.job_id]["admin_comment"].split("tok=")[1].split()[0]
@@ -175,15 +168,7 @@ def test_a_throttled_arrays_tasks_are_released_no_faster_than_they_may_run(
     """``--array=0-7%2``: Slurm runs at most two of its tasks at once, and the agent
     releases no more than that which have not ended (none waits on ``JobArrayTaskLimit``
     holding a place on a shared GPU)."""
-    r = sbatch(
-        "--array=0-7%2",
-        "--colocate",
-        "--colocate-class=resnet18-bs32",
-        "--gres=gpu:1",
-        user="alice",
-        sleep=3,
-    )
-    assert r.rc == 0 and r.job_id is not None, r.stderr
+    r = sbatch_array("0-7%2", sleep=3)
     most = 0  # tasks released and not ended, at any one look of the test's
 
     def all_done() -> list[dict] | None:
@@ -239,15 +224,8 @@ def test_a_task_whose_release_slurm_refused_after_its_split_runs_all_the_same(
     next look finds the task held with the release's tag and releases it again."""
     wrapper = REFUSE_FIRST_RELEASE.replace("{kind}", kind).replace("{restore_too}", restore_too)
     with agent_with(scontrol_before=wrapper):
-        r = sbatch(
-            "--array=0-9",
-            "--colocate",
-            "--colocate-class=resnet18-bs32",
-            "--gres=gpu:1",
-            user="alice",
-            sleep=10,  # the shared GPUs are still full at the look that adopts the task
-        )
-        assert r.rc == 0 and r.job_id is not None, r.stderr
+        # long enough that the shared GPUs are still full at the look that adopts the task
+        r = sbatch_array("0-9", sleep=10)
         token = squeue()[r.job_id]["admin_comment"].split("tok=")[1].split()[0]
         tasks: dict[int, dict] = {}  # by task id, as last seen
 

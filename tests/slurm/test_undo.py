@@ -22,6 +22,7 @@ from .labtools import (
     gpu_of,
     run,
     sbatch,
+    sbatch_array,
     squeue,
     standin_cmd,
     start_agent_only,
@@ -229,15 +230,7 @@ def test_with_unplaced_hold_a_job_array_is_held_and_its_tasks_released_onto_shar
     has none: the array is held without a GPU request, and the agent releases its tasks
     one by one (``scontrol update JobId=ARRAY_TASK`` splits the task from the array)."""
     with agent_with('unplaced = "hold"\n'):
-        r = sbatch(
-            "--array=0-3",
-            "--colocate",
-            "--colocate-class=resnet18-bs32",
-            "--gres=gpu:1",
-            user="alice",
-            sleep=6,
-        )
-        assert r.rc == 0 and r.job_id is not None, r.stderr
+        r = sbatch_array("0-3", sleep=6)
         assert "slurm-colo: job array held" in r.stderr, r.stderr
 
         def tasks() -> list[dict]:
