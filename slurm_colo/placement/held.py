@@ -12,8 +12,9 @@ A job is *held* until a GPU takes it:
 
 The re-aim places held jobs oldest first (:func:`oldest_first`); a GPU the starvation guard
 (:mod:`.guard`) drained for a held job is open to it, and to it only (:func:`place_held`).
-The agent (:mod:`slurm_colo.agent.undo`, :mod:`slurm_colo.agent.held`) turns the results into ``scontrol`` actions; the
-simulator (:mod:`slurm_colo.sim.ours`) uses :func:`requeued` and the guard's drain order.
+The agent (:mod:`slurm_colo.agent.undo`, :mod:`slurm_colo.agent.held`) turns the results
+into ``scontrol`` actions; the simulator (:mod:`slurm_colo.sim.ours`) uses :func:`requeued`
+and the guard's drain order.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ class HeldJob:
     release_after: float = 0.0
     #: pending on a node closed to placement when held (keeps its own start time)
     withdrawn: bool = False
-    #: the GPU request of its own it already has, with which it is released where no
-    #: shared GPU takes it and the site keeps such jobs on a GPU of their own (a task of a
-    #: held array whose release Slurm refused after the update that gave it the request)
+    #: the GPU request of its own it already has (a task of a held array whose release
+    #: Slurm refused after the update that gave it the request): it is released with it,
+    #: as it is, where no shared GPU takes it, and at once where Slurm cannot change it
     own_gpu: str = ""
 
     @property
