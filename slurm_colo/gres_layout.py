@@ -38,6 +38,14 @@ def tres_gres(spec: str, slurm_version: tuple[int, int] | None = None) -> str:
     return _TRES_GRES_RE.sub(lambda m: f"{m.group(1)}gres{sep}", spec)
 
 
+def tres_items(spec: str) -> list[list[str]]:
+    """The items of a GRES request in TRES form, each split at its colons without its
+    ``gres:``/``gres/`` prefix: ``gres/shard:v100_s0:1,gres:gpu:1`` ->
+    ``[["shard", "v100_s0", "1"], ["gpu", "1"]]``."""
+    items = (s.strip() for s in spec.split(","))
+    return [i.split("gres:", 1)[-1].split("gres/", 1)[-1].split(":") for i in items if i]
+
+
 _MODEL_RE = re.compile(r"^[a-z0-9][a-z0-9.]{0,31}$")
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 
+from ..gres_layout import tres_items
 from ..placement.view import Decision
 
 #: how an array is shared (:func:`array_way`)
@@ -145,22 +146,16 @@ def whole_gpu_asked(tres_per_node: str) -> str:
     ``gres/gpu:v100:1``: one GPU item, typed or not), else "": a held job that already has
     such a request is a task of a held array whose release Slurm refused after the update
     that gave it its own GPU request."""
-    items = [i.strip() for i in tres_per_node.split(",") if i.strip()]
-    if len(items) != 1:
-        return ""
-    body = items[0].split("gres:", 1)[-1].split("gres/", 1)[-1]
-    return items[0] if body.split(":")[0] == "gpu" else ""
+    items = tres_items(tres_per_node)
+    return tres_per_node.strip(" ,") if len(items) == 1 and items[0][0] == "gpu" else ""
 
 
 def shard_type_asked(tres_per_node: str) -> str:
     """The shard type ``tres_per_node`` asks for (``gres:shard:v100_s0:1`` ->
     ``v100_s0``), else "": a held job that already has such a request is a task of a held
     array whose release Slurm refused after the update that gave it a shared GPU's."""
-    items = [i.strip() for i in tres_per_node.split(",") if i.strip()]
-    if len(items) != 1:
-        return ""
-    parts = items[0].split("gres:", 1)[-1].split("gres/", 1)[-1].split(":")
-    return parts[1] if len(parts) == 3 and parts[0] == "shard" else ""
+    items = tres_items(tres_per_node)
+    return items[0][1] if len(items) == 1 and len(items[0]) == 3 and items[0][0] == "shard" else ""
 
 
 def task_token(array_token: str, task: int) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from slurm_colo.contracts.placement import ANY_SHARED, held_for_text
+from slurm_colo.gres_layout import tres_items
 from slurm_colo.placement import ClusterView, GpuView
 from slurm_colo.slurm.model import SlurmJob
 
@@ -62,9 +63,7 @@ def whole_gpu_count(job: SlurmJob) -> int | None:
     """
     count = None
     for field in (job.tres_per_node, job.tres_per_job):
-        for item in filter(None, (s.strip() for s in field.split(","))):
-            body = item.split("gres:", 1)[-1].split("gres/", 1)[-1]
-            parts = body.split(":")
+        for parts in tres_items(field):
             if parts[0] in ("shard", "mps"):
                 return None
             if parts[0] != "gpu":
