@@ -37,6 +37,10 @@ class Action:
     #: retarget of one waiting task of a job array (``job_id`` the array's): Slurm splits
     #: it from the array into a job of its own
     task: int | None = None
+    #: a job array's record that runs or waits as its last task (``job_id`` the array's,
+    #: :attr:`~slurm_colo.slurm.model.SlurmJob.record_task`): that task, which Slurm must be
+    #: told by name, since ``JobId=ARRAY`` means every task of the array
+    array_task: int | None = None
 
     @property
     def placement_token(self) -> str:
@@ -47,5 +51,7 @@ class Action:
 
     @property
     def target(self) -> str:
-        """The job as ``scontrol update JobId=`` names it: ``123``, or ``123_4`` for a task."""
-        return f"{self.job_id}_{self.task}" if self.task is not None else str(self.job_id)
+        """The job as ``scontrol`` names it: ``123``, or ``123_4`` for a task (one waiting in
+        its array, or the one its array's record stands for)."""
+        task = self.task if self.task is not None else self.array_task
+        return f"{self.job_id}_{task}" if task is not None else str(self.job_id)

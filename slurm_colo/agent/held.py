@@ -204,6 +204,7 @@ class HeldJobs:
                     model=h.model,
                     start_now=h.undone,
                     withdrawn=h.withdrawn,
+                    array_task=sj.record_task,
                 )
             )
         return out
@@ -221,6 +222,7 @@ class HeldJobs:
             OWN_GPU_TASK_NOTE,
             model=h.model,
             restore=(sj.admin_comment, sj.comment),
+            array_task=sj.record_task,
         )
 
     def _lock(self, h: HeldJob, now: float, sj: SlurmJob) -> list[Action]:
@@ -229,7 +231,7 @@ class HeldJobs:
         if not must_lock(h, now, sj.state_reason):
             return []
         h.locked = True
-        return [Action("admin_hold", h.job_id)]
+        return [Action("admin_hold", h.job_id, array_task=sj.record_task)]
 
     def _forget(self, job_id: int) -> None:
         """No longer held here (released, gone, or an array's record that is its last task)."""

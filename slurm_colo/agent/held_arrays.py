@@ -232,7 +232,16 @@ class HeldArrays:
                 "back; released again",
                 j.job_id,
             )
-            out.append(Action("aim", j.job_id, j.admin_comment, j.comment, model=tag.model))
+            out.append(
+                Action(
+                    "aim",
+                    j.job_id,
+                    j.admin_comment,
+                    j.comment,
+                    model=tag.model,
+                    array_task=j.record_task,
+                )
+            )
         return out
 
     def _to_shared(

@@ -78,4 +78,7 @@ def limit_actions(
     }
     limits = {j: end - starts[j] for j, end in ends.items()}
     credit.observe(rates, now, starts, sets, limits)
-    return [Action("extend", j, minutes=m) for j, m in credit.due(ends, now)]
+    return [
+        Action("extend", j, minutes=m, array_task=jobs[j].record_task)
+        for j, m in credit.due(ends, now)
+    ]

@@ -183,4 +183,13 @@ def _move(p: _Pass, w: Waiting, token: str, task: int | None = None) -> Action |
     comment = f"colo: re-planned onto GPU {d.index} of {d.node}: {d.reason}"
     log.info("%s: re-planned onto GPU %s of %s: %s", who, d.index, d.node, d.reason)
     gres = occ.layouts[d.node].shard_request(d.index or 0)
-    return Action("retarget", j.job_id, new_tag, comment, node=d.node, gres=gres, task=task)
+    return Action(
+        "retarget",
+        j.job_id,
+        new_tag,
+        comment,
+        node=d.node,
+        gres=gres,
+        task=task,
+        array_task=j.record_task,
+    )

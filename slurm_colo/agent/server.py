@@ -247,15 +247,15 @@ class Agent:
                     continue
                 try:
                     if a.kind == "requeue_hold":
-                        self.control.requeue_hold(a.job_id, a.admin_comment, a.comment, a.restore)
+                        self.control.requeue_hold(a.target, a.admin_comment, a.comment, a.restore)
                     elif a.kind == "admin_hold":
-                        self.control.admin_hold(a.job_id)
+                        self.control.admin_hold(a.target)
                     elif a.kind == "withdraw":
-                        self.control.hold_pending(a.job_id, a.admin_comment, a.comment, a.restore)
+                        self.control.hold_pending(a.target, a.admin_comment, a.comment, a.restore)
                     elif a.kind == "retarget":
                         self.control.retarget(a.target, a.node, a.admin_comment, a.comment, a.gres)
                     elif a.kind == "extend":
-                        self.control.extend_time_limit(a.job_id, a.minutes)
+                        self.control.extend_time_limit(a.target, a.minutes)
                         log.info(
                             "job %s: time limit +%d min for the time sharing cost it",
                             a.job_id,

@@ -142,6 +142,7 @@ def judge(
         undo_tag(token, req, j.reason, h.gres_type, model),
         undo_comment(holds.cfg.placement, j.reason),
         restore=(sj.admin_comment, sj.comment) if sj else ("", ""),
+        array_task=sj.record_task if sj else None,
     )
     return j.reply(), [act]
 
@@ -202,6 +203,7 @@ def withdraw(holds: HeldJobs, now: float, ledger: Ledger, occ: Occupancy) -> lis
                 undo_tag(token, req, why, h.gres_type, model, undone=False),
                 withdrawn_comment(node or ""),
                 restore=(sj.admin_comment, sj.comment),
+                array_task=sj.record_task,
             )
         )
     return out

@@ -32,7 +32,7 @@ from .version import InstalledVersion, Version
 TIMEOUT_S = 10.0
 
 
-def requeue_hold_argv(job_id: int) -> list[str]:
+def requeue_hold_argv(job_id: int | str) -> list[str]:
     return ["scontrol", "requeuehold", str(job_id)]
 
 
@@ -46,13 +46,17 @@ def release_argv(job_id: int | str) -> list[str]:
     return ["scontrol", "release", str(job_id)]
 
 
-def hold_argv(job_id: int) -> list[str]:
+def hold_argv(job_id: int | str) -> list[str]:
     return ["scontrol", "hold", str(job_id)]
 
 
 class JobControl(Protocol):
     def requeue_hold(
-        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+        self,
+        job_id: int | str,
+        admin_comment: str,
+        comment: str,
+        restore: tuple[str, str] = ("", ""),
     ) -> None: ...
 
     def aim_and_release(
@@ -66,17 +70,21 @@ class JobControl(Protocol):
         restore: tuple[str, str] = ("", ""),
     ) -> None: ...
 
-    def admin_hold(self, job_id: int) -> None: ...
+    def admin_hold(self, job_id: int | str) -> None: ...
 
     def hold_pending(
-        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+        self,
+        job_id: int | str,
+        admin_comment: str,
+        comment: str,
+        restore: tuple[str, str] = ("", ""),
     ) -> None: ...
 
     def retarget(
         self, job_id: int | str, node: str, admin_comment: str, comment: str, gres: str
     ) -> None: ...
 
-    def extend_time_limit(self, job_id: int, minutes: int) -> None: ...
+    def extend_time_limit(self, job_id: int | str, minutes: int) -> None: ...
 
 
 class ScontrolControl:
@@ -95,7 +103,11 @@ class ScontrolControl:
         run_slurm(argv, self.timeout_s)
 
     def requeue_hold(
-        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+        self,
+        job_id: int | str,
+        admin_comment: str,
+        comment: str,
+        restore: tuple[str, str] = ("", ""),
     ) -> None:
         """Mark the job held (comments first: a job is never held without its tag), then
         requeue it held. If the requeue fails the comments go back to ``restore``
@@ -104,7 +116,7 @@ class ScontrolControl:
 
     def _tag_then(
         self,
-        job_id: int,
+        job_id: int | str,
         admin_comment: str,
         comment: str,
         argv: list[str],
@@ -154,12 +166,16 @@ class ScontrolControl:
         self.run(update_argv(job_id, **fields))
         self._or_restore(job_id, release_argv(job_id), restore)
 
-    def admin_hold(self, job_id: int) -> None:
+    def admin_hold(self, job_id: int | str) -> None:
         """Make the job's hold the administrator's: its user can no longer release it."""
         self.run(hold_argv(job_id))
 
     def hold_pending(
-        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+        self,
+        job_id: int | str,
+        admin_comment: str,
+        comment: str,
+        restore: tuple[str, str] = ("", ""),
     ) -> None:
         """Mark a pending job held (comments first: a job is never held without its tag),
         then hold it as the administrator. If the hold fails the comments go back to
@@ -183,7 +199,7 @@ class ScontrolControl:
             )
         )
 
-    def extend_time_limit(self, job_id: int, minutes: int) -> None:
+    def extend_time_limit(self, job_id: int | str, minutes: int) -> None:
         """Add ``minutes`` to the job's time limit (``TimeLimit=+N``: JobId comes first, as
         Slurm asks; only root, SlurmUser and operators may raise a limit)."""
         self.run(update_argv(job_id, TimeLimit=f"+{minutes}"))

@@ -86,7 +86,19 @@ def _job(j: Any) -> SlurmJob:
         required_nodes=_str(j.get("required_nodes")),
         excluded_nodes=_str(j.get("excluded_nodes")),
         array_tasks=_str(j.get("array_task_string")),
+        array_task=_record_task(j),
     )
+
+
+def _record_task(j: Any) -> int | None:
+    """The task id of a job array's own record (its ``array_job_id`` is its ``job_id``);
+    None for any other job, and for a record whose ``array_task_id`` is unset (several
+    tasks wait in it)."""
+    task = j.get("array_task_id")
+    if task is None or (isinstance(task, dict) and (task.get("set") is False)):
+        return None
+    array = _num(j.get("array_job_id"))
+    return int(_num(task)) if array and int(array) == int(_num(j["job_id"])) else None
 
 
 def parse_squeue(doc: Any) -> list[SlurmJob]:

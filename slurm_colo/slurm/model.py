@@ -117,10 +117,22 @@ class SlurmJob:
     #: the record of a job array's tasks not started yet: their ids (``2-3,5``, Slurm's
     #: ``array_task_string``); "" for any other job, a task of its own included
     array_tasks: str = ""
+    #: where this job's id is its array's own (Slurm's record of a job array, which runs or
+    #: waits as one of its tasks): that task's id; None for any other job, a task split
+    #: from its array included
+    array_task: int | None = None
 
     @property
     def active(self) -> bool:
         return self.state in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+
+    @property
+    def record_task(self) -> int | None:
+        """The task an array's record stands for once its other tasks are split off (none
+        waits in it), else None. Slurm takes ``JobId=ARRAY`` for every task of the array (a
+        requeue runs again those that ended; a node change is refused, "Job resizing not
+        supported for job arrays"), so a change to that one task names it ``ARRAY_TASK``."""
+        return None if self.array_tasks else self.array_task
 
     def gpus(self, name: str = "gpu") -> list[GresAlloc]:
         return [g for g in self.gres if g.name == name]

@@ -135,7 +135,15 @@ def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob
         required_nodes=_s(getattr(j, "required_nodes", "")),
         excluded_nodes=_s(getattr(j, "excluded_nodes", "")),
         array_tasks=_s(getattr(j, "array_tasks_waiting", "")),
+        array_task=_record_task(j),
     )
+
+
+def _record_task(j: Any) -> int | None:
+    """The task id of a job array's own record (its ``array_id`` is its id), else None."""
+    task = getattr(j, "array_task_id", None)
+    array = getattr(j, "array_id", None)
+    return int(task) if task is not None and array is not None and array == j.id else None
 
 
 def node_from_pyslurm(n: Any) -> SlurmNode:

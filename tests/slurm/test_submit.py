@@ -184,8 +184,37 @@ def test_a_throttled_arrays_tasks_are_released_no_faster_than_they_may_run(
         assert not [j for j in out if j["state_reason"] == "JobArrayTaskLimit"], out
         return ts if len(ts) == 8 and all(j["job_state"] == "COMPLETED" for j in ts) else None
 
-    wait_for(all_done, 150, 0.3, "the array's eight tasks completed, two at a time")
+    try:
+        wait_for(all_done, 150, 0.3, "the array's eight tasks completed, two at a time")
+    except AssertionError as e:
+        seen = [
+            (j["job_id"], j["array_task_id"], j["job_state"], j["state_reason"], j["comment"])
+            for j in squeue().values()
+            if j.get("array_job_id") == r.job_id
+        ]
+        raise AssertionError(f"{e}; the array's tasks: {seen}") from None
     assert most == 2, most
+
+
+def test_an_array_throttled_to_one_task_runs_each_task_once(clean: None) -> None:
+    """``--array=0-2%1``: one task released per look, so the record is left waiting as task
+    2 alone, no task listed in it; Slurm refuses a node change to ``JobId=ARRAY`` and the
+    agent names that task. Each task runs once, on the shared GPU."""
+    log_from = AGENT_LOG.stat().st_size
+    r = sbatch_array("0-2%1", sleep=2)
+
+    def done() -> list[dict] | None:
+        ts = [j for j in squeue().values() if j.get("array_job_id") == r.job_id]
+        return ts if len(ts) == 3 and all(j["job_state"] == "COMPLETED" for j in ts) else None
+
+    ts = wait_for(done, 90, 0.5, "the array's three tasks completed")
+    assert sorted(j["array_task_id"] for j in ts) == [0, 1, 2], ts
+    assert all("released onto GPU" in j["comment"] for j in ts), ts
+    assert all(j["restart_cnt"] == 0 for j in ts), ts
+    with AGENT_LOG.open("rb") as f:
+        f.seek(log_from)
+        log = f.read().decode(errors="replace")
+    assert "aim failed" not in log, log
 
 
 #: before the agent's scontrol: refuse the release of the first task given a request of

@@ -287,21 +287,31 @@ def test_learnt_pairs_outlive_an_older_score_set_and_yield_to_a_newer_one() -> N
     assert s.scores.pair("fast", "slow").n_a == 1.0 and s.live.learned == {}
 
 
+def _named(job_id: int | str) -> int | str:
+    """A job as the agent named it to scontrol: a plain job's number as an int, an array's
+    task (``123_4``) as it is."""
+    return int(job_id) if str(job_id).isdigit() else job_id
+
+
 class FakeControl:
     def __init__(self, fail: bool = False) -> None:
-        self.calls: list[tuple[str, int, str]] = []
+        self.calls: list[tuple[str, int | str, str]] = []
         self.fail = fail
 
     def requeue_hold(
-        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+        self,
+        job_id: int | str,
+        admin_comment: str,
+        comment: str,
+        restore: tuple[str, str] = ("", ""),
     ) -> None:
-        self.calls.append(("requeue_hold", job_id, admin_comment))
+        self.calls.append(("requeue_hold", _named(job_id), admin_comment))
         if self.fail:
             raise SlurmError("scontrol requeuehold 11 failed: Job is not running")
 
     def aim_and_release(
         self,
-        job_id: int,
+        job_id: int | str,
         node: str,
         admin_comment: str,
         comment: str,
@@ -309,15 +319,19 @@ class FakeControl:
         start_now: bool = False,
         restore: tuple[str, str] = ("", ""),
     ) -> None:
-        self.calls.append(("aim", job_id, node))
+        self.calls.append(("aim", _named(job_id), node))
 
-    def admin_hold(self, job_id: int) -> None:
-        self.calls.append(("admin_hold", job_id, ""))
+    def admin_hold(self, job_id: int | str) -> None:
+        self.calls.append(("admin_hold", _named(job_id), ""))
 
     def hold_pending(
-        self, job_id: int, admin_comment: str, comment: str, restore: tuple[str, str] = ("", "")
+        self,
+        job_id: int | str,
+        admin_comment: str,
+        comment: str,
+        restore: tuple[str, str] = ("", ""),
     ) -> None:
-        self.calls.append(("hold_pending", job_id, admin_comment))
+        self.calls.append(("hold_pending", _named(job_id), admin_comment))
 
 
 class NoSlurm:
@@ -836,6 +850,29 @@ def test_a_held_array_seen_as_its_last_task_is_not_released_as_one_job() -> None
     assert s.reaim(3.0) == [] and s.held == {}
 
 
+def test_an_arrays_record_left_with_its_last_task_is_released_by_that_tasks_name() -> None:
+    """A throttled array's last two tasks released at two looks: the record then waits as
+    task 7 alone, no task listed, its tag the array's held one. Slurm refuses a node change
+    to ``JobId=40`` (an array); ``40_7`` is that task."""
+    s = _state(unplaced="hold")
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    record = replace(_held_array(reply["tag"], "", "JobHeldAdmin"), array_task=7)
+    s.apply_snapshot([record], [], 2.0)
+    [aim] = s.reaim(2.0)
+    assert (aim.kind, aim.target) == ("aim", "40_7") and aim.node == "n1", aim
+
+
+def test_a_probe_undoing_an_arrays_record_requeues_that_task_only() -> None:
+    """``scontrol requeuehold 11`` of an array's record requeues every task of the array,
+    those that ended too; ``11_4`` the one it runs as."""
+    s, jobs = _pair()
+    s.apply_snapshot([jobs[0], replace(jobs[1], array_task=4)], [], 3.5)
+    reply, actions = s.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
+    assert reply["verdict"] == "undo"
+    assert [(a.kind, a.target) for a in actions] == [("requeue_hold", "11_4")]
+
+
 def test_an_array_held_by_hand_release_gets_a_whole_gpu_not_untargeted_shards() -> None:
     tag = Placement("t", "fast", held="*").to_tag()
     (one,) = agent_held.held_in_slurm([_held_array(tag, "0-9")])
@@ -1147,7 +1184,7 @@ def test_the_agent_looks_for_stranded_tasks_when_no_job_is_held(tmp_path: Path) 
     agent = Agent(s.cfg, Slurm(), control, learned_file=tmp_path / "learned.json")
     agent.state = s
     agent.refresh()
-    assert ("aim", "77", "") in control.calls, control.calls
+    assert ("aim", 77, "") in control.calls, control.calls
 
 
 @pytest.mark.parametrize("unplaced", ["hold", "auto"])

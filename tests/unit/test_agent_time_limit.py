@@ -260,7 +260,8 @@ class Control:
         self.fail = fail
         self.calls: list[tuple[int, int]] = []
 
-    def extend_time_limit(self, job_id: int, minutes: int) -> None:
+    def extend_time_limit(self, job_id: int | str, minutes: int) -> None:
+        job_id = int(job_id)  # a plain job, as scontrol names it
         self.calls.append((job_id, minutes))
         if self.fail == "denied":
             raise SlurmError(f"scontrol update JobId={job_id} failed: Access/permission denied")

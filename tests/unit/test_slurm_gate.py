@@ -215,3 +215,42 @@ def test_pyslurm_only_when_versions_match(monkeypatch: pytest.MonkeyPatch) -> No
     assert open_backend("auto", "25.11.1").name == "pyslurm"
     with pytest.raises(SlurmError, match="does not match"):
         open_backend("pyslurm", "22.05.8")
+
+
+def test_an_arrays_record_names_the_task_it_stands_for() -> None:
+    """As 22.05 shows a throttled array once two of its three tasks are split off (the
+    record, its last task, a split task), and as 24.11+ shape the numbers; ``-H`` held."""
+
+    def job(job_id: int, array: object, task: object, waiting: str) -> dict[str, object]:
+        return {
+            "job_id": job_id,
+            "job_state": "PENDING",
+            "array_job_id": array,
+            "array_task_id": task,
+            "array_task_string": waiting,
+        }
+
+    def num(n: int, set_: bool = True) -> dict[str, object]:
+        return {"set": set_, "infinite": False, "number": n}
+
+    doc = {
+        "jobs": [
+            job(4369, 4369, None, "0-2%2"),  # the record while several tasks wait in it
+            job(4370, 4369, 0, ""),  # a task split off: a job of its own
+            job(4380, 4380, 2, ""),  # the record, its last task
+            job(4390, 0, None, ""),  # no array
+            job(4400, num(4400), num(0, set_=False), "1-3"),
+            job(4410, num(4410), num(3), ""),
+            job(4411, num(4410), num(1), ""),
+        ]
+    }
+    got = {j.job_id: (j.array_task, j.record_task) for j in parse_squeue(doc)}
+    assert got == {
+        4369: (None, None),
+        4370: (None, None),
+        4380: (2, 2),
+        4390: (None, None),
+        4400: (None, None),
+        4410: (3, 3),
+        4411: (None, None),
+    }

@@ -179,3 +179,17 @@ def test_an_arrays_record_gives_its_waiting_tasks() -> None:
     task = types.SimpleNamespace(id=41, state="PENDING", array_tasks_waiting=None)
     assert job_from_pyslurm(rec).array_tasks == "2-3,5"
     assert job_from_pyslurm(task).array_tasks == ""
+
+
+def test_an_arrays_record_names_the_task_it_stands_for() -> None:
+    """pyslurm's ``array_id`` and ``array_task_id``: the record of an array whose last task
+    it runs or waits as is named by that task; a task split off by its own id."""
+    from slurm_colo.slurm.pyslurm_backend import job_from_pyslurm
+
+    def job(job_id: int, array: int | None, task: int | None) -> object:
+        return types.SimpleNamespace(id=job_id, state="PENDING", array_id=array, array_task_id=task)
+
+    assert job_from_pyslurm(job(40, 40, 7)).record_task == 7
+    assert job_from_pyslurm(job(41, 40, 6)).record_task is None
+    assert job_from_pyslurm(job(42, None, None)).record_task is None
+    assert job_from_pyslurm(job(43, 43, None)).record_task is None
