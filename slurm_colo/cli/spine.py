@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
                 gres = h.release_gres()
                 try:
                     control.aim_and_release(
-                        j.job_id, "", h.unheld_tag(), j.comment, gres, start_now=h.undone
+                        j.scontrol_id, "", h.unheld_tag(), j.comment, gres, start_now=h.undone
                     )
                 except SlurmError as e:  # one refusal must not keep the others held
                     failed += 1

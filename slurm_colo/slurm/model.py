@@ -134,6 +134,13 @@ class SlurmJob:
         supported for job arrays"), so a change to that one task names it ``ARRAY_TASK``."""
         return None if self.array_tasks else self.array_task
 
+    @property
+    def scontrol_id(self) -> str:
+        """The job as a change to it alone names it: ``123``, or ``123_7`` for an array's
+        record standing for its last task (:attr:`record_task`)."""
+        task = self.record_task
+        return f"{self.job_id}_{task}" if task is not None else str(self.job_id)
+
     def gpus(self, name: str = "gpu") -> list[GresAlloc]:
         return [g for g in self.gres if g.name == name]
 

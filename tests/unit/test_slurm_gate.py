@@ -244,13 +244,13 @@ def test_an_arrays_record_names_the_task_it_stands_for() -> None:
             job(4411, num(4410), num(1), ""),
         ]
     }
-    got = {j.job_id: (j.array_task, j.record_task) for j in parse_squeue(doc)}
+    got = {j.job_id: (j.array_task, j.record_task, j.scontrol_id) for j in parse_squeue(doc)}
     assert got == {
-        4369: (None, None),
-        4370: (None, None),
-        4380: (2, 2),
-        4390: (None, None),
-        4400: (None, None),
-        4410: (3, 3),
-        4411: (None, None),
+        4369: (None, None, "4369"),
+        4370: (None, None, "4370"),
+        4380: (2, 2, "4380_2"),
+        4390: (None, None, "4390"),
+        4400: (None, None, "4400"),
+        4410: (3, 3, "4410_3"),
+        4411: (None, None, "4411"),
     }
