@@ -95,7 +95,7 @@ def _record_task(j: Any) -> int | None:
     None for any other job, and for a record whose ``array_task_id`` is unset (several
     tasks wait in it)."""
     task = j.get("array_task_id")
-    if task is None or (isinstance(task, dict) and (task.get("set") is False)):
+    if task is None or (isinstance(task, dict) and (not task.get("set") or task.get("infinite"))):
         return None
     array = _num(j.get("array_job_id"))
     return int(_num(task)) if array and int(array) == int(_num(j["job_id"])) else None

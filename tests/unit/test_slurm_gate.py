@@ -218,8 +218,9 @@ def test_pyslurm_only_when_versions_match(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_an_arrays_record_names_the_task_it_stands_for() -> None:
-    """As 22.05 shows a throttled array once two of its three tasks are split off (the
-    record, its last task, a split task), and as 24.11+ shape the numbers; ``-H`` held."""
+    """As the labs showed a held ``--array=0-2%2`` once tasks 0 and 1 were split off: 22.05
+    and 24.11 give the record the last task's ``array_task_id`` and no task string, 26.05
+    keeps the task in the string (``2%2``) and leaves the id unset."""
 
     def job(job_id: int, array: object, task: object, waiting: str) -> dict[str, object]:
         return {
@@ -239,8 +240,8 @@ def test_an_arrays_record_names_the_task_it_stands_for() -> None:
             job(4370, 4369, 0, ""),  # a task split off: a job of its own
             job(4380, 4380, 2, ""),  # the record, its last task
             job(4390, 0, None, ""),  # no array
-            job(4400, num(4400), num(0, set_=False), "1-3"),
-            job(4410, num(4410), num(3), ""),
+            job(4400, num(4400), num(0, set_=False), "2%2"),  # 26.05
+            job(4410, num(4410), num(3), ""),  # 24.11
             job(4411, num(4410), num(1), ""),
         ]
     }
