@@ -50,11 +50,12 @@ from .actions import Action
 from .arrays import (
     MAX_TASKS_PER_LOOK,
     OWN_GPU_TASK_NOTE,
+    array_token,
     shard_type_asked,
     whole_gpu_asked,
     whole_gpu_request,
 )
-from .held_arrays import HeldArrays, waiting_with_own_gpu
+from .held_arrays import HeldArrays, waiting_in, waiting_with_own_gpu
 from .ledger import Ledger, request_from_tag
 from .occupancy import Occupancy
 
@@ -121,6 +122,7 @@ class HeldJobs:
         waiting: Counter[str] | None = None
         released = 0  # tasks of held arrays released at this look, of all arrays together
         out += self.arrays.stranded(occ.jobs.values(), now)
+        self.arrays.expire(now)
         for h in oldest_first(self.jobs.values()):
             sj = occ.jobs.get(h.job_id)
             if sj is None or sj.state != "PENDING":
@@ -128,17 +130,18 @@ class HeldJobs:
             if now < h.release_after:
                 continue  # its old run's credential may still be revoked
             behind = waits_behind(h.since, heads.get(h.gres_type), now, self.cfg.placement)
-            if h.job_id in self.arrays and not sj.array_tasks:
+            record = waiting_in(sj) if h.job_id in self.arrays or sj.array_tasks else None
+            if h.job_id in self.arrays and record is None:
                 # the record of a held array is its last task once that is released
                 self._forget(h.job_id)
                 continue
-            if sj.array_tasks:  # a held array: its tasks, one by one (agent/held_arrays.py)
+            if record is not None:  # a held array: its tasks, one by one (agent/held_arrays.py)
                 out += self._lock(h, now, sj)  # before any task is released
                 if waiting is None:
                     waiting = waiting_with_own_gpu(occ.jobs.values()) if own_gpu else Counter()
                 tasks, last = self.arrays.release(
                     h,
-                    sj,
+                    record,
                     now,
                     ledger,
                     occ,
@@ -275,7 +278,8 @@ class HeldJobs:
                     if asked
                     else f"held at submission until {held_for_text(tag.held, tag.model)} fits"
                 )
-                if j.array_tasks:  # a held array's record (agent/held_arrays.py)
+                if j.array_tasks or (j.record_task is not None and not array_token(tag.token)):
+                    # a held array's record (agent/held_arrays.py), its last task included
                     self.arrays.records.add(j.job_id)
                 self.jobs[j.job_id] = HeldJob(
                     j.job_id,

@@ -76,6 +76,19 @@ def split_off(jobs: Iterable[SlurmJob]) -> Counter[str]:
     return out
 
 
+def waiting_in(record: SlurmJob) -> SlurmJob | None:
+    """A held array's record with the tasks that wait in it listed: as Slurm gives it, or,
+    where Slurm shows the record left as its last task (22.05 and 24.11 list no task then,
+    and give its ``array_task_id``) while its tag still says it is held, with that task;
+    None once no task waits in it (its last task released)."""
+    if record.array_tasks:
+        return record
+    tag = Placement.from_tag(record.admin_comment)
+    if record.record_task is None or tag is None or not tag.held:
+        return None
+    return replace(record, array_tasks=str(record.record_task))
+
+
 def own_gpu_request(array: SlurmJob, model: str) -> tuple[str, str]:
     """(tag, GPU request) of a task released with its own GPU: the array's tag without
     ``held=`` (the agent leaves the task to Slurm), a whole GPU of the model it asked for."""
@@ -109,8 +122,19 @@ class HeldArrays:
         return job_id in self.records
 
     def forget(self, job_id: int) -> None:
+        """No longer a held array here. The tasks it released with their own GPU request are
+        remembered until :meth:`expire`: a late look that still shows the record held as its
+        last task must not release that task again."""
         self.records.discard(job_id)
-        self.own_gpu.pop(job_id, None)
+
+    def expire(self, now: float) -> None:
+        """Forget the own-GPU releases older than three looks (Slurm shows them by then)."""
+        grace = 3 * self.cfg.agent.refresh_interval_s
+        self.own_gpu = {
+            job_id: kept
+            for job_id, released in self.own_gpu.items()
+            if (kept := {t: at for t, at in released.items() if now - at < grace})
+        }
 
     def shift(self, step: float) -> None:
         """The wall clock stepped by ``step`` seconds."""

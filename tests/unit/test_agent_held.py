@@ -957,6 +957,42 @@ def test_where_jobs_keep_their_own_gpu_an_arrays_last_task_none_takes_ends_its_h
     assert (aim.target, aim.gres, aim.node) == ("40_5", "gres:gpu:1", "") and s.held == {}
 
 
+def test_an_arrays_record_left_as_its_last_task_keeps_the_arrays_own_gpu_way() -> None:
+    """Task 8 released at an earlier look and task 9 left: 22.05 and 24.11 show the record
+    as task 9, no task listed. It is still the held array's (a task none takes goes with its
+    own GPU request), not a held job of its own that waits for a shared GPU only; once
+    released it is not released again by a late look that still shows it held."""
+    s = _state()
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    array = _held_array(reply["tag"], "8-9%1", "JobHeldAdmin")
+    s.apply_snapshot([*busy, array], [], 2.0)
+    [first] = s.reaim(2.0)
+    assert (first.target, first.gres) == ("40_8", "gres:gpu:1")
+    left = replace(array, array_tasks="", array_task=9)
+    s.apply_snapshot([*busy, left, _split_task(41, first, "RUNNING")], [], 3.0)
+    [aim] = s.reaim(3.0)
+    assert (aim.kind, aim.target, aim.gres, aim.node) == ("aim", "40_9", "gres:gpu:1", "")
+    assert aim.comment == OWN_GPU_TASK_NOTE and s.held == {}
+    s.apply_snapshot([*busy, left], [], 3.5)  # a look taken before Slurm applied it
+    assert s.reaim(3.5) == []
+    released = replace(left, admin_comment=aim.admin_comment, state_reason="Resources")
+    s.apply_snapshot([*busy, released], [], 4.0)
+    assert s.reaim(4.0) == [] and s.held == {}
+
+
+def test_after_a_restart_an_arrays_record_left_as_its_last_task_is_the_arrays() -> None:
+    s = _state()
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    left = replace(_held_array(reply["tag"], "", "JobHeldAdmin"), array_task=5)
+    s.apply_snapshot([*busy, left], [], 2.0)
+    [aim] = s.reaim(2.0)
+    assert (aim.target, aim.gres, aim.node) == ("40_5", "gres:gpu:1", "") and s.held == {}
+
+
 def test_one_look_releases_at_most_32_tasks_of_all_held_arrays_together() -> None:
     from slurm_colo.agent.arrays import MAX_TASKS_PER_LOOK
 
