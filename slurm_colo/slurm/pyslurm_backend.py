@@ -140,9 +140,12 @@ def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob
 
 
 def _record_task(j: Any) -> int | None:
-    """The task id of a job array's own record (its ``array_id`` is its id), else None."""
+    """The task id of a job array's own record (its array id is its id), else None.
+    pyslurm names the array id ``array_id`` in some releases, ``array_job_id`` in others."""
     task = getattr(j, "array_task_id", None)
     array = getattr(j, "array_id", None)
+    if array is None:
+        array = getattr(j, "array_job_id", None)
     return int(task) if task is not None and array is not None and array == j.id else None
 
 

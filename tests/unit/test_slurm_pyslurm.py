@@ -193,3 +193,5 @@ def test_an_arrays_record_names_the_task_it_stands_for() -> None:
     assert job_from_pyslurm(job(41, 40, 6)).record_task is None
     assert job_from_pyslurm(job(42, None, None)).record_task is None
     assert job_from_pyslurm(job(43, 43, None)).record_task is None
+    other_name = types.SimpleNamespace(id=44, state="PENDING", array_job_id=44, array_task_id=2)
+    assert job_from_pyslurm(other_name).record_task == 2
