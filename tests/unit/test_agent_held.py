@@ -947,11 +947,18 @@ def test_where_jobs_keep_their_own_gpu_a_held_arrays_task_none_takes_gets_one() 
     assert "with its own GPU request where none takes it" in ex["reason"], ex
 
 
+def _array_beside_slow_jobs(s: AgentState, at: float = 1.0) -> tuple[dict, list[SlurmJob]]:
+    """The hook's answer for a ``--colocate`` array of class fast (scores ``FAST_PAIRS``),
+    and two slow jobs running on the two shared GPUs, next to which no fast task is put."""
+    s.scores = FAST_PAIRS
+    reply = s.place_request({**_req("fast"), "array": "1"}, at)
+    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    return reply, busy
+
+
 def test_where_jobs_keep_their_own_gpu_an_arrays_last_task_none_takes_ends_its_hold() -> None:
     s = _state()
-    s.scores = FAST_PAIRS
-    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
-    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    reply, busy = _array_beside_slow_jobs(s)
     s.apply_snapshot([*busy, _held_array(reply["tag"], "5", "JobHeldAdmin")], [], 2.0)
     [aim] = s.reaim(2.0)  # slow runs on both shared GPUs: fast is not put next to it
     assert (aim.target, aim.gres, aim.node) == ("40_5", "gres:gpu:1", "") and s.held == {}
@@ -963,9 +970,7 @@ def test_an_arrays_record_left_as_its_last_task_keeps_the_arrays_own_gpu_way() -
     own GPU request), not a held job of its own that waits for a shared GPU only; once
     released it is not released again by a late look that still shows it held."""
     s = _state()
-    s.scores = FAST_PAIRS
-    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
-    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    reply, busy = _array_beside_slow_jobs(s)
     array = _held_array(reply["tag"], "8-9%1", "JobHeldAdmin")
     s.apply_snapshot([*busy, array], [], 2.0)
     [first] = s.reaim(2.0)
@@ -984,9 +989,7 @@ def test_an_arrays_record_left_as_its_last_task_keeps_the_arrays_own_gpu_way() -
 
 def test_after_a_restart_an_arrays_record_left_as_its_last_task_is_the_arrays() -> None:
     s = _state()
-    s.scores = FAST_PAIRS
-    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
-    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    reply, busy = _array_beside_slow_jobs(s)
     left = replace(_held_array(reply["tag"], "", "JobHeldAdmin"), array_task=5)
     s.apply_snapshot([*busy, left], [], 2.0)
     [aim] = s.reaim(2.0)
@@ -1093,9 +1096,7 @@ def test_a_task_refused_its_release_with_its_own_gpu_request_is_released_with_it
     ``replan = "off"``: with "auto" the array keeps its own-GPU request and is moved)."""
     s = _state(replan="off")
     s.holds.retype_after_undo = newer_slurm
-    s.scores = FAST_PAIRS
-    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
-    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    reply, busy = _array_beside_slow_jobs(s)
     array = _held_array(reply["tag"], "0-1", "JobHeldAdmin")
     s.apply_snapshot([*busy, array], [], 2.0)
     first = s.reaim(2.0)[0]  # slow on both shared GPUs: task 0 gets its own GPU request
@@ -1162,9 +1163,7 @@ def test_a_task_stranded_held_with_its_release_tag_is_released_again() -> None:
     from slurm_colo.agent.held_arrays import REFUSED_KEEP_S
 
     s = _state()
-    s.scores = FAST_PAIRS
-    reply = s.place_request({**_req("fast"), "array": "1"}, 1.0)
-    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    reply, busy = _array_beside_slow_jobs(s)
     array = _held_array(reply["tag"], "0-1", "JobHeldAdmin")
     s.apply_snapshot([*busy, array], [], 2.0)
     first, second = s.reaim(2.0)  # tasks 0 and 1 with their own GPU request: the last
@@ -1197,9 +1196,7 @@ def test_the_agent_looks_for_stranded_tasks_when_no_job_is_held(tmp_path: Path) 
     after the array's last release has none, and is released all the same."""
     t0 = time.time()
     s = _state()
-    s.scores = FAST_PAIRS
-    reply = s.place_request({**_req("fast"), "array": "1"}, t0)
-    busy = [_running(10 + i, Placement(f"t{i}", "slow").to_tag(), i % 2) for i in range(2)]
+    reply, busy = _array_beside_slow_jobs(s, t0)
     array = _held_array(reply["tag"], "0", "JobHeldAdmin")
     s.apply_snapshot([*busy, array], [], t0)
     [first] = s.reaim(t0)
