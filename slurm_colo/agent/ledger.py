@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict
+from collections.abc import Container
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -109,12 +110,21 @@ class Ledger:
                 self.link(self.placements[token], job_id)
         return token
 
-    def sync(self, jobs: dict[int, SlurmJob], tags: dict[int, Placement], now: float) -> None:
+    def sync(
+        self,
+        jobs: dict[int, SlurmJob],
+        tags: dict[int, Placement],
+        now: float,
+        ended: Container[int] = (),
+    ) -> None:
         """After a look at Slurm: rebuild placements known only from their tags (agent
         restart), link the new ones to their jobs, forget those of gone jobs and those
-        never seen in Slurm within ``agent.pending_ttl_s``."""
+        never seen in Slurm within ``agent.pending_ttl_s``. ``ended``: jobs whose end a node
+        hook reported that the look still lists running; their placements were dropped
+        then and are not rebuilt (the look was asked for before the end, or the job is
+        completing)."""
         for job_id, tag in tags.items():
-            if not tag.token:
+            if not tag.token or job_id in ended:
                 continue
             j = jobs[job_id]
             p = self.placements.get(tag.token)

@@ -22,6 +22,9 @@ from .ledger import Ledger
 log = logging.getLogger("slurm_colo.agent")
 #: how long GPUs drained for a waiting job stay closed while Slurm has not started it yet
 DRAINED_GRACE_S = 60.0
+#: how long a reported end outweighs a Slurm snapshot that still lists the job running (at
+#: least ten looks): a job completes within Slurm's epilog and kill timeouts
+ENDED_KEEP_S = 600.0
 
 
 def waiting_for_gpus(jobs: Iterable[SlurmJob]) -> int:
@@ -68,6 +71,9 @@ class Occupancy:
         self._occupants: dict[int, tuple[tuple[Any, ...], Occupant]] = {}
         #: GPUs that the node hooks reported as taken by jobs we did not place
         self.unplaced_gpus: dict[int, tuple[str, tuple[int, ...], float]] = {}
+        #: jobs whose end a node hook reported (JOBEND) while Slurm still lists them
+        #: running (a look asked for before the end, or the job completing) -> when
+        self.ended: dict[int, float] = {}
         #: shared GPUs drained for a job waiting too long (placement/guard.py)
         self._reservation: Reservation | None = None
         #: waiting jobs the guard gave up on (GPUs drained, still not started) -> when
@@ -81,11 +87,13 @@ class Occupancy:
     def shift(self, step: float) -> None:
         """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): the times this view
         keeps itself move with it (the last snapshot, the GPUs reported taken, the guard's
-        grace for drained GPUs and the jobs it gave up on, the queue's trend)."""
+        grace for drained GPUs and the jobs it gave up on, the reported ends, the queue's
+        trend)."""
         if self.snapshot_time:  # 0.0: no snapshot yet
             self.snapshot_time += step
         self.unplaced_gpus = {j: (n, g, t + step) for j, (n, g, t) in self.unplaced_gpus.items()}
         self._gave_up = {j: t + step for j, t in self._gave_up.items()}
+        self.ended = {j: t + step for j, t in self.ended.items()}
         if self._drained_since is not None:
             self._drained_since += step
         self.trend.shift(step)
@@ -94,6 +102,15 @@ class Occupancy:
     def take(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> None:
         """A new Slurm snapshot (``nodes`` empty: keep the last node list)."""
         self.jobs = {j.job_id: j for j in jobs}
+        keep_s = max(ENDED_KEEP_S, 10 * self.cfg.agent.refresh_interval_s)
+        self.ended = {
+            k: t
+            for k, t in self.ended.items()
+            if k in self.jobs
+            and self.jobs[k].active
+            and now - t < keep_s
+            and (self.jobs[k].start_time or 0.0) <= t  # not a run started since
+        }
         if nodes:
             self.nodes = {n.name: n for n in nodes}
             self._check_gres()
@@ -139,9 +156,12 @@ class Occupancy:
         """A job we did not place started on ``gpus``: they are taken whole until it ends."""
         self.unplaced_gpus[job_id] = (node, tuple(gpus), now)
 
-    def job_ended(self, job_id: int) -> None:
+    def job_ended(self, job_id: int, now: float) -> None:
+        """A node hook reported the job's end: until Slurm lists it ended (or requeued), a
+        snapshot that still lists it running leaves it out of the view."""
         self.jobs.pop(job_id, None)
         self.unplaced_gpus.pop(job_id, None)
+        self.ended[job_id] = now
 
     def shard_type(self, d: Decision) -> str:
         """The shard GRES type of the GPU a shared decision names ("" if its node is unknown)."""
@@ -212,8 +232,14 @@ class Occupancy:
         placed: set[str] = set()
         built, now_built = self._occupants, {}
         for j in self.jobs.values():
-            if not j.active or j.nodes not in self.layouts or j.job_id in held:
-                continue  # (a held job is being requeued: it is leaving its GPU)
+            # a held job is being requeued, an ended one completing: each is leaving its GPU
+            if (
+                not j.active
+                or j.nodes not in self.layouts
+                or j.job_id in held
+                or j.job_id in self.ended
+            ):
+                continue
             ng = self.layouts[j.nodes]
             for alloc in j.gres:
                 if alloc.name == "gpu":

@@ -476,7 +476,7 @@ class Agent:
             return self.records.store(p)
         if verb == "JOBEND":
             with self.lock:
-                self.state.job_ended(_job_id(p))
+                self.state.job_ended(_job_id(p), self.now())
             self.view_due.set()
             return {}
         if verb == "EXPLAIN":

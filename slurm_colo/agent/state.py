@@ -115,7 +115,7 @@ class AgentState(PlaceRequests):
         occ.take(jobs, nodes, now)
         tags = self._tags_of(jobs)
         self._count_fallbacks(jobs)
-        self.ledger.sync(occ.jobs, tags, now)
+        self.ledger.sync(occ.jobs, tags, now, ended=occ.ended)
         occ.forget_reported(now, asked)
         self.holds.sync(occ.jobs, tags, self.ledger, now)
         # held before the view is built, so that it is built once (:meth:`withdraw`)
@@ -171,6 +171,7 @@ class AgentState(PlaceRequests):
         node: str = "",
         gpus: list[int] | None = None,
     ) -> dict[str, Any] | None:
+        self.occupancy.ended.pop(job_id, None)  # a run after a requeue
         token = self.ledger.token_for(job_id, tag_text)
         placements = self.ledger.placements
         if token is None or token not in placements or not placements[token].decision.shared:
@@ -205,14 +206,14 @@ class AgentState(PlaceRequests):
             probe_s=self.cfg.placement.probe_s,
         ).to_wire()
 
-    def job_ended(self, job_id: int) -> None:
+    def job_ended(self, job_id: int, now: float) -> None:
         token = self.ledger.by_job.get(job_id)
         p = self.ledger.placements.get(token) if token else None
         if p is not None and p.running:
             self.ledger.drop(token)  # type: ignore[arg-type]
         elif p is not None:  # the end of a run before a requeue: the new placement stays
             log.info("job %s: an earlier run ended; its new placement is kept", job_id)
-        self.occupancy.job_ended(job_id)
+        self.occupancy.job_ended(job_id, now)
         self.occupancy.mark_behind(members=True)
         log.info("job %s: ended", job_id)
 

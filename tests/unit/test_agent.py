@@ -179,7 +179,7 @@ def test_jobs_reported_by_the_hooks_block_their_gpu_until_they_end() -> None:
     assert s.job_started(6, None, 1.5, "n1", [0]) is None  # not ours: GPU 0 is taken whole
     assert s.place_request(_req("good"), 1.6)["gres"] == "gres:shard:v100_s1:1"
     assert s.place_request(_req("bad"), 1.6)["action"] == "exclusive"
-    s.job_ended(6)
+    s.job_ended(6, 1.7)
     assert s.place_request(_req("bad"), 1.7)["gres"] == "gres:shard:v100_s0:1"
 
 
@@ -691,7 +691,7 @@ def test_a_view_built_again_reuses_only_occupants_whose_inputs_did_not_change() 
     )
     s.rebuild()  # another score set: the unplaced job's memory is read again
     check()
-    s.job_ended(20)
+    s.job_ended(20, 11.0)
     check()
     assert s.occupancy._occupants.keys() == {21, 22, 30}
 

@@ -170,7 +170,7 @@ def test_agent_drains_for_a_starving_job_and_reopens_once_it_starts() -> None:
     assert st["reservation"]["job_id"] == 50 and st["reservation"]["waiting_s"] == 7 * HOUR
     for _ in range(2):  # new partners only go to GPU 0 now
         assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"
-    s.job_ended(11)  # GPU 1 is idle now, and stays closed until job 50 has it
+    s.job_ended(11, 9 * HOUR)  # GPU 1 is idle now, and stays closed until job 50 has it
     assert not s.view.gpus[1].occupants and s.view.gpus[1].closed_for == 50
     assert s.place_request(_req(), 9 * HOUR)["gres"] == "gres:shard:v100_s0:1"
     full = s.place_request(_req(), 9 * HOUR)  # GPU 0 full, GPU 1 kept for job 50
@@ -347,7 +347,7 @@ def test_agent_drains_a_gpu_of_its_type_for_a_long_held_job_and_releases_it_ther
         assert s.place_request(_req(), 8 * HOUR)["gres"] == "gres:shard:v100_s0:1"
     assert s.status(8 * HOUR)["reservation"]["gres_type"] == "v100_s1"
     # job 11 ends: GPU 1 is idle, kept for job 60, and the re-aim releases it there
-    s.job_ended(11)
+    s.job_ended(11, 9 * HOUR)
     assert s.place_request(_req(), 9 * HOUR)["gres"] == "gres:shard:v100_s0:1"
     full = s.place_request(_req(), 9 * HOUR)  # GPU 0 is full: nothing takes GPU 1 from it
     assert full["action"] == "exclusive" and "kept free for job 60" in full["comment"]

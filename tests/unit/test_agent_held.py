@@ -111,7 +111,7 @@ def test_a_kept_set_shows_its_measured_slowdown_while_it_runs() -> None:
     assert 'slurm_colo_gpu_observed_slowdown{node="n1",gpu="0",gres_type="v100_s0"} 1.111' in (
         render(s.status(602.0))
     )
-    s.job_ended(11)  # another set now: what was measured is not its
+    s.job_ended(11, 603.0)  # another set now: what was measured is not its
     (g0,) = [g for g in s.status(603.0)["gpus"] if g["index"] == 0]
     assert g0["observed_slowdown"] is None
 
@@ -137,7 +137,7 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     held = replace(jobs[1], state="PENDING", gres=(), admin_comment=a.admin_comment)
     s.apply_snapshot([jobs[0], held], [], 620.0)
     assert s.reaim(620.0) == [] and 11 in s.held
-    s.job_ended(10)
+    s.job_ended(10, 650.0)
     s.apply_snapshot([held], [], 700.0)
     [aim] = s.reaim(700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11
@@ -150,7 +150,7 @@ def test_a_harmful_newcomer_is_requeued_held_and_aimed_once_a_gpu_of_its_type_fi
     assert s.place_request(_req("slow"), 701.0)["gres"] == "gres:shard:v100_s1:1"
     # the Epilog of the run that was requeued may report its end late: the new
     # placement stays
-    s.job_ended(11)
+    s.job_ended(11, 701.0)
     assert s.ledger.by_job.get(11) in s.ledger.placements
 
 
@@ -242,7 +242,7 @@ def test_a_failed_requeue_leaves_the_job_running_and_a_failed_release_holds_it_a
     assert s.held == {} and s.ledger.probes == {"undone": 1, "undo_failed": 1}
     s2, jobs = _pair()
     _, [a2] = s2.probe(ProbeReport.from_wire(_report(3.0, 6.0)), 600.0)
-    s2.job_ended(10)
+    s2.job_ended(10, 650.0)
     s2.apply_snapshot(
         [replace(jobs[1], state="PENDING", gres=(), admin_comment=a2.admin_comment)], [], 700.0
     )
@@ -264,7 +264,7 @@ def test_a_job_held_without_a_gpu_request_stays_so_when_slurm_refuses_a_change()
     assert not s.held[12].locked and s.reaim(5.2) == []  # not retried at every look
     [again] = s.reaim(5.1 + agent_held.LOCK_RETRY_S)  # but after a while
     assert (again.kind, again.job_id) == ("admin_hold", 12) and s.held[12].locked
-    s.job_ended(11)
+    s.job_ended(11, 8.0)
     s.apply_snapshot(running[:1] + [held], [], 9.0)
     [aim] = s.reaim(9.0)
     assert aim.gres == "gres:shard:v100_s1:1" and 12 not in s.held
@@ -496,7 +496,7 @@ def test_with_unplaced_hold_a_job_without_a_gpu_waits_held_without_a_gpu_request
     assert [(x.kind, x.job_id) for x in s.reaim(later)] == [("admin_hold", 13)]
     assert s.reaim(later + 1.0) == []
     # GPU 1 (type v100_s1) frees up first: the oldest goes there, its shard request set now
-    s.job_ended(11)
+    s.job_ended(11, 8.0)
     s.apply_snapshot(running[:1] + held, [], 9.0)
     [aim] = s.reaim(9.0)
     assert (aim.kind, aim.job_id, aim.node, aim.gres) == ("aim", 12, "n1", "gres:shard:v100_s1:1")
@@ -526,10 +526,10 @@ def test_a_job_held_for_one_gpu_type_by_an_earlier_version_is_released_onto_that
     h = s.held[12]
     assert not h.any_gpu and h.reason == "held at submission until a v100_s0 GPU fits"
     assert s.reaim(5.0) == []  # it has its shard request: no admin hold needed
-    s.job_ended(11)  # GPU 1 frees up, but it is of another type
+    s.job_ended(11, 8.0)  # GPU 1 frees up, but it is of another type
     s.apply_snapshot(running[:1] + [old], [], 9.0)
     assert s.reaim(9.0) == []
-    s.job_ended(10)
+    s.job_ended(10, 8.5)
     s.apply_snapshot([old], [], 12.0)
     [aim] = s.reaim(12.0)
     assert (aim.node, aim.gres) == ("n1", "") and Placement.from_tag(aim.admin_comment).gpu == 0  # type: ignore[union-attr]
@@ -569,7 +569,7 @@ def test_a_held_job_asking_for_a_gpu_model_is_released_onto_that_model_only() ->
     s.apply_snapshot([run_a, held], [], 5.0)
     assert s.held[12].model == "v100" and s.held[12].locked
     assert s.reaim(5.0) == []  # the idle a100 is not for it, and it is locked already
-    s.job_ended(10)
+    s.job_ended(10, 8.0)
     s.apply_snapshot([held], [], 9.0)
     [aim] = s.reaim(9.0)
     assert (aim.node, aim.gres) == ("n1", "gres:shard:v100_s0:1")
@@ -696,7 +696,7 @@ def test_a_requeued_job_pinned_with_w_is_aimed_only_at_its_own_nodes(pinned: boo
         assert [(x.kind, x.node) for x in aims] == [("aim", "n2")]
         return
     assert aims == [] and 11 in s.held  # n1's GPU 0 still has its harmful partner
-    s.job_ended(10)
+    s.job_ended(10, 650.0)
     s.apply_snapshot([held], nodes, 700.0)
     [aim] = s.reaim(700.0)
     assert aim.kind == "aim" and aim.node == "n1" and aim.job_id == 11

@@ -5,9 +5,11 @@ finds it built."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from fake_slurm import QuietSlurm
@@ -73,7 +75,7 @@ def test_the_ends_of_a_job_array_build_the_view_once_before_the_next_placement(
     assert s.place_request(_req("good"), 1.0)["action"] == "exclusive"  # no GPU free
     before = len(builds)
     for job_id in (11, 12, 13):
-        s.job_ended(job_id)
+        s.job_ended(job_id, 1.5)
     assert len(builds) == before  # nothing built yet
     a = s.place_request(_req("good"), 2.0)
     assert len(builds) == before + 1  # built once, for the placement
@@ -99,17 +101,17 @@ def test_a_start_the_agent_did_not_place_is_seen_by_the_next_placement(
 
 def test_every_reader_finds_the_view_built() -> None:
     s = _full_state()
-    s.job_ended(11)
+    s.job_ended(11, 1.0)
     st = s.status(1.0)
     assert [g["exclusive_job"] for g in st["gpus"]] == [None, 12, 13, 14]
     assert not s.stale
     free = [g.index for g in s.view.gpus if g.exclusive_job is None and not g.occupants]
     assert free == [0]
-    s.job_ended(12)
+    s.job_ended(12, 1.0)
     assert [g.index for g in s.view.gpus if g.exclusive_job is None] == [0, 1]
-    s.job_ended(13)
+    s.job_ended(13, 1.0)
     assert s.explain(13)["known"] is False and not s.stale
-    s.job_ended(14)
+    s.job_ended(14, 1.0)
     assert s.reservation is None and not s.stale
 
 
@@ -184,7 +186,7 @@ def test_jobs_started_before_a_look_linked_them_still_name_each_other(
     assert a is not None and b is not None
     assert a["partners"] == [] and b["partners"] == [201], (a, b)
     assert len(builds) == before
-    s.job_ended(201)
+    s.job_ended(201, 2.0)
     c = s.place_request(_req("good"), 2.0)
     assert c["gres"] == "gres:shard:v100_s0:1"
     assert s.job_started(203, c["tag"], 2.5, "n1", [0])["partners"] == [202]  # type: ignore[index]
@@ -196,10 +198,10 @@ def test_the_view_read_through_the_occupancy_itself_is_built_first(
     # the held-job and re-plan code read ``state.occupancy``, not the state: the view
     # builds itself when read behind, so no reader has to remember to build it
     s = _full_state()
-    s.job_ended(11)
+    s.job_ended(11, 1.0)
     before = len(builds)
     assert [g.exclusive_job for g in s.occupancy.view.gpus] == [None, 12, 13, 14]
-    s.job_ended(12)
+    s.job_ended(12, 1.0)
     assert s.occupancy.reservation is None
     assert [g.exclusive_job for g in s.occupancy.view.gpus] == [None, None, 13, 14]
     assert len(builds) == before + 2 and not s.stale
@@ -212,9 +214,60 @@ def test_a_refused_replan_after_a_jobs_end_builds_the_view_once(builds: list[flo
     s.apply_snapshot([], [SlurmNode("n1", "IDLE")], 0.0)
     ta, _ = _placed_pair(s)
     s.apply_snapshot([_linked(101, ta)], [SlurmNode("n1", "IDLE")], 2.0)
-    s.job_ended(999)  # some other job's end leaves the view behind
+    s.job_ended(999, 1.0)  # some other job's end leaves the view behind
     before = len(builds)
     s.failed(Action("retarget", 101), 3.0, "Job is no longer pending")
     assert len(builds) == before + 1  # its placement forgotten, the view built once
     assert 101 not in s.ledger.by_job
     assert len(s.view.gpus[0].occupants) == 1 and len(builds) == before + 1
+
+
+def _running(job_id: int, tag: str, state: str = "RUNNING") -> SlurmJob:
+    """A job placed on GPU 0 of n1, started at 1.5."""
+    gres = (GresAlloc("shard", "v100_s0", 1, (0,)),)
+    return replace(_linked(job_id, tag), state=state, nodes="n1", gres=gres, start_time=1.5)
+
+
+def test_a_look_asked_for_before_a_jobs_end_does_not_bring_its_placement_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the periodic look reads Slurm in a child process: the Epilog's JOBEND may come while
+    # it runs, and the snapshot then lists the ended job running
+    caplog.set_level(logging.INFO, logger="slurm_colo.agent")
+    s = AgentState(Config(gpus=LAYOUT, placement=PLACEMENT), SCORES)
+    nodes = [SlurmNode("n1", "MIXED")]
+    s.apply_snapshot([], nodes, 0.0)
+    ta, tb = _placed_pair(s)
+    s.job_started(201, ta, 1.5, "n1", [0])
+    s.job_started(202, tb, 1.5, "n1", [0])
+    both = [_running(201, ta), _running(202, tb)]
+    s.apply_snapshot(both, nodes, 2.0, asked=1.9)
+    s.job_ended(201, 3.0)
+    s.apply_snapshot(both, nodes, 3.5, asked=2.9)  # asked for before the end
+    assert 201 not in s.ledger.by_job
+    assert [o.job_id for o in s.view.gpus[0].occupants] == [202]
+    # a job completing (the Epilog runs on) is no partner either
+    s.apply_snapshot([_running(201, ta, "COMPLETING"), both[1]], nodes, 4.0, asked=3.9)
+    assert 201 not in s.ledger.by_job
+    c = s.place_request(_req("good"), 4.5)
+    assert c["gres"] == "gres:shard:v100_s0:1"
+    assert s.job_started(203, c["tag"], 5.0, "n1", [0])["partners"] == [202]  # type: ignore[index]
+    assert "placement rebuilt" not in caplog.text
+    s.apply_snapshot(both[1:], nodes, 6.0, asked=5.9)  # Slurm has it ended now
+    assert s.occupancy.ended == {}
+
+
+def test_a_reported_end_gives_way_to_a_later_run_of_the_job() -> None:
+    s = _full_state()
+    nodes = [SlurmNode("n1", "MIXED")]
+    s.job_ended(11, 1.0)
+    stale = [_whole(11 + i, i) for i in range(4)]
+    s.apply_snapshot(stale, nodes, 2.0, asked=0.5)
+    assert s.view.gpus[0].exclusive_job is None  # not taken back by a look older than the end
+    # requeued and started again: a run that started after the end holds its GPU
+    rerun = [replace(stale[0], start_time=5.0)] + stale[1:]
+    s.apply_snapshot(rerun, nodes, 6.0, asked=5.5)
+    assert s.view.gpus[0].exclusive_job == 11 and s.occupancy.ended == {}
+    s.job_ended(11, 7.0)
+    assert s.job_started(11, None, 8.0, "n1", [0]) is None  # its Prolog's report of a rerun
+    assert s.occupancy.ended == {}
