@@ -87,6 +87,8 @@ def _job(j: Any) -> SlurmJob:
         excluded_nodes=_str(j.get("excluded_nodes")),
         array_tasks=_str(j.get("array_task_string")),
         array_task=_record_task(j),
+        dependency=_str(j.get("dependency")),
+        eligible_time=_num(j.get("eligible_time")),
     )
 
 

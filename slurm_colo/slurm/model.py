@@ -121,6 +121,21 @@ class SlurmJob:
     #: waits as one of its tasks): that task's id; None for any other job, a task split
     #: from its array included
     array_task: int | None = None
+    #: what a pending job waits for before it may start at all, as Slurm lists it
+    #: (``afterok:12(unfulfilled)``); "" once met (Slurm clears it) or when it has none
+    dependency: str = ""
+    #: when a pending job may start at the earliest (its ``--begin``); 0 when Slurm has not
+    #: set it (no begin time, or a dependency not met yet)
+    eligible_time: float = 0.0
+
+    def waits_to_start(self, now: float) -> str:
+        """What keeps this pending job from starting whatever GPU it had (its dependency,
+        its begin time), in words; "" when nothing does."""
+        if self.dependency:
+            return f"its dependency ({self.dependency[:80]})"
+        if self.eligible_time > now:
+            return "its begin time"
+        return ""
 
     @property
     def active(self) -> bool:

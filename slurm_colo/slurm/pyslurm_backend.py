@@ -136,7 +136,27 @@ def job_from_pyslurm(j: Any, version: tuple[int, int] | None = None) -> SlurmJob
         excluded_nodes=_s(getattr(j, "excluded_nodes", "")),
         array_tasks=_s(getattr(j, "array_tasks_waiting", "")),
         array_task=_record_task(j),
+        dependency=_dependency(j),
+        eligible_time=float(getattr(j, "eligible_time", 0) or 0),
     )
+
+
+def _dependency(j: Any) -> str:
+    """What the job waits for before it may start, as text ("" none). pyslurm gives it as a
+    dict of kinds (``{"afterok": [12], "singleton": False, "satisfy": "all"}``) or as
+    Slurm's text, by release."""
+    deps = getattr(j, "dependencies", None)
+    if deps is None:
+        return _s(getattr(j, "dependency", ""))
+    if not isinstance(deps, dict):
+        return _s(deps)
+    parts = []
+    for kind, v in deps.items():
+        if v is True:
+            parts.append(str(kind))
+        elif isinstance(v, (list, tuple)) and v:
+            parts.append(f"{kind}:{':'.join(map(str, v))}")
+    return ",".join(parts)
 
 
 def _record_task(j: Any) -> int | None:

@@ -296,3 +296,25 @@ def test_an_arrays_record_gives_its_waiting_tasks_and_no_other_job_does(name: st
     assert all(j.array_tasks == "" for j in parse_squeue(doc))  # no array in the capture
     doc["jobs"][-1]["array_task_string"] = "2-3,5"  # as 24.11 gives an array's record
     assert parse_squeue(doc)[-1].array_tasks == "2-3,5"
+
+
+@pytest.mark.parametrize("name", ["squeue-22.05.json", "squeue-24.11.json", "squeue-26.05.json"])
+def test_what_a_pending_job_waits_for_before_it_may_start(name: str) -> None:
+    """``dependency`` (text on every version) and ``eligible_time`` (a number on 22.05, a
+    number object from 24.11), as the lab showed them for held jobs: a dependency not met
+    and no time yet; a begin time ahead as the eligible time; a plain hold with neither."""
+    doc = _load(name)
+    assert isinstance(doc, dict)
+    assert all(j.waits_to_start(2e9) == "" for j in parse_squeue(doc))  # none in the capture
+    newer = not name.endswith("22.05.json")
+    job = doc["jobs"][-1]
+    job["dependency"] = "afterok:15420(unfulfilled)"
+    job["eligible_time"] = {"set": True, "infinite": False, "number": 0} if newer else 0
+    j = parse_squeue(doc)[-1]
+    assert j.dependency == "afterok:15420(unfulfilled)"
+    assert j.waits_to_start(1000.0) == "its dependency (afterok:15420(unfulfilled))"
+    job["dependency"] = ""
+    job["eligible_time"] = {"set": True, "infinite": False, "number": 1500} if newer else 1500
+    j = parse_squeue(doc)[-1]
+    assert j.eligible_time == 1500.0
+    assert j.waits_to_start(1000.0) == "its begin time" and j.waits_to_start(1500.0) == ""
