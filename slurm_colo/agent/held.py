@@ -17,6 +17,10 @@ such a job may go to any shared GPU (of the GPU model it asked for, ``model=`` i
 Its tag says ``held=*``; the re-aim places it on the whole view and sets its shard request
 when it releases it. Without a GPU request it must not start on its own, so the agent
 turns the user's hold into an administrator's hold (``admin_hold``) at its first look.
+A job that may not start yet (a dependency, a begin time; the Lua hook's ``deferred=1``)
+is held so at submission on any site, and is not aimed while Slurm lists it waiting for
+either (:attr:`HeldJobs.to_start`); where jobs no shared GPU takes get their own GPU, it
+then gets one when no shared GPU takes it.
 
 An agent restart finds held jobs again from their tags (:meth:`HeldJobs.sync`).
 No I/O: actions are returned for the server to run outside its lock.
@@ -63,6 +67,10 @@ log = logging.getLogger("slurm_colo.agent")
 
 #: seconds before an administrator's hold that Slurm refused is tried again
 LOCK_RETRY_S = 60.0
+#: why a job that may not start yet (a dependency, a begin time) is held at submission
+HELD_TO_START = "held until it may start (a dependency or a begin time), then placed"
+#: the comment of such a job that no shared GPU took once it could start
+OWN_GPU_NOTE = "colo: no shared GPU took it once it could start; released with its own GPU request"
 
 
 class HeldJobs:
@@ -77,6 +85,9 @@ class HeldJobs:
         #: the held jobs seen as a job array's record (agent/held_arrays.py): its tasks
         #: are released one by one, and the record is never released as one job
         self.arrays = HeldArrays(cfg)
+        #: held jobs Slurm would not start yet, whatever GPU they had (a dependency, a
+        #: begin time) -> what they wait for; as of the last look
+        self.to_start: dict[int, str] = {}
 
     def shift(self, step: float) -> None:
         """The wall clock stepped by ``step`` seconds (slurm_colo/clock.py): how long each job
@@ -92,11 +103,22 @@ class HeldJobs:
     def waiting_for_shared(self) -> list[HeldJob]:
         """The held jobs that wait for a shared GPU only: the ones the starvation guard
         drains a GPU for and newer jobs wait their turn behind (``placement.bypass_h``). Not
-        a held array whose tasks go to a GPU of their own when no shared GPU takes them
-        (agent/arrays.py, "held, else own GPU"): its tasks do not wait for a shared GPU."""
-        if not self.arrays.records or hold_unplaced(self.cfg):
-            return list(self.jobs.values())
-        return [h for h in self.jobs.values() if h.job_id not in self.arrays]
+        a job Slurm would not start yet (:attr:`to_start`), nor one that gets a GPU of its
+        own when no shared GPU takes it (:meth:`_own_gpu_else`: a held array's task, agent/
+        arrays.py "held, else own GPU"; a job held until it may start)."""
+        return [
+            h
+            for h in self.jobs.values()
+            if h.job_id not in self.to_start and not self._own_gpu_else(h)
+        ]
+
+    def _own_gpu_else(self, h: HeldJob) -> bool:
+        """Whether ``h`` gets a GPU of its own where no shared GPU takes it: a held array's
+        task, or a job held at submission until it may start, where the site keeps jobs no
+        shared GPU takes on a GPU of their own (``placement.unplaced``)."""
+        if hold_unplaced(self.cfg):
+            return False
+        return h.job_id in self.arrays or (h.any_gpu and not h.undone and not h.withdrawn)
 
     def waits(self) -> list[HeldWait]:
         """The held jobs as the starvation guard sees them."""
@@ -129,6 +151,9 @@ class HeldJobs:
                 continue  # still being requeued (Slurm changes a pending job only), or gone
             if now < h.release_after:
                 continue  # its old run's credential may still be revoked
+            if h.job_id in self.to_start:  # a place on a GPU now would wait unused
+                out += self._lock(h, now, sj)
+                continue
             behind = waits_behind(h.since, heads.get(h.gres_type), now, self.cfg.placement)
             record = waiting_in(sj) if h.job_id in self.arrays or sj.array_tasks else None
             if h.job_id in self.arrays and record is None:
@@ -167,6 +192,8 @@ class HeldJobs:
             if d is None or not d.shared or d.node is None:
                 if h.own_gpu:  # a held array's task that has its own GPU request
                     out.append(self._to_own_gpu(h, sj))
+                elif own_gpu and self._own_gpu_else(h):  # held until it could start
+                    out.append(self._to_own_gpu(h, sj, whole_gpu_request(h.model), OWN_GPU_NOTE))
                 else:
                     out += self._lock(h, now, sj)
                 continue
@@ -191,7 +218,7 @@ class HeldJobs:
                 else "held while its node was closed"
                 if h.withdrawn
                 else h.reason
-                if h.reason.startswith("its release failed")
+                if h.reason.startswith("its release failed") or h.reason == HELD_TO_START
                 else "held at submission",
                 d.reason,
             )
@@ -212,17 +239,20 @@ class HeldJobs:
             )
         return out
 
-    def _to_own_gpu(self, h: HeldJob, sj: SlurmJob) -> Action:
-        """Release ``h`` with the GPU request of its own it already has (kept as it is), as
-        its array's task would have been; if Slurm refuses, its comments say again that it
-        is held, and the next look adopts it again."""
+    def _to_own_gpu(
+        self, h: HeldJob, sj: SlurmJob, gres: str = "", note: str = OWN_GPU_TASK_NOTE
+    ) -> Action:
+        """Release ``h`` with a GPU request of its own: ``gres``, or the one it already has
+        (kept as it is), as its array's task would have been; if Slurm refuses, its
+        comments say again that it is held, and the next look adopts it again."""
         self._forget(h.job_id)
         log.info("job %s: no shared GPU takes it; released with its own GPU request", h.job_id)
         return Action(
             "aim",
             h.job_id,
             unheld(sj.admin_comment, ANY_SHARED),
-            OWN_GPU_TASK_NOTE,
+            note,
+            gres=gres,
             model=h.model,
             restore=(sj.admin_comment, sj.comment),
             array_task=sj.record_task,
@@ -276,6 +306,8 @@ class HeldJobs:
                     if j.comment.startswith(WITHDRAWN)
                     else "its release failed after it was split from its array"
                     if asked
+                    else HELD_TO_START
+                    if j.waits_to_start(now)
                     else f"held at submission until {held_for_text(tag.held, tag.model)} fits"
                 )
                 if j.array_tasks or (j.record_task is not None and not array_token(tag.token)):
@@ -300,6 +332,21 @@ class HeldJobs:
             if sj is None or (now - h.since > grace and sj.state != "PENDING"):
                 log.info("job %s: no longer held in Slurm; not aimed again", job_id)
                 self._forget(job_id)
+        self._waiting_to_start(jobs, now)
+
+    def _waiting_to_start(self, jobs: dict[int, SlurmJob], now: float) -> None:
+        """Note the held jobs Slurm would not start yet (:attr:`to_start`). Their wait for a
+        GPU (the starvation guard's, ``placement.bypass_h``) begins once they may start. A
+        requeued job is left out: its release itself clears the wait Slurm put on it."""
+        before, self.to_start = self.to_start, {}
+        for job_id, h in self.jobs.items():
+            sj = jobs.get(job_id)
+            why = sj.waits_to_start(now) if sj is not None and not h.undone else ""
+            if why:
+                self.to_start[job_id] = why
+                h.since = now
+            elif job_id in before:
+                log.info("job %s: may start now (it waited for %s)", job_id, before[job_id])
 
     def failed(
         self,

@@ -27,14 +27,16 @@ DRAINED_GRACE_S = 60.0
 ENDED_KEEP_S = 600.0
 
 
-def waiting_for_gpus(jobs: Iterable[SlurmJob]) -> int:
-    """Pending jobs that ask for GPUs or shards (jobs held without a GPU request, as the
-    agent holds them, are counted by the caller)."""
+def waiting_for_gpus(jobs: Iterable[SlurmJob], now: float) -> int:
+    """Pending jobs that ask for GPUs or shards and may start (not those waiting for a
+    dependency or a begin time); jobs held without a GPU request, as the agent holds them,
+    are counted by the caller."""
     return sum(
         1
         for j in jobs
         if j.state == "PENDING"
         and any(t in f for f in (j.tres_per_node, j.tres_per_job) for t in ("gpu", "shard", "mps"))
+        and not j.waits_to_start(now)
     )
 
 
@@ -281,7 +283,7 @@ class Occupancy:
         if plan_at is not None:
             held_ids = {w.job_id for w in waits}
             self.queue = len(waits) + waiting_for_gpus(
-                j for j in self.jobs.values() if j.job_id not in held_ids
+                (j for j in self.jobs.values() if j.job_id not in held_ids), plan_at
             )
             self.trend.observe(plan_at, self.queue)
         view = ClusterView(

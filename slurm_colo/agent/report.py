@@ -63,6 +63,8 @@ def status_report(state: AgentState, now: float) -> dict[str, Any]:
                 "cls": h.request.cls,
                 "waiting_s": now - h.since,
                 "reason": h.reason,
+                # what Slurm waits for before it lets the job start at all, if anything
+                "waits_to_start": state.holds.to_start.get(h.job_id),
             }
             for h in sorted(state.held.values(), key=lambda h: h.since)
         ],

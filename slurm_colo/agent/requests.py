@@ -27,7 +27,7 @@ from ..placement import ClusterView, Decision, JobRequest
 from ..placement.by_model import BookDecision, ModelViews, ScoreBook, place_by_model
 from ..placement.held import queue_head, waits_behind, wanting
 from .arrays import HELD, HELD_OR_OWN, NOT_SHARED, array_decision, array_reply, array_way
-from .held import HeldJobs, can_hold, hold_unplaced
+from .held import HELD_TO_START, HeldJobs, can_hold, hold_unplaced
 from .learned import LiveScores
 from .ledger import Ledger
 from .occupancy import Occupancy
@@ -112,6 +112,12 @@ class PlaceRequests:
             return {"action": "exclusive", "comment": f"colo: not shared ({e})"}, nothing
         if fields.get("array") == "1":
             return self._array(fields, cls, mode, now)
+        if (
+            fields.get("deferred") == "1"
+            and self.rights.refused is None
+            and can_hold(self.occupancy, fields)
+        ):
+            return self._deferred(fields, cls, mode, now)
         key = (
             uid,
             fields.get("user", ""),
@@ -226,6 +232,36 @@ class PlaceRequests:
             self.ledger.decisions[
                 "hold:job array" if reply["action"] == "hold" else "exclusive:job array"
             ] += 1
+            log.info("placement %s (%s, user %s, class %s): %s", token, name, user, cls, d.reason)
+
+        return reply, record
+
+    def _deferred(
+        self, fields: dict[str, str], cls: str, mode: Mode, now: float
+    ) -> tuple[dict[str, str], Callable[[], None]]:
+        """A job that may not start yet (a dependency, a begin time ahead, as the Lua hook
+        saw it) is held without a GPU request and placed once Slurm lets it start
+        (agent/held.py): a place kept for it on a shared GPU meanwhile would keep partners
+        away for as long as it waits. Where no shared GPU takes it then, it gets its own
+        GPU request, or waits held for one where every GPU is shared."""
+        token = _new_token()
+        d = Decision("exclusive", HELD_TO_START)
+        tag = d.placement(
+            token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")
+        ).to_tag()
+        reply = {
+            "action": "hold",
+            "gres": "none",
+            "tag": tag,
+            "comment": f"colo: {HELD_TO_START}",
+            "user_msg": "slurm-colo: held until its dependency or begin time lets it start; "
+            "the placement agent then releases it onto a GPU",
+        }
+
+        def record() -> None:
+            user, name = fields.get("user", ""), fields.get("name", "")
+            self.ledger.remember(token, name, user, cls, str(mode), d, now, "")
+            self.ledger.decisions["hold:waits to start"] += 1
             log.info("placement %s (%s, user %s, class %s): %s", token, name, user, cls, d.reason)
 
         return reply, record

@@ -289,8 +289,12 @@ def register(app: typer.Typer) -> None:
                 f"measured by probes, laid over the score set: {st['learned_pairs']} pair(s)"
             )
         for h in st.get("held") or []:
+            head = f"held: job {h['job_id']} ({h['cls']})"
+            if h.get("waits_to_start"):  # its wait for a GPU has not begun
+                typer.echo(f"{head}, may not start yet (waits for {h['waits_to_start']})")
+                continue
             typer.echo(
-                f"held: job {h['job_id']} ({h['cls']}) for {int(h['waiting_s'])}s, waits for "
+                f"{head} for {int(h['waiting_s'])}s, waits for "
                 f"{h.get('waits_for') or held_for_text(h['gres_type'])} that fits: {h['reason']}"
             )
         r = st.get("reservation")

@@ -215,6 +215,15 @@ local function set_gres(job_desc, req, gres)
   per_gpu_options(job_desc, req.sep)
 end
 
+-- A job that may not start yet (a dependency, a begin time ahead): the agent holds it and
+-- places it once it may start, instead of keeping a place on a GPU for it meanwhile.
+local function deferred(job_desc)
+  local dep = job_desc.dependency
+  if dep ~= nil and dep ~= "" then return true end
+  local b = tonumber(job_desc.begin_time)
+  return b ~= nil and not unset(b) and b > os.time()
+end
+
 local function is_array(job_desc)
   return job_desc.array_inx ~= nil and job_desc.array_inx ~= ""
 end
@@ -306,6 +315,7 @@ local function place(job_desc, submit_uid)
     "exc_nodes=" .. clean(job_desc.exc_nodes),
   }, "\t")
   if array then line = line .. "\tarray=1" end
+  if deferred(job_desc) then line = line .. "\tdeferred=1" end
   local reply, err = ask_agent(line)
   if not reply then return fallback(job_desc, req, err) end
   local ans, perr = parse_reply(reply)

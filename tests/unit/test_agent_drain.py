@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from slurm_colo.agent.state import AgentState
 from slurm_colo.config import Config, PlacementConfig
+from slurm_colo.contracts.enums import Unplaced
 from slurm_colo.contracts.placement import Placement
 from slurm_colo.gres_layout import NodeGpus
 from slurm_colo.placement import ClusterView, Decision, GpuView, Occupant
@@ -142,10 +143,15 @@ def test_no_reservation_when_it_cannot_help() -> None:
     assert plan(waiting(partition="cpu"), _view((0, 10), (1, 11)), {}, {"n1": ("gpu",)}) is None
 
 
-def _state(after_h: float = 6.0, bypass_h: float = 0.0) -> AgentState:
+def _state(after_h: float = 6.0, bypass_h: float = 0.0, unplaced: str = "auto") -> AgentState:
     cfg = Config(
         gpus=LAYOUT,
-        placement=PlacementConfig(explore_rate=0.0, reserve_after_h=after_h, bypass_h=bypass_h),
+        placement=PlacementConfig(
+            explore_rate=0.0,
+            reserve_after_h=after_h,
+            bypass_h=bypass_h,
+            unplaced=Unplaced(unplaced),
+        ),
     )
     s = AgentState(cfg, SCORES)
     s.apply_snapshot([], [SlurmNode("n1", "MIXED", partitions=("gpu",))], 0.0)
@@ -377,8 +383,10 @@ def test_the_status_command_says_what_a_held_job_waits_for(monkeypatch) -> None:
 
 def test_newer_jobs_wait_their_turn_behind_a_job_held_too_long() -> None:
     # job 60 (held since 1 h for any shared GPU) has waited 7 h: a request at 8 h, 7 h newer
-    # than it, is held too instead of taking a slot (placement.bypass_h = 1.5)
-    s = _state(bypass_h=1.5)
+    # than it, is held too instead of taking a slot (placement.bypass_h = 1.5). Held for any
+    # shared GPU: a site that holds jobs no shared GPU takes (elsewhere such a job gets a
+    # GPU of its own once it may start, and waits for no shared GPU)
+    s = _state(bypass_h=1.5, unplaced="hold")
     node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
     busy = [shard_job(10, 0, end=20 * HOUR), shard_job(11, 1, end=9 * HOUR)]
     anywhere = held_job(gres_type="*")
@@ -485,19 +493,22 @@ def test_a_job_held_too_long_holds_up_only_jobs_that_may_want_its_gpus() -> None
     # job 60 (a loner, held since 1 h for a v100_s1 GPU) has waited 8 h; GPU 1 runs a job no
     # loner may join. Job 61, requeued at 5 h for a v100_s0 GPU, takes nothing of GPU 1: it
     # is released onto idle GPU 0. A job held at 5 h for any shared GPU may want GPU 1 too,
-    # so it waits its turn behind job 60 (placement.bypass_h = 1.5).
+    # so it waits its turn behind job 60 (placement.bypass_h = 1.5) where jobs no shared GPU
+    # takes are held. Elsewhere it waits for no shared GPU (it gets its own GPU where none
+    # takes it) and is placed as a new job would be: on GPU 0, which job 60 cannot take.
     s = _state(bypass_h=1.5)
     node = [SlurmNode("n1", "MIXED", partitions=("gpu",))]
     busy = [shard_job(10, 1, end=20 * HOUR)]
     old, typed = held_job(60), held_job(61, submit=5 * HOUR, gres_type="v100_s0")
     s.apply_snapshot([*busy, old, typed], node, 9 * HOUR)
     assert [a.job_id for a in s.reaim(9 * HOUR)] == [61]
-    s = _state(bypass_h=1.5)
     anywhere = held_job(62, submit=5 * HOUR, gres_type="*")
-    s.apply_snapshot([*busy, old, anywhere], node, 9 * HOUR)
-    assert [a.job_id for a in s.reaim(9 * HOUR) if a.kind == "aim"] == []
+    for unplaced, aimed in (("hold", []), ("own-gpu", [(62, "gres:shard:v100_s0:1")])):
+        s = _state(bypass_h=1.5, unplaced=unplaced)
+        s.apply_snapshot([*busy, old, anywhere], node, 9 * HOUR)
+        assert [(a.job_id, a.gres) for a in s.reaim(9 * HOUR) if a.kind == "aim"] == aimed
     # with the rule off both go
-    s = _state(bypass_h=0.0)
+    s = _state(bypass_h=0.0, unplaced="hold")
     s.apply_snapshot([*busy, old, anywhere], node, 9 * HOUR)
     assert [a.job_id for a in s.reaim(9 * HOUR) if a.kind == "aim"] == [62]
 

@@ -576,3 +576,23 @@ def test_interactive_jobs_are_told_why_on_every_version(
         assert user == [
             "USER slurm-colo: interactive jobs (srun/salloc) are not shared; use sbatch --colocate"
         ], err
+
+
+@pytest.mark.parametrize(
+    "extra, deferred",
+    [
+        ({"dependency": "afterok:12"}, True),
+        ({"begin_time": str(int(time.time()) + 3600)}, True),
+        ({"begin_time": str(int(time.time()) - 60)}, False),  # --begin in the past
+        ({"begin_time": "0", "dependency": ""}, False),
+        ({}, False),
+    ],
+)
+def test_a_job_that_may_not_start_yet_is_named_to_the_agent(
+    tmp_path: Path, cfg: Config, agent: FakeAgent, extra: dict[str, str], deferred: bool
+) -> None:
+    """A dependency or a begin time ahead: the agent holds the job until it may start."""
+    out, _, _ = _run(tmp_path, dict(BATCH, **extra), COLO, cfg)
+    (req,) = agent.requests
+    assert ("\tdeferred=1" in req) is deferred, req
+    assert out["rc"] == "0"
