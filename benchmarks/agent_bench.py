@@ -233,8 +233,8 @@ def _closed_nodes(
     """Time the looks at Slurm once ``count`` nodes list their GPUs out of device order
     (closed to placement): the look that holds the jobs placed there that have not started,
     and each later look, which tries every held job on the whole view again."""
-    # ``count`` nodes fall idle; jobs the agent places there at submission wait (a --begin,
-    # say): their tags from PLACE
+    # ``count`` nodes fall idle; jobs the agent places there at submission wait (held by
+    # their user, say): their tags from PLACE
     emptied = set(layout.node_names[:count])
     backend = agent.backend
     assert isinstance(backend, _Backend)

@@ -4,6 +4,8 @@ start."""
 
 from __future__ import annotations
 
+from slurm_colo.contracts.placement import Placement
+
 from .labtools import (
     SHARED_GPUS,
     agent_cli,
@@ -54,9 +56,15 @@ def test_jobs_waiting_for_a_dependency_or_a_begin_time_are_placed_once_they_may_
     waiting = {h["job_id"]: h["waits_to_start"] for h in st["held"]}
     assert waiting[after.job_id].startswith("its dependency (afterok:")
     assert waiting[later.job_id] == "its begin time"
-    # no place is kept for them: the GPUs list the first job alone
+    # no place is kept for them: no GPU lists either, by job or by its placement's token
+    theirs = set(map(str, ids))
+    for i in ids:
+        tag = Placement.from_tag(str(q[i]["admin_comment"]))
+        assert tag is not None and tag.held == "*", q[i]
+        theirs.add(tag.token)
     occupants = [o for g in st["gpus"] for o in g.get("occupants") or []]
-    assert {str(o.get("job_id") or o.get("key")) for o in occupants} <= {str(first.job_id)}
+    assert not {str(o.get("job_id")) for o in occupants} & theirs, occupants
+    assert not {str(o.get("key")) for o in occupants} & theirs, occupants
     out = agent_cli("status").stdout
     assert f"held: job {after.job_id} " in out and "may not start yet" in out
     # Slurm lets each start (the begin time passes; the first job ends and Slurm clears the

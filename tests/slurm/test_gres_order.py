@@ -77,14 +77,16 @@ def _slurm_with_gres(line: str) -> None:
 def test_a_node_slurm_numbers_pool_first_gets_no_placement_until_fixed(top_pool: None) -> None:
     """slurm.conf's Gres= listed pool first, as slurm-colo generated it before: Slurm would
     number shared GPU 2 as 0. The agent reads that from Slurm and places nothing there; a
-    job it had placed there that has not started yet is held until the node is fixed, then
-    released onto its GPU, its own start time (--begin) kept."""
-    later = lt.sbatch(
-        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "--begin=now+3600"
-    )
+    job it had placed there that has not started yet is held until the node is fixed and
+    until it may start (its own start time, --begin, kept), then released onto its GPU."""
+    # placed at submission (a job submitted with a --begin ahead would be held until it may
+    # start, keeping no place), then given a start time ahead by hand
+    later = lt.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-H")
     assert later.rc == 0 and later.job_id is not None, later.stderr
     at = re.search(r"GPU (\d) of ", later.stderr)
     assert at and at.group(1) in ("2", "3"), later.stderr
+    lt.run(["scontrol", "update", f"JobId={later.job_id}", "StartTime=now+3600"], check=True)
+    lt.run(["scontrol", "release", str(later.job_id)], check=True)
     begin = lt.squeue()[later.job_id]["start_time"]
     _slurm_with_gres("gpu:v100_s2:1,gpu:v100_s3:1,gpu:v100:2,shard:8")
     held = lt.squeue()[later.job_id]
@@ -100,10 +102,23 @@ def test_a_node_slurm_numbers_pool_first_gets_no_placement_until_fixed(top_pool:
     assert "shard" not in str(job.get("tres_per_node")), job
     assert "own GPU" in job["comment"] and "closed to placement" in job["comment"], job
     _slurm_with_gres("gpu:v100:2,gpu:v100_s2:1,gpu:v100_s3:1,shard:8")  # the generated line
-    assert json.loads(lt.agent_cli("status", "--json").stdout)["nodes_refused"] == {}
-    back = lt.squeue()[later.job_id]
-    assert back["job_state"] == "PENDING" and back["state_reason"] != "JobHeldAdmin", back
-    assert back["start_time"] >= begin - 60, back  # not made to start now
+    st = json.loads(lt.agent_cli("status", "--json").stdout)
+    assert st["nodes_refused"] == {}
+    # fixed, but the job may not start before its begin time: held until then
+    [waits] = [h["waits_to_start"] for h in st["held"] if h["job_id"] == later.job_id]
+    assert waits == "its begin time"
+    assert lt.squeue()[later.job_id]["start_time"] >= begin - 60  # not made to start now
+    lt.run(["scontrol", "update", f"JobId={later.job_id}", "StartTime=now+3"], check=True)
+    back = wait_for(
+        lambda: (
+            lt.agent_refresh()
+            or (j := lt.squeue()[later.job_id])["state_reason"] != "JobHeldAdmin"
+            and j
+        ),
+        40,
+        0.5,
+        "the held job released",
+    )
     assert f"gpu={socket.gethostname().split('.')[0]}:{at.group(1)}" in back["admin_comment"]
     assert "held=" not in back["admin_comment"], back
     lt.run(["scancel", str(later.job_id)], check=True)

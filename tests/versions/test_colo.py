@@ -96,18 +96,20 @@ def test_a_node_whose_gres_slurm_numbers_otherwise_gets_no_placement(vclean: Ver
 def test_a_job_pending_on_a_node_that_closes_is_held_until_a_gpu_takes_it(
     vclean: VersionLab,
 ) -> None:
-    """A job the agent placed that has not started (--begin) when Slurm comes back with the
-    whole GPUs listed first: held, so it cannot start on another GPU, and released onto a
-    shared GPU (its shard request set anew: this version can) once the node is fixed, its
-    start time kept."""
+    """A job the agent placed that has not started (a start time given after submission)
+    when Slurm comes back with the whole GPUs listed first: held, so it cannot start on
+    another GPU, and released onto a shared GPU (its shard request set anew: this version
+    can) once the node is fixed and it may start, its start time kept until then."""
     lab = vclean
     generated = open(lab.host_path("/etc/slurm/slurm.conf")).read()
     gres = re.search(r"Gres=(\S+)", generated)
     assert gres and gres.group(1).startswith("gpu:v100_s0:1,gpu:v100_s1:1,gpu:v100:2"), generated
-    r = lab.sbatch(
-        "--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "--begin=now+3600"
-    )
+    # placed at submission (one submitted with a --begin ahead would be held until it may
+    # start, keeping no place), then given a start time ahead
+    r = lab.sbatch("--colocate", "--colocate-class=resnet18-bs32", "--gres=gpu:1", "-H")
     assert r.rc == 0 and r.job_id is not None and "slurm-colo: GPU" in r.stderr, r.stderr
+    lab.x("scontrol", "update", f"JobId={r.job_id}", "StartTime=now+3600", check=True)
+    lab.x("scontrol", "release", str(r.job_id), check=True)
     begin = lab.jobs(r.job_id)[r.job_id]["start_time"]
     try:
         lab.restart_slurm("gpu:v100:2,gpu:v100_s0:1,gpu:v100_s1:1,shard:8")
@@ -121,6 +123,12 @@ def test_a_job_pending_on_a_node_that_closes_is_held_until_a_gpu_takes_it(
         assert j["comment"].startswith(f"colo: held: node {lab.node} is closed"), j
         assert lab.node in lab.status()["nodes_refused"]
         lab.restart_slurm(gres.group(1))
+        # fixed, but it may not start before its begin time: held until then
+        wait_for(lambda: lab.node not in lab.status()["nodes_refused"], 30, 0.5, "node open")
+        [waits] = [h["waits_to_start"] for h in lab.status()["held"] if h["job_id"] == r.job_id]
+        assert waits == "its begin time"
+        assert lab.jobs(r.job_id)[r.job_id]["start_time"] >= begin - 60  # not made to start now
+        lab.x("scontrol", "update", f"JobId={r.job_id}", "StartTime=now+3", check=True)
 
         def released() -> dict[str, Any] | None:
             j = lab.jobs(r.job_id)[r.job_id]
@@ -130,7 +138,6 @@ def test_a_job_pending_on_a_node_that_closes_is_held_until_a_gpu_takes_it(
         assert j["state"] == "PENDING" and "held=" not in j["admin_comment"], j
         idx = int(re.search(rf"gpu={lab.node}:(\d)", j["admin_comment"]).group(1))  # type: ignore[union-attr]
         assert idx in SHARED_GPUS and j["tres_per_node"] == f"gres/shard:v100_s{idx}:1", j
-        assert j["start_time"] >= begin - 60, j  # not made to start now
     finally:
         lab.cancel_all()
         lab.up()  # slurm.conf as generated again: the lab is up as it was
