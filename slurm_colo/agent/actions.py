@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..contracts.placement import Placement
+from ..slurm.model import scontrol_name
 
 
 @dataclass(frozen=True)
@@ -53,5 +54,4 @@ class Action:
     def target(self) -> str:
         """The job as ``scontrol`` names it: ``123``, or ``123_4`` for a task (one waiting in
         its array, or the one its array's record stands for)."""
-        task = self.task if self.task is not None else self.array_task
-        return f"{self.job_id}_{task}" if task is not None else str(self.job_id)
+        return scontrol_name(self.job_id, self.task if self.task is not None else self.array_task)

@@ -168,9 +168,8 @@ class HeldArrays:
         self.records.add(h.job_id)
         out: list[Action] = []
         tasks = waiting_tasks(sj.array_tasks, MAX_TASKS_PER_LOOK + 1)
-        grace = 3 * self.cfg.agent.refresh_interval_s
-        released = {t: at for t, at in self.own_gpu.get(h.job_id, {}).items() if now - at < grace}
-        self.own_gpu[h.job_id] = released
+        # (those older than three looks were forgotten by this look's :meth:`expire`)
+        released = self.own_gpu.setdefault(h.job_id, {})
         on_own_gpu = waiting[h.token] + sum(1 for t in released if t in tasks)
         throttle = array_throttle(sj.array_tasks)
         if throttle is not None:  # %N: no more released than may run

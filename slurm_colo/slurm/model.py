@@ -87,6 +87,11 @@ def parse_gres_detail(items: list[str] | None) -> list[GresAlloc]:
     return out
 
 
+def scontrol_name(job_id: int, task: int | None = None) -> str:
+    """A job as ``scontrol`` names it alone: ``123``, or ``123_7`` for task 7 of array 123."""
+    return f"{job_id}_{task}" if task is not None else str(job_id)
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     job_id: int
@@ -153,8 +158,7 @@ class SlurmJob:
     def scontrol_id(self) -> str:
         """The job as a change to it alone names it: ``123``, or ``123_7`` for an array's
         record standing for its last task (:attr:`record_task`)."""
-        task = self.record_task
-        return f"{self.job_id}_{task}" if task is not None else str(self.job_id)
+        return scontrol_name(self.job_id, self.record_task)
 
     def gpus(self, name: str = "gpu") -> list[GresAlloc]:
         return [g for g in self.gres if g.name == name]
