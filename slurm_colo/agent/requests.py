@@ -20,7 +20,7 @@ from typing import Any
 from ..config import Config
 from ..contracts.enums import Mode, Replan
 from ..contracts.options import derive_class, parse_mode
-from ..contracts.placement import ANY_SHARED
+from ..contracts.placement import ANY_SHARED, Placement
 from ..contracts.records import UID_MAX
 from ..errors import OptionError
 from ..placement import ClusterView, Decision, JobRequest
@@ -42,6 +42,18 @@ def _new_token() -> str:
 
 def nothing() -> None:
     """The follow-up of a request that has nothing to record."""
+
+
+def _hold_reply(tag: Placement, comment: str, user_msg: str) -> dict[str, str]:
+    """The answer that holds a job without a GPU request (the Lua hook drops it; the agent
+    sets one when it releases the job): its tag says ``held=*``."""
+    return {
+        "action": "hold",
+        "gres": "none",
+        "tag": tag.to_tag(),
+        "comment": comment,
+        "user_msg": user_msg,
+    }
 
 
 def _partner_text(keys: tuple[str, ...]) -> str:
@@ -158,17 +170,12 @@ class PlaceRequests:
         if hold:
             # held without a GPU request: the agent sets it when it releases the job onto
             # whichever shared GPU fits it first (agent/held.py, HeldJobs.reaim)
-            tag = d.placement(
-                token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")
-            ).to_tag()
-            reply = {
-                "action": "hold",
-                "gres": "none",
-                "tag": tag,
-                "comment": f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
-                "user_msg": "slurm-colo: held until a shared GPU fits; "
+            reply = _hold_reply(
+                d.placement(token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")),
+                f"colo: held until a shared GPU fits ({d.reason.removeprefix('own GPU: ')})",
+                "slurm-colo: held until a shared GPU fits; "
                 "the job is released there by the placement agent",
-            }
+            )
         elif not d.shared:
             why = f"colo: {d.reason}" + (
                 "; not held: Slurm refuses the agent the right to release it" if would_hold else ""
@@ -246,17 +253,12 @@ class PlaceRequests:
         GPU request, or waits held for one where every GPU is shared."""
         token = _new_token()
         d = Decision("exclusive", HELD_TO_START)
-        tag = d.placement(
-            token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")
-        ).to_tag()
-        reply = {
-            "action": "hold",
-            "gres": "none",
-            "tag": tag,
-            "comment": f"colo: {HELD_TO_START}",
-            "user_msg": "slurm-colo: held until its dependency or begin time lets it start; "
+        reply = _hold_reply(
+            d.placement(token, cls, mode, held=ANY_SHARED, model=fields.get("gpu_type", "")),
+            f"colo: {HELD_TO_START}",
+            "slurm-colo: held until its dependency or begin time lets it start; "
             "the placement agent then releases it onto a GPU",
-        }
+        )
 
         def record() -> None:
             user, name = fields.get("user", ""), fields.get("name", "")
