@@ -106,18 +106,18 @@ class HeldJobs:
         a job Slurm would not start yet (:attr:`to_start`), nor one that gets a GPU of its
         own when no shared GPU takes it (:meth:`_own_gpu_else`: a held array's task, agent/
         arrays.py "held, else own GPU"; a job held until it may start)."""
+        own_gpu = not hold_unplaced(self.cfg)
         return [
             h
             for h in self.jobs.values()
-            if h.job_id not in self.to_start and not self._own_gpu_else(h)
+            if h.job_id not in self.to_start and not (own_gpu and self._own_gpu_else(h))
         ]
 
     def _own_gpu_else(self, h: HeldJob) -> bool:
-        """Whether ``h`` gets a GPU of its own where no shared GPU takes it: a held array's
-        task, or a job held at submission until it may start, where the site keeps jobs no
-        shared GPU takes on a GPU of their own (``placement.unplaced``)."""
-        if hold_unplaced(self.cfg):
-            return False
+        """Whether ``h`` gets a GPU of its own where no shared GPU takes it, at a site that
+        keeps jobs no shared GPU takes on a GPU of their own (``placement.unplaced``; the
+        caller checks that): a held array's task, or a job held at submission until it may
+        start."""
         return h.job_id in self.arrays or (h.any_gpu and not h.undone and not h.withdrawn)
 
     def waits(self) -> list[HeldWait]:
